@@ -1,0 +1,129 @@
+"""SageMaker on-demand training prices (USD per instance-hour), bundled and overridable.
+
+The bundled table (``prices.json`` beside this file) holds us-east-1 list
+prices that reproduce the AWS heterogeneous-clusters blog tables. Prices
+change, and yours may be negotiated, so an override file with the same schema
+replaces or extends entries::
+
+    {"source": "our EDP rates", "as_of": "2026-11-01", "region": "us-east-1",
+     "prices": {"ml.c5.18xlarge": 3.1, "ml.c6i.32xlarge": 6.528}}
+
+Only ``prices`` is required in an override. An override for another region
+replaces the whole table: us-east-1 prices say nothing about eu-west-1.
+
+    >>> from steps.evaluate.prices import load_prices
+    >>> load_prices().hourly("ml.p4d.24xlarge")
+    37.688
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+from steps.common.errors import UserError
+
+BUNDLED_PRICES = Path(__file__).with_name("prices.json")
+
+_OVERRIDE_HINT = (
+    'add it with an override file, e.g. --prices my-prices.json containing '
+    '{{"prices": {{"{itype}": <USD per hour>}}}} (see steps/evaluate/prices.py)'
+)
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """USD per instance-hour by SageMaker instance type, plus where they came from."""
+
+    usd_per_hour: Mapping[str, float]
+    source: str = "unspecified"
+    as_of: str = "unspecified"
+    region: str = "us-east-1"
+    files: tuple[str, ...] = field(default=())
+
+    def __post_init__(self):
+        # Read-only so a table shared between runs cannot be edited by one of them.
+        object.__setattr__(self, "usd_per_hour", MappingProxyType(dict(self.usd_per_hour)))
+
+    def hourly(self, instance_type: str) -> float:
+        """On-demand USD per hour for one instance; UserError naming the type if unknown."""
+        try:
+            return self.usd_per_hour[instance_type]
+        except (KeyError, TypeError):
+            raise UserError(self._unknown(instance_type)) from None
+
+    def describe(self) -> dict:
+        """Provenance written next to every computed cost."""
+        return {"source": self.source, "as_of": self.as_of, "region": self.region}
+
+    def _unknown(self, instance_type) -> str:
+        close = difflib.get_close_matches(str(instance_type), list(self.usd_per_hour), n=3, cutoff=0.6)
+        hint = f"close matches: {', '.join(close)}" if close else "no close match"
+        return (
+            f"no {self.region} price for instance type {instance_type!r} ({hint}); "
+            + _OVERRIDE_HINT.format(itype=instance_type)
+        )
+
+
+def load_prices(override_path: str | Path | None = None) -> PriceTable:
+    """The bundled table, with entries from ``override_path`` replacing or extending it."""
+    bundled = _read_table(BUNDLED_PRICES, require_provenance=True)
+    if override_path is None:
+        return bundled
+    override = _read_table(Path(override_path), require_provenance=False)
+    if override.region != bundled.region:
+        return override
+    return PriceTable(
+        usd_per_hour={**bundled.usd_per_hour, **override.usd_per_hour},
+        source=f"{bundled.source}; overridden by {override_path} ({override.source})",
+        as_of=f"{bundled.as_of}; override {override.as_of}",
+        region=bundled.region,
+        files=bundled.files + override.files,
+    )
+
+
+def _read_table(path: Path, *, require_provenance: bool) -> PriceTable:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"price file {path} does not exist; pass an existing JSON file to --prices") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read price file {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"price file {path} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"price file {path}: top level must be a JSON object with a 'prices' key")
+    meta = {}
+    for key in ("source", "as_of", "region"):
+        value = doc.get(key)
+        if value is None and not require_provenance:
+            continue
+        if not isinstance(value, str) or not value:
+            raise UserError(f"price file {path}: key {key!r} must be a non-empty string, got {value!r}")
+        meta[key] = value
+    if "currency" in doc and doc["currency"] != "USD":
+        raise UserError(f"price file {path}: key 'currency' must be 'USD', got {doc['currency']!r}")
+    return PriceTable(
+        usd_per_hour=_validate_prices(path, doc.get("prices")),
+        source=meta.get("source", f"override file {path}"),
+        as_of=meta.get("as_of", "unspecified"),
+        region=meta.get("region", "us-east-1"),
+        files=(str(path),),
+    )
+
+
+def _validate_prices(path: Path, prices) -> dict[str, float]:
+    if not isinstance(prices, dict) or not prices:
+        raise UserError(f"price file {path}: key 'prices' must be a non-empty object of instance type -> USD per hour")
+    for itype, price in prices.items():
+        if not itype.startswith("ml."):
+            raise UserError(f"price file {path}: key {itype!r} must be a SageMaker instance type such as 'ml.c5.18xlarge'")
+        # bool is an int subclass; true is not a price.
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) or price <= 0:
+            raise UserError(f"price file {path}: price for key {itype!r} must be a positive number of USD per hour, got {price!r}")
+    return {itype: float(price) for itype, price in prices.items()}

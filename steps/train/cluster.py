@@ -1,0 +1,114 @@
+"""What this host is and who its peers are, read from the SageMaker Environment.
+
+The role comes from the host's instance group, never from its name (SageMaker
+assigns algo-N names randomly across groups). Peer addresses come from name
+resolution; ``HETERO_HOSTS_FILE`` (``/etc/hosts`` syntax) overrides it where
+there is no cluster DNS, as in the local emulator.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from steps.common.errors import UserError
+from steps.train.config import TrainConfig
+
+HOSTS_FILE_ENV = "HETERO_HOSTS_FILE"
+DATA, TRAINER = "data", "trainer"
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    instance_type: str
+    hosts: tuple[str, ...]
+    role: str
+
+    def as_metrics(self) -> dict:
+        return {"name": self.name, "instance_type": self.instance_type, "count": len(self.hosts), "role": self.role}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    current_host: str
+    current_group: str
+    role: str
+    heterogeneous: bool
+    groups: tuple[Group, ...]
+    data_hosts: tuple[str, ...]
+    trainer_hosts: tuple[str, ...]
+    channel_dirs: dict
+    model_dir: Path
+    output_dir: Path
+    output_data_dir: Path
+    network_interface: str
+
+    @property
+    def rank(self) -> int:
+        return self.trainer_hosts.index(self.current_host)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.trainer_hosts)
+
+    def channel(self, name: str, *, required: bool = True) -> Path | None:
+        path = self.channel_dirs.get(name)
+        if path is None and required:
+            raise UserError(
+                f"host {self.current_host} ({self.current_group}) has no {name!r} input channel "
+                f"(channels here: {', '.join(sorted(self.channel_dirs)) or 'none'}); provision it on group {self.current_group}",
+                headline="missing input channel",
+            )
+        return Path(path) if path else None
+
+    @classmethod
+    def from_environment(cls, env, cfg: TrainConfig) -> "Cluster":
+        raw_groups = env.instance_groups_dict or {
+            "homogeneousCluster": {"instance_group_name": "homogeneousCluster", "instance_type": env.current_instance_type, "hosts": env.hosts}
+        }
+        heterogeneous = len(raw_groups) > 1
+        if heterogeneous:
+            missing = [g for g in (cfg.data_group, cfg.dnn_group) if g not in raw_groups]
+            if missing or len(raw_groups) != 2:
+                raise UserError(
+                    f"instance groups {sorted(raw_groups)} do not match data_group={cfg.data_group!r} and "
+                    f"dnn_group={cfg.dnn_group!r}; set those hyperparameters to your two group names",
+                    headline="unknown instance groups",
+                )
+        groups = tuple(
+            Group(name, g["instance_type"], tuple(sorted(g["hosts"])), DATA if heterogeneous and name == cfg.data_group else TRAINER)
+            for name, g in sorted(raw_groups.items())
+        )
+        data_hosts = tuple(h for g in groups if g.role == DATA for h in g.hosts)
+        trainer_hosts = tuple(h for g in groups if g.role == TRAINER for h in g.hosts)
+        current_group = env.current_instance_group if heterogeneous else groups[0].name
+        return cls(
+            current_host=env.current_host,
+            current_group=current_group,
+            role=DATA if env.current_host in data_hosts else TRAINER,
+            heterogeneous=heterogeneous,
+            groups=groups,
+            data_hosts=data_hosts,
+            trainer_hosts=trainer_hosts,
+            channel_dirs=dict(env.channel_input_dirs),
+            model_dir=Path(env.model_dir),
+            output_dir=Path(env.output_dir),
+            output_data_dir=Path(env.output_data_dir),
+            network_interface=env.network_interface_name,
+        )
+
+
+def resolve(host: str) -> str:
+    hosts_file = os.environ.get(HOSTS_FILE_ENV)
+    if hosts_file:
+        for line in Path(hosts_file).read_text().splitlines():
+            fields = line.split("#", 1)[0].split()
+            if len(fields) >= 2 and host in fields[1:]:
+                return fields[0]
+    try:
+        return socket.gethostbyname(host)
+    except OSError as exc:
+        raise UserError(f"cannot resolve host {host!r}: {exc}", headline="unknown host") from None

@@ -1,0 +1,104 @@
+"""Training configuration: every hyperparameter, declared once with default and help.
+
+SageMaker hands hyperparameters to the container as strings in
+``input/config/hyperparameters.json``; the toolkit JSON-decodes what it can.
+`TrainConfig.from_hyperparameters` parses them at the edge into a frozen
+dataclass: unknown keys and ill-typed values are errors that name the key.
+Keys starting with ``sagemaker_`` belong to the toolkit and are ignored here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from steps.common.errors import UserError
+
+FRAMEWORKS = ("pytorch",)
+
+
+def _param(default, help: str, **extra):
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata={"help": help, **extra})
+    return field(default=default, metadata={"help": help, **extra})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    framework: str = _param("pytorch", "Training framework.", choices=FRAMEWORKS)
+    workload: str = _param(
+        "steps.train.workloads.shapes",
+        "Python module that defines `WORKLOAD` (decode/augment, model, optimiser).",
+    )
+    workload_options: dict = _param({}, "JSON object handed to the workload (e.g. model, blur).")
+    data_group: str = _param("data_group", "Instance group that runs the data service.")
+    dnn_group: str = _param("dnn_group", "Instance group that trains.")
+    epochs: int = _param(2, "Passes over the training shards.", minimum=1)
+    max_steps: int = _param(0, "Stop after this many steps per trainer (0: no limit).", minimum=0)
+    batch_size: int = _param(64, "Samples per step on each trainer host.", minimum=1)
+    learning_rate: float = _param(0.05, "Optimiser learning rate.", minimum=0.0)
+    warmup_steps: int = _param(5, "Steps left out of step-time statistics.", minimum=0)
+    num_workers: int = _param(0, "Decode processes per host (0: one per available CPU).", minimum=0)
+    prefetch_batches: int = _param(4, "Batches buffered per data host on the trainer.", minimum=1)
+    data_port: int = _param(9400, "TCP port of the data service on data hosts.", minimum=1, maximum=65535)
+    dist_port: int = _param(29500, "TCP port of torch.distributed rendezvous on the first trainer.", minimum=1, maximum=65535)
+    connect_timeout_s: float = _param(600.0, "How long hosts wait for their peers to come up.", minimum=1.0)
+    silence_timeout_s: float = _param(60.0, "A peer silent this long is taken as gone.", minimum=1.0)
+    heartbeat_s: float = _param(2.0, "Interval of keep-alive frames between peers.", minimum=0.05)
+    log_every: int = _param(10, "Print a metric line every N steps.", minimum=1)
+    seed: int = _param(0, "Seed for shuffling and initialisation.")
+
+    @classmethod
+    def help(cls) -> dict[str, str]:
+        return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_hyperparameters(cls, hyperparameters: dict[str, Any]) -> "TrainConfig":
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for key, raw in hyperparameters.items():
+            if key.startswith("sagemaker_"):
+                continue
+            if key not in fields:
+                raise UserError(
+                    f"unknown hyperparameter {key!r}; known: {', '.join(sorted(fields))}",
+                    headline="bad hyperparameter",
+                )
+            values[key] = _coerce(fields[key], raw)
+        return cls(**values)
+
+    def to_hyperparameters(self) -> dict[str, str]:
+        """The strings SageMaker expects in hyperparameters.json."""
+        return {k: v if isinstance(v, str) else json.dumps(v) for k, v in dataclasses.asdict(self).items()}
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _coerce(f: dataclasses.Field, raw: Any) -> Any:
+    want = {"str": str, "int": int, "float": float, "dict": dict}[f.type if isinstance(f.type, str) else f.type.__name__]
+    value = raw
+    if isinstance(raw, str) and want is not str:
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if want is int and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, want) or isinstance(value, bool):
+        raise UserError(
+            f"hyperparameter {f.name}={raw!r} is not a {want.__name__}: {f.metadata['help']}",
+            headline="bad hyperparameter",
+        )
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        raise UserError(f"hyperparameter {f.name}={value!r}: allowed values are {', '.join(choices)}", headline="bad hyperparameter")
+    lo, hi = f.metadata.get("minimum"), f.metadata.get("maximum")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = f">= {lo}" if hi is None else f"between {lo} and {hi}"
+        raise UserError(f"hyperparameter {f.name}={value!r} must be {bounds}", headline="bad hyperparameter")
+    return value

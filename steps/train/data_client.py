@@ -1,0 +1,256 @@
+"""The trainer's side of the data plane: connect, merge, prefetch, account.
+
+One receiver thread per data host reads frames straight into reusable
+(pinned, on CUDA) buffers and posts ready `Batch` objects to one bounded
+queue: the merge. Bounded prefetch comes from that queue plus TCP
+backpressure. An epoch ends when every data host has sent its END frame,
+never by counting steps; the END's sample count is checked against what
+arrived. A data host that dies or goes silent ends the epoch with a
+`DataHostLost` that names it and the samples lost, instead of a hang.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from steps.common.errors import HeteroError
+from steps.train.auth import client_handshake
+from steps.train.cluster import resolve
+from steps.train.config import TrainConfig
+from steps.train.dataset import Batch
+from steps.train.link import Link, Stopped
+from steps.train.wire import Kind, Segment, WireError
+
+
+class DataHostLost(HeteroError):
+    headline = "data host lost"
+
+
+class DataHostUnreachable(HeteroError):
+    headline = "data host unreachable"
+
+
+@dataclass(frozen=True)
+class _End:
+    host: str
+    epoch: int
+    samples: int
+
+
+@dataclass(frozen=True)
+class _Failure:
+    error: HeteroError
+
+
+@dataclass
+class _Host:
+    name: str
+    address: str
+    link: Link | None = None
+    samples_per_epoch: int = 0
+    received: dict = field(default_factory=dict)  # epoch -> samples received
+
+
+class BufferPool:
+    """Reuses pixel buffers so the hot path never page-faults fresh memory."""
+
+    def __init__(self, *, pinned: bool, limit: int):
+        self.pinned = pinned
+        self.limit = limit
+        self._free: dict[tuple, list] = {}
+        self._lock = threading.Lock()
+
+    def allocate(self, segment: Segment) -> np.ndarray:
+        key = (segment.dtype.str, segment.shape)
+        with self._lock:
+            free = self._free.get(key)
+            if free:
+                array, event = free.pop()
+                if event is not None:
+                    event.synchronize()  # a non-blocking copy to the GPU may still read it
+                return array
+        if self.pinned:
+            return torch.empty(segment.shape, dtype=torch.from_numpy(np.empty(0, segment.dtype)).dtype, pin_memory=True).numpy()
+        return np.empty(segment.shape, dtype=segment.dtype)
+
+    def give_back(self, array: np.ndarray, event=None) -> None:
+        key = (array.dtype.str, array.shape)
+        with self._lock:
+            free = self._free.setdefault(key, [])
+            if len(free) < self.limit:
+                free.append((array, event))
+
+
+class DataServiceClient:
+    def __init__(self, cfg: TrainConfig, *, me: str, data_hosts: tuple[str, ...], secret: bytes, pinned: bool = False):
+        self.cfg = cfg
+        self.me = me
+        self.hosts = [_Host(h, resolve(h)) for h in data_hosts]
+        self.secret = secret
+        self.pool = BufferPool(pinned=pinned, limit=cfg.prefetch_batches * len(data_hosts) + 2)
+        self.queue: queue.Queue = queue.Queue(maxsize=cfg.prefetch_batches * len(data_hosts))
+        self._epoch = 0
+        self._gate = threading.Condition()
+        self._closing = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle ---------------------------------------------------------
+    def connect(self) -> "DataServiceClient":
+        deadline = time.monotonic() + self.cfg.connect_timeout_s
+        for host in self.hosts:
+            sock = self._dial(host, deadline)
+            sock.settimeout(max(10.0, self.cfg.heartbeat_s))
+            hello = client_handshake(sock, self.secret, host=self.me)
+            host.samples_per_epoch = int(hello.get("samples_per_epoch", 0))
+            host.link = Link(sock, f"data host {host.name}", heartbeat_s=self.cfg.heartbeat_s,
+                             silence_timeout_s=self.cfg.silence_timeout_s, allocator=self._allocate)
+        for host in self.hosts:
+            self._spawn(self._receive, host)
+        self._spawn(self._heartbeat)
+        return self
+
+    def _dial(self, host: _Host, deadline: float) -> socket.socket:
+        while True:
+            try:
+                return socket.create_connection((host.address, self.cfg.data_port), timeout=5)
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise DataHostUnreachable(
+                        f"data host {host.name} at {host.address}:{self.cfg.data_port} did not accept a connection within "
+                        f"connect_timeout_s={self.cfg.connect_timeout_s:g} ({exc})"
+                    ) from None
+                time.sleep(0.2)
+
+    def close(self, status: str = "completed", reason: str = "") -> None:
+        """Tell every data host to stop, then drop the connections. Idempotent."""
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        for host in self.hosts:
+            if host.link is None:
+                continue
+            try:
+                host.link.send(Kind.STOP, {"status": status, "reason": reason[:500]})
+            except (WireError, OSError, Stopped):
+                pass  # that host is gone already
+            host.link.close()
+        with self._gate:
+            self._gate.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def _spawn(self, target, *args) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True, name=f"{target.__name__}")
+        thread.start()
+        self._threads.append(thread)
+
+    # -- consumer side -----------------------------------------------------
+    def batches(self, epoch: int):
+        """Every batch of ``epoch`` from every data host, in arrival order."""
+        ended: set[str] = set()
+        while len(ended) < len(self.hosts):
+            item = self.queue.get()
+            if isinstance(item, _Failure):
+                raise item.error
+            if isinstance(item, _End):
+                self._check_end(item)
+                ended.add(item.host)
+                continue
+            yield item
+        with self._gate:
+            self._epoch = epoch + 1
+            self._gate.notify_all()
+
+    def _check_end(self, end: _End) -> None:
+        host = next(h for h in self.hosts if h.name == end.host)
+        got = host.received.get(end.epoch, 0)
+        if got != end.samples:
+            raise DataHostLost(f"data host {end.host} says it sent {end.samples} samples in epoch {end.epoch}, {got} arrived")
+
+    # -- threads -----------------------------------------------------------
+    def _allocate(self, segment: Segment) -> np.ndarray:
+        if segment.name == "pixels":
+            return self.pool.allocate(segment)
+        return np.empty(segment.shape, dtype=segment.dtype)
+
+    def _post(self, item) -> None:
+        while not self._closing.is_set():
+            try:
+                self.queue.put(item, timeout=self.cfg.heartbeat_s)
+                return
+            except queue.Full:
+                continue
+
+    def _heartbeat(self) -> None:
+        while not self._closing.wait(self.cfg.heartbeat_s):
+            for host in self.hosts:
+                try:
+                    host.link.send(Kind.PING)
+                except (WireError, OSError, Stopped):
+                    pass  # the receiver thread reports the loss
+
+    def _receive(self, host: _Host) -> None:
+        epoch = 0
+        while not self._closing.is_set():
+            try:
+                frame = host.link.read()
+            except Stopped:
+                return
+            except (WireError, OSError) as exc:
+                if not self._closing.is_set():
+                    self._post(_Failure(self._lost(host, epoch, exc)))
+                return
+            if frame is None:
+                continue
+            kind, meta, arrays = frame
+            if kind is Kind.BATCH:
+                try:
+                    batch = self._batch(host, meta, arrays)
+                except WireError as exc:
+                    self._post(_Failure(self._lost(host, epoch, exc)))
+                    return
+                host.received[batch.epoch] = host.received.get(batch.epoch, 0) + len(batch) + len(batch.corrupt)
+                self._post(batch)
+            elif kind is Kind.END:
+                self._post(_End(host.name, int(meta.get("epoch", -1)), int(meta.get("samples", -1))))
+                epoch += 1
+                with self._gate:  # hold this host's next epoch back until the trainer starts it
+                    while self._epoch < epoch and not self._closing.is_set():
+                        self._gate.wait(self.cfg.heartbeat_s)
+                host.link.touch()
+            elif kind is Kind.ERROR:
+                self._post(_Failure(DataHostLost(f"data host {host.name} failed: {meta.get('reason', 'no reason given')}")))
+                return
+
+    def _batch(self, host: _Host, meta: dict, arrays: dict) -> Batch:
+        pixels, labels, ids = arrays.get("pixels"), arrays.get("labels"), arrays.get("ids")
+        if pixels is None or labels is None or ids is None:
+            raise WireError(f"BATCH frame lacks one of pixels, labels, ids (has {sorted(arrays)})")
+        n = pixels.shape[0] if pixels.ndim else -1
+        if pixels.dtype != np.uint8 or pixels.ndim != 4 or labels.shape != (n,) or ids.shape != (n,):
+            raise WireError(f"BATCH frame shapes disagree: pixels {pixels.dtype}{list(pixels.shape)}, labels {list(labels.shape)}, ids {list(ids.shape)}")
+        corrupt = meta.get("corrupt", [])
+        if not isinstance(corrupt, list):
+            raise WireError("BATCH frame's corrupt list is not a list")
+        pool = self.pool
+
+        def release(event=None) -> None:
+            pool.give_back(pixels, event)
+
+        return Batch(torch.from_numpy(pixels), torch.from_numpy(labels), torch.from_numpy(ids),
+                     corrupt=[tuple(c) for c in corrupt], epoch=int(meta.get("epoch", -1)), source=host.name, release=release)
+
+    def _lost(self, host: _Host, epoch: int, exc: Exception) -> DataHostLost:
+        got = host.received.get(epoch, 0)
+        total = host.samples_per_epoch
+        return DataHostLost(
+            f"data host {host.name} ({host.address}) was lost in epoch {epoch}: {exc}. It had delivered {got} of its "
+            f"{total} samples for this epoch to this trainer; up to {max(total - got, 0)} samples of the epoch are lost"
+        )

@@ -1,0 +1,215 @@
+"""The data service: runs on every data host, feeds every trainer host.
+
+Each data host decodes and augments the shards SageMaker gave it
+(ShardedByS3Key: its own share) with one DataLoader worker per CPU, and
+streams ready uint8 batches to the trainers that connect. Trainers pull from
+one shared queue, so a faster trainer gets more batches; each epoch closes
+with an END frame per trainer carrying the samples that trainer was sent.
+
+The service ends when every trainer has sent STOP (exit 0), or when a
+trainer disconnects without STOP, reports failure or goes silent (exit
+non-zero): SageMaker bills until every host exits, so a data host never
+outlives its trainers.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from steps.common.errors import HeteroError, UserError
+from steps.shard.format import count_samples, list_shards
+from steps.train.auth import AuthError, job_secret, serve_handshake
+from steps.train.cluster import Cluster, resolve
+from steps.train.config import TrainConfig
+from steps.train.dataset import Batch, ShardDataset, batch_loader
+from steps.train.link import Link, Stopped
+from steps.train.wire import Kind, WireError
+from steps.train.workload import Workload
+
+
+class TrainerGone(HeteroError):
+    headline = "trainer lost"
+
+
+class _AllStopped(Exception):
+    """Internal: every trainer said STOP; the service winds down cleanly."""
+
+
+@dataclass
+class _Trainer:
+    host: str
+    link: Link
+    stopped: bool = False
+    sent: dict = field(default_factory=dict)  # epoch -> samples sent to this trainer
+
+
+def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
+    shards = list_shards(cluster.channel("train"))
+    if not shards:
+        raise UserError(
+            f"data host {cluster.current_host} found no *.tar shards in {cluster.channel('train')}; "
+            "point the train channel at the shard step's train/ output",
+            headline="no shards",
+        )
+    samples = sum(count_samples(s) for s in shards)
+    secret = job_secret()
+    print(f"[data] {cluster.current_host}: {len(shards)} shards, {samples} samples, serving {len(cluster.trainer_hosts)} trainer(s)", flush=True)
+    with socket.create_server((resolve(cluster.current_host), cfg.data_port), backlog=64) as server:
+        trainers = _accept_trainers(server, cfg, cluster, secret, samples)
+    service = DataService(trainers, cfg)
+    service.start()
+    try:
+        stream = cluster.data_hosts.index(cluster.current_host)
+        dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=stream)
+        loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
+        for epoch in range(cfg.epochs):
+            for batch in loader:
+                service.put(epoch, batch)
+            service.end_epoch(epoch)
+        service.wait_for_stop()
+    except _AllStopped:
+        pass
+    finally:
+        service.close()
+    print(f"[data] {cluster.current_host}: all trainers stopped; exiting", flush=True)
+
+
+def _accept_trainers(server: socket.socket, cfg: TrainConfig, cluster: Cluster, secret: bytes, samples: int) -> list[_Trainer]:
+    expected = set(cluster.trainer_hosts)
+    trainers: dict[str, _Trainer] = {}
+    deadline = time.monotonic() + cfg.connect_timeout_s
+    info = {"samples_per_epoch": samples, "epochs": cfg.epochs}
+    while set(trainers) != expected:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            missing = ", ".join(sorted(expected - set(trainers)))
+            raise TrainerGone(f"trainer host(s) {missing} did not connect within connect_timeout_s={cfg.connect_timeout_s:g}")
+        server.settimeout(min(remaining, 1.0))
+        try:
+            sock, address = server.accept()
+        except TimeoutError:
+            continue
+        sock.settimeout(10.0)
+        try:
+            peer = serve_handshake(sock, secret, host=cluster.current_host, info=info)
+        except (AuthError, WireError, OSError) as exc:
+            print(f"[data] {cluster.current_host}: rejected connection from {address[0]}: {exc}", flush=True)
+            sock.close()
+            continue
+        if peer not in expected or peer in trainers:
+            sock.close()
+            continue
+        trainers[peer] = _Trainer(peer, Link(sock, f"trainer {peer}", heartbeat_s=cfg.heartbeat_s, silence_timeout_s=cfg.silence_timeout_s))
+    return list(trainers.values())
+
+
+class DataService:
+    """Fans batches out to trainer links; watches them for STOP and silence."""
+
+    def __init__(self, trainers: list[_Trainer], cfg: TrainConfig):
+        self.trainers = trainers
+        self.cfg = cfg
+        self.queue: queue.Queue = queue.Queue(maxsize=2 * len(trainers))
+        self.failure: HeteroError | None = None
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for t in self.trainers:
+            for target in (self._control, self._send):
+                thread = threading.Thread(target=target, args=(t,), name=f"{target.__name__}-{t.host}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+        if self.done.is_set():
+            raise _AllStopped()
+
+    def put(self, epoch: int, batch: Batch) -> None:
+        while True:
+            self.check()
+            try:
+                self.queue.put((epoch, batch), timeout=self.cfg.heartbeat_s)
+                return
+            except queue.Full:
+                continue
+
+    def end_epoch(self, epoch: int) -> None:
+        with self.queue.all_tasks_done:
+            while self.queue.unfinished_tasks:
+                self.check()
+                self.queue.all_tasks_done.wait(self.cfg.heartbeat_s)
+        for t in self.trainers:
+            if not t.stopped:
+                self._guarded(t, lambda: t.link.send(Kind.END, {"epoch": epoch, "samples": t.sent.get(epoch, 0)}))
+
+    def wait_for_stop(self) -> None:
+        while True:
+            self.check()
+            self.done.wait(self.cfg.heartbeat_s)
+
+    def close(self) -> None:
+        self.done.set()
+        for t in self.trainers:
+            t.link.close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def _fail(self, error: HeteroError) -> None:
+        with self._lock:
+            if self.failure is None and not self.done.is_set():
+                self.failure = error
+        self.done.set()
+
+    def _guarded(self, t: _Trainer, action) -> None:
+        try:
+            action()
+        except Stopped:
+            pass
+        except (WireError, OSError) as exc:
+            if not (t.stopped or self.done.is_set()):
+                self._fail(TrainerGone(f"trainer {t.host} lost: {exc}"))
+
+    def _control(self, t: _Trainer) -> None:
+        while not (t.stopped or self.done.is_set()):
+            try:
+                frame = t.link.read()
+            except Stopped:
+                return
+            except (WireError, OSError) as exc:
+                if not (t.stopped or self.done.is_set()):
+                    self._fail(TrainerGone(f"trainer {t.host} disconnected without STOP ({exc}); it crashed or was killed"))
+                return
+            if frame is None:
+                continue
+            kind, meta, _ = frame
+            if kind is Kind.STOP:
+                t.stopped = True
+                if meta.get("status") != "completed":
+                    self._fail(TrainerGone(f"trainer {t.host} stopped the job: {meta.get('reason', 'no reason given')}"))
+                elif all(x.stopped for x in self.trainers):
+                    self.done.set()
+            elif kind is Kind.ERROR:
+                self._fail(TrainerGone(f"trainer {t.host} failed: {meta.get('reason', 'no reason given')}"))
+
+    def _send(self, t: _Trainer) -> None:
+        while not (t.stopped or self.done.is_set()):
+            try:
+                epoch, batch = self.queue.get(timeout=self.cfg.heartbeat_s)
+            except queue.Empty:
+                self._guarded(t, lambda: t.link.send(Kind.PING))
+                continue
+            try:
+                meta = {"epoch": epoch, "corrupt": batch.corrupt}
+                arrays = [("pixels", batch.pixels.numpy()), ("labels", batch.labels.numpy()), ("ids", batch.ids.numpy())]
+                self._guarded(t, lambda: t.link.send(Kind.BATCH, meta, arrays))
+                t.sent[epoch] = t.sent.get(epoch, 0) + len(batch) + len(batch.corrupt)
+            finally:
+                self.queue.task_done()

@@ -1,0 +1,136 @@
+"""Reading shards into ready uint8 batches: the CPU-heavy half of training.
+
+The same code feeds both paths: a data host's data service, and the trainer's
+own DataLoader in a homogeneous run. Work is split across DataLoader workers
+by sample index, not by shard, so one shard per host still uses every core.
+A sample that fails to decode is not dropped silently: it travels in the
+batch's ``corrupt`` list (id and reason) and the trainer reports the count.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from steps.shard.format import iter_shard
+from steps.train.workload import Workload
+
+SHUFFLE_BUFFER = 256
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (the affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass
+class Batch:
+    """One ready batch: uint8 NHWC pixels, int64 labels and sample ids."""
+
+    pixels: torch.Tensor
+    labels: torch.Tensor
+    ids: torch.Tensor
+    corrupt: list = field(default_factory=list)  # [(sample_id, reason)]
+    epoch: int = 0
+    source: str = "local"
+    release: Callable[..., None] = field(default=lambda event=None: None, repr=False)
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def __getstate__(self):  # crosses from DataLoader workers: the release hook stays behind
+        state = dict(self.__dict__)
+        state.pop("release")
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, release=_no_release)
+
+    def pin_memory(self) -> "Batch":  # DataLoader(pin_memory=True) calls this
+        self.pixels, self.labels, self.ids = self.pixels.pin_memory(), self.labels.pin_memory(), self.ids.pin_memory()
+        return self
+
+
+def _no_release(event=None) -> None:
+    pass
+
+
+class ShardDataset(IterableDataset):
+    """Samples of some shards, decoded; each ``__iter__`` call is one epoch."""
+
+    def __init__(self, shards: list[Path], workload: Workload, *, train: bool, seed: int = 0, stream: int = 0):
+        self.shards = list(shards)
+        self.workload = workload
+        self.train = train
+        self.seed = seed
+        self.stream = stream
+        self._epoch = -1  # persistent workers keep their copy: counting calls tracks the epoch
+
+    def __iter__(self) -> Iterator:
+        self._epoch += 1
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        shards = list(self.shards)
+        if self.train:
+            random.Random(f"{self.seed}/{self.stream}/{self._epoch}").shuffle(shards)
+        rng = np.random.default_rng([self.seed, self.stream, self._epoch, worker])
+        samples = (s for i, s in enumerate(_chain(shards)) if i % workers == worker)
+        decoded = (self._decode(s, rng) for s in samples)
+        yield from _shuffled(decoded, rng) if self.train else decoded
+
+    def _decode(self, sample, rng):
+        try:
+            return sample.sample_id, sample.label, self.workload.decode(sample.raw, train=self.train, rng=rng), None
+        except Exception as exc:  # noqa: BLE001 - a bad sample must not end the epoch
+            return sample.sample_id, sample.label, None, f"{type(exc).__name__}: {exc}"[:200]
+
+
+def _chain(shards):
+    for shard in shards:
+        yield from iter_shard(shard)
+
+
+def _shuffled(items, rng: np.random.Generator):
+    buffer = []
+    for item in items:
+        buffer.append(item)
+        if len(buffer) >= SHUFFLE_BUFFER:
+            yield buffer.pop(int(rng.integers(len(buffer))))
+    rng.shuffle(buffer)
+    yield from buffer
+
+
+def collate(items) -> Batch:
+    good = [(sid, label, px) for sid, label, px, err in items if err is None]
+    corrupt = [(sid, err) for sid, _, px, err in items if err is not None]
+    if good:
+        pixels = torch.from_numpy(np.stack([px for _, _, px in good]))
+    else:
+        pixels = torch.empty((0, 0, 0, 3), dtype=torch.uint8)
+    labels = torch.tensor([label for _, label, _ in good], dtype=torch.int64)
+    ids = torch.tensor([sid for sid, _, _ in good], dtype=torch.int64)
+    return Batch(pixels=pixels, labels=labels, ids=ids, corrupt=corrupt)
+
+
+def batch_loader(dataset: ShardDataset, *, batch_size: int, num_workers: int = 0, pin_memory: bool = False) -> DataLoader:
+    """A DataLoader of `Batch` over `dataset`, one worker per available CPU by default."""
+    workers = num_workers or available_cpus()
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=workers,
+        collate_fn=collate,
+        pin_memory=pin_memory,
+        persistent_workers=workers > 0,
+        prefetch_factor=4 if workers > 0 else None,
+    )

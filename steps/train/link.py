@@ -1,0 +1,71 @@
+"""One authenticated data-plane connection: serialised sends and liveness.
+
+Both ends send PING frames when they have nothing else to say, so silence
+means a gone peer (host lost, process frozen, network cut), not a slow one:
+a trainer busy validating still pings, and a data host still decoding its
+first batch still pings. A peer silent for ``silence_timeout_s`` raises
+`PeerSilent`, so neither side ever waits forever.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from steps.train.wire import Allocator, FrameReader, Kind, WireError, _numpy_allocator, send_frame
+
+
+class PeerSilent(WireError):
+    headline = "peer went silent"
+
+
+class Stopped(Exception):
+    """Internal: the local side is shutting down; abandon the current send or read."""
+
+
+class Link:
+    def __init__(self, sock: socket.socket, peer: str, *, heartbeat_s: float, silence_timeout_s: float, allocator: Allocator = _numpy_allocator):
+        sock.settimeout(heartbeat_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = sock
+        self.peer = peer
+        self.silence_timeout_s = silence_timeout_s
+        self.last_seen = time.monotonic()
+        self.closing = threading.Event()
+        self._send_lock = threading.Lock()
+        self._reader = FrameReader(sock, allocator=allocator, on_stall=self._on_stall)
+
+    def touch(self) -> None:
+        self.last_seen = time.monotonic()
+
+    def silent_for(self) -> float:
+        return time.monotonic() - self.last_seen
+
+    def _on_stall(self) -> None:
+        if self.closing.is_set():
+            raise Stopped()
+        if self.silent_for() > self.silence_timeout_s:
+            raise PeerSilent(f"{self.peer} sent nothing for {self.silent_for():.0f} s (silence_timeout_s={self.silence_timeout_s:g})")
+
+    def send(self, kind: Kind, meta: dict | None = None, arrays=()) -> None:
+        with self._send_lock:
+            send_frame(self.sock, kind, meta, arrays, on_stall=self._on_stall)
+
+    def read(self):
+        """The next frame, or None when the peer was idle for one heartbeat."""
+        try:
+            frame = self._reader.read()
+        except TimeoutError:
+            self._on_stall()
+            return None
+        self.touch()
+        return frame
+
+    def close(self) -> None:
+        self.closing.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()

@@ -1,0 +1,211 @@
+"""The trainer: one torch training loop for every cluster shape.
+
+Heterogeneous: batches come from the data service on the data hosts.
+Homogeneous (the baseline): the same `ShardDataset` decodes in this host's
+own DataLoader workers. Either way the loop measures, per step, the time
+spent waiting for data and the time spent computing; with several trainer
+hosts it is DistributedDataParallel, with `Join` absorbing uneven batch
+counts (data hosts stream to whichever trainer is ready).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel
+
+from steps.common.errors import UserError
+from steps.shard.format import list_shards
+from steps.train.auth import job_secret
+from steps.train.cluster import Cluster, resolve
+from steps.train.config import TrainConfig
+from steps.train.data_client import DataServiceClient
+from steps.train.dataset import ShardDataset, available_cpus, batch_loader
+from steps.train.metrics import SCHEMA_VERSION, StepStats, metric_line, write_json_atomic
+from steps.train.manifest import read_classes
+from steps.train.workload import Workload
+
+
+class LocalSource:
+    """Homogeneous: this host's shards through its own DataLoader workers."""
+
+    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload, *, pinned: bool):
+        shards = list_shards(cluster.channel("train"))
+        if not shards:
+            raise UserError(f"trainer {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards")
+        dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=cluster.rank)
+        self.loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers, pin_memory=pinned)
+
+    def batches(self, epoch: int):
+        yield from self.loader
+
+    def close(self, status: str = "completed", reason: str = "") -> None:
+        pass
+
+
+def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(available_cpus())
+    classes = read_classes(cluster.channel("manifest"))
+    _init_distributed(cfg, cluster, device)
+    source = None
+    try:
+        if cluster.heterogeneous:
+            source = DataServiceClient(cfg, me=cluster.current_host, data_hosts=cluster.data_hosts, secret=job_secret(),
+                                       pinned=device.type == "cuda").connect()
+        else:
+            source = LocalSource(cfg, cluster, workload, pinned=device.type == "cuda")
+        model = workload.build_model(len(classes)).to(device)
+        if dist.is_initialized():
+            model = DistributedDataParallel(model)
+        stats, corrupt = _train(cfg, cluster, workload, model, source, device)
+        accuracy = _validate(cfg, cluster, workload, model, device) if cluster.rank == 0 else None
+        summary = _gather(stats.summary(), len(corrupt))
+        if cluster.rank == 0:
+            _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes)
+        source.close("completed")
+    except BaseException as exc:
+        if source is not None:
+            source.close("failed", f"trainer {cluster.current_host}: {exc}")
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) -> None:
+    if cluster.world_size < 2:
+        return
+    # the interface SageMaker names in resourceconfig.json (eth0; lo in the local emulator)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", cluster.network_interface)
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", cluster.network_interface)
+    dist.init_process_group(
+        backend="nccl" if device.type == "cuda" else "gloo",
+        init_method=f"tcp://{resolve(cluster.trainer_hosts[0])}:{cfg.dist_port}",
+        rank=cluster.rank,
+        world_size=cluster.world_size,
+        timeout=datetime.timedelta(seconds=cfg.connect_timeout_s),
+    )
+
+
+def _train(cfg, cluster, workload, model, source, device):
+    loss_fn = workload.loss().to(device)
+    optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
+    stats = StepStats(cfg.warmup_steps)
+    corrupt: list = []
+    model.train()
+    for epoch in range(cfg.epochs):
+        join = Join([model]) if dist.is_initialized() else contextlib.nullcontext()
+        with join:
+            stopped = _epoch(cfg, cluster, workload, model, source, device, loss_fn, optimizer, stats, corrupt, epoch)
+        if stopped:
+            break
+    return stats, corrupt
+
+
+def _epoch(cfg, cluster, workload, model, source, device, loss_fn, optimizer, stats, corrupt, epoch) -> bool:
+    last = time.perf_counter()
+    for batch in source.batches(epoch):
+        ready = time.perf_counter()
+        corrupt.extend(batch.corrupt)
+        if len(batch) == 0:
+            batch.release()
+            continue
+        x = workload.normalize(batch.pixels.to(device, non_blocking=True))
+        y = batch.labels.to(device, non_blocking=True)
+        batch.release(_copy_done(device))
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        loss_value = loss.item()  # also waits for the device, so compute time is real
+        done = time.perf_counter()
+        stats.record(wait=ready - last, compute=done - ready, samples=len(batch))
+        if stats.steps % cfg.log_every == 0:
+            step_time = (done - last)
+            print(metric_line(epoch=epoch, step=stats.steps, step_time_ms=step_time * 1e3,
+                              samples_per_sec=len(batch) / step_time, data_wait_pct=100 * (ready - last) / step_time,
+                              loss=loss_value), flush=True)
+        last = done
+        if cfg.max_steps and stats.steps >= cfg.max_steps:
+            return True
+    return False
+
+
+def _copy_done(device: torch.device):
+    """An event the buffer pool waits on before reusing a buffer still being copied to the GPU."""
+    if device.type != "cuda":
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
+@torch.no_grad()
+def _validate(cfg, cluster, workload, model, device) -> float | None:
+    channel = cluster.channel("validation", required=False)
+    shards = list_shards(channel) if channel else []
+    if not shards:
+        print(f"[trainer] {cluster.current_host}: no validation shards; accuracy not measured", flush=True)
+        return None
+    net = model.module if isinstance(model, DistributedDataParallel) else model
+    net.eval()
+    correct = total = 0
+    loader = batch_loader(ShardDataset(shards, workload, train=False), batch_size=cfg.batch_size, num_workers=min(2, available_cpus()))
+    for batch in loader:
+        if len(batch) == 0:
+            continue
+        logits = net(workload.normalize(batch.pixels.to(device)))
+        correct += int((logits.argmax(1).cpu() == batch.labels).sum())
+        total += len(batch)
+    net.train()
+    accuracy = correct / total if total else None
+    print(metric_line(accuracy=accuracy or 0.0, validation_samples=total), flush=True)
+    return accuracy
+
+
+def _gather(summary: dict, corrupt: int) -> dict:
+    """Sum samples and corrupt counts over trainer hosts; the slowest host sets the time."""
+    if not dist.is_initialized():
+        return {**summary, "global_samples": summary["samples"], "corrupt": corrupt}
+    sums = torch.tensor([summary["samples"], corrupt], dtype=torch.float64)
+    dist.all_reduce(sums)
+    slowest = torch.tensor([summary["elapsed_s"]], dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return {**summary, "global_samples": int(sums[0]), "corrupt": int(sums[1]), "elapsed_s": float(slowest[0])}
+
+
+def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes) -> None:
+    net = model.module if isinstance(model, DistributedDataParallel) else model
+    cluster.model_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(net.state_dict(), cluster.model_dir / "model.pt")
+    elapsed = summary["elapsed_s"]
+    metrics = {
+        "schema_version": SCHEMA_VERSION,
+        "framework": "pytorch",
+        "mode": "heterogeneous" if cluster.heterogeneous else "homogeneous",
+        "instance_groups": [g.as_metrics() for g in cluster.groups],
+        "global_batch_size": cfg.batch_size * cluster.world_size,
+        "steps": summary["steps"],
+        "warmup_steps": cfg.warmup_steps,
+        "measured_steps": summary["measured_steps"],
+        "step_time_s": summary["step_time_s"],
+        "data_wait_share": summary["data_wait_share"],
+        "samples_per_second": summary["global_samples"] / elapsed if elapsed else 0.0,
+        "accuracy": accuracy,
+        "epochs": cfg.epochs,
+        "corrupt_samples": {"count": summary["corrupt"], "examples": [list(c) for c in corrupt[:20]]},
+        "classes": classes,
+        "config": cfg.as_dict(),
+    }
+    for directory in (cluster.model_dir, cluster.output_data_dir):
+        write_json_atomic(directory / "metrics.json", metrics)
+    print(metric_line(final=1, step_time_ms=metrics["step_time_s"]["mean"] * 1e3, samples_per_sec=metrics["samples_per_second"],
+                      data_wait_pct=100 * metrics["data_wait_share"]), flush=True)

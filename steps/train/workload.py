@@ -1,0 +1,92 @@
+"""The workload interface: what a user supplies, everything else is plumbing.
+
+A workload module defines ``WORKLOAD``, a subclass of `Workload`. The data
+hosts (or, in a homogeneous run, the trainer's DataLoader workers) call
+`decode` once per sample; the trainer calls `build_model`, `loss`,
+`optimizer` and `normalize`. Pixels cross the network as uint8 HWC arrays
+of shape ``(image_size, image_size, 3)``; `normalize` runs on the trainer's
+device, so the CPU hosts never touch float32. Minimal example::
+
+    # my_pkg/my_workload.py
+    import io, numpy as np, torch
+    from PIL import Image
+    from steps.train.workload import Workload
+
+    class MyWorkload(Workload):
+        image_size = 128
+        def decode(self, raw, *, train, rng):
+            im = Image.open(io.BytesIO(raw)).convert("RGB").resize((128, 128))
+            return np.asarray(im)
+        def build_model(self, num_classes):
+            return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(num_classes))
+
+    WORKLOAD = MyWorkload
+
+and run it with ``hetero run --workload my_pkg.my_workload`` (the module must
+be importable on every host: ship it in the training code directory).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import torch
+
+from steps.common.errors import UserError
+
+
+class Workload:
+    image_size: int = 64
+    mean: tuple[float, float, float] = (127.5, 127.5, 127.5)
+    std: tuple[float, float, float] = (64.0, 64.0, 64.0)
+    options_help: dict[str, str] = {}
+
+    def __init__(self, options: dict | None = None):
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(self.options_help))
+        if unknown:
+            known = ", ".join(f"{k} ({v})" for k, v in self.options_help.items()) or "none"
+            raise UserError(
+                f"workload {type(self).__name__} has no option {', '.join(map(repr, unknown))}; known options: {known}",
+                headline="bad workload option",
+            )
+        self.options = options
+
+    def decode(self, raw: bytes, *, train: bool, rng: np.random.Generator) -> np.ndarray:
+        """Encoded sample -> uint8 array (image_size, image_size, 3). Raise on corrupt input."""
+        raise NotImplementedError
+
+    def build_model(self, num_classes: int) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def loss(self) -> torch.nn.Module:
+        return torch.nn.CrossEntropyLoss()
+
+    def optimizer(self, parameters, learning_rate: float) -> torch.optim.Optimizer:
+        return torch.optim.SGD(parameters, lr=learning_rate, momentum=0.9, weight_decay=5e-4)
+
+    def normalize(self, pixels: torch.Tensor) -> torch.Tensor:
+        """uint8 NHWC on the training device -> float NCHW, normalised there."""
+        x = pixels.permute(0, 3, 1, 2).float()
+        mean = torch.tensor(self.mean, device=x.device).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, device=x.device).view(1, 3, 1, 1)
+        return x.sub_(mean).div_(std).contiguous(memory_format=torch.channels_last)
+
+
+def load_workload(module_name: str, options: dict) -> Workload:
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(
+            f"cannot import workload module {module_name!r} ({exc}); pass a module path importable on every host, "
+            "e.g. --workload my_pkg.my_workload",
+            headline="bad workload",
+        ) from None
+    cls = getattr(module, "WORKLOAD", None)
+    if not (isinstance(cls, type) and issubclass(cls, Workload)):
+        raise UserError(
+            f"workload module {module_name!r} must define WORKLOAD = <a subclass of steps.train.workload.Workload>",
+            headline="bad workload",
+        )
+    return cls(options)

@@ -1,0 +1,49 @@
+"""Shared fixtures.
+
+``moto_server`` is a real S3-compatible HTTP server (moto) on a free loopback
+port, one per test session; ``aws_env`` points boto3 at it with fake
+credentials so code under test creates its clients exactly as it would in AWS.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """Endpoint URL of a moto server on 127.0.0.1 (port chosen by the OS); stopped at session end."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+        # stop() ends the serve loop but leaves the listening socket open until
+        # garbage collection; close it so the port is released now.
+        server._server.server_close()
+
+
+@pytest.fixture
+def aws_env(moto_server, monkeypatch, tmp_path):
+    """Fake credentials, region and endpoint for boto3; fresh (empty) moto state. Returns the endpoint."""
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
+    # Never read a developer's real AWS config or credentials.
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    opener.open(urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST"), timeout=10).close()
+    return moto_server

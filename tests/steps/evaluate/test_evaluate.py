@@ -1,0 +1,346 @@
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import boto3
+import pytest
+
+from steps.common.errors import UserError
+from steps.evaluate import evaluate as ev
+from steps.evaluate.prices import load_prices
+
+REPO = Path(__file__).resolve().parents[3]
+SCRIPT = REPO / "steps" / "evaluate" / "evaluate.py"
+
+P4D, C5_18, C5_9, P3 = "ml.p4d.24xlarge", "ml.c5.18xlarge", "ml.c5.9xlarge", "ml.p3.2xlarge"
+
+# The AWS blog tables (docs/domain.md): groups, mean step time, $/h, cost per 100 steps.
+BLOG = {
+    "tf_homogeneous": ([(P4D, 1, "trainer")], 0.192, 37.688, 0.201),
+    "tf_heterogeneous": ([(C5_18, 2, "data"), (P4D, 1, "trainer")], 0.086, 45.032, 0.108),
+    "pt_homogeneous": ([(P3, 1, "trainer")], 1.193, 3.825, 0.127),
+    "pt_heterogeneous": ([(C5_9, 1, "data"), (P3, 1, "trainer")], 0.184, 5.661, 0.029),
+}
+
+
+def metrics(case="tf_heterogeneous", batch=256, **overrides):
+    """A metrics.json document as the trainer writes it (the contract in steps/evaluate/evaluate.py)."""
+    groups, step_s, _, _ = BLOG[case]
+    doc = {
+        "schema_version": 1, "framework": "pytorch",
+        "mode": "heterogeneous" if len(groups) > 1 else "homogeneous",
+        "instance_groups": [{"name": f"{role}_group", "instance_type": itype, "count": n, "role": role}
+                            for itype, n, role in groups],
+        "global_batch_size": batch, "steps": 500, "warmup_steps": 10,
+        "step_time_s": {"mean": step_s, "p50": step_s, "p90": step_s * 1.1},
+        "data_wait_share": 0.05, "samples_per_second": batch / step_s, "accuracy": 0.93, "epochs": 2,
+        "config": {"lr": 0.1, "batch_size": batch},
+    }
+    doc.update(overrides)
+    return doc
+
+
+def write_json(path, doc):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def make_model_tar(path, doc, member="metrics.json"):
+    src = write_json(path.parent / "src" / "metrics.json", doc)
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(src, arcname=member)
+    return path
+
+
+# --- the arithmetic against the AWS tables ---
+
+@pytest.mark.parametrize("case", sorted(BLOG))
+def test_cluster_price_and_cost_per_100_steps_match_blog(case):
+    groups, step_s, usd_per_hour, cost = BLOG[case]
+    prices = load_prices()
+    doc_groups = metrics(case)["instance_groups"]
+    assert ev.cluster_price_per_hour(doc_groups, prices) == usd_per_hour
+    assert round(ev.cost_per_100_steps(usd_per_hour, step_s), 3) == cost
+
+
+@pytest.mark.parametrize(("base", "hetero", "costs", "improvement"), [
+    ("tf_homogeneous", "tf_heterogeneous", (0.201, 0.108), 46),
+    ("pt_homogeneous", "pt_heterogeneous", (0.127, 0.029), 77),
+])
+def test_price_performance_reproduces_blog_improvement(base, hetero, costs, improvement):
+    doc = ev.price_performance(metrics(hetero), metrics(base), load_prices(), execution_id="e1")
+    runs = doc["runs"]
+    assert round(runs["baseline"]["cost_per_100_steps"], 3) == costs[0]
+    assert round(runs["heterogeneous"]["cost_per_100_steps"], 3) == costs[1]
+    assert round(doc["improvement"] * 100) == improvement
+    assert doc["speedup"] == pytest.approx(BLOG[base][1] / BLOG[hetero][1])
+
+
+def test_samples_per_dollar():
+    assert ev.samples_per_dollar(2976.7, 45.032) == pytest.approx(2976.7 * 3600 / 45.032)
+    doc = ev.price_performance(metrics(), None, load_prices())
+    run = doc["runs"]["heterogeneous"]
+    assert run["samples_per_dollar"] == pytest.approx(run["samples_per_second"] * 3600 / 45.032)
+
+
+def test_output_schema():
+    doc = ev.price_performance(metrics(), metrics("tf_homogeneous"), load_prices(), execution_id="e1")
+    assert set(doc) == {"schema_version", "execution_id", "prices", "runs", "speedup", "improvement"}
+    assert doc["schema_version"] == 1 and doc["execution_id"] == "e1"
+    assert set(doc["prices"]) == {"source", "as_of", "region"}
+    assert set(doc["runs"]) == {"heterogeneous", "baseline"}
+    run = doc["runs"]["heterogeneous"]
+    assert set(run) == {"instance_groups", "cluster_usd_per_hour", "step_time_s", "samples_per_second",
+                        "cost_per_100_steps", "samples_per_dollar", "data_wait_share", "accuracy"}
+    assert run["instance_groups"][0] == {"name": "data_group", "instance_type": C5_18, "count": 2,
+                                         "role": "data", "instance_usd_per_hour": 3.672}
+    json.dumps(doc, allow_nan=False)
+
+
+def test_without_baseline_comparisons_are_null():
+    doc = ev.price_performance(metrics(), None, load_prices())
+    assert doc["runs"]["baseline"] is None and doc["speedup"] is None and doc["improvement"] is None
+    assert doc["execution_id"] is None
+    assert ev.summary_line(doc).endswith("no baseline")
+
+
+def test_summary_is_one_line():
+    line = ev.summary_line(ev.price_performance(metrics(), metrics("tf_homogeneous"), load_prices()))
+    assert "\n" not in line
+    assert "$45.032/h" in line and "$0.108/100 steps" in line and "46% lower" in line
+
+
+def test_unknown_instance_type_names_run_and_type():
+    doc = metrics()
+    doc["instance_groups"][0]["instance_type"] = "ml.c5.19xlarge"
+    with pytest.raises(UserError, match="heterogeneous run: .*'ml.c5.19xlarge'.*ml.c5.18xlarge"):
+        ev.price_performance(doc, None, load_prices())
+
+
+# --- finding and validating metrics.json ---
+
+def test_load_from_file_nested_dir_tar_and_dir_with_tar(tmp_path):
+    doc = metrics()
+    file = write_json(tmp_path / "a" / "metrics.json", doc)
+    write_json(tmp_path / "nested" / "x" / "y" / "metrics.json", doc)
+    tar = make_model_tar(tmp_path / "t" / "model.tar.gz", doc, member="./metrics.json")
+    (tmp_path / "d").mkdir()
+    make_model_tar(tmp_path / "d" / "model.tar.gz", doc, member="out/metrics.json")
+    for path in (file, tmp_path / "nested", tar, tmp_path / "d" / "model.tar.gz"):
+        assert ev.load_metrics(path) == doc, path
+    # A directory holding only a model.tar.gz, as a Processing input of ModelArtifacts.
+    os.remove(tmp_path / "d" / "src" / "metrics.json")
+    assert ev.load_metrics(tmp_path / "d") == doc
+
+
+@pytest.mark.parametrize(("setup", "expected"), [
+    (lambda d: None, "no metrics.json under"),
+    (lambda d: [write_json(d / s / "metrics.json", metrics(steps=n)) for n, s in enumerate("ab")], "holds 2 metrics.json"),
+    (lambda d: (d / "metrics.json").write_text("{oops"), "not valid UTF-8 JSON"),
+    (lambda d: (d / "model.tar.gz").write_bytes(b"not a tar"), "not a readable tar"),
+])
+def test_bad_metrics_locations(tmp_path, setup, expected):
+    (tmp_path / "in").mkdir()
+    setup(tmp_path / "in")
+    with pytest.raises(UserError, match=expected) as err:
+        ev.load_metrics(tmp_path / "in")
+    assert str(tmp_path / "in") in err.value.message
+
+
+def test_identical_copies_are_one_run(tmp_path):
+    # The trainer writes metrics.json to both model/ and output/data/.
+    for sub in ("model", "output/data"):
+        write_json(tmp_path / sub / "metrics.json", metrics())
+    assert ev.load_metrics(tmp_path) == metrics()
+    # ...which SageMaker uploads as model.tar.gz and output.tar.gz.
+    for name in ("model", "output"):
+        make_model_tar(tmp_path / "s3" / name / f"{name}.tar.gz", metrics())
+        os.remove(tmp_path / "s3" / name / "src" / "metrics.json")
+    assert ev.load_metrics(tmp_path / "s3") == metrics()
+
+
+def test_missing_metrics_names_the_path(tmp_path):
+    with pytest.raises(UserError, match=f"{tmp_path / 'nope'} does not exist"):
+        ev.load_metrics(tmp_path / "nope")
+
+
+def test_tar_without_metrics(tmp_path):
+    (tmp_path / "other.txt").write_text("x")
+    with tarfile.open(tmp_path / "model.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "other.txt", arcname="other.txt")
+    with pytest.raises(UserError, match="contains no metrics.json"):
+        ev.load_metrics(tmp_path / "model.tar.gz")
+
+
+def _without(doc, dotted):
+    doc = copy.deepcopy(doc)
+    *parents, last = dotted.split(".")
+    target = doc
+    for part in parents:
+        target = target[int(part)] if part.isdigit() else target[part]
+    del target[last]
+    return doc
+
+
+@pytest.mark.parametrize(("dotted", "label"), [
+    ("schema_version", "schema_version"), ("mode", "mode"), ("instance_groups", "instance_groups"),
+    ("instance_groups.0.count", "instance_groups[0].count"),
+    ("instance_groups.1.instance_type", "instance_groups[1].instance_type"),
+    ("step_time_s", "step_time_s"), ("step_time_s.mean", "step_time_s.mean"),
+    ("samples_per_second", "samples_per_second"), ("data_wait_share", "data_wait_share"),
+    ("accuracy", "accuracy"),
+])
+def test_missing_field_names_field_and_file(tmp_path, dotted, label):
+    path = write_json(tmp_path / "metrics.json", _without(metrics(), dotted))
+    with pytest.raises(UserError, match=f"{path}: required field '{label}' is missing".replace("[", r"\[")):
+        ev.load_metrics(path)
+
+
+@pytest.mark.parametrize(("overrides", "label"), [
+    ({"schema_version": 2}, "schema_version"),
+    ({"schema_version": "1"}, "schema_version"),
+    ({"mode": "mixed"}, "mode"),
+    ({"instance_groups": []}, "instance_groups"),
+    ({"instance_groups": ["ml.p3.2xlarge"]}, "instance_groups[0]"),
+    ({"instance_groups": [{"name": "g", "instance_type": P3, "count": "1", "role": "trainer"}]}, "instance_groups[0].count"),
+    ({"instance_groups": [{"name": "g", "instance_type": P3, "count": True, "role": "trainer"}]}, "instance_groups[0].count"),
+    ({"instance_groups": [{"name": "g", "instance_type": P3, "count": 0, "role": "trainer"}]}, "instance_groups[0].count"),
+    ({"step_time_s": {"mean": 0}}, "step_time_s.mean"),
+    ({"step_time_s": 0.1}, "step_time_s"),
+    ({"samples_per_second": "fast"}, "samples_per_second"),
+    ({"data_wait_share": 1.5}, "data_wait_share"),
+    ({"accuracy": "93%"}, "accuracy"),
+    ({"config": [1]}, "config"),
+])
+def test_ill_typed_field_names_field_and_file(tmp_path, overrides, label):
+    path = write_json(tmp_path / "metrics.json", metrics(**overrides))
+    with pytest.raises(UserError) as err:
+        ev.load_metrics(path)
+    assert str(path) in err.value.message and f"field {label!r}" in err.value.message
+
+
+def test_null_accuracy_is_allowed(tmp_path):
+    path = write_json(tmp_path / "metrics.json", metrics(accuracy=None))
+    assert ev.load_metrics(path)["accuracy"] is None
+
+
+# --- the step, in process ---
+
+def test_evaluate_writes_output_and_local_store(tmp_path):
+    hetero = write_json(tmp_path / "h" / "metrics.json", metrics())
+    base = make_model_tar(tmp_path / "b" / "model.tar.gz", metrics("tf_homogeneous"))
+    doc = ev.evaluate(heterogeneous=hetero.parent, baseline=base, output=tmp_path / "out",
+                      execution_id="exec-1", store_uri=str(tmp_path / "store"))
+    assert json.loads((tmp_path / "out" / "price_performance.json").read_text()) == doc
+    stored = sorted(p.name for p in (tmp_path / "store" / "exec-1").iterdir())
+    assert stored == ["baseline_metrics.json", "config.json", "heterogeneous_metrics.json", "price_performance.json"]
+    assert json.loads((tmp_path / "store" / "exec-1" / "config.json").read_text()) == metrics()["config"]
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({"store_uri": "st"}, "--store needs --execution-id"),
+    ({"execution_id": "a/b"}, "execution id"),
+])
+def test_evaluate_checks_execution_id(tmp_path, kwargs, expected):
+    hetero = write_json(tmp_path / "metrics.json", metrics())
+    with pytest.raises(UserError, match=expected):
+        ev.evaluate(heterogeneous=hetero, baseline=None, output=tmp_path / "out", **kwargs)
+    assert not (tmp_path / "out").exists()
+
+
+def test_default_baseline_is_optional(tmp_path, monkeypatch):
+    default = tmp_path / "baseline"
+    monkeypatch.setattr(ev, "DEFAULT_BASELINE", str(default))
+    assert ev.resolve_baseline(None) is None  # absent
+    default.mkdir()
+    assert ev.resolve_baseline(None) is None  # empty
+    write_json(default / "metrics.json", metrics("tf_homogeneous"))
+    assert ev.resolve_baseline(None) == default
+    assert ev.resolve_baseline("/explicit") == Path("/explicit")
+
+
+# --- the script, run by path as SageMaker Processing does ---
+
+def run_script(*args, cwd, env=None, python_flags=()):
+    env = dict(os.environ if env is None else env)
+    env.pop("PYTHONPATH", None)
+    return subprocess.run([sys.executable, *python_flags, str(SCRIPT), *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_script_good_input(tmp_path):
+    write_json(tmp_path / "in" / "h" / "metrics.json", metrics("pt_heterogeneous"))
+    write_json(tmp_path / "in" / "b" / "metrics.json", metrics("pt_homogeneous"))
+    # -S: no site-packages, so `steps` is importable only through the script's own sys.path fix.
+    proc = run_script("--heterogeneous", "in/h", "--baseline", "in/b", "--output", "out",
+                      "--execution-id", "e1", "--store", f"file://{tmp_path}/store", cwd=tmp_path, python_flags=["-S"])
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "out" / "price_performance.json").read_text())
+    assert round(doc["improvement"] * 100) == 77 and doc["execution_id"] == "e1"
+    assert "77% lower" in proc.stdout
+    assert (tmp_path / "store" / "e1" / "price_performance.json").exists()
+    assert not (tmp_path / "out" / "failure").exists()
+
+
+@pytest.mark.parametrize(("make_input", "expected"), [
+    (lambda d: d / "missing", "does not exist"),
+    (lambda d: write_json(d / "m.json", metrics(samples_per_second="x")), "'samples_per_second'"),
+    (lambda d: write_json(d / "m.json", metrics(instance_groups=[
+        {"name": "g", "instance_type": "ml.p3.2xlargee", "count": 1, "role": "trainer"}])),
+     "'ml.p3.2xlargee'.*close matches: ml.p3.2xlarge.*--prices"),
+])
+def test_script_bad_input_fails_with_one_line(tmp_path, make_input, expected):
+    proc = run_script("--heterogeneous", make_input(tmp_path), "--output", tmp_path / "out", cwd=tmp_path)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    failure = (tmp_path / "out" / "failure").read_text().strip()
+    assert lines[0] == f"ERROR {failure}"
+    assert re.search(expected, failure), failure
+    assert not (tmp_path / "out" / "price_performance.json").exists()
+
+
+def test_script_price_override_makes_unknown_type_known(tmp_path):
+    groups = [{"name": "g", "instance_type": "ml.g6.xlarge", "count": 1, "role": "trainer"}]
+    write_json(tmp_path / "m.json", metrics(instance_groups=groups))
+    write_json(tmp_path / "prices.json", {"source": "test", "prices": {"ml.g6.xlarge": 1.0}})
+    proc = run_script("--heterogeneous", "m.json", "--prices", "prices.json", "--output", "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "out" / "price_performance.json").read_text())
+    assert doc["runs"]["heterogeneous"]["cluster_usd_per_hour"] == 1.0
+    assert "test" in doc["prices"]["source"]
+
+
+def test_script_writes_to_s3_store(tmp_path, aws_env):
+    boto3.client("s3").create_bucket(Bucket="evals")
+    write_json(tmp_path / "h" / "metrics.json", metrics())
+    make_model_tar(tmp_path / "b" / "model.tar.gz", metrics("tf_homogeneous"))
+    proc = run_script("--heterogeneous", "h", "--baseline", "b", "--output", "out", "--execution-id", "exec-9",
+                      "--store", "s3://evals/results", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "stored s3://evals/results/exec-9/price_performance.json" in proc.stdout
+    listed = boto3.client("s3").list_objects_v2(Bucket="evals", Prefix="results/exec-9/")["Contents"]
+    assert sorted(o["Key"].rsplit("/", 1)[1] for o in listed) == [
+        "baseline_metrics.json", "config.json", "heterogeneous_metrics.json", "price_performance.json"]
+    body = boto3.client("s3").get_object(Bucket="evals", Key="results/exec-9/price_performance.json")["Body"]
+    assert round(json.loads(body.read())["improvement"] * 100) == 46
+
+
+def test_step_modules_have_no_import_time_effects(tmp_path):
+    code = (
+        "import os, sys; before = set(os.listdir('.')); env = dict(os.environ)\n"
+        "import steps.evaluate.evaluate, steps.evaluate.store, steps.evaluate.prices\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'pipeline', 'aws_cdk', 'sagemaker')]\n"
+        "assert not bad, bad\n"
+        "assert set(os.listdir('.')) == before and dict(os.environ) == env\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,105 @@
+import json
+
+import pytest
+
+from steps.common.errors import UserError
+from steps.evaluate.prices import BUNDLED_PRICES, PriceTable, load_prices
+
+# Quoted or implied by the AWS heterogeneous-clusters blog (see docs/domain.md).
+BLOG_PRICES = {
+    "ml.p4d.24xlarge": 37.688,
+    "ml.c5.18xlarge": 3.672,
+    "ml.c5.9xlarge": 1.836,
+    "ml.p3.2xlarge": 3.825,
+    "ml.g5.xlarge": 1.408,
+    "ml.c5.4xlarge": 0.816,
+}
+
+
+def write(path, doc):
+    path.write_text(json.dumps(doc) if not isinstance(doc, str) else doc, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("itype", "usd"), sorted(BLOG_PRICES.items()))
+def test_bundled_table_reproduces_blog_prices(itype, usd):
+    assert load_prices().hourly(itype) == usd
+
+
+def test_bundled_table_says_where_prices_come_from():
+    table = load_prices()
+    assert table.region == "us-east-1"
+    assert "pricing" in table.source and "heterogeneous" in table.source
+    assert table.as_of[:4].isdigit()
+    assert table.describe() == {"source": table.source, "as_of": table.as_of, "region": "us-east-1"}
+    raw = json.loads(BUNDLED_PRICES.read_text())
+    assert raw["currency"] == "USD"
+    assert all(k.startswith("ml.") and v > 0 for k, v in raw["prices"].items())
+
+
+def test_override_replaces_and_extends(tmp_path):
+    path = write(tmp_path / "p.json", {"source": "negotiated", "as_of": "2026-11-01",
+                                       "prices": {"ml.c5.18xlarge": 3.0, "ml.c6i.32xlarge": 6.528}})
+    table = load_prices(path)
+    assert table.hourly("ml.c5.18xlarge") == 3.0
+    assert table.hourly("ml.c6i.32xlarge") == 6.528
+    assert table.hourly("ml.p4d.24xlarge") == 37.688  # untouched bundled entry
+    assert "negotiated" in table.source and str(path) in table.source
+
+
+def test_override_for_another_region_replaces_the_whole_table(tmp_path):
+    path = write(tmp_path / "p.json", {"region": "eu-west-1", "prices": {"ml.c5.18xlarge": 4.1}})
+    table = load_prices(path)
+    assert table.region == "eu-west-1"
+    assert table.hourly("ml.c5.18xlarge") == 4.1
+    with pytest.raises(UserError, match="ml.p4d.24xlarge"):
+        table.hourly("ml.p4d.24xlarge")
+
+
+def test_unknown_type_names_it_suggests_close_matches_and_the_fix():
+    with pytest.raises(UserError) as err:
+        load_prices().hourly("ml.c5.19xlarge")
+    message = err.value.message
+    assert "'ml.c5.19xlarge'" in message
+    assert "ml.c5.18xlarge" in message  # difflib close match
+    assert "--prices" in message and '"prices"' in message
+    assert "\n" not in message
+
+
+def test_missing_ml_prefix_is_suggested():
+    with pytest.raises(UserError, match="close matches: ml.c5.18xlarge"):
+        load_prices().hourly("c5.18xlarge")
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        ("{not json", "not valid JSON"),
+        ([1, 2], "JSON object"),
+        ({"prices": {}}, "'prices'"),
+        ({"source": "x"}, "'prices'"),
+        ({"prices": {"ml.c5.xlarge": -1}}, "'ml.c5.xlarge'.*positive"),
+        ({"prices": {"ml.c5.xlarge": 0}}, "'ml.c5.xlarge'.*positive"),
+        ({"prices": {"ml.c5.xlarge": "0.2"}}, "'ml.c5.xlarge'"),
+        ({"prices": {"ml.c5.xlarge": True}}, "'ml.c5.xlarge'"),
+        ({"prices": {"c5.xlarge": 0.2}}, "'c5.xlarge'.*ml.c5.18xlarge"),
+        ({"region": 7, "prices": {"ml.c5.xlarge": 0.2}}, "'region'"),
+        ({"currency": "EUR", "prices": {"ml.c5.xlarge": 0.2}}, "'currency'"),
+    ],
+)
+def test_bad_override_file_names_file_and_key(tmp_path, doc, expected):
+    path = write(tmp_path / "bad.json", doc)
+    with pytest.raises(UserError, match=expected) as err:
+        load_prices(path)
+    assert str(path) in err.value.message
+
+
+def test_missing_override_file_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        load_prices(tmp_path / "nope.json")
+
+
+def test_table_is_read_only():
+    table = PriceTable({"ml.c5.xlarge": 0.204})
+    with pytest.raises(TypeError):
+        table.usd_per_hour["ml.c5.xlarge"] = 0
