@@ -148,11 +148,12 @@ def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, centre, radius: float, an
         return
     corners = {"square": 4, "triangle": 3, "diamond": 4}[shape]
     stretch = 0.6 if shape == "diamond" else 1.0  # a diamond is a squashed square
+    c, s = math.cos(angle), math.sin(angle)
     points = []
     for k in range(corners):
         t = 2 * math.pi * k / corners
         x, y = radius * math.cos(t), radius * stretch * math.sin(t)
-        points.append((cx + x * math.cos(angle) - y * math.sin(angle), cy + x * math.sin(angle) + y * math.cos(angle)))
+        points.append((cx + x * c - y * s, cy + x * s + y * c))
     draw.polygon(points, fill=fill)
 
 

@@ -41,6 +41,7 @@ class Cluster:
     data_hosts: tuple[str, ...]
     trainer_hosts: tuple[str, ...]
     channel_dirs: dict
+    channel_distribution: dict
     model_dir: Path
     output_dir: Path
     output_data_dir: Path
@@ -63,6 +64,12 @@ class Cluster:
                 headline="missing input channel",
             )
         return Path(path) if path else None
+
+    def part(self, channel: str, hosts: tuple[str, ...]) -> tuple[int, int]:
+        """This host's share of a channel that every one of ``hosts`` sees whole."""
+        if self.channel_distribution.get(channel) == "ShardedByS3Key":
+            return (0, 1)  # SageMaker already gave each host its own objects
+        return (hosts.index(self.current_host), len(hosts))
 
     @classmethod
     def from_environment(cls, env, cfg: TrainConfig) -> "Cluster":
@@ -94,6 +101,7 @@ class Cluster:
             data_hosts=data_hosts,
             trainer_hosts=trainer_hosts,
             channel_dirs=dict(env.channel_input_dirs),
+            channel_distribution={k: v.get("S3DistributionType", "FullyReplicated") for k, v in env.input_data_config.items()},
             model_dir=Path(env.model_dir),
             output_dir=Path(env.output_dir),
             output_data_dir=Path(env.output_data_dir),

@@ -64,7 +64,8 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> 
     service.start()
     try:
         stream = cluster.data_hosts.index(cluster.current_host)
-        dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=stream)
+        dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=stream,
+                               part=cluster.part("train", cluster.data_hosts))
         loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
         for epoch in range(cfg.epochs):
             for batch in loader:

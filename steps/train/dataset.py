@@ -68,8 +68,12 @@ def _no_release(event=None) -> None:
 class ShardDataset(IterableDataset):
     """Samples of some shards, decoded; each ``__iter__`` call is one epoch."""
 
-    def __init__(self, shards: list[Path], workload: Workload, *, train: bool, seed: int = 0, stream: int = 0):
+    def __init__(self, shards: list[Path], workload: Workload, *, train: bool, seed: int = 0, stream: int = 0,
+                 part: tuple[int, int] = (0, 1)):
+        """``part=(i, n)``: take every n-th sample, for n hosts that all see the same shards
+        (a FullyReplicated channel) yet must each serve a distinct share."""
         self.shards = list(shards)
+        self.part = part
         self.workload = workload
         self.train = train
         self.seed = seed
@@ -82,9 +86,12 @@ class ShardDataset(IterableDataset):
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         shards = list(self.shards)
         if self.train:
-            random.Random(f"{self.seed}/{self.stream}/{self._epoch}").shuffle(shards)
+            # the same order on every host of a part split, or the shares would overlap
+            random.Random(f"{self.seed}/{self.stream if self.part[1] == 1 else 'replicated'}/{self._epoch}").shuffle(shards)
         rng = np.random.default_rng([self.seed, self.stream, self._epoch, worker])
-        samples = (s for i, s in enumerate(_chain(shards)) if i % workers == worker)
+        index, count = self.part
+        stride, offset = count * workers, index * workers + worker
+        samples = (s for i, s in enumerate(_chain(shards)) if i % stride == offset)
         decoded = (self._decode(s, rng) for s in samples)
         yield from _shuffled(decoded, rng) if self.train else decoded
 

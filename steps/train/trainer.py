@@ -39,7 +39,8 @@ class LocalSource:
         shards = list_shards(cluster.channel("train"))
         if not shards:
             raise UserError(f"trainer {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards")
-        dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=cluster.rank)
+        dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=cluster.rank,
+                               part=cluster.part("train", cluster.trainer_hosts))
         self.loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers, pin_memory=pinned)
 
     def batches(self, epoch: int):

@@ -1,0 +1,215 @@
+"""The one logical pipeline graph: parameters, steps, inputs and outputs.
+
+Nothing here knows how a step runs. The local runner (`pipeline.local`)
+executes this graph on an emulated cluster; a SageMaker compiler turns the
+same graph into a pipeline definition. Step fields are literals, `Param`
+references to pipeline parameters, or `Output` references to what an
+earlier step produced, so each backend can map them to its own terms.
+
+    Shard ──> TrainBaseline (homogeneous, skippable) ──┐
+      └─────> TrainHeterogeneous (data + dnn groups) ──┴─> Evaluate ──> CheckImprovement
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from steps.common.errors import UserError
+from steps.train.config import TrainConfig
+
+SHARDED, REPLICATED = "ShardedByS3Key", "FullyReplicated"
+DATA_GROUP, DNN_GROUP = TrainConfig().data_group, TrainConfig().dnn_group
+TRAIN_ENTRY_POINT = "steps/train/launcher.py"
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple = ()
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def parse(self, raw: Any) -> Any:
+        """A user-supplied value (string from a CLI/env, or typed) -> checked value."""
+        value = raw
+        try:
+            if self.type is bool and isinstance(raw, str):
+                if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(raw)
+                value = raw.lower() in ("true", "1", "yes")
+            elif not isinstance(raw, self.type) or isinstance(raw, bool) != (self.type is bool):
+                value = self.type(raw)
+        except (TypeError, ValueError):
+            raise UserError(f"parameter {self.name}={raw!r} is not a {self.type.__name__}: {self.help}", headline="bad parameter") from None
+        if self.choices and value not in self.choices:
+            raise UserError(f"parameter {self.name}={value!r}: allowed values are {', '.join(map(str, self.choices))}",
+                            headline="bad parameter")
+        if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
+            bounds = f">= {self.minimum:g}" if self.maximum is None else f"between {self.minimum:g} and {self.maximum:g}"
+            raise UserError(f"parameter {self.name}={value!r} must be {bounds}", headline="bad parameter")
+        return value
+
+
+PARAMETERS: tuple[Parameter, ...] = (
+    Parameter("InputData", str, "", "Raw images, class-per-folder: an s3:// prefix in the cloud, a folder locally (empty: generated sample data)."),
+    Parameter("Workload", str, TrainConfig().workload, "Module defining WORKLOAD (decode/augment, model)."),
+    Parameter("WorkloadOptions", str, "{}", "JSON object of workload options, e.g. {\"blur_passes\": 4}."),
+    Parameter("DataInstanceType", str, "ml.c5.9xlarge", "Instance type of the data (CPU) group."),
+    Parameter("DataInstanceCount", int, 1, "Hosts in the data group.", minimum=1, maximum=64),
+    Parameter("DnnInstanceType", str, "ml.p3.2xlarge", "Instance type of the dnn (GPU) group."),
+    Parameter("DnnInstanceCount", int, 1, "Hosts in the dnn group.", minimum=1, maximum=64),
+    Parameter("DataDistribution", str, SHARDED, "How training shards reach the data hosts.", choices=(SHARDED, REPLICATED)),
+    Parameter("InputMode", str, "File", "SageMaker input mode of the training channel.", choices=("File", "FastFile", "Pipe")),
+    Parameter("DataSource", str, "S3", "Where training reads shards from.", choices=("S3", "FSx")),
+    Parameter("ShardSizeMB", float, 64.0, "Target shard size; 1-128 MB objects transfer best.", minimum=1, maximum=128),
+    Parameter("Epochs", int, TrainConfig().epochs, "Passes over the training shards.", minimum=1),
+    Parameter("MaxSteps", int, 0, "Stop each trainer after this many steps (0: no limit).", minimum=0),
+    Parameter("BatchSize", int, TrainConfig().batch_size, "Samples per step per trainer host.", minimum=1),
+    Parameter("RunBaseline", bool, True, "Also train homogeneously (dnn group alone) for the price-performance comparison."),
+    Parameter("ImprovementThreshold", float, -1.0, "Fail the execution when price-performance improvement is below this (-1: never).",
+              minimum=-1, maximum=1),
+)
+PARAMETERS_BY_NAME = {p.name: p for p in PARAMETERS}
+
+
+def resolve_parameters(*layers: dict) -> dict:
+    """Defaults, then each layer in order (later wins): unknown names are errors."""
+    values = {p.name: p.default for p in PARAMETERS}
+    for layer in layers:
+        for name, raw in layer.items():
+            if name not in PARAMETERS_BY_NAME:
+                raise UserError(f"unknown parameter {name!r}; known: {', '.join(PARAMETERS_BY_NAME)}", headline="bad parameter")
+            values[name] = PARAMETERS_BY_NAME[name].parse(raw)
+    return values
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+
+    def __post_init__(self):
+        assert self.name in PARAMETERS_BY_NAME, self.name
+
+
+@dataclass(frozen=True)
+class Output:
+    step: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ExecutionId:
+    """The execution's id (SageMaker: ExecutionVariables.PIPELINE_EXECUTION_ID)."""
+
+
+Value = Union[str, int, float, bool, Param, Output, ExecutionId]
+
+
+@dataclass(frozen=True)
+class ProcessingStep:
+    name: str
+    script: str
+    inputs: dict  # name -> Value (a folder); handed to the script as --<name>; absent when None
+    outputs: dict  # name -> path relative to the script's --output folder
+    arguments: dict  # --flag -> Value
+    instance_type: str = "ml.m5.xlarge"
+    depends_on: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    instance_type: Value
+    count: Value
+
+
+@dataclass(frozen=True)
+class TrainChannel:
+    name: str
+    source: Value
+    distribution: Value = REPLICATED
+    instance_groups: tuple[str, ...] | None = None
+    input_mode: Value = "File"
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    name: str
+    groups: tuple[Group, ...]
+    channels: tuple[TrainChannel, ...]
+    hyperparameters: dict
+    entry_point: str = TRAIN_ENTRY_POINT
+    condition: Param | None = None  # skipped when this boolean parameter is false
+    outputs: tuple[str, ...] = ("model",)
+
+
+@dataclass(frozen=True)
+class CheckStep:
+    """Fails the execution when a number in an earlier step's JSON output is below a parameter."""
+
+    name: str
+    source: Output
+    file: str
+    field: str
+    threshold: Param
+    message: str
+
+
+@dataclass(frozen=True)
+class Graph:
+    name: str
+    parameters: tuple[Parameter, ...]
+    steps: tuple = field(default_factory=tuple)
+
+    def step(self, name: str):
+        return next(s for s in self.steps if s.name == name)
+
+
+def _hyperparameters() -> dict:
+    return {"workload": Param("Workload"), "workload_options": Param("WorkloadOptions"), "epochs": Param("Epochs"), "max_steps": Param("MaxSteps"),
+            "batch_size": Param("BatchSize"), "data_group": DATA_GROUP, "dnn_group": DNN_GROUP}
+
+
+def _eval_channels(group: str) -> tuple[TrainChannel, ...]:
+    return (TrainChannel("validation", Output("Shard", "validation"), REPLICATED, (group,)),
+            TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED))
+
+
+def build_graph() -> Graph:
+    dnn = Group(DNN_GROUP, Param("DnnInstanceType"), Param("DnnInstanceCount"))
+    data = Group(DATA_GROUP, Param("DataInstanceType"), Param("DataInstanceCount"))
+    shard = ProcessingStep(
+        "Shard", "steps/shard/shard.py",
+        inputs={"input": Param("InputData")},
+        outputs={"train": "train", "validation": "validation", "manifest": "manifest.json"},
+        arguments={"--target-shard-mb": Param("ShardSizeMB"), "--data-hosts": Param("DataInstanceCount")},
+    )
+    baseline = TrainingStep(
+        "TrainBaseline", groups=(dnn,),
+        # every dnn host sees all shards and takes its share by sample index: shard counts need not divide
+        channels=(TrainChannel("train", Output("Shard", "train"), REPLICATED, (DNN_GROUP,), Param("InputMode")), *_eval_channels(DNN_GROUP)),
+        hyperparameters=_hyperparameters(), condition=Param("RunBaseline"),
+    )
+    hetero = TrainingStep(
+        "TrainHeterogeneous", groups=(data, dnn),
+        channels=(TrainChannel("train", Output("Shard", "train"), Param("DataDistribution"), (DATA_GROUP,), Param("InputMode")),
+                  *_eval_channels(DNN_GROUP)),
+        hyperparameters=_hyperparameters(),
+    )
+    evaluate = ProcessingStep(
+        "Evaluate", "steps/evaluate/evaluate.py",
+        inputs={"heterogeneous": Output("TrainHeterogeneous", "model"), "baseline": Output("TrainBaseline", "model")},
+        outputs={"evaluation": "."},
+        arguments={"--execution-id": ExecutionId()},
+        depends_on=("TrainBaseline", "TrainHeterogeneous"),
+    )
+    check = CheckStep(
+        "CheckImprovement", Output("Evaluate", "evaluation"), "price_performance.json", "improvement",
+        Param("ImprovementThreshold"),
+        "price-performance improvement of the heterogeneous cluster is below ImprovementThreshold",
+    )
+    return Graph("HeteroTraining", PARAMETERS, (shard, baseline, hetero, evaluate, check))

@@ -1,0 +1,39 @@
+"""The table a local run ends with: baseline vs heterogeneous, priced."""
+
+from __future__ import annotations
+
+
+def _cluster(run: dict) -> str:
+    return " + ".join(f"{g['count']} x {g['instance_type']}" for g in run["instance_groups"])
+
+
+def _fmt(value, spec: str, scale: float = 1.0) -> str:
+    return "-" if value is None else format(value * scale, spec)
+
+
+ROWS = (
+    ("cluster", lambda r: _cluster(r)),
+    ("step time (ms)", lambda r: _fmt(r["step_time_s"], ".1f", 1e3)),
+    ("samples/s", lambda r: _fmt(r["samples_per_second"], ".1f")),
+    ("data wait", lambda r: _fmt(r["data_wait_share"], ".1%")),
+    ("cluster $/h", lambda r: _fmt(r["cluster_usd_per_hour"], ".3f")),
+    ("cost / 100 steps ($)", lambda r: _fmt(r["cost_per_100_steps"], ".4f")),
+    ("samples per $", lambda r: _fmt(r["samples_per_dollar"], ",.0f")),
+    ("accuracy", lambda r: _fmt(r.get("accuracy"), ".1%")),
+)
+
+
+def render(price_performance: dict) -> str:
+    runs = price_performance["runs"]
+    names = [n for n in ("baseline", "heterogeneous") if runs.get(n)]
+    cells = [[label] + [fn(runs[n]) for n in names] for label, fn in ROWS]
+    header = [""] + names
+    widths = [max(len(row[i]) for row in cells + [header]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in [header] + cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    speedup, improvement = price_performance.get("speedup"), price_performance.get("improvement")
+    if speedup is not None:
+        lines.append(f"speedup {speedup:.2f}x   price-performance improvement {improvement:.1%}")
+    prices = price_performance.get("prices", {})
+    lines.append(f"prices: {prices.get('region', '?')} on-demand, {prices.get('source', '?')} (as of {prices.get('as_of', '?')})")
+    return "\n".join(lines)
