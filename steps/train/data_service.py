@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable, Iterable
 
 from steps.common.errors import HeteroError, UserError
 from steps.shard.format import count_samples, list_shards
@@ -56,19 +57,26 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> 
             headline="no shards",
         )
     samples = sum(count_samples(s) for s in shards)
-    secret = job_secret()
-    print(f"[data] {cluster.current_host}: {len(shards)} shards, {samples} samples, serving {len(cluster.trainer_hosts)} trainer(s)", flush=True)
+    part = cluster.part("train", cluster.data_hosts)
+    dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=cluster.data_hosts.index(cluster.current_host), part=part)
+    loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
+    print(f"[data] {cluster.current_host}: {len(shards)} shards, {samples} samples (share {part[0] + 1}/{part[1]}), "
+          f"serving {len(cluster.trainer_hosts)} trainer(s)", flush=True)
     with socket.create_server((resolve(cluster.current_host), cfg.data_port), backlog=64) as server:
-        trainers = _accept_trainers(server, cfg, cluster, secret, samples)
+        serve(cfg, server, me=cluster.current_host, trainer_hosts=cluster.trainer_hosts, secret=job_secret(),
+              samples_per_epoch=samples // part[1], epoch_batches=lambda epoch: loader)
+    print(f"[data] {cluster.current_host}: all trainers stopped; exiting", flush=True)
+
+
+def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tuple[str, ...], secret: bytes,
+          samples_per_epoch: int, epoch_batches: Callable[[int], Iterable[Batch]]) -> None:
+    """Accept the trainers on ``server``, stream ``epoch_batches(e)`` for every epoch, return when all said STOP."""
+    trainers = _accept_trainers(server, cfg, me, trainer_hosts, secret, samples_per_epoch)
     service = DataService(trainers, cfg)
     service.start()
     try:
-        stream = cluster.data_hosts.index(cluster.current_host)
-        dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=stream,
-                               part=cluster.part("train", cluster.data_hosts))
-        loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
         for epoch in range(cfg.epochs):
-            for batch in loader:
+            for batch in epoch_batches(epoch):
                 service.put(epoch, batch)
             service.end_epoch(epoch)
         service.wait_for_stop()
@@ -76,11 +84,11 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> 
         pass
     finally:
         service.close()
-    print(f"[data] {cluster.current_host}: all trainers stopped; exiting", flush=True)
 
 
-def _accept_trainers(server: socket.socket, cfg: TrainConfig, cluster: Cluster, secret: bytes, samples: int) -> list[_Trainer]:
-    expected = set(cluster.trainer_hosts)
+def _accept_trainers(server: socket.socket, cfg: TrainConfig, me: str, trainer_hosts: tuple[str, ...], secret: bytes,
+                     samples: int) -> list[_Trainer]:
+    expected = set(trainer_hosts)
     trainers: dict[str, _Trainer] = {}
     deadline = time.monotonic() + cfg.connect_timeout_s
     info = {"samples_per_epoch": samples, "epochs": cfg.epochs}
@@ -96,9 +104,9 @@ def _accept_trainers(server: socket.socket, cfg: TrainConfig, cluster: Cluster, 
             continue
         sock.settimeout(10.0)
         try:
-            peer = serve_handshake(sock, secret, host=cluster.current_host, info=info)
+            peer = serve_handshake(sock, secret, host=me, info=info)
         except (AuthError, WireError, OSError) as exc:
-            print(f"[data] {cluster.current_host}: rejected connection from {address[0]}: {exc}", flush=True)
+            print(f"[data] {me}: rejected connection from {address[0]}: {exc}", flush=True)
             sock.close()
             continue
         if peer not in expected or peer in trainers:
