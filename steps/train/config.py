@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,10 +84,10 @@ def _coerce(f: dataclasses.Field, raw: Any) -> Any:
     if isinstance(raw, str) and want is not str:
         try:
             value = json.loads(raw)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, an over-long int literal, deep nesting
             value = raw
     if want is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
+        value = float(value) if abs(value) < 2**1024 else math.inf  # float() raises OverflowError past that
     if want is int and isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, want) or isinstance(value, bool):
@@ -94,6 +95,8 @@ def _coerce(f: dataclasses.Field, raw: Any) -> Any:
             f"hyperparameter {f.name}={raw!r} is not a {want.__name__}: {f.metadata['help']}",
             headline="bad hyperparameter",
         )
+    if want is float and not math.isfinite(value):  # NaN slips past every bound; inf overflows socket timeouts
+        raise UserError(f"hyperparameter {f.name}={raw!r} must be a finite number: {f.metadata['help']}", headline="bad hyperparameter")
     choices = f.metadata.get("choices")
     if choices and value not in choices:
         raise UserError(f"hyperparameter {f.name}={value!r}: allowed values are {', '.join(choices)}", headline="bad hyperparameter")

@@ -40,9 +40,11 @@ class StepStats:
     waits: list = field(default_factory=list)
     computes: list = field(default_factory=list)
     samples: int = 0
+    seen: int = 0  # every trained sample, warm-up included
 
     def record(self, *, wait: float, compute: float, samples: int) -> None:
         self.steps += 1
+        self.seen += samples
         if self.steps > self.warmup_steps:
             self.waits.append(wait)
             self.computes.append(compute)
@@ -54,11 +56,12 @@ class StepStats:
 
     def summary(self) -> dict:
         if not self.waits:
-            return {"steps": self.steps, "measured_steps": 0, "step_time_s": {"mean": 0.0, "p50": 0.0, "p90": 0.0}, "data_wait_share": 0.0,
+            return {"steps": self.steps, "seen": self.seen, "measured_steps": 0, "step_time_s": {"mean": 0.0, "p50": 0.0, "p90": 0.0}, "data_wait_share": 0.0,
                     "data_wait_s": 0.0, "compute_s": 0.0, "elapsed_s": 0.0, "samples": 0}
         times = np.asarray(self.waits) + np.asarray(self.computes)
         return {
             "steps": self.steps,
+            "seen": self.seen,
             "measured_steps": len(times),
             "step_time_s": {"mean": float(times.mean()), "p50": float(np.percentile(times, 50)), "p90": float(np.percentile(times, 90))},
             "data_wait_share": float(np.sum(self.waits) / times.sum()),

@@ -175,12 +175,13 @@ def _validate(cfg, cluster, workload, model, device) -> float | None:
 def _gather(summary: dict, corrupt: int) -> dict:
     """Sum samples and corrupt counts over trainer hosts; the slowest host sets the time."""
     if not dist.is_initialized():
-        return {**summary, "global_samples": summary["samples"], "corrupt": corrupt}
-    sums = torch.tensor([summary["samples"], corrupt], dtype=torch.float64)
+        return {**summary, "global_samples": summary["samples"], "global_seen": summary["seen"], "corrupt": corrupt}
+    sums = torch.tensor([summary["samples"], corrupt, summary["seen"]], dtype=torch.float64)
     dist.all_reduce(sums)
     slowest = torch.tensor([summary["elapsed_s"]], dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return {**summary, "global_samples": int(sums[0]), "corrupt": int(sums[1]), "elapsed_s": float(slowest[0])}
+    return {**summary, "global_samples": int(sums[0]), "corrupt": int(sums[1]), "global_seen": int(sums[2]),
+            "elapsed_s": float(slowest[0])}
 
 
 def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes) -> None:
@@ -202,6 +203,7 @@ def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes) -> 
         "samples_per_second": summary["global_samples"] / elapsed if elapsed else 0.0,
         "accuracy": accuracy,
         "epochs": cfg.epochs,
+        "samples_seen": summary["global_seen"],  # all trainer hosts, warm-up included: epochs x dataset when complete
         "corrupt_samples": {"count": summary["corrupt"], "examples": [list(c) for c in corrupt[:20]]},
         "classes": classes,
         "config": cfg.as_dict(),

@@ -107,7 +107,7 @@ def parse_segments(meta: dict, body_len: int) -> list[Segment]:
             name, dtype, shape = spec["name"], spec["dtype"], spec["shape"]
         except (TypeError, KeyError):
             raise WireError(f"segment {spec!r} lacks name, dtype or shape") from None
-        if dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise WireError(f"segment {name!r} has unsupported dtype {dtype!r}")
         if (
             not isinstance(shape, list)
@@ -169,9 +169,10 @@ def send_frame(sock: socket.socket, kind: Kind, meta: dict | None = None, arrays
     send_buffers(sock, encode_frame(kind, meta, arrays), on_stall)
 
 
-def recv_exact_into(sock: socket.socket, view: memoryview, on_stall: Stall | None = None, *, frame_start: bool = False) -> None:
-    """Fill ``view`` from the socket. A timeout before the first byte of a frame
-    propagates (the peer is idle); a timeout inside a frame calls ``on_stall``."""
+def recv_exact_into(sock: socket.socket, view: memoryview, on_stall: Stall | None = None, *, frame_start: bool = False,
+                    what: str = "a frame") -> None:
+    """Fill ``view`` (``what``, for error messages) from the socket. A timeout before the
+    first byte of a frame propagates (the peer is idle); a timeout inside a frame calls ``on_stall``."""
     got, total = 0, view.nbytes
     while got < total:
         try:
@@ -184,7 +185,7 @@ def recv_exact_into(sock: socket.socket, view: memoryview, on_stall: Stall | Non
         if n == 0:
             if got == 0:
                 raise PeerClosed("connection closed")
-            raise WireError(f"connection closed mid-frame after {got} of {total} bytes")
+            raise WireError(f"connection closed mid-frame after {got} of the {total} bytes of {what}")
         got += n
 
 
@@ -208,16 +209,16 @@ class FrameReader:
     def read(self) -> tuple[Kind, dict, dict[str, np.ndarray]]:
         """One whole frame. TimeoutError only when the peer sent nothing at all."""
         view = memoryview(self._header)
-        recv_exact_into(self.sock, view, self.on_stall, frame_start=True)
+        recv_exact_into(self.sock, view, self.on_stall, frame_start=True, what="a frame header")
         header = decode_header(view, max_body=self.max_body)
         meta_raw = bytearray(header.meta_len)
         try:
-            recv_exact_into(self.sock, memoryview(meta_raw), self.on_stall)
+            recv_exact_into(self.sock, memoryview(meta_raw), self.on_stall, what=f"the metadata of a {header.kind.name} frame")
         except PeerClosed:
             raise WireError(f"connection closed before the {header.meta_len}-byte metadata of a {header.kind.name} frame") from None
         try:
             meta = json.loads(meta_raw) if meta_raw else {}
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # bad UTF-8/JSON, over-long int literals, deep nesting
             raise WireError(f"metadata of a {header.kind.name} frame is not JSON: {exc}") from None
         if not isinstance(meta, dict):
             raise WireError(f"metadata of a {header.kind.name} frame is not a JSON object")
@@ -226,7 +227,8 @@ class FrameReader:
         for segment in segments:
             array = self.allocator(segment)
             try:
-                recv_exact_into(self.sock, memoryview(array).cast("B"), self.on_stall)
+                recv_exact_into(self.sock, memoryview(array).cast("B"), self.on_stall,
+                                what=f"segment {segment.name!r} of a {header.kind.name} frame")
             except PeerClosed:
                 raise WireError(f"connection closed inside segment {segment.name!r} of a {header.kind.name} frame") from None
             arrays[segment.name] = array

@@ -1,6 +1,6 @@
 """The default workload: coloured shapes, a CPU-heavy augmentation, a small CNN.
 
-Decode plus augmentation (random resized crop, flip, repeated Gaussian blur)
+Decode plus augmentation (random resized crop, flip) and a repeated Gaussian blur
 costs far more CPU than the small CNN's step, like the MNIST-with-heavy-blur
 case in the AWS heterogeneous-cluster results: the input pipeline, not the
 model, sets the pace on one host. ``blur_passes`` scales that cost.
@@ -49,10 +49,10 @@ class Shapes(Workload):
             image = image.resize((size, size), Image.BILINEAR, box=(x0, y0, x0 + cw, y0 + ch))
             if rng.random() < 0.5:
                 image = image.transpose(Image.FLIP_LEFT_RIGHT)
-            for _ in range(self.blur_passes):
-                image = image.filter(ImageFilter.GaussianBlur(self.blur_radius))
         else:
             image = image.resize((size, size), Image.BILINEAR)
+        for _ in range(self.blur_passes):  # part of preprocessing, so validation sees it too
+            image = image.filter(ImageFilter.GaussianBlur(self.blur_radius))
         return np.asarray(image, dtype=np.uint8)
 
     def build_model(self, num_classes: int) -> nn.Module:

@@ -1,0 +1,144 @@
+"""The emulator lays out what SageMaker containers see, and the real toolkit reads it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.emulator import SHARDED, Channel, EmulatedJob, InstanceGroup
+from steps.common.errors import UserError
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+READ_ENVIRONMENT = """
+import json
+from sagemaker_training import environment
+env = environment.Environment()
+print(json.dumps({
+    "current_host": env.current_host, "current_instance_group": env.current_instance_group,
+    "current_instance_type": env.current_instance_type, "is_hetero": env.is_hetero,
+    "instance_groups": env.instance_groups, "groups_dict": env.instance_groups_dict,
+    "current_instance_group_hosts": env.current_instance_group_hosts, "hosts": env.hosts,
+    "channel_input_dirs": env.channel_input_dirs, "hyperparameters": env.hyperparameters,
+    "network_interface_name": env.network_interface_name, "model_dir": env.model_dir,
+}))
+"""
+
+
+def real_environment(base_dir: Path) -> dict:
+    """The sagemaker-training toolkit's view of a base dir, read in a fresh process (it reads at import)."""
+    out = subprocess.run([sys.executable, "-c", READ_ENVIRONMENT], env={"SAGEMAKER_BASE_DIR": str(base_dir), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def shards(tmp_path) -> Path:
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    for i in range(6):
+        (folder / f"train-{i:05d}.tar").write_bytes(b"x" * (i + 1))
+    return folder
+
+
+def make_job(tmp_path, shards, *, data=2, dnn=1, seed=None) -> EmulatedJob:
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text("{}")
+    return EmulatedJob(
+        name="job",
+        groups=[InstanceGroup("data_group", "ml.c5.18xlarge", data), InstanceGroup("dnn_group", "ml.p4d.24xlarge", dnn)],
+        channels=[Channel("train", shards, SHARDED, ("data_group",)), Channel("manifest", manifest)],
+        hyperparameters={"epochs": 3, "workload_options": {"blur_passes": 2}},
+        work_dir=tmp_path / "jobs", seed=seed,
+    )
+
+
+def test_the_real_toolkit_reads_a_two_group_host(tmp_path, shards):
+    job = make_job(tmp_path, shards)
+    job.prepare()
+    dnn_host = next(h for h in job.hosts if h.group.name == "dnn_group")
+    data_hosts = sorted(h.name for h in job.hosts if h.group.name == "data_group")
+
+    env = real_environment(dnn_host.base_dir)
+
+    assert env["current_host"] == dnn_host.name
+    assert env["current_instance_group"] == "dnn_group"
+    assert env["current_instance_type"] == "ml.p4d.24xlarge"
+    assert env["is_hetero"] is True
+    assert sorted(env["instance_groups"]) == ["data_group", "dnn_group"]
+    assert sorted(env["groups_dict"]["data_group"]["hosts"]) == data_hosts
+    assert env["current_instance_group_hosts"] == [dnn_host.name]
+    assert env["hyperparameters"]["epochs"] == 3
+    assert env["hyperparameters"]["workload_options"] == {"blur_passes": 2}
+    assert env["network_interface_name"] == "lo"
+    assert env["model_dir"] == str(dnn_host.base_dir / "model")
+    # the train channel is provisioned on the data group only
+    assert set(env["channel_input_dirs"]) == {"manifest"}
+
+
+def test_resourceconfig_has_the_shape_sagemaker_writes(tmp_path, shards):
+    job = make_job(tmp_path, shards)
+    job.prepare()
+    real = json.loads((FIXTURES / "resourceconfig_two_groups.json").read_text())
+    for host in job.hosts:
+        ours = json.loads((host.base_dir / "input/config/resourceconfig.json").read_text())
+        assert set(ours) == set(real)
+        assert all(set(g) == set(real["instance_groups"][0]) for g in ours["instance_groups"])
+
+
+def test_the_fixture_copied_from_sagemaker_reads_as_heterogeneous(tmp_path):
+    config = tmp_path / "input" / "config"
+    config.mkdir(parents=True)
+    (config / "resourceconfig.json").write_text((FIXTURES / "resourceconfig_two_groups.json").read_text())
+    (config / "hyperparameters.json").write_text("{}")
+    (config / "inputdataconfig.json").write_text("{}")
+    env = real_environment(tmp_path)
+    assert env["current_instance_group"] == "dnn_group"
+    assert env["groups_dict"]["data_group"]["hosts"] == ["algo-1", "algo-2"]
+
+
+def test_host_names_are_dealt_randomly_across_groups(tmp_path, shards):
+    layouts = set()
+    for seed in range(12):
+        job = make_job(tmp_path, shards, seed=seed)
+        job.prepare()
+        layouts.add(tuple(sorted(h.name for h in job.hosts if h.group.name == "dnn_group")))
+        job.hosts.clear()
+    assert len(layouts) > 1, "the dnn host always got the same name"
+
+
+def test_sharded_channel_splits_objects_and_replicated_copies_them(tmp_path, shards):
+    job = make_job(tmp_path, shards, data=2)
+    job.prepare()
+    data = sorted((h for h in job.hosts if h.group.name == "data_group"), key=lambda h: h.name)
+    seen = [sorted(p.name for p in (h.base_dir / "input/data/train").iterdir()) for h in data]
+    assert sorted(seen[0] + seen[1]) == sorted(p.name for p in shards.iterdir())
+    assert not set(seen[0]) & set(seen[1])
+    assert len(seen[0]) == len(seen[1]) == 3
+    for host in job.hosts:
+        assert (host.base_dir / "input/data/manifest/manifest.json").is_file()
+        config = json.loads((host.base_dir / "input/config/inputdataconfig.json").read_text())
+        if host.group.name == "data_group":
+            assert config["train"]["S3DistributionType"] == "ShardedByS3Key"
+        else:
+            assert "train" not in config
+
+
+def test_more_hosts_than_shards_is_a_clear_error(tmp_path, shards):
+    job = make_job(tmp_path, shards, data=7)
+    with pytest.raises(UserError, match="6 object.*7 hosts"):
+        job.prepare()
+
+
+def test_each_host_gets_its_own_loopback_address(tmp_path, shards):
+    job = make_job(tmp_path, shards, data=2, dnn=2)
+    job.prepare()
+    addresses = [h.address for h in job.hosts]
+    assert len(set(addresses)) == 4 and all(a.startswith("127.0.0.") for a in addresses)
+    hosts_file = (job.job_dir / "hosts").read_text()
+    for host in job.hosts:
+        assert f"{host.address} {host.name}" in hosts_file

@@ -1,0 +1,62 @@
+"""The whole pipeline on an emulated cluster, end to end, on tiny data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.graph import build_graph, resolve_parameters
+from pipeline.local import LocalOptions, LocalRunner
+from tests.pipeline.conftest import job_ports, listening_ports
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize("data_hosts,dnn_hosts", [(1, 1), (2, 2)])
+def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hosts, dnn_hosts):
+    params = resolve_parameters({
+        "InputData": str(tiny_images), "DataInstanceCount": data_hosts, "DnnInstanceCount": dnn_hosts,
+        "Epochs": 2, "BatchSize": 16, "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 1}',
+    })
+    lines = []
+    runner = LocalRunner(build_graph(), params, LocalOptions(work_dir=tmp_path, grace_s=10, step_timeout_s=300, echo=lines.append))
+
+    result = runner.run()
+
+    manifest = json.loads((result.outputs[("Shard", "manifest")]).read_text())
+    train_samples = manifest["splits"]["train"]["samples"]
+    assert len(manifest["splits"]["train"]["shards"]) % data_hosts == 0
+    for step, mode in (("TrainBaseline", "homogeneous"), ("TrainHeterogeneous", "heterogeneous")):
+        metrics = json.loads((result.jobs[step].model_dir / "metrics.json").read_text())
+        assert metrics["mode"] == mode
+        # an epoch is exactly the samples in the shards, each once, over all trainers
+        assert metrics["samples_seen"] == 2 * train_samples
+        assert metrics["corrupt_samples"]["count"] == 0
+        assert metrics["accuracy"] is not None and 0 <= metrics["accuracy"] <= 1
+        assert metrics["global_batch_size"] == 16 * dnn_hosts
+        groups = {g["name"]: g for g in metrics["instance_groups"]}
+        assert groups["dnn_group"]["count"] == dnn_hosts
+        if mode == "heterogeneous":
+            assert groups["data_group"] == {"name": "data_group", "instance_type": "ml.c5.9xlarge", "count": data_hosts, "role": "data"}
+        assert metrics["config"]["epochs"] == 2
+    pp = result.price_performance
+    assert pp["runs"]["baseline"] and pp["runs"]["heterogeneous"]
+    assert pp["speedup"] > 0 and pp["execution_id"] == result.execution_id
+    assert (tmp_path / "results" / result.execution_id / "price_performance.json").is_file()
+    # every host exited cleanly, and metric lines were streamed while it ran
+    for job in result.jobs.values():
+        assert all(h.exit_code == 0 and not h.stopped_by_emulator for h in job.hosts)
+    assert any("step_time_ms=" in line for line in lines)
+    # no port of the job is still open
+    for job in result.jobs.values():
+        assert not job_ports(job.job_dir) & listening_ports()
+
+
+def test_without_baseline_the_evaluation_has_no_comparison(tmp_path, tiny_images, no_leftovers):
+    params = resolve_parameters({"InputData": str(tiny_images), "RunBaseline": False, "Epochs": 1, "BatchSize": 32,
+                                 "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 0}'})
+    result = LocalRunner(build_graph(), params, LocalOptions(work_dir=tmp_path, grace_s=10, echo=lambda _: None)).run()
+    assert result.skipped == ["TrainBaseline"]
+    assert result.price_performance["runs"]["baseline"] is None
+    assert result.price_performance["improvement"] is None
