@@ -77,14 +77,15 @@ PARAMETERS_BY_NAME = {p.name: p for p in PARAMETERS}
 
 
 def resolve_parameters(*layers: dict) -> dict:
-    """Defaults, then each layer in order (later wins): unknown names are errors."""
-    values = {p.name: p.default for p in PARAMETERS}
+    """Defaults, then each layer in order (later wins), then validation of what won:
+    a value overridden by a later layer is never judged. Unknown names are errors."""
+    merged: dict = {}
     for layer in layers:
-        for name, raw in layer.items():
+        for name in layer:
             if name not in PARAMETERS_BY_NAME:
                 raise UserError(f"unknown parameter {name!r}; known: {', '.join(PARAMETERS_BY_NAME)}", headline="bad parameter")
-            values[name] = PARAMETERS_BY_NAME[name].parse(raw)
-    return values
+        merged.update(layer)
+    return {p.name: p.parse(merged[p.name]) if p.name in merged else p.default for p in PARAMETERS}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,76 @@
+"""`hetero` on bad input: one clear line naming the value and the fix, no traceback."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from pipeline.cli import main
+
+
+def run_cli(capsys, *argv) -> tuple[int, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.err
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--input", "/no/such/folder"], r"--input '/no/such/folder' is not a folder.*<class>"),
+    (["--dnn-instance-type", "ml.p9.mega"], r"ml\.p9\.mega"),
+    (["--epochs", "0"], r"Epochs=0 must be >= 1"),
+    (["--epochs", "two"], r"Epochs='two' is not a int"),
+    (["--param", "DataDistribution=Striped"], r"allowed values are ShardedByS3Key, FullyReplicated"),
+    (["--param", "NoSuchThing=1"], r"unknown parameter 'NoSuchThing'"),
+    (["--param", "Epochs"], r"write Name=Value"),
+    (["--shard-size-mb", "500"], r"ShardSizeMB=500.0 must be between 1 and 128"),
+    (["--workload-options", "[1, 2]"], r"must be a JSON object"),
+    (["--workload-options", "{bad"], r"is not JSON"),
+])
+def test_bad_parameters_fail_before_any_work(tmp_path, capsys, argv, expected):
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path), *argv)
+    assert code == 2
+    assert "Traceback" not in err
+    assert err.startswith("error: ")
+    assert __import__("re").search(expected, err), err
+    assert not list(tmp_path.iterdir()), "work started despite bad input"
+
+
+def test_environment_and_config_file_layers(tmp_path, capsys, monkeypatch):
+    config = tmp_path / "params.json"
+    config.write_text('{"Epochs": 0}')
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--config", str(config))
+    assert code == 2 and "Epochs=0" in err
+    monkeypatch.setenv("HETERO_PARAM_Epochs", "-3")  # env beats the file
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--config", str(config))
+    assert code == 2 and "Epochs=-3" in err
+    monkeypatch.setenv("HETERO_PARAM_DnnInstanceType", "ml.nope")  # the command line beats env
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--epochs", "1", "--dnn-instance-type", "ml.zzz")
+    assert code == 2 and "ml.zzz" in err and "ml.nope" not in err
+
+
+def test_empty_dataset_fails_in_the_shard_step_with_the_path(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--input", str(empty))
+    assert code == 1
+    assert "Traceback" not in err
+    assert "step Shard" in err and str(empty) in err
+
+
+def test_more_data_hosts_than_samples_fails_in_the_shard_step(tmp_path, capsys, tiny_images):
+    few = tmp_path / "few"
+    for cls in sorted(p for p in tiny_images.iterdir() if p.is_dir())[:2]:
+        (few / cls.name).mkdir(parents=True)
+        for image in sorted(cls.iterdir())[:2]:
+            shutil.copy(image, few / cls.name / image.name)
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--input", str(few), "--data-hosts", "9")
+    assert code == 1 and "Traceback" not in err
+    assert "9 data hosts" in err
+
+
+def test_params_lists_every_parameter(capsys):
+    assert main(["params"]) == 0
+    out = capsys.readouterr().out
+    for name in ("InputData", "DataInstanceCount", "DnnInstanceType", "DataDistribution", "InputMode", "ShardSizeMB", "RunBaseline"):
+        assert name in out

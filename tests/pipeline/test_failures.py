@@ -1,0 +1,101 @@
+"""Hosts that die or freeze: every other host exits by itself, and says why."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from pipeline.emulator import SHARDED, Channel, EmulatedJob, InstanceGroup, free_port
+from steps.shard.shard import shard_dataset
+from steps.train.auth import new_secret
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory, tiny_images):
+    out = tmp_path_factory.mktemp("shards")
+    shard_dataset(tiny_images, out, target_shard_mb=1, data_hosts=2)
+    return out
+
+
+def start_job(tmp_path, shards, *, silence_timeout_s=30.0, data=2) -> tuple[EmulatedJob, threading.Event]:
+    training = threading.Event()
+
+    def on_line(host, line):
+        if "step_time_ms=" in line:
+            training.set()
+
+    job = EmulatedJob(
+        name="job",
+        groups=[InstanceGroup("data_group", "ml.c5.9xlarge", data), InstanceGroup("dnn_group", "ml.p3.2xlarge", 1)],
+        channels=[Channel("train", shards / "train", SHARDED, ("data_group",)),
+                  Channel("validation", shards / "validation", instance_groups=("dnn_group",)),
+                  Channel("manifest", shards / "manifest.json")],
+        hyperparameters={"epochs": 1000, "batch_size": 8, "log_every": 1, "workload_options": {"blur_passes": 0},
+                         "data_port": free_port(), "dist_port": free_port(), "heartbeat_s": 0.5,
+                         "silence_timeout_s": silence_timeout_s, "connect_timeout_s": 60},
+        work_dir=tmp_path, environment={"HETERO_JOB_SECRET": new_secret()}, on_line=on_line,
+        grace_s=120, timeout_s=240,
+    )
+    job.start()
+    assert training.wait(120), "training never started"
+    return job, training
+
+
+def by_role(job, role):
+    return [h for h in job.hosts if h.role == role]
+
+
+def test_killed_trainer_takes_every_data_host_down_within_30s(tmp_path, shards, no_leftovers):
+    job, _ = start_job(tmp_path, shards)
+    with job:
+        trainer = by_role(job, "trainer")[0]
+        killed_at = time.monotonic()
+        os.kill(trainer.process.pid, signal.SIGKILL)
+        result = job.wait()
+    assert not result.ok and trainer.name in result.failure and "signal 9" in result.failure
+    for host in by_role(job, "data"):
+        assert not host.stopped_by_emulator, f"{host.name} had to be stopped by the emulator"
+        assert host.ended_at - killed_at < 30
+        assert host.exit_code != 0
+        assert trainer.name in host.failure and "without STOP" in host.failure
+
+
+def test_frozen_trainer_is_noticed_after_the_silence_timeout(tmp_path, shards, no_leftovers):
+    job, _ = start_job(tmp_path, shards, silence_timeout_s=3)
+    with job:
+        trainer = by_role(job, "trainer")[0]
+        os.kill(trainer.process.pid, signal.SIGSTOP)  # alive but silent: no FIN ever reaches the data hosts
+        frozen_at = time.monotonic()
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and any(h.process.poll() is None for h in by_role(job, "data")):
+                time.sleep(0.1)
+            all_gone_at = time.monotonic()
+        finally:
+            os.kill(trainer.process.pid, signal.SIGCONT)
+        for host in by_role(job, "data"):
+            assert host.process.poll() is not None, f"{host.name} still running a minute after its trainer froze"
+            assert "silent" in host.failure or "sent nothing" in host.failure
+        assert all_gone_at - frozen_at < 30
+
+
+def test_killed_data_host_is_named_with_the_samples_lost(tmp_path, shards, no_leftovers):
+    job, _ = start_job(tmp_path, shards)
+    with job:
+        victim = by_role(job, "data")[0]
+        os.killpg(victim.process.pid, signal.SIGKILL)  # the host and its decode workers: a lost instance
+        result = job.wait()
+    trainer = by_role(job, "trainer")[0]
+    assert not trainer.stopped_by_emulator, "the trainer hung and had to be stopped"
+    assert trainer.exit_code != 0
+    assert victim.name in trainer.failure and "samples" in trainer.failure and "lost" in trainer.failure
+    survivor = by_role(job, "data")[1]
+    assert not survivor.stopped_by_emulator and survivor.exit_code != 0
+    assert trainer.name in survivor.failure
+    assert not result.ok
