@@ -36,6 +36,7 @@ class LocalOptions:
     grace_s: float = 30.0
     step_timeout_s: float | None = 1800.0
     silence_timeout_s: float = 30.0
+    cpus: dict | None = None  # {"dnn_group": (...), "data": (...)}: overrides cpu_plan()
     echo: Callable[[str], None] = print
 
 
@@ -135,7 +136,7 @@ class LocalRunner:
 
     # -- training ------------------------------------------------------------
     def _training(self, step: TrainingStep) -> None:
-        plan = cpu_plan(self.options.pin_cpus)
+        plan = self.options.cpus or cpu_plan(self.options.pin_cpus)
         heterogeneous = len(step.groups) > 1
         groups = [
             InstanceGroup(g.name, str(self.value(g.instance_type)), int(self.value(g.count)),

@@ -122,6 +122,13 @@ def parse_segments(meta: dict, body_len: int) -> list[Segment]:
     return segments
 
 
+def byte_view(array: np.ndarray) -> memoryview:
+    """A flat byte view of a C-contiguous array, no copy. memoryview refuses to cast
+    an empty multi-dimensional array (a batch whose samples were all corrupt), so
+    those get an empty view of their own."""
+    return memoryview(array).cast("B") if array.size else memoryview(b"")
+
+
 def encode_frame(kind: Kind, meta: dict | None = None, arrays: Sequence[tuple[str, np.ndarray]] = ()) -> list:
     """The buffers of one frame, ready for `send_buffers` (arrays are not copied)."""
     meta = dict(meta or {})
@@ -131,7 +138,7 @@ def encode_frame(kind: Kind, meta: dict | None = None, arrays: Sequence[tuple[st
         for name, array in arrays:
             array = np.ascontiguousarray(array)
             meta["segments"].append({"name": name, "dtype": array.dtype.name, "shape": list(array.shape)})
-            views.append(memoryview(array).cast("B"))
+            views.append(byte_view(array))
     meta_bytes = json.dumps(meta, separators=(",", ":")).encode()
     body_len = sum(v.nbytes for v in views)
     return [encode_header(kind, meta_bytes, body_len), meta_bytes, *views]
@@ -227,7 +234,7 @@ class FrameReader:
         for segment in segments:
             array = self.allocator(segment)
             try:
-                recv_exact_into(self.sock, memoryview(array).cast("B"), self.on_stall,
+                recv_exact_into(self.sock, byte_view(array), self.on_stall,
                                 what=f"segment {segment.name!r} of a {header.kind.name} frame")
             except PeerClosed:
                 raise WireError(f"connection closed inside segment {segment.name!r} of a {header.kind.name} frame") from None

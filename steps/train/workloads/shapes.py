@@ -25,7 +25,7 @@ class Shapes(Workload):
     image_size = 64
     options_help = {
         "model": "small_cnn (default) or resnet50",
-        "blur_passes": "Gaussian blur passes per training sample (default 8): the CPU cost knob",
+        "blur_passes": "Gaussian blur passes per training sample (default 6): the CPU cost knob",
         "blur_radius": "blur radius in pixels (default 1.0)",
     }
 
@@ -34,7 +34,7 @@ class Shapes(Workload):
         self.model_name = str(self.options.get("model", "small_cnn"))
         if self.model_name not in ("small_cnn", "resnet50"):
             raise UserError(f"workload option model={self.model_name!r}: use small_cnn or resnet50", headline="bad workload option")
-        self.blur_passes = int(self.options.get("blur_passes", 8))
+        self.blur_passes = int(self.options.get("blur_passes", 6))
         self.blur_radius = float(self.options.get("blur_radius", 1.0))
 
     def decode(self, raw: bytes, *, train: bool, rng: np.random.Generator) -> np.ndarray:

@@ -1,0 +1,280 @@
+"""The job secret, the mutual handshake, and the real data service refusing strangers.
+
+Handshakes run over ``socket.socketpair()`` with each side in its own
+thread. The service test runs the real `serve()` on 127.0.0.1 and talks to
+it first as strangers (garbage, an unauthenticated STOP, a wrong secret),
+then as a real `DataServiceClient` that must still get every batch.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+import torch
+
+from steps.common.errors import UserError
+from steps.train.auth import SECRET_ENV, AuthError, client_handshake, job_secret, new_secret, serve_handshake
+from steps.train.config import TrainConfig
+from steps.train.data_client import DataServiceClient
+from steps.train.data_service import serve
+from steps.train.dataset import Batch
+from steps.train.wire import FrameReader, Kind, PeerClosed, WireError, send_frame
+
+SECRET = b"s" * 32
+OTHER = b"o" * 32
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads():
+    """Every thread a test starts (its own, the service's, the client's) is gone when it ends."""
+    before = set(threading.enumerate())
+    yield
+    leaked = [t for t in threading.enumerate() if t not in before]
+    for t in leaked:
+        t.join(timeout=10)
+    assert [t.name for t in leaked if t.is_alive()] == []
+
+
+class _Side(threading.Thread):
+    """Runs one side of a handshake; keeps its result or exception."""
+
+    def __init__(self, fn, *args, **kwargs):
+        super().__init__(daemon=True)
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.result = self.error = None
+
+    def run(self):
+        try:
+            self.result = self.fn(*self.args, **self.kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            self.error = exc
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    a.settimeout(10)
+    b.settimeout(10)
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def _handshake(pair, data_secret: bytes, trainer_secret: bytes):
+    data_sock, trainer_sock = pair
+    data = _Side(serve_handshake, data_sock, data_secret, host="data-1", info={"samples_per_epoch": 7})
+    data.start()
+    try:
+        trainer = _Side(client_handshake, trainer_sock, trainer_secret, host="trainer-1")
+        trainer.run()  # in this thread
+    finally:
+        data.join(timeout=20)
+        if data.is_alive():  # a hung handshake: unblock it so the thread ends
+            data_sock.shutdown(socket.SHUT_RDWR)
+            data.join()
+    return data, trainer
+
+
+# -- job secret ------------------------------------------------------------------
+
+@pytest.mark.parametrize("environ", [{}, {SECRET_ENV: ""}, {SECRET_ENV: "x" * 15}])
+def test_missing_or_short_secret_is_a_user_error_naming_the_variable(environ):
+    with pytest.raises(UserError, match=SECRET_ENV) as caught:
+        job_secret(environ)
+    assert "at least 16" in caught.value.message
+
+
+def test_secret_is_read_from_the_process_environment(monkeypatch):
+    monkeypatch.setenv(SECRET_ENV, "k" * 16)
+    assert job_secret() == b"k" * 16
+    monkeypatch.delenv(SECRET_ENV)
+    with pytest.raises(UserError, match=SECRET_ENV):
+        job_secret()
+
+
+def test_new_secrets_are_long_and_fresh():
+    a, b = new_secret(), new_secret()
+    assert a != b and len(a) >= 16
+    assert job_secret({SECRET_ENV: a}) == a.encode()
+
+
+# -- handshake -----------------------------------------------------------------
+
+def test_same_secret_authenticates_both_sides(pair):
+    data, trainer = _handshake(pair, SECRET, SECRET)
+    assert data.error is None and trainer.error is None
+    assert data.result == "trainer-1"
+    assert trainer.result["host"] == "data-1"
+    assert trainer.result["samples_per_epoch"] == 7
+
+
+@pytest.mark.parametrize("data_secret, trainer_secret", [(SECRET, OTHER), (OTHER, SECRET)], ids=["trainer-wrong", "data-wrong"])
+def test_wrong_secret_on_either_side_fails_both_and_the_data_side_says_so(pair, data_secret, trainer_secret):
+    data, trainer = _handshake(pair, data_secret, trainer_secret)
+    assert isinstance(data.error, AuthError)
+    assert "did not prove the job secret" in str(data.error)
+    assert isinstance(trainer.error, AuthError)
+    assert "peer refused the connection: authentication failed" in str(trainer.error)  # the ERROR frame arrived
+
+
+def test_data_side_answers_a_bad_mac_with_an_error_frame(pair):
+    data_sock, trainer_sock = pair
+    data = _Side(serve_handshake, data_sock, SECRET, host="data-1", info={})
+    data.start()
+    try:
+        reader = FrameReader(trainer_sock, max_body=0)
+        kind, hello, _ = reader.read()
+        assert kind is Kind.HELLO and len(hello["nonce"]) >= 32
+        send_frame(trainer_sock, Kind.AUTH, {"host": "trainer-1", "nonce": "n", "mac": "0" * 64})
+        kind, meta, _ = reader.read()
+    finally:
+        data.join(timeout=20)
+    assert (kind, meta) == (Kind.ERROR, {"reason": "authentication failed"})
+    assert isinstance(data.error, AuthError)
+
+
+def test_trainer_rejects_a_data_host_that_cannot_prove_the_secret(pair):
+    """An impostor data host that skips the check and answers with a made-up MAC."""
+    data_sock, trainer_sock = pair
+
+    def impostor():
+        reader = FrameReader(data_sock, max_body=0)
+        send_frame(data_sock, Kind.HELLO, {"host": "data-1", "nonce": "abc"})
+        reader.read()
+        send_frame(data_sock, Kind.AUTH, {"mac": "f" * 64})
+
+    fake = _Side(impostor)
+    fake.start()
+    try:
+        with pytest.raises(AuthError, match="data host 'data-1' did not prove the job secret"):
+            client_handshake(trainer_sock, SECRET, host="trainer-1")
+    finally:
+        fake.join(timeout=20)
+    assert fake.error is None
+
+
+def test_a_mac_for_another_host_name_does_not_pass(pair):
+    """The MAC binds the claimed host name: a valid proof cannot be relabelled."""
+    from steps.train.auth import _mac
+
+    data_sock, trainer_sock = pair
+    data = _Side(serve_handshake, data_sock, SECRET, host="data-1", info={})
+    data.start()
+    try:
+        reader = FrameReader(trainer_sock, max_body=0)
+        _, hello, _ = reader.read()
+        send_frame(trainer_sock, Kind.AUTH, {"host": "trainer-2", "nonce": "n", "mac": _mac(SECRET, "trainer", hello["nonce"], "trainer-1")})
+        kind, _, _ = reader.read()
+    finally:
+        data.join(timeout=20)
+    assert kind is Kind.ERROR and isinstance(data.error, AuthError)
+
+
+def test_handshake_refuses_frames_of_the_wrong_kind(pair):
+    data_sock, trainer_sock = pair
+    data = _Side(serve_handshake, data_sock, SECRET, host="data-1", info={})
+    data.start()
+    try:
+        FrameReader(trainer_sock, max_body=0).read()
+        send_frame(trainer_sock, Kind.STOP, {"status": "completed"})
+    finally:
+        data.join(timeout=20)
+    assert isinstance(data.error, AuthError) and "expected a AUTH frame" in str(data.error)
+
+
+# -- the real data service against strangers ----------------------------------
+
+BATCHES_PER_EPOCH, BATCH = 5, 4
+CORRUPT = [(1000, "OSError: truncated")]  # travels with batch 2 and counts towards END
+
+
+def _epoch_batches(epoch: int):
+    for b in range(BATCHES_PER_EPOCH):
+        ids = torch.arange(b * BATCH, (b + 1) * BATCH, dtype=torch.int64)
+        pixels = ids.to(torch.uint8).view(-1, 1, 1, 1).expand(-1, 8, 8, 3).contiguous()  # pixel value = sample id
+        yield Batch(pixels=pixels, labels=ids % 3, ids=ids, corrupt=list(CORRUPT) if b == 2 else [], epoch=epoch)
+
+
+def _stranger_garbage(port):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost")  # exactly one header's worth, so the service reads it all
+        return _drain(s)
+
+
+def _stranger_unauthenticated_stop(port):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        reader = FrameReader(s, max_body=0)
+        assert reader.read()[0] is Kind.HELLO
+        send_frame(s, Kind.STOP, {"status": "completed", "reason": "let me stop you"})
+        return _drain(s)
+
+
+def _stranger_wrong_secret_then_stop(port):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        with pytest.raises(AuthError):
+            client_handshake(s, OTHER, host="trainer-a")
+        try:
+            send_frame(s, Kind.STOP, {"status": "completed"})
+        except OSError:
+            pass  # already closed by the service
+        return _drain(s)
+
+
+def _drain(s) -> list:
+    """Kinds of frames the service sends until it closes the connection."""
+    reader, kinds = FrameReader(s, max_body=0), []
+    while True:
+        try:
+            kinds.append(reader.read()[0])
+        except (PeerClosed, ConnectionResetError):
+            return kinds
+        except WireError:
+            return kinds + ["cut"]
+
+
+def test_strangers_cannot_stop_the_service_and_the_trainer_gets_every_batch(monkeypatch):
+    monkeypatch.delenv("HETERO_HOSTS_FILE", raising=False)
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    cfg = TrainConfig(epochs=2, data_port=port, heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=10.0, prefetch_batches=2)
+    samples = BATCHES_PER_EPOCH * BATCH + len(CORRUPT)
+    service = _Side(serve, cfg, server, me="127.0.0.1", trainer_hosts=("trainer-a",), secret=SECRET,
+                    samples_per_epoch=samples, epoch_batches=_epoch_batches)
+    service.start()
+    client = None
+    try:
+        assert _stranger_garbage(port) == [Kind.HELLO]  # the service greets, reads garbage, hangs up
+        assert _stranger_unauthenticated_stop(port) == []
+        assert _stranger_wrong_secret_then_stop(port) == []
+        assert service.is_alive() and service.error is None
+
+        client = DataServiceClient(cfg, me="trainer-a", data_hosts=("127.0.0.1",), secret=SECRET).connect()
+        assert client.hosts[0].samples_per_epoch == samples
+        for epoch in range(cfg.epochs):
+            ids, corrupt = [], []
+            for batch in client.batches(epoch):
+                assert batch.epoch == epoch and batch.source == "127.0.0.1"
+                assert batch.pixels.dtype == torch.uint8 and batch.pixels.shape == (BATCH, 8, 8, 3)
+                assert torch.equal(batch.pixels[:, 4, 4, 1], batch.ids.to(torch.uint8))
+                assert torch.equal(batch.labels, batch.ids % 3)
+                ids += batch.ids.tolist()
+                corrupt += batch.corrupt
+                batch.release()
+            assert sorted(ids) == list(range(BATCHES_PER_EPOCH * BATCH))  # every sample exactly once
+            assert corrupt == CORRUPT
+            assert client.hosts[0].received[epoch] == samples  # what END said (batches() checks they agree)
+        client.close()
+        service.join(timeout=30)
+        assert not service.is_alive(), "serve() did not return after the trainer's STOP"
+        assert service.error is None
+    finally:
+        if client is not None:
+            client.close("failed", "test ended early")
+        service.join(timeout=30)
+        server.close()
+    assert not service.is_alive()
+
