@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Callable
 
 from steps.common.errors import HeteroError, UserError
+from steps.train.cluster import HOSTS_FILE_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENTRY_POINT = "steps/train/launcher.py"
 SHARDED, REPLICATED = "ShardedByS3Key", "FullyReplicated"
-SECRET_ENV, HOSTS_FILE_ENV = "HETERO_JOB_SECRET", "HETERO_HOSTS_FILE"
 
 
 class StepFailed(HeteroError):

@@ -24,8 +24,7 @@ from pipeline.emulator import REPO_ROOT, Channel, EmulatedJob, InstanceGroup, St
 from pipeline.graph import DNN_GROUP, CheckStep, ExecutionId, Graph, Output, Param, ProcessingStep, TrainingStep
 from pipeline.sample_data import generate
 from steps.common.errors import UserError
-
-SECRET_ENV = "HETERO_JOB_SECRET"
+from steps.train.auth import SECRET_ENV
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ if not __package__:
 
 from steps.common.errors import UserError, run_step  # noqa: E402
 from steps.evaluate.prices import PriceTable, load_prices  # noqa: E402
-from steps.evaluate.store import open_store, validate_execution_id, write_json_atomic  # noqa: E402
+from steps.common.files import write_json_atomic  # noqa: E402
+from steps.evaluate.store import open_store, validate_execution_id  # noqa: E402
 
 SCHEMA_VERSION = 1
 METRICS_NAME = "metrics.json"

@@ -22,12 +22,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from steps.common.errors import UserError
+from steps.common.files import write_json_atomic
 
 # SageMaker pipeline execution ids are alphanumeric; we also allow '.', '_' and
 # '-' for local runs. No '/' and no leading '.', so an id can never climb out
@@ -46,25 +46,6 @@ def _check_name(value, what: str) -> str:
             "starting with a letter or digit"
         )
     return value
-
-
-def write_json_atomic(path: str | os.PathLike, obj) -> Path:
-    """Write ``obj`` as JSON so that readers see the old file or the new one, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
-    # Same directory as the target so os.replace is a rename, not a copy.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def open_store(uri: str | os.PathLike):

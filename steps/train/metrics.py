@@ -7,10 +7,7 @@ scrape them. Statistics leave out the warm-up steps.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -70,11 +67,3 @@ class StepStats:
             "elapsed_s": float(times.sum()),
             "samples": self.samples,
         }
-
-
-def write_json_atomic(path: Path, obj: dict) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-    return path

@@ -27,7 +27,8 @@ from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
 from steps.train.data_client import DataServiceClient
 from steps.train.dataset import ShardDataset, available_cpus, batch_loader
-from steps.train.metrics import SCHEMA_VERSION, StepStats, metric_line, write_json_atomic
+from steps.common.files import write_json_atomic
+from steps.train.metrics import SCHEMA_VERSION, StepStats, metric_line
 from steps.train.manifest import read_classes
 from steps.train.workload import Workload
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import sys
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
