@@ -60,3 +60,15 @@ def test_without_baseline_the_evaluation_has_no_comparison(tmp_path, tiny_images
     assert result.skipped == ["TrainBaseline"]
     assert result.price_performance["runs"]["baseline"] is None
     assert result.price_performance["improvement"] is None
+
+
+def test_a_user_workload_runs_on_every_host(tmp_path, tiny_images, no_leftovers):
+    params = resolve_parameters({"InputData": str(tiny_images), "Workload": "tests.fixtures.tiny_workload",
+                                 "WorkloadOptions": '{"hidden": 4}', "Epochs": 1, "BatchSize": 32, "ShardSizeMB": 1})
+    result = LocalRunner(build_graph(), params, LocalOptions(work_dir=tmp_path, grace_s=10, echo=lambda _: None)).run()
+    for job in result.jobs.values():
+        metrics = json.loads((job.model_dir / "metrics.json").read_text())
+        assert metrics["config"]["workload"] == "tests.fixtures.tiny_workload"
+        assert metrics["config"]["workload_options"] == {"hidden": 4}
+    state = __import__("torch").load(result.jobs["TrainHeterogeneous"].model_dir / "model.pt")
+    assert state["1.weight"].shape == (4, 16 * 16 * 3)
