@@ -14,6 +14,8 @@ import traceback
 from pathlib import Path
 
 FAILURE_REASON_LIMIT = 1024
+# Processing jobs show the first KB of this file as ExitMessage (training jobs read output/failure).
+PROCESSING_EXIT_MESSAGE = Path("/opt/ml/output/message")
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 1
@@ -55,25 +57,31 @@ def write_failure(output_dir: str | os.PathLike, reason: str) -> Path:
     return path
 
 
-def run_step(main, *, output_dir: str | os.PathLike) -> int:
+def processing_exit_message() -> Path | None:
+    """Where a Processing container reports why it failed, if this is one."""
+    return PROCESSING_EXIT_MESSAGE if PROCESSING_EXIT_MESSAGE.parent.is_dir() else None
+
+
+def run_step(main, *, output_dir: str | os.PathLike, exit_message: Path | None = None) -> int:
     """Run ``main()`` as a SageMaker step and return the process exit code.
 
     User errors print one line; internal errors print the traceback. Both
-    write the failure file. ``main`` returns 0 or raises.
+    write the failure file (and ``exit_message``, for Processing jobs).
+    ``main`` returns 0 or raises.
     """
     try:
         main()
         return 0
     except UserError as exc:
-        reason = exc.one_line()
+        reason, code = exc.one_line(), EXIT_USER_ERROR
         print(f"ERROR {reason}", file=sys.stderr, flush=True)
-        write_failure(output_dir, reason)
-        return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        write_failure(output_dir, "interrupted")
-        return 130
+        reason, code = "interrupted", 130
     except BaseException as exc:  # noqa: BLE001 - the process boundary
         traceback.print_exc()
         reason = exc.one_line() if isinstance(exc, HeteroError) else f"internal error: {type(exc).__name__}: {exc}"
-        write_failure(output_dir, reason.replace("\n", " "))
-        return EXIT_INTERNAL_ERROR
+        reason, code = reason.replace("\n", " "), EXIT_INTERNAL_ERROR
+    write_failure(output_dir, reason)
+    if exit_message is not None:
+        exit_message.write_text(reason[:FAILURE_REASON_LIMIT] + "\n", encoding="utf-8")
+    return code

@@ -19,7 +19,8 @@ Defaults: ``--heterogeneous /opt/ml/processing/input/heterogeneous``,
 ``--baseline /opt/ml/processing/input/baseline`` (skipped when that folder is
 absent or empty; an explicit ``--baseline`` must hold metrics),
 ``--output /opt/ml/processing/output/evaluation``. On failure the one-line
-reason goes to ``<output>/failure`` and the exit code is non-zero.
+reason goes to ``<output>/failure`` (and, in a Processing container, to
+``/opt/ml/output/message``, shown as ExitMessage) and the exit code is non-zero.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ if not __package__:
     # levels up) is not on sys.path and the `steps.` imports below would fail.
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from steps.common.errors import UserError, run_step  # noqa: E402
+from steps.common.errors import UserError, processing_exit_message, run_step  # noqa: E402
 from steps.evaluate.prices import PriceTable, load_prices  # noqa: E402
 from steps.common.files import write_json_atomic  # noqa: E402
 from steps.evaluate.store import open_store, validate_execution_id  # noqa: E402
@@ -309,6 +310,7 @@ def main(argv=None) -> int:
             prices_file=args.prices, execution_id=args.execution_id, store_uri=args.store,
         ),
         output_dir=args.output,
+        exit_message=processing_exit_message(),
     )
 
 

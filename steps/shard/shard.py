@@ -46,7 +46,7 @@ if not __package__:
 
 from PIL import Image  # noqa: E402
 
-from steps.common.errors import UserError, run_step  # noqa: E402
+from steps.common.errors import UserError, processing_exit_message, run_step  # noqa: E402
 from steps.shard.format import sha256_file, write_shard  # noqa: E402
 
 DEFAULT_INPUT = "/opt/ml/processing/input/raw"
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
                                  seed=args.seed)
         print(summary_line(manifest), flush=True)
 
-    return run_step(step, output_dir=_output_dir(argv))
+    return run_step(step, output_dir=_output_dir(argv), exit_message=processing_exit_message())
 
 
 if __name__ == "__main__":
