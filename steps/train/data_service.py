@@ -82,6 +82,10 @@ def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tu
         service.wait_for_stop()
     except _AllStopped:
         pass
+    except BaseException as exc:
+        what = exc.one_line() if isinstance(exc, HeteroError) else f"{type(exc).__name__}: {exc}"
+        service.abort(f"data host {me}: {what}".splitlines()[0])  # the trainers learn why, not just that the socket closed
+        raise
     finally:
         service.close()
 
@@ -163,6 +167,14 @@ class DataService:
         while True:
             self.check()
             self.done.wait(self.cfg.heartbeat_s)
+
+    def abort(self, reason: str) -> None:
+        for t in self.trainers:
+            if not t.stopped:
+                try:
+                    t.link.send(Kind.ERROR, {"reason": reason[:1000]})
+                except (WireError, OSError, Stopped):
+                    pass
 
     def close(self) -> None:
         self.done.set()
