@@ -52,6 +52,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import signal
 import socket
 import statistics
 import sys
@@ -283,6 +284,7 @@ def main() -> None:
                         help="paced multi-host senders each produce this fraction of the single-host batches/s")
     parser.add_argument("--quick", action="store_true", help="a short run: 30 batches, 4 warm-up")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so every sender process is reaped
     if args.quick:
         args.batches, args.warmup = 30, 4
 

@@ -86,6 +86,8 @@ def _coerce(f: dataclasses.Field, raw: Any) -> Any:
             value = json.loads(raw)
         except (ValueError, RecursionError):  # not JSON, an over-long int literal, deep nesting
             value = raw
+    if want is str and isinstance(value, (int, float)):
+        value = json.dumps(value)  # the toolkit JSON-decodes every hyperparameter: "123" arrives as 123
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value) if abs(value) < 2**1024 else math.inf  # float() raises OverflowError past that
     if want is int and isinstance(value, float) and value.is_integer():

@@ -27,7 +27,7 @@ from steps.train.auth import AuthError, job_secret, serve_handshake
 from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
 from steps.train.dataset import Batch, ShardDataset, batch_loader
-from steps.train.link import Link, Stopped
+from steps.train.link import Link, PeerSilent, Stopped
 from steps.train.wire import Kind, WireError
 from steps.train.workload import Workload
 
@@ -189,14 +189,22 @@ class DataService:
                 self.failure = error
         self.done.set()
 
+    def _lost(self, t: _Trainer, exc: Exception) -> None:
+        """A trainer link broke; the send and control threads both land here, so the reason is the same."""
+        if t.stopped or self.done.is_set():
+            return
+        if isinstance(exc, PeerSilent):
+            self._fail(TrainerGone(f"trainer {t.host} went silent: {exc}"))
+        else:
+            self._fail(TrainerGone(f"trainer {t.host} disconnected without STOP ({exc}); it crashed or was killed"))
+
     def _guarded(self, t: _Trainer, action) -> None:
         try:
             action()
         except Stopped:
             pass
         except (WireError, OSError) as exc:
-            if not (t.stopped or self.done.is_set()):
-                self._fail(TrainerGone(f"trainer {t.host} lost: {exc}"))
+            self._lost(t, exc)
 
     def _control(self, t: _Trainer) -> None:
         while not (t.stopped or self.done.is_set()):
@@ -205,8 +213,7 @@ class DataService:
             except Stopped:
                 return
             except (WireError, OSError) as exc:
-                if not (t.stopped or self.done.is_set()):
-                    self._fail(TrainerGone(f"trainer {t.host} disconnected without STOP ({exc}); it crashed or was killed"))
+                self._lost(t, exc)
                 return
             if frame is None:
                 continue

@@ -137,6 +137,8 @@ def encode_frame(kind: Kind, meta: dict | None = None, arrays: Sequence[tuple[st
         meta["segments"] = []
         for name, array in arrays:
             array = np.ascontiguousarray(array)
+            if not array.dtype.isnative:  # the dtype name carries no byte order: send native order
+                array = array.astype(array.dtype.newbyteorder("="))
             meta["segments"].append({"name": name, "dtype": array.dtype.name, "shape": list(array.shape)})
             views.append(byte_view(array))
     meta_bytes = json.dumps(meta, separators=(",", ":")).encode()

@@ -144,3 +144,9 @@ def test_help_covers_every_field():
     help = TrainConfig.help()
     assert set(help) == {f.name for f in dataclasses.fields(TrainConfig)}
     assert all(text.strip() for text in help.values())
+
+
+def test_a_string_setting_that_looks_like_a_number_survives_the_toolkit():
+    # sagemaker-training json.loads every hyperparameter value, so "123" reaches us as 123
+    cfg = TrainConfig.from_hyperparameters({"data_group": 123, "dnn_group": True})
+    assert cfg.data_group == "123" and cfg.dnn_group == "true"

@@ -435,3 +435,12 @@ def test_random_bytes_end_in_wire_error_or_peer_closed(pair, seed):
 def test_module_limits_are_what_the_docs_say():
     assert wire.HEADER.format == "<4sHHIQ" and HEADER.size == 20
     assert (MAX_META_BYTES, MAX_SEGMENTS, MAX_DIMS) == (64 * 1024, 16, 8)
+
+
+def test_non_native_byte_order_arrives_with_the_right_values():
+    a, b = socket.socketpair()
+    with a, b:
+        big_endian = np.arange(5, dtype=">i4")
+        send_frame(a, Kind.BATCH, {}, [("x", big_endian)])
+        _, _, arrays = FrameReader(b).read()
+    assert arrays["x"].tolist() == [0, 1, 2, 3, 4]
