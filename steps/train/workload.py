@@ -64,7 +64,7 @@ class Workload:
         return torch.nn.CrossEntropyLoss()
 
     def optimizer(self, parameters, learning_rate: float) -> torch.optim.Optimizer:
-        return torch.optim.SGD(parameters, lr=learning_rate, momentum=0.9, weight_decay=5e-4)
+        return torch.optim.AdamW(parameters, lr=learning_rate)
 
     def normalize(self, pixels: torch.Tensor) -> torch.Tensor:
         """uint8 NHWC on the training device -> float NCHW, normalised there."""

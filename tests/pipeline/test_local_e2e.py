@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from pipeline.graph import build_graph, resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
@@ -51,6 +52,11 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
     # no port of the job is still open
     for job in result.jobs.values():
         assert not job_ports(job.job_dir) & listening_ports()
+    if data_hosts == dnn_hosts == 1:
+        # Same seed, same shards: the data plane must hand the trainer exactly the bytes, labels and order
+        # that the baseline's own DataLoader produced, so the two trained models are bit-identical.
+        base, het = (torch.load(result.jobs[s].model_dir / "model.pt") for s in ("TrainBaseline", "TrainHeterogeneous"))
+        assert base.keys() == het.keys() and all(torch.equal(base[k], het[k]) for k in base)
 
 
 def test_without_baseline_the_evaluation_has_no_comparison(tmp_path, tiny_images, no_leftovers):
@@ -70,5 +76,5 @@ def test_a_user_workload_runs_on_every_host(tmp_path, tiny_images, no_leftovers)
         metrics = json.loads((job.model_dir / "metrics.json").read_text())
         assert metrics["config"]["workload"] == "tests.fixtures.tiny_workload"
         assert metrics["config"]["workload_options"] == {"hidden": 4}
-    state = __import__("torch").load(result.jobs["TrainHeterogeneous"].model_dir / "model.pt")
+    state = torch.load(result.jobs["TrainHeterogeneous"].model_dir / "model.pt")
     assert state["1.weight"].shape == (4, 16 * 16 * 3)
