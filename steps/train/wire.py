@@ -147,6 +147,9 @@ def encode_frame(kind: Kind, meta: dict | None = None, arrays: Sequence[tuple[st
 
 
 Stall = Callable[[], None]
+# A timeout is TimeoutError on a socket with a Python timeout, and BlockingIOError (EAGAIN) on a
+# blocking socket whose kernel timeout (SO_RCVTIMEO / SO_SNDTIMEO) expired.
+TIMEOUTS = (TimeoutError, BlockingIOError)
 
 
 def send_buffers(sock: socket.socket, buffers: list, on_stall: Stall | None = None) -> None:
@@ -160,7 +163,7 @@ def send_buffers(sock: socket.socket, buffers: list, on_stall: Stall | None = No
     while views:
         try:
             sent = sock.sendmsg(views)
-        except TimeoutError:
+        except TIMEOUTS:
             if on_stall is None:
                 raise
             on_stall()
@@ -186,7 +189,7 @@ def recv_exact_into(sock: socket.socket, view: memoryview, on_stall: Stall | Non
     while got < total:
         try:
             n = sock.recv_into(view[got:], total - got)
-        except TimeoutError:
+        except TIMEOUTS:
             if (frame_start and got == 0) or on_stall is None:
                 raise
             on_stall()
@@ -216,7 +219,7 @@ class FrameReader:
         self._header = bytearray(HEADER.size)
 
     def read(self) -> tuple[Kind, dict, dict[str, np.ndarray]]:
-        """One whole frame. TimeoutError only when the peer sent nothing at all."""
+        """One whole frame. A timeout (see `TIMEOUTS`) only when the peer sent nothing at all."""
         view = memoryview(self._header)
         recv_exact_into(self.sock, view, self.on_stall, frame_start=True, what="a frame header")
         header = decode_header(view, max_body=self.max_body)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 
+import numpy as np
 import pytest
 import torch
 
@@ -41,3 +42,27 @@ def test_a_failing_data_host_tells_the_trainer_why(monkeypatch):
         service.join(timeout=30)
         server.close()
     assert isinstance(service.error, UserError)
+
+
+def test_an_idle_peer_is_a_heartbeat_then_a_silent_peer():
+    from steps.train.link import Link, PeerSilent
+
+    a, b = socket.socketpair()
+    with a, b:
+        link = Link(a, "peer b", heartbeat_s=0.1, silence_timeout_s=0.5)
+        assert link.read() is None  # one heartbeat of quiet: not yet an error
+        with pytest.raises(PeerSilent, match="peer b sent nothing"):
+            while True:
+                link.read()
+
+
+def test_a_peer_that_stops_reading_stalls_a_send_into_peer_silent():
+    from steps.train.link import Link, PeerSilent
+    from steps.train.wire import Kind
+
+    a, b = socket.socketpair()
+    with a, b:
+        link = Link(a, "peer b", heartbeat_s=0.1, silence_timeout_s=0.5)
+        big = np.zeros(64 * 1024 * 1024, dtype=np.uint8)  # far more than both socket buffers hold
+        with pytest.raises(PeerSilent):
+            link.send(Kind.BATCH, {}, [("pixels", big)])
