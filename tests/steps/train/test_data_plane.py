@@ -44,10 +44,17 @@ def test_a_failing_data_host_tells_the_trainer_why(monkeypatch):
     assert isinstance(service.error, UserError)
 
 
+def tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        a = socket.create_connection(server.getsockname())
+        b, _ = server.accept()
+    return a, b
+
+
 def test_an_idle_peer_is_a_heartbeat_then_a_silent_peer():
     from steps.train.link import Link, PeerSilent
 
-    a, b = socket.socketpair()
+    a, b = tcp_pair()
     with a, b:
         link = Link(a, "peer b", heartbeat_s=0.1, silence_timeout_s=0.5)
         assert link.read() is None  # one heartbeat of quiet: not yet an error
@@ -60,7 +67,7 @@ def test_a_peer_that_stops_reading_stalls_a_send_into_peer_silent():
     from steps.train.link import Link, PeerSilent
     from steps.train.wire import Kind
 
-    a, b = socket.socketpair()
+    a, b = tcp_pair()
     with a, b:
         link = Link(a, "peer b", heartbeat_s=0.1, silence_timeout_s=0.5)
         big = np.zeros(64 * 1024 * 1024, dtype=np.uint8)  # far more than both socket buffers hold
