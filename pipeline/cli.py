@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--work-dir", type=Path, default=Path("runs"), help="where runs and the local results store live (default runs/)")
     run.add_argument("--sample-images", type=int, default=3000, help="size of the generated dataset when no --input is given")
     run.add_argument("--no-pin", action="store_true", help="do not pin hosts to CPU sets")
+    run.add_argument("--prices", type=Path, help='JSON price overrides, e.g. {"prices": {"ml.g6.xlarge": 1.0}}')
     sub.add_parser("params", help="list pipeline parameters")
     return parser
 
@@ -70,9 +71,9 @@ def _layers(args) -> list[dict]:
     return [file_layer, env_layer, cli_layer]
 
 
-def _validate(params: dict) -> None:
+def _validate(params: dict, prices_file: Path | None) -> None:
     check_input_folder(params["InputData"])
-    prices = load_prices()
+    prices = load_prices(prices_file)
     for key in ("DataInstanceType", "DnnInstanceType"):
         prices.hourly(params[key])  # an unknown type fails now, not after training
     try:
@@ -85,10 +86,11 @@ def _validate(params: dict) -> None:
 
 def cmd_run(args) -> int:
     params = resolve_parameters(*_layers(args))
-    _validate(params)
+    _validate(params, args.prices)
     if args.sample_images < 10:
         raise UserError(f"--sample-images {args.sample_images}: use at least 10", headline="bad option")
-    options = LocalOptions(work_dir=args.work_dir, sample_images=args.sample_images, pin_cpus=not args.no_pin)
+    options = LocalOptions(work_dir=args.work_dir, sample_images=args.sample_images, pin_cpus=not args.no_pin,
+                           prices_file=args.prices)
     result = LocalRunner(build_graph(), params, options).run()
     print()
     print(render(result.price_performance))

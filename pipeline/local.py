@@ -36,6 +36,7 @@ class LocalOptions:
     step_timeout_s: float | None = 1800.0
     silence_timeout_s: float = 30.0
     cpus: dict | None = None  # {"dnn_group": (...), "data": (...)}: overrides cpu_plan()
+    prices_file: Path | None = None  # overrides/extends the bundled price table
     echo: Callable[[str], None] = print
 
 
@@ -120,6 +121,8 @@ class LocalRunner:
         if step.name == "Evaluate":
             self.result.store_uri = str((self.options.work_dir / "results").resolve())
             args += ["--store", self.result.store_uri]
+            if self.options.prices_file:
+                args += ["--prices", str(Path(self.options.prices_file).resolve())]
         self.options.echo(f"[{step.name}] {' '.join(Path(a).name if a.startswith('/') else a for a in args[1:])}")
         proc = subprocess.run(args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=self.options.step_timeout_s)

@@ -74,3 +74,11 @@ def test_params_lists_every_parameter(capsys):
     out = capsys.readouterr().out
     for name in ("InputData", "DataInstanceCount", "DnnInstanceType", "DataDistribution", "InputMode", "ShardSizeMB", "RunBaseline"):
         assert name in out
+
+
+def test_a_prices_file_makes_a_new_instance_type_known(tmp_path, capsys):
+    prices = tmp_path / "prices.json"
+    prices.write_text('{"prices": {"ml.p9.mega": 99.0}}')
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--dnn-instance-type", "ml.p9.mega",
+                        "--prices", str(prices), "--workload-options", "[1]")
+    assert code == 2 and "ml.p9.mega" not in err and "must be a JSON object" in err  # past the price check, stopped after it
