@@ -94,6 +94,11 @@ def cmd_run(args) -> int:
     result = LocalRunner(build_graph(), params, options).run()
     print()
     print(render(result.price_performance))
+    manifest = json.loads(result.outputs[("Shard", "manifest")].read_text())
+    quarantined = manifest.get("quarantined", 0) + manifest.get("skipped", 0)
+    if quarantined:
+        print(f"\ninput:     {manifest['quarantined']} corrupt file(s) quarantined, {manifest['skipped']} skipped: "
+              f"{result.outputs[('Shard', 'manifest')].parent / 'report.json'}")
     print(f"\nmetrics:   {result.run_dir}/*/model/metrics.json")
     print(f"results:   {result.outputs[('Evaluate', 'evaluation')]}/price_performance.json")
     print(f"store:     {result.store_uri}/{result.execution_id}/")

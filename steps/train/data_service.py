@@ -32,6 +32,9 @@ from steps.train.wire import Kind, WireError
 from steps.train.workload import Workload
 
 
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
 class TrainerGone(HeteroError):
     headline = "trainer lost"
 
@@ -92,32 +95,59 @@ def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tu
 
 def _accept_trainers(server: socket.socket, cfg: TrainConfig, me: str, trainer_hosts: tuple[str, ...], secret: bytes,
                      samples: int) -> list[_Trainer]:
+    """Accept until every expected trainer has proved the secret. Each handshake runs in its own
+    thread, so a stranger that connects and says nothing cannot hold up the real trainers."""
     expected = set(trainer_hosts)
     trainers: dict[str, _Trainer] = {}
-    deadline = time.monotonic() + cfg.connect_timeout_s
+    pending: set[socket.socket] = set()
+    lock = threading.Lock()
     info = {"samples_per_epoch": samples, "epochs": cfg.epochs}
-    while set(trainers) != expected:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            missing = ", ".join(sorted(expected - set(trainers)))
-            raise TrainerGone(f"trainer host(s) {missing} did not connect within connect_timeout_s={cfg.connect_timeout_s:g}")
-        server.settimeout(min(remaining, 1.0))
-        try:
-            sock, address = server.accept()
-        except TimeoutError:
-            continue
-        sock.settimeout(10.0)
+
+    def handshake(sock: socket.socket, address) -> None:
         try:
             peer = serve_handshake(sock, secret, host=me, info=info)
         except (AuthError, WireError, OSError) as exc:
             print(f"[data] {me}: rejected connection from {address[0]}: {exc}", flush=True)
-            sock.close()
-            continue
-        if peer not in expected or peer in trainers:
-            sock.close()
-            continue
-        trainers[peer] = _Trainer(peer, Link(sock, f"trainer {peer}", heartbeat_s=cfg.heartbeat_s, silence_timeout_s=cfg.silence_timeout_s))
-    return list(trainers.values())
+            peer = None
+        with lock:
+            pending.discard(sock)
+            if peer in expected and peer not in trainers:
+                trainers[peer] = _Trainer(peer, Link(sock, f"trainer {peer}", heartbeat_s=cfg.heartbeat_s,
+                                                     silence_timeout_s=cfg.silence_timeout_s))
+                return
+        sock.close()
+
+    threads = []
+    deadline = time.monotonic() + cfg.connect_timeout_s
+    try:
+        while True:
+            with lock:
+                if set(trainers) == expected:
+                    return list(trainers.values())
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                missing = ", ".join(sorted(expected - set(trainers)))
+                raise TrainerGone(f"trainer host(s) {missing} did not connect within connect_timeout_s={cfg.connect_timeout_s:g}")
+            server.settimeout(min(remaining, 0.2))
+            try:
+                sock, address = server.accept()
+            except TimeoutError:
+                continue
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            with lock:
+                pending.add(sock)
+            thread = threading.Thread(target=handshake, args=(sock, address), name="handshake", daemon=True)
+            thread.start()
+            threads.append(thread)
+    finally:
+        with lock:
+            for sock in pending:  # strangers still mid-handshake: cut them off (shutdown wakes their recv)
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        for thread in threads:
+            thread.join(timeout=HANDSHAKE_TIMEOUT_S)
 
 
 class DataService:

@@ -201,6 +201,8 @@ def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes) -> 
         "measured_steps": summary["measured_steps"],
         "step_time_s": summary["step_time_s"],
         "data_wait_share": summary["data_wait_share"],
+        "data_wait_s_per_step": summary["data_wait_s"] / max(summary["measured_steps"], 1),
+        "compute_s_per_step": summary["compute_s"] / max(summary["measured_steps"], 1),
         "samples_per_second": summary["global_samples"] / elapsed if elapsed else 0.0,
         "accuracy": accuracy,
         "epochs": cfg.epochs,

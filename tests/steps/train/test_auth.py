@@ -278,3 +278,28 @@ def test_strangers_cannot_stop_the_service_and_the_trainer_gets_every_batch(monk
         server.close()
     assert not service.is_alive()
 
+
+
+def test_a_silent_stranger_does_not_hold_up_the_real_trainer(monkeypatch):
+    monkeypatch.delenv("HETERO_HOSTS_FILE", raising=False)
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    cfg = TrainConfig(epochs=1, data_port=port, heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=8.0)
+    service = _Side(serve, cfg, server, me="127.0.0.1", trainer_hosts=("trainer-a",), secret=SECRET,
+                    samples_per_epoch=BATCHES_PER_EPOCH * BATCH + len(CORRUPT), epoch_batches=_epoch_batches)
+    service.start()
+    stranger = socket.create_connection(("127.0.0.1", port), timeout=10)  # connects, then never answers the HELLO
+    client = None
+    try:
+        # with handshakes one at a time, this would wait out the stranger's 10 s handshake and then the 8 s deadline
+        client = DataServiceClient(cfg, me="trainer-a", data_hosts=("127.0.0.1",), secret=SECRET).connect()
+        assert sum(len(b) for b in client.batches(0)) == BATCHES_PER_EPOCH * BATCH
+        client.close()
+        service.join(timeout=30)
+        assert service.error is None and not service.is_alive()
+    finally:
+        stranger.close()
+        if client is not None:
+            client.close("failed", "test ended early")
+        service.join(timeout=30)
+        server.close()
