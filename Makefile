@@ -1,25 +1,33 @@
 # `make run`  : create the pinned environment (once) and run the local pipeline.
-# `make test` : create the pinned environment (once) and run the test suite.
+# `make test` : create the pinned environment with the cloud and test extras (once) and run the test suite.
+# Every version, transitive ones included, is pinned in constraints.txt; re-running installs nothing new.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+HASH   := $(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 ARGS   ?=
 
-.PHONY: setup run test bench
-setup: $(STAMP)
+.PHONY: setup setup-all run test bench
+setup: $(VENV)/.installed-base-$(HASH)
+setup-all: $(VENV)/.installed-all-$(HASH)
 
-$(STAMP): pyproject.toml constraints.txt
+$(VENV)/.installed-base-$(HASH): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
-	rm -f $(VENV)/.installed-*
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e .
+	rm -f $(VENV)/.installed-base-*
 	touch $@
 
-run: $(STAMP)
+$(VENV)/.installed-all-$(HASH): pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[cloud,dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@ $(VENV)/.installed-base-$(HASH)
+
+run: setup
 	$(VENV)/bin/hetero run $(ARGS)
 
-test: $(STAMP)
+test: setup-all
 	$(VENV)/bin/python -m pytest $(ARGS)
 
-bench: $(STAMP)
+bench: setup
 	$(PY) bench/transport.py
 	$(PY) bench/hetero_speedup.py
