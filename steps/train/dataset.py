@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from steps.common.errors import HeteroError
 from steps.shard.format import iter_shard
 from steps.train.workload import Workload
 
@@ -129,10 +130,28 @@ def collate(items) -> Batch:
     return Batch(pixels=pixels, labels=labels, ids=ids, corrupt=corrupt)
 
 
+class BatchLoader(DataLoader):
+    """A DataLoader of `Batch` whose worker errors keep their own message.
+
+    torch re-raises a worker's exception in the parent with the message replaced by
+    "Caught X in DataLoader worker process N. Original Traceback: ...". For our own errors
+    (a malformed shard, say) the last line of that text is what the user must read.
+    """
+
+    def __iter__(self):
+        try:
+            yield from super().__iter__()
+        except HeteroError as exc:
+            if "Original Traceback" not in exc.message:
+                raise
+            last = [line for line in exc.message.splitlines() if line.strip()][-1]
+            raise type(exc)(last.split(": ", 1)[-1], headline=exc.headline) from None
+
+
 def batch_loader(dataset: ShardDataset, *, batch_size: int, num_workers: int = 0, pin_memory: bool = False) -> DataLoader:
     """A DataLoader of `Batch` over `dataset`, one worker per available CPU by default."""
     workers = num_workers or available_cpus()
-    return DataLoader(
+    return BatchLoader(
         dataset,
         batch_size=batch_size,
         num_workers=workers,

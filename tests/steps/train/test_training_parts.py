@@ -118,3 +118,13 @@ def test_step_stats_leave_out_warm_up():
     assert summary["measured_steps"] == 2 and summary["seen"] == 40 and summary["samples"] == 20
     assert summary["step_time_s"]["mean"] == pytest.approx(0.5)
     assert summary["data_wait_share"] == pytest.approx(0.4)
+
+
+def test_a_malformed_shard_in_a_worker_keeps_its_message(tmp_path):
+    shard = tmp_path / "train-00000.tar"
+    shard.write_bytes(b"this is not a tar file" * 100)
+    loader = batch_loader(ShardDataset([shard], FailsOnOddIds(), train=True), batch_size=4, num_workers=2)
+    with pytest.raises(UserError) as caught:
+        list(loader)
+    assert str(shard) in caught.value.message
+    assert "Caught" not in caught.value.message and "Traceback" not in caught.value.message
