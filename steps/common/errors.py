@@ -49,6 +49,12 @@ class InternalError(HeteroError):
     headline = "internal error"
 
 
+def describe(exc: BaseException) -> str:
+    """One line for any exception: ours carry a headline, others their type."""
+    text = exc.one_line() if isinstance(exc, HeteroError) else f"{type(exc).__name__}: {exc}"
+    return text.replace("\n", " ")
+
+
 def write_failure(output_dir: str | os.PathLike, reason: str) -> Path:
     """Write the failure file SageMaker reads; returns its path."""
     path = Path(output_dir) / "failure"
@@ -79,8 +85,8 @@ def run_step(main, *, output_dir: str | os.PathLike, exit_message: Path | None =
         reason, code = "interrupted", 130
     except BaseException as exc:  # noqa: BLE001 - the process boundary
         traceback.print_exc()
-        reason = exc.one_line() if isinstance(exc, HeteroError) else f"internal error: {type(exc).__name__}: {exc}"
-        reason, code = reason.replace("\n", " "), EXIT_INTERNAL_ERROR
+        reason = describe(exc) if isinstance(exc, HeteroError) else f"internal error: {describe(exc)}"
+        code = EXIT_INTERNAL_ERROR
     write_failure(output_dir, reason)
     if exit_message is not None:
         exit_message.write_text(reason[:FAILURE_REASON_LIMIT] + "\n", encoding="utf-8")

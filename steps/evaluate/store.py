@@ -35,6 +35,12 @@ from steps.common.files import write_json_atomic
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
+class DocumentNotFound(UserError):
+    """No such document for that execution (yet): callers that poll may treat it as 'absent'."""
+
+    headline = "not found"
+
+
 def validate_execution_id(execution_id: str) -> str:
     return _check_name(execution_id, "execution id")
 
@@ -87,7 +93,7 @@ class LocalStore:
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise UserError(f"{path.as_uri()} does not exist: no {name} stored for execution {execution_id!r}") from None
+            raise DocumentNotFound(f"{path.as_uri()} does not exist: no {name} stored for execution {execution_id!r}") from None
 
     def list_executions(self) -> list[str]:
         if not self.root.is_dir():
@@ -165,4 +171,5 @@ def _s3_errors(uri: str):
         error = exc.response.get("Error", {})
         if error.get("Code") not in _S3_USER_CODES:
             raise
-        raise UserError(f"{uri}: S3 says {error['Code']}: {error.get('Message', '')}") from None
+        kind = DocumentNotFound if error["Code"] == "NoSuchKey" else UserError
+        raise kind(f"{uri}: S3 says {error['Code']}: {error.get('Message', '')}") from None

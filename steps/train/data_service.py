@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from steps.common.errors import HeteroError, UserError
+from steps.common.errors import HeteroError, UserError, describe
 from steps.shard.format import count_samples, list_shards
 from steps.train.auth import AuthError, job_secret, serve_handshake
 from steps.train.cluster import Cluster, resolve
@@ -86,8 +86,7 @@ def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tu
     except _AllStopped:
         pass
     except BaseException as exc:
-        what = exc.one_line() if isinstance(exc, HeteroError) else f"{type(exc).__name__}: {exc}"
-        service.abort(f"data host {me}: {what}".splitlines()[0])  # the trainers learn why, not just that the socket closed
+        service.abort(f"data host {me}: {describe(exc)}")  # the trainers learn why, not just that the socket closed
         raise
     finally:
         service.close()

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 
-from steps.common.errors import UserError
+from steps.common.errors import UserError, describe
 from steps.shard.format import list_shards
 from steps.train.auth import job_secret
 from steps.train.cluster import Cluster, resolve
@@ -67,7 +67,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         model = workload.build_model(len(classes)).to(device)
         if dist.is_initialized():
             model = DistributedDataParallel(model)
-        stats, corrupt = _train(cfg, cluster, workload, model, source, device)
+        stats, corrupt = _train(cfg, workload, model, source, device)
         accuracy = _validate(cfg, cluster, workload, model, device) if cluster.rank == 0 else None
         summary = _gather(stats.summary(), len(corrupt))
         if cluster.rank == 0:
@@ -75,7 +75,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         source.close("completed")
     except BaseException as exc:
         if source is not None:
-            source.close("failed", f"trainer {cluster.current_host}: {exc}")
+            source.close("failed", f"trainer {cluster.current_host}: {describe(exc)}")
         raise
     finally:
         if dist.is_initialized():
@@ -97,7 +97,7 @@ def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) 
     )
 
 
-def _train(cfg, cluster, workload, model, source, device):
+def _train(cfg, workload, model, source, device):
     loss_fn = workload.loss().to(device)
     optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
     stats = StepStats(cfg.warmup_steps)
@@ -106,13 +106,13 @@ def _train(cfg, cluster, workload, model, source, device):
     for epoch in range(cfg.epochs):
         join = Join([model]) if dist.is_initialized() else contextlib.nullcontext()
         with join:
-            stopped = _epoch(cfg, cluster, workload, model, source, device, loss_fn, optimizer, stats, corrupt, epoch)
+            stopped = _epoch(cfg, workload, model, source, device, loss_fn, optimizer, stats, corrupt, epoch)
         if stopped:
             break
     return stats, corrupt
 
 
-def _epoch(cfg, cluster, workload, model, source, device, loss_fn, optimizer, stats, corrupt, epoch) -> bool:
+def _epoch(cfg, workload, model, source, device, loss_fn, optimizer, stats, corrupt, epoch) -> bool:
     last = time.perf_counter()
     for batch in source.batches(epoch):
         ready = time.perf_counter()
