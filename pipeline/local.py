@@ -102,8 +102,9 @@ class LocalRunner:
         return self.result
 
     # -- processing ----------------------------------------------------------
-    def _input_path(self, step: ProcessingStep, name: str, value) -> Path | None:
-        if step.name == "Shard" and name == "input" and not value:
+    def _input_path(self, step: ProcessingStep, ref) -> Path | None:
+        value = self.value(ref)
+        if ref == Param("InputData") and not value:  # the local default: a generated dataset
             folder = self.options.work_dir / "sample-data"
             self.options.echo(f"[{step.name}] no InputData: generating {self.options.sample_images} sample images in {folder}")
             return generate(folder, samples=self.options.sample_images)
@@ -113,7 +114,7 @@ class LocalRunner:
         out = self.run_dir / step.name
         args = [sys.executable, str(REPO_ROOT / step.script), "--output", str(out)]
         for name, ref in step.inputs.items():
-            path = self._input_path(step, name, self.value(ref))
+            path = self._input_path(step, ref)
             if path is not None:
                 args += [f"--{name}", str(path)]
         for flag, ref in step.arguments.items():

@@ -78,3 +78,14 @@ def test_a_user_workload_runs_on_every_host(tmp_path, tiny_images, no_leftovers)
         assert metrics["config"]["workload_options"] == {"hidden": 4}
     state = torch.load(result.jobs["TrainHeterogeneous"].model_dir / "model.pt")
     assert state["1.weight"].shape == (4, 16 * 16 * 3)
+
+
+def test_with_no_input_the_run_generates_its_own_dataset(tmp_path, no_leftovers):
+    params = resolve_parameters({"Epochs": 1, "BatchSize": 32, "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 0}'})
+    assert params["InputData"] == ""
+    options = LocalOptions(work_dir=tmp_path, sample_images=80, grace_s=10, echo=lambda _: None)
+    result = LocalRunner(build_graph(), params, options).run()
+    manifest = json.loads(result.outputs[("Shard", "manifest")].read_text())
+    assert manifest["splits"]["train"]["samples"] + manifest["splits"]["validation"]["samples"] == 80
+    assert len(manifest["classes"]) == 8
+    assert (tmp_path / "sample-data").is_dir()
