@@ -32,38 +32,41 @@ def metric_line(**values) -> str:
 
 @dataclass
 class StepStats:
+    """Per-step wait and compute times. Statistics leave out the first ``warmup_steps``,
+    unless the run is too short to have any steps after them: then they use every step
+    and say so (``warmup_steps_excluded``: 0)."""
+
     warmup_steps: int
-    steps: int = 0
     waits: list = field(default_factory=list)
     computes: list = field(default_factory=list)
-    samples: int = 0
-    seen: int = 0  # every trained sample, warm-up included
+    sizes: list = field(default_factory=list)
 
     def record(self, *, wait: float, compute: float, samples: int) -> None:
-        self.steps += 1
-        self.seen += samples
-        if self.steps > self.warmup_steps:
-            self.waits.append(wait)
-            self.computes.append(compute)
-            self.samples += samples
+        self.waits.append(wait)
+        self.computes.append(compute)
+        self.sizes.append(samples)
 
     @property
-    def measured(self) -> int:
+    def steps(self) -> int:
         return len(self.waits)
 
     def summary(self) -> dict:
-        if not self.waits:
-            return {"steps": self.steps, "seen": self.seen, "measured_steps": 0, "step_time_s": {"mean": 0.0, "p50": 0.0, "p90": 0.0}, "data_wait_share": 0.0,
+        skip = self.warmup_steps if self.steps > self.warmup_steps else 0
+        waits, computes = np.asarray(self.waits[skip:]), np.asarray(self.computes[skip:])
+        times = waits + computes
+        if not len(times):
+            return {"steps": 0, "seen": 0, "measured_steps": 0, "warmup_steps_excluded": 0,
+                    "step_time_s": {"mean": 0.0, "p50": 0.0, "p90": 0.0}, "data_wait_share": 0.0,
                     "data_wait_s": 0.0, "compute_s": 0.0, "elapsed_s": 0.0, "samples": 0}
-        times = np.asarray(self.waits) + np.asarray(self.computes)
         return {
             "steps": self.steps,
-            "seen": self.seen,
+            "seen": int(sum(self.sizes)),
             "measured_steps": len(times),
+            "warmup_steps_excluded": skip,
             "step_time_s": {"mean": float(times.mean()), "p50": float(np.percentile(times, 50)), "p90": float(np.percentile(times, 90))},
-            "data_wait_share": float(np.sum(self.waits) / times.sum()),
-            "data_wait_s": float(np.sum(self.waits)),
-            "compute_s": float(np.sum(self.computes)),
+            "data_wait_share": float(waits.sum() / times.sum()),
+            "data_wait_s": float(waits.sum()),
+            "compute_s": float(computes.sum()),
             "elapsed_s": float(times.sum()),
-            "samples": self.samples,
+            "samples": int(sum(self.sizes[skip:])),
         }

@@ -197,7 +197,7 @@ def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes) -> 
         "instance_groups": [g.as_metrics() for g in cluster.groups],
         "global_batch_size": cfg.batch_size * cluster.world_size,
         "steps": summary["steps"],
-        "warmup_steps": cfg.warmup_steps,
+        "warmup_steps": summary["warmup_steps_excluded"],
         "measured_steps": summary["measured_steps"],
         "step_time_s": summary["step_time_s"],
         "data_wait_share": summary["data_wait_share"],

@@ -118,6 +118,16 @@ def test_step_stats_leave_out_warm_up():
     assert summary["measured_steps"] == 2 and summary["seen"] == 40 and summary["samples"] == 20
     assert summary["step_time_s"]["mean"] == pytest.approx(0.5)
     assert summary["data_wait_share"] == pytest.approx(0.4)
+    assert summary["warmup_steps_excluded"] == 2
+
+
+def test_a_run_shorter_than_its_warm_up_measures_every_step():
+    stats = StepStats(warmup_steps=5)
+    for _ in range(3):
+        stats.record(wait=0.1, compute=0.3, samples=8)
+    summary = stats.summary()
+    assert summary["measured_steps"] == 3 and summary["warmup_steps_excluded"] == 0
+    assert summary["step_time_s"]["mean"] == pytest.approx(0.4) and summary["samples"] == 24
 
 
 def test_a_malformed_shard_in_a_worker_keeps_its_message(tmp_path):
