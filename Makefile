@@ -25,7 +25,12 @@ $(VENV)/.installed-all-$(HASH): pyproject.toml constraints.txt
 run: setup
 	$(VENV)/bin/hetero run $(ARGS)
 
-test: setup-all
+# the pinned CDK CLI (package-lock.json), for the `npx cdk synth` test; re-run only when the lock file changes
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+test: setup-all node_modules/.package-lock.json
 	$(VENV)/bin/python -m pytest $(ARGS)
 
 bench: setup

@@ -4,6 +4,9 @@
     hetero run --input ./my_images --data-hosts 2 --dnn-hosts 2
     hetero run --workload my_pkg.my_workload --workload-options '{"size": 128}'
     hetero params                               # every pipeline parameter with default and help
+    hetero start --param Epochs=3               # an execution of the deployed pipeline (pipeline/remote.py)
+    hetero executions --results s3://bucket/results   # recent executions, status and price-performance
+    hetero definition --bucket my-bucket         # the SageMaker pipeline definition JSON (pipeline/sagemaker.py)
 
 Parameter precedence: command line > environment (HETERO_PARAM_<Name>) > --config file (JSON) > default.
 """
@@ -20,6 +23,8 @@ from pathlib import Path
 from pipeline.emulator import StepFailed
 from pipeline.graph import PARAMETERS, build_graph, resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner, check_input_folder
+from pipeline.remote import (DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions, pipeline_parameters,
+                             price_performance_of, start_execution)
 from pipeline.summary import render
 from steps.common.errors import HeteroError, UserError
 from steps.evaluate.prices import load_prices
@@ -49,7 +54,43 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-pin", action="store_true", help="do not pin hosts to CPU sets")
     run.add_argument("--prices", type=Path, help='JSON price overrides, e.g. {"prices": {"ml.g6.xlarge": 1.0}}')
     sub.add_parser("params", help="list pipeline parameters")
+    _remote_parsers(sub)
+    _definition_parser(sub)
     return parser
+
+
+def _definition_parser(sub) -> None:
+    d = sub.add_parser("definition", help="print the SageMaker pipeline definition JSON (offline; placeholder defaults)")
+    d.add_argument("--pipeline-name", default=DEFAULT_PIPELINE_NAME, help="(default %(default)s)")
+    d.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+                   help="picks the default images (default: env AWS_REGION, AWS_DEFAULT_REGION or us-east-1)")
+    d.add_argument("--role-arn", default="arn:aws:iam::123456789012:role/hetero-pipeline", help="execution role (default: a placeholder)")
+    d.add_argument("--bucket", default="hetero-artifacts-example", help="artifact bucket (default: a placeholder)")
+    d.add_argument("--code-uri", help="s3:// URI of the code tar.gz (default s3://<bucket>/<prefix>/code/code.tar.gz)")
+    d.add_argument("--prefix", default="hetero", help="key prefix of everything the pipeline writes (default %(default)s)")
+    d.add_argument("--training-image", help="training image URI (default: the AWS PyTorch GPU training image of the region)")
+    d.add_argument("--processing-image", help="processing image URI (default: the CPU variant of that image)")
+    d.add_argument("--fsx-file-system-id", help="read training shards from this FSx for Lustre file system (jobs run in its VPC)")
+    d.add_argument("--fsx-directory-path", default="/fsx/dataset", help="FSx path linked to s3://<bucket>/<prefix>/ (default %(default)s)")
+    d.add_argument("--subnet", action="append", help="VPC subnet of FSx jobs (repeatable; default a placeholder)")
+    d.add_argument("--security-group", action="append", help="security group of FSx jobs (repeatable; default a placeholder)")
+
+
+def _remote_parsers(sub) -> None:
+    pipeline_name = dict(default=os.environ.get("HETERO_PIPELINE_NAME", DEFAULT_PIPELINE_NAME),
+                         help="deployed pipeline (default: env HETERO_PIPELINE_NAME or %(default)s)")
+    start = sub.add_parser("start", help="start an execution of the deployed pipeline (parameters: as for run)")
+    start.add_argument("--pipeline-name", **pipeline_name)
+    start.add_argument("--param", action="append", default=[], metavar="Name=Value", help="override a pipeline parameter (see `hetero params`)")
+    start.add_argument("--config", type=Path, help="JSON file of pipeline parameters")
+    start.add_argument("--display-name", help="execution display name shown in SageMaker Studio")
+    start.set_defaults(no_baseline=False, **dict.fromkeys(FLAGS))  # so `_layers` reads --param, env and --config alike
+    executions = sub.add_parser("executions", help="recent executions of the deployed pipeline with their price-performance")
+    executions.add_argument("--pipeline-name", **pipeline_name)
+    executions.add_argument("--results", default=os.environ.get("HETERO_RESULTS_URI"),
+                            help="results store the Evaluate step writes to, s3://bucket/prefix (default: env HETERO_RESULTS_URI)")
+    executions.add_argument("--limit", type=int, default=10, help="newest N executions (default %(default)s, at most 100)")
+    executions.add_argument("--details", metavar="EXECUTION_ID", help="print the full price-performance table of one execution")
 
 
 def _layers(args) -> list[dict]:
@@ -112,10 +153,68 @@ def cmd_params(args) -> int:
     return 0
 
 
+def cmd_start(args) -> int:
+    overrides = {}
+    for layer in _layers(args):
+        overrides.update(layer)
+    arn = start_execution(pipeline_name=args.pipeline_name, overrides=overrides, display_name=args.display_name)
+    print(f"started execution {execution_id(arn)} of {args.pipeline_name}")
+    print(f"  arn:        {arn}")
+    sent = ", ".join(f"{p['Name']}={p['Value']}" for p in pipeline_parameters(overrides))
+    print(f"  parameters: {sent or 'the deployed defaults'}")
+    print(f"  watch:      hetero executions --pipeline-name {args.pipeline_name}")
+    return 0
+
+
+def cmd_executions(args) -> int:
+    if args.details:
+        if not args.results:
+            raise UserError("--details needs --results s3://bucket/prefix (or env HETERO_RESULTS_URI)", headline="bad option")
+        print(f"execution {args.details}")
+        print(render(price_performance_of(args.results, args.details)))
+        return 0
+    executions = list_executions(pipeline_name=args.pipeline_name, results_uri=args.results, limit=args.limit)
+    if not executions:
+        print(f"no executions of {args.pipeline_name} yet: start one with `hetero start --pipeline-name {args.pipeline_name}`")
+    for e in executions:
+        print(f"{e['id']:<14} {e['status']:<10} {e['start_time']:%Y-%m-%d %H:%M:%SZ}  {_execution_summary(e, args.results)}".rstrip())
+    if not args.results:
+        print("(no --results or HETERO_RESULTS_URI: price-performance not shown)", file=sys.stderr)
+    return 0
+
+
+def _execution_summary(e: dict, results: str | None) -> str:
+    doc = e["price_performance"]
+    if doc is None:
+        if e["failure_reason"]:
+            return e["failure_reason"]
+        return "no price_performance.json" if results and e["status"] in FINISHED else ""
+    cost = f"${doc['runs']['heterogeneous']['cost_per_100_steps']:.4f}/100 steps"
+    if doc.get("speedup") is None:
+        return f"no baseline, {cost}"
+    return f"speedup {doc['speedup']:.2f}x, improvement {doc['improvement']:.1%}, {cost}"
+
+
+def cmd_definition(args) -> int:
+    from pipeline.sagemaker import DeploySettings, FsxSettings, definition_json  # the SDK is imported only here
+
+    fsx = None
+    if args.fsx_file_system_id:
+        fsx = FsxSettings(file_system_id=args.fsx_file_system_id, directory_path=args.fsx_directory_path,
+                          subnets=tuple(args.subnet or ["subnet-00000000000000000"]),
+                          security_group_ids=tuple(args.security_group or ["sg-00000000000000000"]))
+    settings = DeploySettings(pipeline_name=args.pipeline_name, region=args.region, role_arn=args.role_arn, bucket=args.bucket,
+                              code_uri=args.code_uri or f"s3://{args.bucket}/{args.prefix}/code/code.tar.gz", prefix=args.prefix,
+                              pytorch_training_image=args.training_image, processing_image=args.processing_image, fsx=fsx)
+    sys.stdout.write(definition_json(settings))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "params": cmd_params}[args.command](args)
+        return {"run": cmd_run, "params": cmd_params, "start": cmd_start, "executions": cmd_executions,
+                "definition": cmd_definition}[args.command](args)
     except StepFailed as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 1

@@ -21,6 +21,7 @@ from steps.train.config import TrainConfig
 SHARDED, REPLICATED = "ShardedByS3Key", "FullyReplicated"
 DATA_GROUP, DNN_GROUP = TrainConfig().data_group, TrainConfig().dnn_group
 TRAIN_ENTRY_POINT = "steps/train/launcher.py"
+PIPELINE_NAME = "HeteroTraining"  # the deployed pipeline's default name
 
 
 @dataclass(frozen=True)
@@ -213,4 +214,4 @@ def build_graph() -> Graph:
         Param("ImprovementThreshold"),
         "price-performance improvement of the heterogeneous cluster is below ImprovementThreshold",
     )
-    return Graph("HeteroTraining", PARAMETERS, (shard, baseline, hetero, evaluate, check))
+    return Graph(PIPELINE_NAME, PARAMETERS, (shard, baseline, hetero, evaluate, check))

@@ -33,11 +33,21 @@ def job_ports(job_dir: Path) -> set[int]:
     return ports
 
 
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()[:3]
+    except psutil.Error:  # exited (or became a zombie) meanwhile
+        return []
+
+
 @pytest.fixture
 def no_leftovers():
-    """Fails the test if it leaves processes behind (and cleans them up either way)."""
+    """Fails the test if it leaves processes behind (and cleans them up either way). Children that
+    were there before the test (the jsii kernel of the CDK tests, say) are not its leftovers."""
+    before = {p.pid for p in children()}
     yield
-    left = children()
+    left = [p for p in children() if p.pid not in before]
+    described = [(p.pid, _cmdline(p)) for p in left]
     for p in left:
         p.kill()
-    assert not left, f"processes left behind: {[(p.pid, p.cmdline()[:3]) for p in left]}"
+    assert not left, f"processes left behind: {described}"

@@ -1,0 +1,141 @@
+"""The one role the pipeline and its jobs run as, with least privilege.
+
+No wildcard actions. Resources are scoped wherever the API allows; where the API
+forces `*` (no resource-level permissions) the statement says so. Jobs started by
+SageMaker Pipelines are named `pipelines-<execution id>-<step>-<suffix>`, so job
+permissions are scoped to that name prefix in this account and region.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, Stack, Validations
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct
+
+from steps.common.errors import UserError
+
+JOB_PREFIX = "pipelines-"
+JOB_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob",
+               "sagemaker:CreateProcessingJob", "sagemaker:DescribeProcessingJob", "sagemaker:StopProcessingJob",
+               "sagemaker:AddTags")
+ECR_REPOSITORIES = ("pytorch-training",)
+
+
+class ExecutionRole(Construct):
+    """`role`: assumed by SageMaker (the pipeline and its training/processing jobs)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, bucket: s3.IBucket,
+                 bucket_prefixes: tuple[str, ...], code: s3_assets.Asset, dlc_account: str,
+                 images: tuple[str, ...] = ()) -> None:
+        """`images`: image URIs set in place of the AWS Deep Learning Containers (their ECR repositories are allowed)."""
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+                             description=f"Runs the {pipeline_name} SageMaker pipeline and its jobs")
+        arn = lambda service, resource, account=None: stack.format_arn(service=service, resource=resource, account=account)  # noqa: E731
+        training_jobs, processing_jobs = (arn("sagemaker", f"{kind}/{JOB_PREFIX}*") for kind in ("training-job", "processing-job"))
+        objects = [bucket.arn_for_objects(f"{p}*") for p in _outermost(bucket_prefixes)]
+        log_groups = arn("logs", "log-group:/aws/sagemaker/*")
+        statements = [
+            iam.PolicyStatement(sid="PipelineJobs", actions=list(JOB_ACTIONS), resources=[training_jobs, processing_jobs]),
+            # the pipeline hands this role to its jobs, and only to SageMaker
+            iam.PolicyStatement(sid="PassSelfToSageMaker", actions=["iam:PassRole"], resources=[self.role.role_arn],
+                                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}),
+            iam.PolicyStatement(sid="ListArtifacts", actions=["s3:ListBucket", "s3:GetBucketLocation"], resources=[bucket.bucket_arn]),
+            iam.PolicyStatement(sid="ReadWriteArtifacts",
+                                actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+                                resources=objects),
+            iam.PolicyStatement(sid="ReadTrainingCode", actions=["s3:GetObject"],
+                                resources=[f"arn:{stack.partition}:s3:::{code.s3_bucket_name}/{code.s3_object_key}"]),
+            # processing jobs download the code as an S3Prefix input, which lists the key first
+            iam.PolicyStatement(sid="ListTrainingCode", actions=["s3:ListBucket"],
+                                resources=[f"arn:{stack.partition}:s3:::{code.s3_bucket_name}"],
+                                conditions={"StringEquals": {"s3:prefix": code.s3_object_key}}),
+            iam.PolicyStatement(sid="JobLogs", actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
+                                                        "logs:DescribeLogStreams"],
+                                resources=[log_groups]),
+            iam.PolicyStatement(sid="PullDeepLearningContainers",
+                                actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+                                resources=[arn("ecr", f"repository/{r}", account=dlc_account) for r in ECR_REPOSITORIES]
+                                + [_repository_arn(stack, image) for image in images]),
+            # API forces "*": ecr:GetAuthorizationToken has no resource-level permissions
+            iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+            # API forces "*": cloudwatch:PutMetricData has no resource-level permissions; limited to SageMaker namespaces
+            iam.PolicyStatement(sid="JobMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
+                                conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}),
+        ]
+        self.policy = iam.Policy(self, "Policy", statements=statements)
+        self.policy.attach_to_role(self.role)
+        self._acknowledge_wildcards({
+            "*": "Only where the API has no resource-level permissions: ecr:GetAuthorizationToken, "
+                 "cloudwatch:PutMetricData (limited to /aws/sagemaker/* namespaces), EC2/FSx Describe* calls.",
+            training_jobs: "Training job names are generated per execution by SageMaker Pipelines "
+                                        "(pipelines-<execution id>-<step>-<suffix>): the prefix is all that is known.",
+            processing_jobs: "Processing job names are generated per execution by SageMaker Pipelines "
+                                        "(pipelines-<execution id>-<step>-<suffix>): the prefix is all that is known.",
+            **{r: "Object keys under this prefix are written per execution (shards, models, checkpoints, evaluation) "
+                  "or uploaded by users: the prefix is all that is known."
+               for r in objects},
+            log_groups: "SageMaker names the log groups and streams of its jobs "
+                                                       "(/aws/sagemaker/TrainingJobs, /aws/sagemaker/ProcessingJobs).",
+        })
+
+    def _acknowledge_wildcards(self, reasons: dict[str, str]) -> None:
+        """One cdk-nag acknowledgment per wildcard resource, named as cdk-nag names the finding."""
+        for resource, reason in reasons.items():
+            Validations.of(self.policy).acknowledge(
+                Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{_nag_form(Stack.of(self), resource)}]", reason=reason))
+
+    def allow_vpc_jobs(self, *, subnet_arns: list[str], security_group_arns: list[str]) -> None:
+        """What SageMaker needs to run jobs in the VPC (elastic network interfaces) with an FSx channel."""
+        stack = Stack.of(self)
+        eni = stack.format_arn(service="ec2", resource="network-interface/*")
+        self.policy.add_statements(
+            iam.PolicyStatement(sid="JobNetworkInterfaces",
+                                actions=["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission",
+                                         "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"],
+                                resources=[eni, *subnet_arns, *security_group_arns]),
+            # API forces "*": EC2 Describe* and fsx:DescribeFileSystems have no resource-level permissions
+            # (acknowledged with the other "*" resources above)
+            iam.PolicyStatement(sid="DescribeNetwork",
+                                actions=["ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions",
+                                         "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "fsx:DescribeFileSystems"],
+                                resources=["*"]),
+        )
+        self._acknowledge_wildcards({eni: "SageMaker creates the network interfaces of each job: their ids are not known "
+                                          "in advance (creation is limited to this stack's subnet and security groups)."})
+
+
+def _nag_form(stack: Stack, value: str) -> str:
+    """`value` as cdk-nag prints it in finding ids: Ref -> <Name>, Fn::GetAtt -> <Name.Attr>, joins concatenated."""
+    def render(v) -> str:
+        if isinstance(v, str):
+            return v
+        if "Ref" in v:
+            return f"<{v['Ref']}>"
+        if "Fn::GetAtt" in v:
+            return f"<{'.'.join(v['Fn::GetAtt'])}>"
+        if "Fn::Join" in v:
+            sep, parts = v["Fn::Join"]
+            return sep.join(render(p) for p in parts)
+        raise ValueError(f"no cdk-nag form for {v!r}")
+    return render(stack.resolve(value))
+
+
+def _outermost(prefixes: tuple[str, ...]) -> list[str]:
+    """Key prefixes ('a/b/' form), dropping those inside another: ('hetero', 'hetero/raw/') -> ['hetero/']."""
+    norm = sorted({p.strip("/") + "/" for p in prefixes})
+    return [p for p in norm if not any(p != q and p.startswith(q) for q in norm)]
+
+
+def _repository_arn(stack: Stack, image: str) -> str:
+    """<account>.dkr.ecr.<region>.amazonaws.com/<repository>[:tag|@digest] -> the repository's ARN."""
+    host, _, path = image.partition("/")
+    parts = host.split(".")
+    if len(parts) < 6 or parts[1:3] != ["dkr", "ecr"] or not path:
+        raise UserError(f"image {image!r} is not an ECR image URI (<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>)",
+                        headline="bad cdk.json context")
+    repository = path.split("@")[0].rsplit(":", 1)[0]
+    return f"arn:{stack.partition}:ecr:{parts[3]}:{parts[0]}:repository/{repository}"

@@ -1,0 +1,63 @@
+"""The SageMaker pipeline: the definition compiled by `pipeline.sagemaker`, deployed as a `CfnPipeline`.
+
+There is no L2 Pipeline construct. The definition is built at synth time from CDK
+tokens (role ARN, bucket name, code URL, FSx ids) and embedded with
+`Stack.to_json_string`, which turns the tokens into an `Fn::Join`.
+"""
+
+from __future__ import annotations
+
+import jsii
+from aws_cdk import Resource, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk.interfaces import aws_sagemaker as sagemaker_refs
+from constructs import Construct
+
+from pipeline.sagemaker import DeploySettings, FsxSettings, build_definition
+
+
+class SageMakerPipeline(Construct):
+    """`pipeline`: the `CfnPipeline`; `ref`: the same pipeline as an `IPipeline` (for schedule targets)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, role: iam.IRole, bucket: s3.IBucket,
+                 code_url: str, prefix: str, pytorch_training_image: str | None = None, processing_image: str | None = None,
+                 fsx: FsxSettings | None = None) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        definition = build_definition(DeploySettings(
+            pipeline_name=pipeline_name, region=stack.region, role_arn=role.role_arn, bucket=bucket.bucket_name,
+            code_uri=code_url, prefix=prefix, pytorch_training_image=pytorch_training_image or None,
+            processing_image=processing_image or None, fsx=fsx))
+        self.pipeline = sagemaker.CfnPipeline(
+            self, "Pipeline", pipeline_name=pipeline_name, role_arn=role.role_arn,
+            pipeline_description="Shard -> baseline / heterogeneous training -> priced evaluation -> improvement check",
+            pipeline_definition={"PipelineDefinitionBody": stack.to_json_string(definition)})
+        # the pipeline's ARN as IAM sees it (SageMaker lowercases pipeline names in ARNs)
+        self.pipeline_arn = stack.format_arn(service="sagemaker", resource="pipeline", resource_name=pipeline_name.lower())
+        self.ref = _PipelineRef(self, "Ref", name=pipeline_name, arn=self.pipeline_arn)
+
+
+@jsii.implements(sagemaker.IPipeline)
+class _PipelineRef(Resource):
+    """The deployed pipeline as an `IPipeline` (what schedule targets take; `CfnPipeline` is not one)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, name: str, arn: str) -> None:
+        super().__init__(scope, construct_id)
+        self._name, self._arn = name, arn
+
+    @property
+    def pipeline_name(self) -> str:
+        return self._name
+
+    @property
+    def pipeline_arn(self) -> str:
+        return self._arn
+
+    @property
+    def pipeline_ref(self) -> sagemaker_refs.PipelineReference:
+        return sagemaker_refs.PipelineReference(pipeline_name=self._name)
+
+    def grant_start_pipeline_execution(self, grantee: iam.IGrantable) -> iam.Grant:
+        return iam.Grant.add_to_principal(grantee=grantee, actions=["sagemaker:StartPipelineExecution"], resource_arns=[self._arn])

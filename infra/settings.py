@@ -1,0 +1,115 @@
+"""Deployment settings: every `cdk.json` context key, declared once with its default and help.
+
+Parsed at the edge (`StackSettings.from_context`) into a frozen dataclass. Context values
+given on the command line (`cdk deploy -c hetero:fsx=true`) arrive as strings and are
+converted here; unknown `hetero:` keys and ill-typed values are errors that name the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.graph import PIPELINE_NAME, resolve_parameters
+from steps.common.errors import UserError
+
+PREFIX = "hetero:"
+
+
+def _key(default, help: str):
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    stack_name: str = _key("HeteroTraining", "CloudFormation stack name.")
+    pipeline_name: str = _key(PIPELINE_NAME, "SageMaker pipeline name.")
+    region: str = _key("us-east-1", "Region to deploy to (the account comes from your AWS credentials).")
+    prefix: str = _key("hetero", "Key prefix in the artifact bucket for pipeline outputs and checkpoints.")
+    input_prefix: str = _key("hetero/raw/", "Key prefix in the artifact bucket where raw training data lands "
+                                           "(the pipeline's InputData default is s3://<bucket>/<prefix>/raw/).")
+    schedule: str = _key("rate(7 days)", "EventBridge Scheduler expression for retraining ('' for no schedule).")
+    schedule_timezone: str = _key("UTC", "Time zone of a cron() schedule.")
+    retrain_parameters: dict = _key({"RunBaseline": False},
+                                    "Pipeline parameter overrides for scheduled and triggered executions.")
+    new_data_trigger: bool = _key(True, "Start the pipeline when the new-data marker object lands under inputPrefix.")
+    new_data_marker: str = _key("_READY", "Object name (after inputPrefix) that starts a triggered execution; "
+                                          "'' starts one per object created (one execution per uploaded file!).")
+    instance_defaults: dict = _key({"DataInstanceType": "ml.c5.9xlarge", "DataInstanceCount": 1,
+                                    "DnnInstanceType": "ml.p3.2xlarge", "DnnInstanceCount": 1},
+                                   "Instance types and counts for scheduled and triggered executions.")
+    fsx: bool = _key(False, "Create a VPC and an FSx for Lustre file system (PERSISTENT_2) linked to s3://<bucket>/<prefix>/; "
+                            "training then reads shards from it (DataSource=FSx).")
+    fsx_storage_gib: int = _key(1200, "FSx for Lustre capacity: 1200, 2400 or a multiple of 2400 GiB.")
+    fsx_throughput_per_tib: int = _key(125, "FSx PERSISTENT_2 throughput per TiB (125, 250, 500 or 1000 MB/s).")
+    dlc_account: str = _key("763104351884", "Account of the AWS Deep Learning Container images (ECR pull).")
+    pytorch_training_image: str = _key("", "Training image URI ('' for the pipeline's default PyTorch DLC).")
+    processing_image: str = _key("", "Processing image URI ('' for the pipeline's default).")
+
+    @staticmethod
+    def context_key(name: str) -> str:
+        head, *rest = name.split("_")
+        return PREFIX + head + "".join(part.title() for part in rest).replace("Gib", "GiB").replace("Tib", "TiB")
+
+    @classmethod
+    def help(cls) -> dict[str, tuple[Any, str]]:
+        return {cls.context_key(f.name): (getattr(cls(), f.name), f.metadata["help"]) for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_context(cls, context: dict[str, Any]) -> "StackSettings":
+        """`context`: every context key (others than `hetero:` ones are ignored)."""
+        fields = {cls.context_key(f.name): f for f in dataclasses.fields(cls)}
+        unknown = sorted(k for k in context if k.startswith(PREFIX) and k not in fields)
+        if unknown:
+            raise UserError(f"unknown context key {unknown[0]!r}; known: {', '.join(fields)}", headline="bad cdk.json context")
+        defaults = cls()
+        values = {f.name: _convert(key, context[key], type(getattr(defaults, f.name)))
+                  for key, f in fields.items() if key in context and context[key] is not None}
+        settings = cls(**values)
+        settings.scheduled_parameters(bucket="example")  # names and types checked now, not at deploy time
+        if settings.fsx_storage_gib not in (1200,) and settings.fsx_storage_gib % 2400:
+            raise UserError(f"{cls.context_key('fsx_storage_gib')}={settings.fsx_storage_gib}: use 1200, 2400 or a multiple of 2400",
+                            headline="bad cdk.json context")
+        if not settings.prefix or settings.prefix.strip("/") != settings.prefix:
+            raise UserError(f"{cls.context_key('prefix')}={settings.prefix!r}: a key prefix without leading or trailing '/'",
+                            headline="bad cdk.json context")
+        if settings.input_prefix.startswith("/") or not settings.input_prefix.endswith("/"):
+            raise UserError(f"{cls.context_key('input_prefix')}={settings.input_prefix!r}: a key prefix ending in '/', "
+                            "without a leading '/'", headline="bad cdk.json context")
+        if not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}", settings.pipeline_name):
+            raise UserError(f"{cls.context_key('pipeline_name')}={settings.pipeline_name!r}: letters, digits and hyphens only",
+                            headline="bad cdk.json context")
+        return settings
+
+    def scheduled_parameters(self, *, bucket: str) -> dict[str, str]:
+        """Parameter overrides (as strings) for scheduled and triggered executions."""
+        layer = {"InputData": f"s3://{bucket}/{self.input_prefix}", **self.instance_defaults, **self.retrain_parameters}
+        resolved = resolve_parameters(layer)  # rejects unknown names and ill-typed values, naming them
+        return {name: _as_parameter_string(resolved[name]) for name in layer}
+
+
+def _as_parameter_string(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _convert(key: str, value: Any, kind: type) -> Any:
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    if isinstance(value, str):
+        try:
+            if kind is bool and value.lower() in ("true", "false"):
+                return value.lower() == "true"
+            if kind is int:
+                return int(value)
+            if kind is dict:
+                parsed = json.loads(value)
+                if isinstance(parsed, dict):
+                    return parsed
+        except ValueError:
+            pass
+    raise UserError(f"context {key}={value!r} is not a {kind.__name__}", headline="bad cdk.json context")

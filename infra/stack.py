@@ -1,0 +1,61 @@
+"""The stack: wires the constructs of `infra/` and nothing else.
+
+    artifact bucket ──> training code (tar.gz asset) ──> execution role ──> SageMaker pipeline
+          │                                 (optional) VPC + FSx for Lustre ──┘      │
+          └──> new-data trigger (optional)          retraining schedule (optional) ──┘
+"""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Stack
+from constructs import Construct
+
+from infra.artifact_bucket import ArtifactBucket
+from infra.execution_role import ExecutionRole
+from infra.lustre import LustreDataset
+from infra.new_data_trigger import NewDataTrigger
+from infra.retrain_schedule import RetrainSchedule
+from infra.sagemaker_pipeline import SageMakerPipeline
+from infra.settings import StackSettings
+from infra.training_code import TrainingCode
+from pipeline.sagemaker import FsxSettings
+
+
+class HeteroStack(Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, settings: StackSettings, **kwargs) -> None:
+        super().__init__(scope, construct_id, description="Heterogeneous-cluster training pipeline on SageMaker (hetero)", **kwargs)
+        store = ArtifactBucket(self, "Store", event_bridge=settings.new_data_trigger)
+        code = TrainingCode(self, "TrainingCode")
+        role = ExecutionRole(
+            self, "Execution", pipeline_name=settings.pipeline_name, bucket=store.bucket, code=code.asset,
+            bucket_prefixes=(settings.prefix, settings.input_prefix), dlc_account=settings.dlc_account,
+            images=tuple(i for i in (settings.pytorch_training_image, settings.processing_image) if i))
+
+        fsx = None
+        if settings.fsx:
+            lustre = LustreDataset(self, "Lustre", bucket=store.bucket, dataset_prefix=settings.prefix,
+                                   log_bucket=store.log_bucket, storage_gib=settings.fsx_storage_gib,
+                                   throughput_per_tib=settings.fsx_throughput_per_tib)
+            role.allow_vpc_jobs(subnet_arns=lustre.subnet_arns, security_group_arns=lustre.security_group_arns)
+            fsx = FsxSettings(file_system_id=lustre.file_system_id, directory_path=lustre.directory_path,
+                              subnets=lustre.subnet_ids, security_group_ids=lustre.security_group_ids)
+
+        pipeline = SageMakerPipeline(
+            self, "Pipeline", pipeline_name=settings.pipeline_name, role=role.role, bucket=store.bucket,
+            code_url=code.s3_url, prefix=settings.prefix, pytorch_training_image=settings.pytorch_training_image,
+            processing_image=settings.processing_image, fsx=fsx)
+        pipeline.node.add_dependency(role.policy)  # the role can run jobs before the first execution can start
+
+        parameters = settings.scheduled_parameters(bucket=store.bucket.bucket_name)
+        if settings.schedule:
+            schedule = RetrainSchedule(self, "Retrain", pipeline=pipeline.ref, expression=settings.schedule,
+                                       time_zone=settings.schedule_timezone, parameters=parameters)
+            schedule.node.add_dependency(pipeline.pipeline)
+        if settings.new_data_trigger:
+            trigger = NewDataTrigger(self, "NewData", bucket=store.bucket, input_prefix=settings.input_prefix,
+                                     marker=settings.new_data_marker, pipeline_arn=pipeline.pipeline_arn, parameters=parameters)
+            trigger.node.add_dependency(pipeline.pipeline)
+
+        CfnOutput(self, "PipelineName", value=settings.pipeline_name, description="SageMaker pipeline name")
+        CfnOutput(self, "ArtifactBucket", value=store.bucket.bucket_name, description="Artifact bucket (inputs under "
+                  f"{settings.input_prefix}, outputs under {settings.prefix}/)")

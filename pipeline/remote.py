@@ -1,0 +1,175 @@
+"""Start and watch executions of the deployed SageMaker pipeline (boto3).
+
+    hetero start --param Epochs=3 --param DnnInstanceCount=2
+    hetero executions --results s3://my-bucket/results     # status, and the summary once finished
+    hetero executions --results s3://my-bucket/results --details <execution-id>
+
+Overrides are checked against `pipeline.graph.PARAMETERS` before any AWS call:
+an unknown name or a value of the wrong type, outside its bounds or not among
+its choices fails here, not minutes later in a SageMaker step. Parameters
+left out take the defaults compiled into the deployed definition.
+
+Clients are built on first use from the standard AWS environment (credentials,
+``AWS_REGION``, ``AWS_ENDPOINT_URL`` for a local server such as moto).
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from datetime import timezone
+
+from pipeline.graph import PARAMETERS_BY_NAME, PIPELINE_NAME
+from steps.common.errors import UserError
+from steps.evaluate.evaluate import OUTPUT_NAME
+from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id
+
+DEFAULT_PIPELINE_NAME = PIPELINE_NAME  # what `cdk deploy` names it by default
+# Evaluate runs before CheckImprovement, so a Failed execution may still hold its verdict.
+FINISHED = ("Succeeded", "Failed", "Stopped")
+MAX_LIST = 100  # ListPipelineExecutions' MaxResults ceiling
+
+
+def pipeline_parameters(overrides: dict[str, str]) -> list[dict[str, str]]:
+    """Checked overrides as StartPipelineExecution's PipelineParameters (Name/Value strings)."""
+    out = []
+    for name, raw in overrides.items():
+        param = PARAMETERS_BY_NAME.get(name)
+        if param is None:
+            raise UserError(f"unknown parameter {name!r}; known: {', '.join(PARAMETERS_BY_NAME)}", headline="bad parameter")
+        value = param.parse(raw)
+        if name == "WorkloadOptions":
+            _check_json_object(name, value)
+        if name == "InputData" and not value.startswith("s3://"):
+            # a local folder means nothing to a SageMaker Processing job
+            raise UserError(f"parameter InputData={value!r}: in the cloud it must be an s3://bucket/prefix URI", headline="bad parameter")
+        out.append({"Name": name, "Value": _wire(value)})
+    return out
+
+
+def _wire(value) -> str:
+    # SageMaker parses ParameterBoolean values "true"/"false" only; numbers as their decimal text.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _check_json_object(name: str, value: str) -> None:
+    try:
+        ok = isinstance(json.loads(value), dict)
+    except json.JSONDecodeError:
+        ok = False
+    if not ok:
+        raise UserError(f"parameter {name}={value!r} must be a JSON object, e.g. '{{\"blur_passes\": 4}}'", headline="bad parameter")
+
+
+def start_execution(*, pipeline_name: str, overrides: dict[str, str], client=None, display_name: str | None = None) -> str:
+    """Start one execution with the given overrides; returns its ARN."""
+    parameters = pipeline_parameters(overrides)  # before the client exists: bad input never reaches AWS
+    request = {"PipelineName": pipeline_name, "PipelineParameters": parameters}
+    if display_name:
+        request["PipelineExecutionDisplayName"] = display_name
+    client = client or _client("sagemaker")
+    with sagemaker_errors(pipeline_name, client.meta.region_name):
+        return client.start_pipeline_execution(**request)["PipelineExecutionArn"]
+
+
+def list_executions(*, pipeline_name: str, results_uri: str | None, limit: int = 10, client=None) -> list[dict]:
+    """The newest ``limit`` executions: arn, id, status, start time, failure reason and, once
+    finished, the price-performance document from the results store (None while absent)."""
+    if not 1 <= limit <= MAX_LIST:
+        raise UserError(f"--limit {limit}: use 1 to {MAX_LIST}", headline="bad option")
+    store = open_store(results_uri) if results_uri else None
+    client = client or _client("sagemaker")
+    with sagemaker_errors(pipeline_name, client.meta.region_name):
+        summaries = client.list_pipeline_executions(
+            PipelineName=pipeline_name, SortBy="CreationTime", SortOrder="Descending", MaxResults=limit,
+        )["PipelineExecutionSummaries"]
+    # Sorted here too: the API's order is a request, and local servers (moto) ignore it.
+    summaries = sorted(summaries, key=lambda s: s["StartTime"], reverse=True)[:limit]
+    executions = []
+    for s in summaries:
+        status = s["PipelineExecutionStatus"]
+        execution = {
+            "arn": s["PipelineExecutionArn"],
+            "id": execution_id(s["PipelineExecutionArn"]),
+            "status": status,
+            "start_time": s["StartTime"].astimezone(timezone.utc),
+            "display_name": s.get("PipelineExecutionDisplayName"),
+            "failure_reason": s.get("PipelineExecutionFailureReason") if status == "Failed" else None,
+            "price_performance": None,
+        }
+        if store is not None and status in FINISHED:
+            execution["price_performance"] = read_price_performance(store, execution["id"])
+        executions.append(execution)
+    return executions
+
+
+def price_performance_of(results_uri: str, execution_id_: str) -> dict:
+    """One execution's price_performance.json; UserError naming where it was looked for."""
+    store = open_store(results_uri)
+    try:
+        return store.get_json(validate_execution_id(execution_id_), OUTPUT_NAME)
+    except DocumentNotFound as exc:
+        raise UserError(f"no {OUTPUT_NAME} for execution {execution_id_!r} ({exc.message}): Evaluate writes it when the "
+                        "execution gets that far; check the id with `hetero executions` and --results", headline="no results") from None
+
+
+def read_price_performance(store, execution_id_: str) -> dict | None:
+    try:
+        return store.get_json(execution_id_, OUTPUT_NAME)
+    except DocumentNotFound:
+        return None  # the execution stopped before Evaluate, or the results live elsewhere
+
+
+def execution_id(arn: str) -> str:
+    """arn:aws:sagemaker:<region>:<account>:pipeline/<name>/execution/<id> -> <id>
+    (the value steps see as ExecutionVariables.PIPELINE_EXECUTION_ID)."""
+    return arn.rsplit("/", 1)[-1]
+
+
+def _client(service: str):
+    import boto3  # only cloud commands pay for the import, and never at module import
+    from botocore.exceptions import NoRegionError
+
+    try:
+        return boto3.client(service)
+    except NoRegionError:
+        raise UserError("no AWS region: set AWS_REGION to the region you deployed to", headline="no region") from None
+
+
+@contextmanager
+def sagemaker_errors(pipeline_name: str, region: str):
+    """AWS failures the user can fix -> UserError saying what to do; anything else propagates."""
+    from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError, PartialCredentialsError
+
+    try:
+        yield
+    except (NoCredentialsError, PartialCredentialsError):
+        raise UserError("no AWS credentials found: run `aws configure`, set AWS_PROFILE, or export AWS_ACCESS_KEY_ID and "
+                        "AWS_SECRET_ACCESS_KEY", headline="no credentials") from None
+    except EndpointConnectionError as exc:
+        raise UserError(f"cannot reach SageMaker at {exc.kwargs.get('endpoint_url')}: check AWS_REGION ({region}), "
+                        "AWS_ENDPOINT_URL and your network", headline="no connection") from None
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        code, message = error.get("Code", ""), error.get("Message", "")
+        if code == "ResourceNotFound" or (code == "ValidationException" and _says_pipeline_missing(message)):
+            raise UserError(f"no pipeline {pipeline_name!r} in {region}: deploy it with `cdk deploy` first, or check "
+                            "--pipeline-name (env HETERO_PIPELINE_NAME) and AWS_REGION", headline="pipeline not found") from None
+        if code in ("AccessDeniedException", "AccessDenied"):
+            raise UserError(f"{exc.operation_name} on pipeline {pipeline_name!r} in {region} was denied: {message} (the identity "
+                            f"needs sagemaker:{exc.operation_name} on the pipeline)", headline="access denied") from None
+        if code in ("UnrecognizedClientException", "InvalidClientTokenId", "InvalidSignatureException", "ExpiredTokenException"):
+            raise UserError(f"AWS rejected the credentials ({code}: {message}): refresh them or pick another AWS_PROFILE",
+                            headline="bad credentials") from None
+        if code == "ValidationException":
+            raise UserError(f"SageMaker rejected the request for pipeline {pipeline_name!r}: {message}",
+                            headline="rejected by SageMaker") from None
+        raise
+
+
+def _says_pipeline_missing(message: str) -> bool:
+    # AWS answers ResourceNotFound ("Pipeline ... does not exist"); moto a ValidationException ("Could not find pipeline").
+    text = message.lower()
+    return "pipeline" in text and ("could not find" in text or "does not exist" in text)

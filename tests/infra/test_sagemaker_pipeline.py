@@ -1,0 +1,100 @@
+"""The CfnPipeline and the definition embedded in it, parsed back out of its Fn::Join."""
+
+import json
+import re
+
+from aws_cdk.assertions import Match
+
+from pipeline.graph import PARAMETERS
+from pipeline.sagemaker import all_steps
+from tests.infra.conftest import embedded_definition, resources
+
+
+def _token_of(tokens: list, cfn_value) -> str:
+    return f"@@TOKEN{tokens.index(cfn_value)}@@"
+
+
+def _ids(synth, kind: str) -> list[str]:
+    return [k for k, r in synth.template_json["Resources"].items() if r["Type"] == kind]
+
+
+def test_pipeline_resource_runs_as_the_execution_role(synth_any):
+    (role,) = [k for k, r in synth_any.template_json["Resources"].items()
+               if r["Type"] == "AWS::IAM::Role" and "sagemaker.amazonaws.com" in json.dumps(r["Properties"])]
+    synth_any.template.has_resource_properties("AWS::SageMaker::Pipeline", {
+        "PipelineName": "HeteroTraining", "RoleArn": {"Fn::GetAtt": [role, "Arn"]},
+        "PipelineDefinition": {"PipelineDefinitionBody": {"Fn::Join": ["", Match.array_with([{"Fn::GetAtt": [role, "Arn"]}])]}},
+    })
+
+
+def test_pipeline_waits_for_its_role_policy(synth_any):
+    (pipeline,) = resources(synth_any, "AWS::SageMaker::Pipeline")
+    (policy,) = [k for k, r in synth_any.template_json["Resources"].items()
+                 if r["Type"] == "AWS::IAM::Policy" and k.startswith("ExecutionPolicy")]
+    assert policy in pipeline["DependsOn"]
+
+
+def test_definition_declares_every_graph_parameter(synth_default):
+    definition, _ = embedded_definition(synth_default)
+    assert [p["Name"] for p in definition["Parameters"]] == [p.name for p in PARAMETERS]
+
+
+def test_tokens_reach_the_definition(synth_default):
+    definition, tokens = embedded_definition(synth_default)
+    (role,) = [k for k, r in synth_default.template_json["Resources"].items()
+               if r["Type"] == "AWS::IAM::Role" and "sagemaker.amazonaws.com" in json.dumps(r["Properties"])]
+    (bucket,) = [k for k, r in synth_default.template_json["Resources"].items()
+                 if r["Type"] == "AWS::S3::Bucket" and "LoggingConfiguration" in r["Properties"]]
+    role_token, bucket_token = _token_of(tokens, {"Fn::GetAtt": [role, "Arn"]}), _token_of(tokens, {"Ref": bucket})
+    steps = all_steps(definition)
+    hetero = steps["TrainHeterogeneous"]["Arguments"]
+    assert hetero["RoleArn"] == role_token
+    assert hetero["OutputDataConfig"]["S3OutputPath"]["Std:Join"]["Values"][0] == f"s3://{bucket_token}/hetero"
+    code = hetero["HyperParameters"]["sagemaker_submit_directory"]
+    assert steps["Shard"]["Arguments"]["ProcessingInputs"][0]["S3Input"]["S3Uri"] == code  # processing gets it as an input
+    url = tokens[int(re.fullmatch(r"@@TOKEN(\d+)@@", code).group(1))]["Fn::Sub"]  # the asset in the bootstrap bucket
+    assert re.fullmatch(r"s3://cdk-hnb659fds-assets-\$\{AWS::AccountId\}-us-east-1/[0-9a-f]{64}\.gz", url)
+
+
+def test_instance_counts_are_parameters(synth_default):
+    definition, _ = embedded_definition(synth_default)
+    groups = {g["InstanceGroupName"]: g["InstanceCount"]
+              for g in all_steps(definition)["TrainHeterogeneous"]["Arguments"]["ResourceConfig"]["InstanceGroups"]}
+    assert groups == {"data_group": {"Get": "Parameters.DataInstanceCount"}, "dnn_group": {"Get": "Parameters.DnnInstanceCount"}}
+
+
+def test_s3_variant_has_no_vpc_and_reads_shards_from_s3(synth_default):
+    definition, _ = embedded_definition(synth_default)
+    hetero = all_steps(definition)["TrainHeterogeneous"]["Arguments"]
+    assert "VpcConfig" not in hetero
+    train = next(c for c in hetero["InputDataConfig"] if c["ChannelName"] == "train")
+    assert train["DataSource"]["S3DataSource"]["InstanceGroupNames"] == ["data_group"]
+
+
+def test_fsx_variant_mounts_the_file_system_in_its_vpc(synth_fsx):
+    definition, tokens = embedded_definition(synth_fsx)
+    (fs,) = _ids(synth_fsx, "AWS::FSx::FileSystem")
+    (subnet,) = _ids(synth_fsx, "AWS::EC2::Subnet")
+    groups = _ids(synth_fsx, "AWS::EC2::SecurityGroup")
+    hetero = all_steps(definition)["TrainHeterogeneous"]["Arguments"]
+    assert hetero["VpcConfig"]["Subnets"] == [_token_of(tokens, {"Ref": subnet})]
+    assert sorted(hetero["VpcConfig"]["SecurityGroupIds"]) == sorted(_token_of(tokens, {"Fn::GetAtt": [g, "GroupId"]}) for g in groups)
+    train = next(c for c in hetero["InputDataConfig"] if c["ChannelName"] == "train")
+    source = train["DataSource"]["FileSystemDataSource"]
+    assert source["FileSystemId"] == _token_of(tokens, {"Ref": fs}) and source["FileSystemType"] == "FSxLustre"
+    # /<mount name>/dataset/<execution id>/Shard/train: the association maps /dataset to s3://<bucket>/hetero/
+    path = json.dumps(source["DirectoryPath"])
+    mount = _token_of(tokens, {"Fn::GetAtt": [fs, "LustreMountName"]})
+    assert f"/{mount}/dataset" in path and "Execution.PipelineExecutionId" in path and "/Shard/train" in path
+    assert next(p for p in definition["Parameters"] if p["Name"] == "DataSource")["DefaultValue"] == "FSx"
+
+
+def test_processing_steps_unpack_the_code_asset(synth_default):
+    # CDK names a file asset <sha256><last extension> (....gz, not .tar.gz): the unpack glob must still match it
+    definition, tokens = embedded_definition(synth_default)
+    shard = all_steps(definition)["Shard"]["Arguments"]
+    code = shard["ProcessingInputs"][0]["S3Input"]["S3Uri"]
+    code_key = tokens[int(re.fullmatch(r"@@TOKEN(\d+)@@", code).group(1))]["Fn::Sub"].rsplit("/", 1)[1]
+    unpack = shard["AppSpecification"]["ContainerEntrypoint"][2]
+    glob = re.search(r"for f in \S+/(\S+); do tar", unpack).group(1)
+    assert re.fullmatch(glob.replace(".", r"\.").replace("*", ".*"), code_key), (glob, code_key)

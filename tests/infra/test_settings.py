@@ -1,0 +1,38 @@
+import pytest
+
+from infra.settings import StackSettings
+from steps.common.errors import UserError
+from tests.infra.conftest import cdk_json_context
+
+
+def test_cdk_json_documents_every_key_with_its_default():
+    context = {k: v for k, v in cdk_json_context().items() if k.startswith("hetero:")}
+    assert context == {key: default for key, (default, _) in StackSettings.help().items()}
+    assert StackSettings.from_context(context) == StackSettings()
+
+
+def test_command_line_strings_are_converted():
+    settings = StackSettings.from_context({"hetero:fsx": "true", "hetero:fsxStorageGiB": "2400",
+                                           "hetero:retrainParameters": '{"Epochs": 5}'})
+    assert settings.fsx is True and settings.fsx_storage_gib == 2400 and settings.retrain_parameters == {"Epochs": 5}
+
+
+@pytest.mark.parametrize("context, named", [
+    ({"hetero:fsxSize": 1200}, "hetero:fsxSize"),
+    ({"hetero:fsx": "maybe"}, "hetero:fsx"),
+    ({"hetero:fsxStorageGiB": 1000}, "hetero:fsxStorageGiB"),
+    ({"hetero:retrainParameters": {"Epoch": 5}}, "Epoch"),
+    ({"hetero:instanceDefaults": {"DataInstanceCount": "many"}}, "DataInstanceCount"),
+    ({"hetero:pipelineName": "hetero_training"}, "hetero:pipelineName"),
+    ({"hetero:prefix": "/hetero/"}, "hetero:prefix"),
+    ({"hetero:inputPrefix": "raw"}, "hetero:inputPrefix"),
+])
+def test_bad_context_is_an_error_that_names_the_key(context, named):
+    with pytest.raises(UserError, match=named):
+        StackSettings.from_context(context)
+
+
+def test_scheduled_parameters_are_strings_sagemaker_accepts():
+    assert StackSettings().scheduled_parameters(bucket="b") == {
+        "InputData": "s3://b/hetero/raw/", "DataInstanceType": "ml.c5.9xlarge", "DataInstanceCount": "1",
+        "DnnInstanceType": "ml.p3.2xlarge", "DnnInstanceCount": "1", "RunBaseline": "false"}

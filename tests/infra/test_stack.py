@@ -1,0 +1,38 @@
+"""The whole stack: cdk-nag (AwsSolutions, through Validations), cfn-lint, outputs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from aws_cdk.assertions import Match
+
+
+def test_cdk_nag_reports_no_unacknowledged_finding(synth_any):
+    assert synth_any.validation_error is None, synth_any.validation_error
+    report = json.loads((synth_any.outdir / "validation-report.json").read_text())
+    assert report["pluginReports"] == []
+
+
+def test_every_acknowledgment_has_a_reason(synth_any):
+    metadata = json.loads((synth_any.outdir / f"{synth_any.settings.stack_name}.metadata.json").read_text())
+    acknowledged = {rule: (path, reason) for path, entries in metadata.items() for e in entries
+                    if e["type"] == "aws:cdk:acknowledged-rules" for rule, reason in e["data"].items() if "AwsSolutions-" in rule}
+    assert all(len(reason) > 40 for _, reason in acknowledged.values()), acknowledged
+    # only the access-log bucket's own logging and wildcard resources of the execution role, nothing else
+    assert {(path.split("/", 2)[2], rule.split("[")[0]) for rule, (path, _) in acknowledged.items()} == {
+        ("Store/AccessLogs", "Annotation::AwsSolutions-S1"), ("Execution/Policy", "Annotation::AwsSolutions-IAM5")}
+    wildcards = sorted(rule.split("[", 1)[1] for rule in acknowledged if "IAM5" in rule)
+    expected = 6 if synth_any.settings.fsx else 5  # *, 2 job prefixes, bucket prefix, log groups (+ network interfaces)
+    assert len(wildcards) == expected and all(w.startswith("Resource::") for w in wildcards), wildcards
+
+
+def test_cfn_lint_is_clean(synth_any):
+    template = synth_any.outdir / f"{synth_any.settings.stack_name}.template.json"
+    result = subprocess.run([str(Path(sys.executable).with_name("cfn-lint")), str(template)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_outputs_name_the_pipeline_and_the_bucket(synth_any):
+    synth_any.template.has_output("PipelineName", {"Value": "HeteroTraining"})
+    synth_any.template.has_output("ArtifactBucket", {"Value": {"Ref": Match.any_value()}})

@@ -1,0 +1,267 @@
+"""`hetero start` / `hetero executions` over HTTP: a moto server for SageMaker and S3, and a
+recording endpoint that proves bad input never leaves the machine."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import boto3
+import pytest
+
+from pipeline.cli import main
+from pipeline.graph import PARAMETERS
+from pipeline.remote import execution_id, list_executions, pipeline_parameters
+from steps.common.errors import UserError
+from steps.evaluate import evaluate as ev
+from tests.steps.evaluate.test_evaluate import metrics, write_json
+
+PIPELINE = "HeteroTraining"
+BUCKET = "hetero-artifacts"
+RESULTS = f"s3://{BUCKET}/results"
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def sagemaker(aws_env):
+    """A moto SageMaker with the pipeline created (a minimal definition declaring our parameters)."""
+    client = boto3.client("sagemaker")
+    definition = {"Version": "2020-12-01", "Steps": [],
+                  "Parameters": [{"Name": p.name, "Type": {int: "Integer", float: "Float", bool: "Boolean"}.get(p.type, "String"),
+                                  "DefaultValue": p.default} for p in PARAMETERS]}
+    client.create_pipeline(PipelineName=PIPELINE, PipelineDefinition=json.dumps(definition),
+                           RoleArn="arn:aws:iam::123456789012:role/hetero-pipeline")
+    return client
+
+
+def start(capsys, *params: str, name: str = PIPELINE) -> str:
+    code, out, err = run_cli(capsys, "start", "--pipeline-name", name, *(a for p in params for a in ("--param", p)))
+    assert code == 0, err
+    match = re.search(r"^  arn: +(\S+)$", out, re.M)
+    assert match and f"started execution {execution_id(match[1])} of {name}" in out, out
+    return match[1]
+
+
+# --- starting ---
+
+def test_start_sends_checked_overrides_as_sagemaker_strings(sagemaker, capsys):
+    arn = start(capsys, "InputData=s3://data/images/", "Epochs=3", "RunBaseline=no", "ShardSizeMB=32", "DataDistribution=FullyReplicated",
+                "DnnInstanceCount=2", "WorkloadOptions={\"blur_passes\": 4}")
+    sent = sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]
+    assert sent == [{"Name": "InputData", "Value": "s3://data/images/"}, {"Name": "Epochs", "Value": "3"}, {"Name": "RunBaseline", "Value": "false"},
+                    {"Name": "ShardSizeMB", "Value": "32.0"}, {"Name": "DataDistribution", "Value": "FullyReplicated"},
+                    {"Name": "DnnInstanceCount", "Value": "2"}, {"Name": "WorkloadOptions", "Value": "{\"blur_passes\": 4}"}]
+    described = sagemaker.describe_pipeline_execution(PipelineExecutionArn=arn)
+    assert described["PipelineExecutionArn"] == arn
+    assert described["PipelineArn"].endswith(f":pipeline/{PIPELINE}")
+
+
+def test_start_without_overrides_keeps_the_deployed_defaults(sagemaker, capsys):
+    code, out, _ = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--display-name", "nightly")
+    assert code == 0 and "parameters: the deployed defaults" in out
+    arn = re.search(r"arn: +(\S+)", out)[1]
+    assert sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn).get("PipelineParameters") in (None, [])
+    assert sagemaker.describe_pipeline_execution(PipelineExecutionArn=arn)["PipelineExecutionDisplayName"] == "nightly"
+
+
+def test_start_uses_the_run_precedence(sagemaker, capsys, monkeypatch, tmp_path):
+    config = tmp_path / "params.json"
+    config.write_text(json.dumps({"Epochs": 7, "MaxSteps": 50, "RunBaseline": False}))
+    monkeypatch.setenv("HETERO_PARAM_MaxSteps", "60")  # env beats the file
+    monkeypatch.setenv("HETERO_PIPELINE_NAME", PIPELINE)
+    code, out, err = run_cli(capsys, "start", "--config", str(config), "--param", "Epochs=2")  # the command line beats both
+    assert code == 0, err
+    arn = re.search(r"arn: +(\S+)", out)[1]
+    sent = {p["Name"]: p["Value"] for p in sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]}
+    assert sent == {"Epochs": "2", "MaxSteps": "60", "RunBaseline": "false"}
+
+
+# --- bad input never reaches AWS ---
+
+class Recorder(BaseHTTPRequestHandler):
+    """Records every request and answers with the server's canned (status, JSON body)."""
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.server.requests.append((self.headers.get("X-Amz-Target"), body))
+        status, reply = self.server.reply
+        data = json.dumps(reply).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/x-amz-json-1.1")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def endpoint(aws_env, monkeypatch):
+    """An HTTP endpoint that records what reaches it; AWS_ENDPOINT_URL points at it."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    server.requests, server.reply = [], (400, {"__type": "ValidationException", "message": "canned"})
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("param,expected", [
+    ("NoSuchThing=1", r"unknown parameter 'NoSuchThing'; known: InputData, .*ImprovementThreshold"),
+    ("Epochs=two", r"Epochs='two' is not a int"),
+    ("Epochs=0", r"Epochs=0 must be >= 1"),
+    ("DnnInstanceCount=1.5", r"DnnInstanceCount='1.5' is not a int"),
+    ("ShardSizeMB=500", r"ShardSizeMB=500.0 must be between 1 and 128"),
+    ("DataDistribution=Striped", r"DataDistribution='Striped': allowed values are ShardedByS3Key, FullyReplicated"),
+    ("InputMode=file", r"InputMode='file': allowed values are File, FastFile, Pipe"),
+    ("RunBaseline=maybe", r"RunBaseline='maybe' is not a bool"),
+    ("WorkloadOptions=[1]", r"WorkloadOptions='\[1\]' must be a JSON object"),
+    ("Epochs", r"--param 'Epochs': write Name=Value"),
+    ("InputData=./my_images", r"InputData='./my_images': in the cloud it must be an s3://bucket/prefix URI"),
+])
+def test_bad_parameters_are_rejected_before_any_request(endpoint, capsys, param, expected):
+    code, out, err = run_cli(capsys, "start", "--param", "Epochs=2", "--param", param)
+    assert code == 2 and not out
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert re.search(expected, err), err
+    assert endpoint.requests == []
+
+
+def test_the_recording_endpoint_does_see_a_valid_start(endpoint, capsys):
+    code, _, err = run_cli(capsys, "start", "--param", "Epochs=2")
+    assert code == 2 and "canned" in err
+    [(target, body)] = endpoint.requests
+    assert target == "SageMaker.StartPipelineExecution"
+    assert json.loads(body)["PipelineParameters"] == [{"Name": "Epochs", "Value": "2"}]
+
+
+@pytest.mark.parametrize("reply,expected", [
+    # What AWS itself answers (moto says ValidationException "Could not find pipeline", tested below).
+    ((400, {"__type": "ResourceNotFound", "message": "Pipeline 'arn:aws:sagemaker:us-east-1:1:pipeline/p' does not exist."}),
+     r"^error: pipeline not found: no pipeline 'HeteroTraining' in us-east-1: deploy it with `cdk deploy` first"),
+    ((400, {"__type": "AccessDeniedException", "Message": "User: arn:aws:iam::1:user/u is not authorized"}),
+     r"^error: access denied: StartPipelineExecution on pipeline 'HeteroTraining' in us-east-1 was denied: .*not authorized.*"
+     r"needs sagemaker:StartPipelineExecution"),
+    ((400, {"__type": "UnrecognizedClientException", "message": "The security token included in the request is invalid."}),
+     r"^error: bad credentials: AWS rejected the credentials \(UnrecognizedClientException"),
+])
+def test_aws_refusals_are_one_line_user_errors(endpoint, capsys, reply, expected):
+    endpoint.reply = reply
+    code, _, err = run_cli(capsys, "start")
+    assert code == 2 and "Traceback" not in err
+    assert re.search(expected, err), err
+
+
+def test_no_credentials(aws_env, capsys, monkeypatch):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata wait
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # an earlier test's session has credentials cached
+    code, _, err = run_cli(capsys, "executions")
+    assert code == 2 and err.startswith("error: no credentials: no AWS credentials found: run `aws configure`")
+
+
+# --- the pipeline must exist ---
+
+@pytest.mark.parametrize("command", ["start", "executions"])
+def test_pipeline_not_found_says_deploy_first(sagemaker, capsys, command):
+    code, _, err = run_cli(capsys, command, "--pipeline-name", "not-deployed")
+    assert code == 2 and "Traceback" not in err
+    assert err.strip() == ("error: pipeline not found: no pipeline 'not-deployed' in us-east-1: deploy it with `cdk deploy` "
+                           "first, or check --pipeline-name (env HETERO_PIPELINE_NAME) and AWS_REGION")
+
+
+# --- watching ---
+
+@pytest.fixture
+def three_executions(sagemaker, capsys, tmp_path):
+    """Oldest first: one with baseline results, one without baseline, one whose results are missing.
+    The results are written the way the cloud does it: the Evaluate step, keyed by execution id."""
+    boto3.client("s3").create_bucket(Bucket=BUCKET)
+    arns = [start(capsys, "Epochs=1") for _ in range(3)]
+    ids = [execution_id(a) for a in arns]
+    hetero = write_json(tmp_path / "hetero" / "metrics.json", metrics("pt_heterogeneous"))
+    baseline = write_json(tmp_path / "baseline" / "metrics.json", metrics("pt_homogeneous"))
+    ev.evaluate(heterogeneous=hetero, baseline=baseline, output=tmp_path / "e0", execution_id=ids[0], store_uri=RESULTS)
+    ev.evaluate(heterogeneous=hetero, baseline=None, output=tmp_path / "e1", execution_id=ids[1], store_uri=RESULTS)
+    capsys.readouterr()
+    return ids
+
+
+def test_executions_lists_newest_first_with_the_summary(three_executions, capsys):
+    old, middle, new = three_executions
+    code, out, err = run_cli(capsys, "executions", "--pipeline-name", PIPELINE, "--results", RESULTS)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines] == [new, middle, old]
+    # moto finishes every execution at once ("Succeeded"); AWS would say Executing first.
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"
+    assert re.fullmatch(rf"{new} +Succeeded +{stamp}  no price_performance\.json", lines[0]), lines[0]
+    assert re.fullmatch(rf"{middle} +Succeeded +{stamp}  no baseline, \$0\.0289/100 steps", lines[1]), lines[1]
+    assert re.fullmatch(rf"{old} +Succeeded +{stamp}  speedup 6\.48x, improvement 77\.2%, \$0\.0289/100 steps", lines[2]), lines[2]
+
+
+def test_executions_limit_and_env_defaults(three_executions, capsys, monkeypatch):
+    monkeypatch.setenv("HETERO_PIPELINE_NAME", PIPELINE)
+    monkeypatch.setenv("HETERO_RESULTS_URI", RESULTS)
+    code, out, _ = run_cli(capsys, "executions", "--limit", "2")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == three_executions[:0:-1]
+    code, _, err = run_cli(capsys, "executions", "--limit", "0")
+    assert code == 2 and "--limit 0: use 1 to 100" in err
+
+
+def test_executions_without_a_results_store_show_status_only(three_executions, capsys, monkeypatch):
+    monkeypatch.delenv("HETERO_RESULTS_URI", raising=False)
+    code, out, err = run_cli(capsys, "executions", "--pipeline-name", PIPELINE)
+    assert code == 0 and len(out.splitlines()) == 3
+    assert "speedup" not in out and "price-performance not shown" in err
+
+
+def test_executions_api_returns_documents(three_executions):
+    executions = list_executions(pipeline_name=PIPELINE, results_uri=RESULTS, limit=10)
+    by_id = {e["id"]: e for e in executions}
+    assert by_id[three_executions[0]]["price_performance"]["execution_id"] == three_executions[0]
+    assert by_id[three_executions[2]]["price_performance"] is None
+    assert all(e["start_time"].utcoffset().total_seconds() == 0 for e in executions)
+
+
+def test_details_prints_the_full_table(three_executions, capsys):
+    code, out, err = run_cli(capsys, "executions", "--results", RESULTS, "--details", three_executions[0])
+    assert code == 0, err
+    assert out.splitlines()[0] == f"execution {three_executions[0]}"
+    assert re.search(r"^cost / 100 steps \(\$\) +0\.1268 +0\.0289$", out, re.M), out
+    assert "speedup 6.48x   price-performance improvement 77.2%" in out
+
+
+def test_details_of_an_execution_without_results(three_executions, capsys):
+    code, _, err = run_cli(capsys, "executions", "--results", RESULTS, "--details", three_executions[2])
+    assert code == 2 and err.startswith(f"error: no results: no price_performance.json for execution '{three_executions[2]}'")
+    assert f"s3://{BUCKET}/results/{three_executions[2]}/price_performance.json" in err
+
+
+def test_missing_results_bucket_is_a_user_error(sagemaker, capsys):
+    start(capsys)
+    code, _, err = run_cli(capsys, "executions", "--results", "s3://no-such-bucket/results")
+    assert code == 2 and "NoSuchBucket" in err and "s3://no-such-bucket/results/" in err
+
+
+def test_overrides_api_is_pure():
+    assert pipeline_parameters({"RunBaseline": "1", "ImprovementThreshold": "0.2"}) == [
+        {"Name": "RunBaseline", "Value": "true"}, {"Name": "ImprovementThreshold", "Value": "0.2"}]
+    with pytest.raises(UserError, match="unknown parameter 'epochs'"):
+        pipeline_parameters({"epochs": "2"})

@@ -1,0 +1,348 @@
+"""The SageMaker pipeline definition compiled from the logical graph (SDK v3, offline).
+
+The public pipeline-definition JSON schema is out of date (no InstanceGroups, no
+Std:JsonGet), so these tests read the parsed JSON directly instead of validating it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+
+import pytest
+
+pytest.importorskip("sagemaker.core", reason="the cloud extra (SageMaker SDK v3) is not installed")
+
+from pipeline.cli import main  # noqa: E402
+from pipeline.graph import DATA_GROUP, DNN_GROUP, PARAMETERS, REPLICATED, build_graph  # noqa: E402
+from pipeline.sagemaker import DeploySettings, FsxSettings, all_steps, build_definition, definition_json  # noqa: E402
+from steps.common.errors import UserError  # noqa: E402
+from steps.train.config import TrainConfig  # noqa: E402
+from steps.train.metrics import METRIC_DEFINITIONS, metric_line  # noqa: E402
+
+ROLE, BUCKET, CODE = "${Token[TOKEN.101]}", "${Token[TOKEN.102]}", "${Token[TOKEN.103]}"
+SETTINGS = DeploySettings(pipeline_name="hetero-test", region="eu-west-1", role_arn=ROLE, bucket=BUCKET, code_uri=CODE)
+FSX = FsxSettings(file_system_id="${Token[TOKEN.201]}", directory_path="${Token[TOKEN.202]}",
+                  subnets=("${Token[TOKEN.203]}",), security_group_ids=("${Token[TOKEN.204]}", "${Token[TOKEN.205]}"))
+FSX_SETTINGS = DeploySettings(pipeline_name="hetero-fsx", region="us-west-2", role_arn=ROLE, bucket=BUCKET, code_uri=CODE,
+                              prefix="team/hetero", pytorch_training_image="111122223333.dkr.ecr.us-west-2.amazonaws.com/mine:gpu",
+                              processing_image="111122223333.dkr.ecr.us-west-2.amazonaws.com/mine:cpu", fsx=FSX)
+SDK_ENV = ("AWS_DEFAULT_REGION", "SAGEMAKER_VALIDATE_ROLE", "AWS_EC2_METADATA_DISABLED")
+TYPES = {bool: "Boolean", int: "Integer", float: "Float", str: "String"}
+
+
+class NetworkBlocked(AssertionError):
+    pass
+
+
+@pytest.fixture(scope="module")
+def built():
+    """Two builds of the same settings and one FSx build, all with every socket connect refused."""
+    attempts = []
+
+    def refuse(*args, **kwargs):
+        attempts.append(args)
+        raise NetworkBlocked(f"network call while building the definition: {args!r}")
+
+    env_before = {k: os.environ.get(k) for k in SDK_ENV}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(socket.socket, "connect", refuse)
+        mp.setattr(socket.socket, "connect_ex", refuse)
+        mp.setattr(socket, "create_connection", refuse)
+        mp.setattr(socket, "getaddrinfo", refuse)
+        first, second = definition_json(SETTINGS), definition_json(SETTINGS)
+        fsx = build_definition(FSX_SETTINGS)
+    return {"text": first, "again": second, "definition": json.loads(first), "fsx": fsx, "attempts": attempts,
+            "env_before": env_before, "env_after": {k: os.environ.get(k) for k in SDK_ENV}}
+
+
+@pytest.fixture(scope="module")
+def definition(built):
+    return built["definition"]
+
+
+@pytest.fixture(scope="module")
+def steps(definition):
+    return all_steps(definition)
+
+
+def refs(node, found=None) -> set[str]:
+    """Every {"Get": ...} target in a JSON tree."""
+    found = set() if found is None else found
+    if isinstance(node, dict):
+        if set(node) == {"Get"}:
+            found.add(node["Get"])
+        for value in node.values():
+            refs(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            refs(value, found)
+    return found
+
+
+def param(name: str) -> dict:
+    return {"Get": f"Parameters.{name}"}
+
+
+def as_string(name: str) -> dict:
+    return {"Std:Join": {"On": "", "Values": [param(name)]}}
+
+
+def args_of(step: dict) -> dict:
+    """A processing step's ContainerArguments as flag -> value."""
+    arguments = step["Arguments"]["AppSpecification"]["ContainerArguments"]
+    return dict(zip(arguments[::2], arguments[1::2]))
+
+
+# -- building ----------------------------------------------------------------------------------
+
+def test_builds_without_network_and_restores_the_environment(built):
+    assert built["attempts"] == []
+    assert built["env_after"] == built["env_before"]
+
+
+def test_same_settings_give_byte_identical_json(built):
+    assert built["text"] == built["again"]
+    assert built["text"] == json.dumps(json.loads(built["text"]), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def test_cloudformation_tokens_pass_through_unchanged(built, steps):
+    for name in ("Shard", "TrainHeterogeneous", "TrainBaseline", "Evaluate", "EvaluateWithoutBaseline"):
+        assert steps[name]["Arguments"]["RoleArn"] == ROLE
+    assert steps["TrainHeterogeneous"]["Arguments"]["HyperParameters"]["sagemaker_submit_directory"] == CODE
+    assert args_of(steps["Evaluate"])["--store"] == f"s3://{BUCKET}/hetero/results"
+    for text in (built["text"], json.dumps(built["fsx"])):
+        assert "placeholder" not in text
+    fsx_text = json.dumps(built["fsx"])
+    for token in (FSX.file_system_id, FSX.directory_path, *FSX.subnets, *FSX.security_group_ids):
+        assert token in fsx_text
+
+
+def test_empty_settings_are_refused_before_the_sdk_runs():
+    with pytest.raises(UserError, match="role_arn"):
+        build_definition(DeploySettings(pipeline_name="p", region="eu-west-1", role_arn="", bucket="b", code_uri="s3://b/c.tar.gz"))
+    with pytest.raises(UserError, match="prefix"):
+        build_definition(DeploySettings(pipeline_name="p", region="eu-west-1", role_arn="r", bucket="b", code_uri="c", prefix="/x/"))
+
+
+def test_every_reference_points_at_a_declared_parameter_or_step(definition, steps):
+    declared = {p["Name"] for p in definition["Parameters"]}
+    for target in refs(definition["Steps"]):
+        kind, _, rest = target.partition(".")
+        if kind == "Parameters":
+            assert rest in declared, target
+        elif kind == "Steps":
+            assert rest.split(".")[0] in steps, target
+        else:
+            assert target in ("Execution.PipelineExecutionId", "Execution.PipelineExecutionArn"), target
+
+
+# -- parameters --------------------------------------------------------------------------------
+
+def test_every_graph_parameter_is_a_pipeline_parameter_with_its_default(definition):
+    declared = {p["Name"]: p for p in definition["Parameters"]}
+    assert list(declared) == [p.name for p in PARAMETERS]
+    for p in PARAMETERS:
+        assert declared[p.name]["Type"] == TYPES[p.type], p.name
+        if p.name not in ("InputData", "DataSource"):
+            assert declared[p.name]["DefaultValue"] == p.default, p.name
+    assert declared["InputData"]["DefaultValue"] == f"s3://{BUCKET}/hetero/raw/"
+    assert declared["DataSource"]["DefaultValue"] == "S3"
+
+
+# -- training ----------------------------------------------------------------------------------
+
+def test_heterogeneous_job_has_two_parameterised_instance_groups(steps):
+    groups = steps["TrainHeterogeneous"]["Arguments"]["ResourceConfig"]["InstanceGroups"]
+    assert groups == [
+        {"InstanceGroupName": DATA_GROUP, "InstanceType": param("DataInstanceType"), "InstanceCount": param("DataInstanceCount")},
+        {"InstanceGroupName": DNN_GROUP, "InstanceType": param("DnnInstanceType"), "InstanceCount": param("DnnInstanceCount")},
+    ]
+
+
+def test_baseline_is_the_dnn_group_alone(steps):
+    groups = steps["TrainBaseline"]["Arguments"]["ResourceConfig"]["InstanceGroups"]
+    assert groups == [{"InstanceGroupName": DNN_GROUP, "InstanceType": param("DnnInstanceType"), "InstanceCount": param("DnnInstanceCount")}]
+
+
+def channels(step: dict) -> dict:
+    return {c["ChannelName"]: c for c in step["Arguments"]["InputDataConfig"]}
+
+
+def test_training_channel_is_sharded_by_parameter_onto_the_data_group_only(steps):
+    train = channels(steps["TrainHeterogeneous"])["train"]
+    s3 = train["DataSource"]["S3DataSource"]
+    assert s3["S3DataDistributionType"] == param("DataDistribution")
+    assert s3["InstanceGroupNames"] == [DATA_GROUP]
+    assert train["InputMode"] == param("InputMode")
+    assert s3["S3Uri"]["Std:Join"]["Values"] == [{"Get": "Steps.Shard.ProcessingOutputConfig.Outputs['output'].S3Output.S3Uri"}, "train"]
+
+
+def test_validation_reaches_the_trainers_and_the_manifest_every_host(steps):
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        chans = channels(steps[name])
+        assert chans["validation"]["DataSource"]["S3DataSource"]["InstanceGroupNames"] == [DNN_GROUP]
+        assert chans["validation"]["DataSource"]["S3DataSource"]["S3DataDistributionType"] == REPLICATED
+        assert "InstanceGroupNames" not in chans["manifest"]["DataSource"]["S3DataSource"]
+        assert chans["manifest"]["DataSource"]["S3DataSource"]["S3Uri"]["Std:Join"]["Values"][-1] == "manifest.json"
+    baseline_train = channels(steps["TrainBaseline"])["train"]["DataSource"]["S3DataSource"]
+    assert (baseline_train["S3DataDistributionType"], baseline_train["InstanceGroupNames"]) == (REPLICATED, [DNN_GROUP])
+
+
+def test_metric_definitions_scrape_the_trainers_metric_lines(steps):
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        assert steps[name]["Arguments"]["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS
+    line = metric_line(step=120, step_time_ms=86.1, samples_per_sec=744.2, data_wait_pct=3.5, loss=0.25, accuracy=0.94)
+    for metric in METRIC_DEFINITIONS:
+        assert re.search(metric["Regex"], line), metric["Name"]
+
+
+def test_gpu_image_is_passed_explicitly(steps, built):
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        image = steps[name]["Arguments"]["AlgorithmSpecification"]["TrainingImage"]
+        assert re.fullmatch(r"\d{12}\.dkr\.ecr\.eu-west-1\.amazonaws\.com/pytorch-training:[\d.]+-gpu-py3\d+", image), image
+    processing = steps["Shard"]["Arguments"]["AppSpecification"]["ImageUri"]
+    assert "-cpu-" in processing and ".eu-west-1." in processing
+    fsx_steps = all_steps(built["fsx"])
+    assert fsx_steps["TrainHeterogeneous"]["Arguments"]["AlgorithmSpecification"]["TrainingImage"] == FSX_SETTINGS.pytorch_training_image
+    assert fsx_steps["Evaluate"]["Arguments"]["AppSpecification"]["ImageUri"] == FSX_SETTINGS.processing_image
+
+
+def test_script_mode_hyperparameters_and_the_graphs_own(steps):
+    hp = steps["TrainHeterogeneous"]["Arguments"]["HyperParameters"]
+    assert hp["sagemaker_program"] == "steps/train/launcher.py"
+    assert hp["sagemaker_submit_directory"] == CODE
+    assert hp["epochs"] == as_string("Epochs") and hp["batch_size"] == as_string("BatchSize") and hp["max_steps"] == as_string("MaxSteps")
+    assert hp["workload"] == param("Workload") and hp["workload_options"] == param("WorkloadOptions")
+    assert (hp["data_group"], hp["dnn_group"]) == (DATA_GROUP, DNN_GROUP)
+    known = set(TrainConfig.help())
+    assert {k for k in hp if not k.startswith("sagemaker_")} <= known
+    assert all(isinstance(v, (str, dict)) for v in hp.values())  # SageMaker takes strings only
+    assert "SourceCode" not in json.dumps(steps["TrainHeterogeneous"])
+
+
+def test_job_secret_is_per_execution_and_checkpoints_and_outputs_are_keyed_by_it(steps):
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        a = steps[name]["Arguments"]
+        secret = a["Environment"]["HETERO_JOB_SECRET"]["Std:Join"]["Values"]
+        assert {"Get": "Execution.PipelineExecutionArn"} in secret
+        assert a["CheckpointConfig"]["S3Uri"]["Std:Join"]["Values"] == [
+            f"s3://{BUCKET}/hetero", {"Get": "Execution.PipelineExecutionId"}, "checkpoints", name]
+        assert a["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
+        assert a["OutputDataConfig"]["S3OutputPath"]["Std:Join"]["Values"] == [
+            f"s3://{BUCKET}/hetero", {"Get": "Execution.PipelineExecutionId"}, name]
+        assert "VpcConfig" not in a
+
+
+# -- processing --------------------------------------------------------------------------------
+
+def test_shard_runs_the_script_from_the_code_tarball(steps):
+    shard = steps["Shard"]["Arguments"]
+    entry = shard["AppSpecification"]["ContainerEntrypoint"]
+    assert entry[:2] == ["/bin/sh", "-c"] and "tar -xzf" in entry[2] and "python3 steps/shard/shard.py" in entry[2]
+    inputs = {i["InputName"]: i["S3Input"] for i in shard["ProcessingInputs"]}
+    assert inputs["code"]["S3Uri"] == CODE
+    assert inputs["input"]["S3Uri"] == param("InputData")
+    flags = args_of(steps["Shard"])
+    assert flags["--input"] == inputs["input"]["LocalPath"]
+    assert flags["--target-shard-mb"] == as_string("ShardSizeMB") and flags["--data-hosts"] == as_string("DataInstanceCount")
+    output = shard["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]
+    assert output["LocalPath"] == flags["--output"]
+    assert output["S3Uri"]["Std:Join"]["Values"] == [f"s3://{BUCKET}/hetero", {"Get": "Execution.PipelineExecutionId"}, "Shard"]
+
+
+def test_evaluate_reads_both_models_and_exposes_price_performance(steps):
+    evaluate = steps["Evaluate"]
+    assert evaluate["PropertyFiles"] == [{"PropertyFileName": "PricePerformance", "OutputName": "output", "FilePath": "price_performance.json"}]
+    inputs = {i["InputName"]: i["S3Input"]["S3Uri"] for i in evaluate["Arguments"]["ProcessingInputs"]}
+    assert inputs["heterogeneous"] == {"Get": "Steps.TrainHeterogeneous.ModelArtifacts.S3ModelArtifacts"}
+    assert inputs["baseline"] == {"Get": "Steps.TrainBaseline.ModelArtifacts.S3ModelArtifacts"}
+    flags = args_of(evaluate)
+    assert flags["--execution-id"] == {"Get": "Execution.PipelineExecutionId"}
+    assert flags["--store"] == f"s3://{BUCKET}/hetero/results"
+    assert "python3 steps/evaluate/evaluate.py" in evaluate["Arguments"]["AppSpecification"]["ContainerEntrypoint"][2]
+
+
+# -- control flow ------------------------------------------------------------------------------
+
+def names(steps_list) -> list[str]:
+    return [s["Name"] for s in steps_list]
+
+
+def test_baseline_is_skipped_by_a_condition_with_evaluation_in_both_branches(definition, steps):
+    assert names(definition["Steps"]) == ["CheckParameters", "TrainHeterogeneous", "BaselineGate"]
+    gate = steps["BaselineGate"]["Arguments"]
+    assert gate["Conditions"] == [{"Type": "Equals", "LeftValue": param("RunBaseline"), "RightValue": True}]
+    assert names(gate["IfSteps"]) == ["TrainBaseline", "Evaluate", "CheckImprovement"]
+    assert names(gate["ElseSteps"]) == ["EvaluateWithoutBaseline"]
+    without = steps["EvaluateWithoutBaseline"]
+    assert "TrainBaseline" not in json.dumps(without) and "--baseline" not in args_of(without)
+    assert args_of(without)["--heterogeneous"] == "/opt/ml/processing/input/heterogeneous"
+
+
+def test_check_improvement_fails_the_execution_below_the_threshold(steps):
+    check = steps["CheckImprovement"]["Arguments"]
+    improvement = {"Std:JsonGet": {"PropertyFile": {"Get": "Steps.Evaluate.PropertyFiles.PricePerformance"}, "Path": "improvement"}}
+    assert check["Conditions"] == [
+        {"Type": "GreaterThan", "LeftValue": param("ImprovementThreshold"), "RightValue": -1},  # -1: never fail
+        {"Type": "LessThan", "LeftValue": improvement, "RightValue": param("ImprovementThreshold")},
+    ]
+    (fail,) = check["IfSteps"]
+    assert fail["Type"] == "Fail" and check["ElseSteps"] == []
+    message = fail["Arguments"]["ErrorMessage"]["Std:Join"]["Values"]
+    assert build_graph().step("CheckImprovement").message in message[0]
+    assert improvement in message and param("ImprovementThreshold") in message
+
+
+def test_parameters_the_deployment_cannot_honour_fail_before_any_job(steps):
+    check = steps["CheckParameters"]["Arguments"]
+    assert check["Conditions"][0] == {"Type": "Equals", "LeftValue": param("DataSource"), "RightValue": "S3"}
+    assert check["Conditions"][1]["Type"] == "Or"
+    assert names(check["IfSteps"]) == ["Shard"]
+    (fail,) = check["ElseSteps"]
+    assert fail["Type"] == "Fail" and "redeploy with FSx" in json.dumps(fail)
+
+
+# -- FSx ---------------------------------------------------------------------------------------
+
+def test_fsx_variant_mounts_lustre_in_the_vpc(built):
+    definition = built["fsx"]
+    fsx_steps = all_steps(definition)
+    declared = {p["Name"]: p["DefaultValue"] for p in definition["Parameters"]}
+    assert declared["DataSource"] == "FSx" and declared["InputData"] == f"s3://{BUCKET}/team/hetero/raw/"
+    assert fsx_steps["CheckParameters"]["Arguments"]["Conditions"][0]["RightValue"] == "FSx"
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        a = fsx_steps[name]["Arguments"]
+        assert a["VpcConfig"] == {"Subnets": list(FSX.subnets), "SecurityGroupIds": list(FSX.security_group_ids)}
+        train = channels(fsx_steps[name])["train"]
+        source = train["DataSource"]["FileSystemDataSource"]
+        assert source["FileSystemId"] == FSX.file_system_id and source["FileSystemType"] == "FSxLustre"
+        assert source["FileSystemAccessMode"] == "ro" and train["InputMode"] == "File"
+        assert source["DirectoryPath"]["Std:Join"]["Values"] == [
+            FSX.directory_path, "/", {"Get": "Execution.PipelineExecutionId"}, "/Shard/train"]
+        assert "S3DataSource" in channels(fsx_steps[name])["validation"]["DataSource"]
+    assert "VpcConfig" not in fsx_steps["Shard"]["Arguments"]
+
+
+# -- command line ------------------------------------------------------------------------------
+
+def test_hetero_definition_prints_the_json(capsys):
+    assert main(["definition", "--bucket", "my-bucket", "--region", "eu-central-1"]) == 0
+    definition = json.loads(capsys.readouterr().out)
+    shard = all_steps(definition)["Shard"]["Arguments"]
+    assert {i["InputName"]: i["S3Input"]["S3Uri"] for i in shard["ProcessingInputs"]}["code"] == "s3://my-bucket/hetero/code/code.tar.gz"
+    assert ".eu-central-1." in shard["AppSpecification"]["ImageUri"]
+
+
+def test_a_token_region_needs_explicit_images_and_passes_through():
+    region = "${Token[AWS.Region.9]}"
+    with pytest.raises(UserError, match="pytorch_training_image"):
+        build_definition(DeploySettings(pipeline_name="p", region=region, role_arn=ROLE, bucket=BUCKET, code_uri=CODE))
+    definition = build_definition(DeploySettings(pipeline_name="p", region=region, role_arn=ROLE, bucket=BUCKET, code_uri=CODE,
+                                                 pytorch_training_image="img:gpu", processing_image="img:cpu"))
+    train = all_steps(definition)["TrainHeterogeneous"]["Arguments"]
+    assert train["HyperParameters"]["sagemaker_region"] == region
+    assert train["AlgorithmSpecification"]["TrainingImage"] == "img:gpu"
+    assert "placeholder" not in json.dumps(definition)
