@@ -98,8 +98,10 @@ class DataServiceClient:
         self.queue: queue.Queue = queue.Queue(maxsize=cfg.prefetch_batches * len(data_hosts))
         self._epoch = 0
         self._gate = threading.Condition()
-        self._closing = threading.Event()
+        self._stopping = threading.Event()  # STOP sent: drain until each data host hangs up
+        self._closing = threading.Event()  # sockets going away
         self._threads: list[threading.Thread] = []
+        self._receivers: list[threading.Thread] = []
 
     # -- lifecycle ---------------------------------------------------------
     def connect(self) -> "DataServiceClient":
@@ -112,7 +114,7 @@ class DataServiceClient:
             host.link = Link(sock, f"data host {host.name}", heartbeat_s=self.cfg.heartbeat_s,
                              silence_timeout_s=self.cfg.silence_timeout_s, allocator=self._allocate)
         for host in self.hosts:
-            self._spawn(self._receive, host)
+            self._receivers.append(self._spawn(self._receive, host))
         self._spawn(self._heartbeat)
         return self
 
@@ -128,28 +130,44 @@ class DataServiceClient:
                     ) from None
                 time.sleep(0.2)
 
-    def close(self, status: str = "completed", reason: str = "") -> None:
-        """Tell every data host to stop, then drop the connections. Idempotent."""
-        if self._closing.is_set():
+    def close(self, status: str = "completed", reason: str = "", files: dict[str, bytes] | None = None) -> None:
+        """Tell every data host to stop, handing it ``files`` (the trainer's outputs), then drop
+        the connections. Idempotent.
+
+        A half-close, not a close: after STOP the trainer shuts down its sending side and keeps
+        reading until the data host hangs up. Closing a socket with unread batches in it makes
+        the kernel answer with a reset, which could destroy a STOP still in flight.
+        """
+        if self._stopping.is_set():
             return
-        self._closing.set()
+        self._stopping.set()
+        arrays = [(name, np.frombuffer(data, dtype=np.uint8)) for name, data in (files or {}).items()]
+        meta = {"status": status, "reason": reason[:500], "files": [name for name, _ in arrays]}
         for host in self.hosts:
             if host.link is None:
                 continue
             try:
-                host.link.send(Kind.STOP, {"status": status, "reason": reason[:500]})
+                host.link.send(Kind.STOP, meta, arrays)
+                host.link.sock.shutdown(socket.SHUT_WR)
             except (WireError, OSError, Stopped):
                 pass  # that host is gone already
-            host.link.close()
+        deadline = time.monotonic() + self.cfg.silence_timeout_s
+        for thread in self._receivers:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._closing.set()
+        for host in self.hosts:
+            if host.link is not None:
+                host.link.close()
         with self._gate:
             self._gate.notify_all()
         for thread in self._threads:
             thread.join(timeout=5)
 
-    def _spawn(self, target, *args) -> None:
+    def _spawn(self, target, *args) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, daemon=True, name=f"{target.__name__}")
         thread.start()
         self._threads.append(thread)
+        return thread
 
     # -- consumer side -----------------------------------------------------
     def batches(self, epoch: int):
@@ -181,7 +199,7 @@ class DataServiceClient:
         return np.empty(segment.shape, dtype=segment.dtype)
 
     def _post(self, item) -> None:
-        while not self._closing.is_set():
+        while not self._stopping.is_set():  # after STOP nobody consumes: drop what still arrives
             try:
                 self.queue.put(item, timeout=self.cfg.heartbeat_s)
                 return
@@ -189,7 +207,7 @@ class DataServiceClient:
                 continue
 
     def _heartbeat(self) -> None:
-        while not self._closing.wait(self.cfg.heartbeat_s):
+        while not self._stopping.wait(self.cfg.heartbeat_s):
             for host in self.hosts:
                 try:
                     host.link.send(Kind.PING)
@@ -204,9 +222,9 @@ class DataServiceClient:
             except Stopped:
                 return
             except (WireError, OSError) as exc:
-                if not self._closing.is_set():
+                if not self._stopping.is_set():
                     self._post(_Failure(self._lost(host, epoch, exc)))
-                return
+                return  # after STOP, the data host hanging up is the expected end
             if frame is None:
                 continue
             kind, meta, arrays = frame
@@ -222,7 +240,7 @@ class DataServiceClient:
                 self._post(_End(host.name, int(meta.get("epoch", -1)), int(meta.get("samples", -1))))
                 epoch += 1
                 with self._gate:  # hold this host's next epoch back until the trainer starts it
-                    while self._epoch < epoch and not self._closing.is_set():
+                    while self._epoch < epoch and not self._stopping.is_set():
                         self._gate.wait(self.cfg.heartbeat_s)
                 host.link.touch()
             elif kind is Kind.ERROR:

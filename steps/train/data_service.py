@@ -14,11 +14,14 @@ outlives its trainers.
 
 from __future__ import annotations
 
+import os
 import queue
+import re
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable
 
 from steps.common.errors import HeteroError, UserError, describe
@@ -33,6 +36,7 @@ from steps.train.workload import Workload
 
 
 HANDSHAKE_TIMEOUT_S = 10.0
+SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
 class TrainerGone(HeteroError):
@@ -67,15 +71,20 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> 
           f"serving {len(cluster.trainer_hosts)} trainer(s)", flush=True)
     with socket.create_server((resolve(cluster.current_host), cfg.data_port), backlog=64) as server:
         serve(cfg, server, me=cluster.current_host, trainer_hosts=cluster.trainer_hosts, secret=job_secret(),
-              samples_per_epoch=samples // part[1], epoch_batches=lambda epoch: loader)
+              samples_per_epoch=samples // part[1], epoch_batches=lambda epoch: loader, results_dir=cluster.model_dir)
     print(f"[data] {cluster.current_host}: all trainers stopped; exiting", flush=True)
 
 
 def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tuple[str, ...], secret: bytes,
-          samples_per_epoch: int, epoch_batches: Callable[[int], Iterable[Batch]]) -> None:
-    """Accept the trainers on ``server``, stream ``epoch_batches(e)`` for every epoch, return when all said STOP."""
+          samples_per_epoch: int, epoch_batches: Callable[[int], Iterable[Batch]], results_dir: Path | None = None) -> None:
+    """Accept the trainers on ``server``, stream ``epoch_batches(e)`` for every epoch, return when all said STOP.
+
+    Files a trainer hands over with its STOP (its metrics and model) are written to ``results_dir``:
+    every host of the job then holds the job's results, whichever host's model directory
+    SageMaker packs into the model artifact.
+    """
     trainers = _accept_trainers(server, cfg, me, trainer_hosts, secret, samples_per_epoch)
-    service = DataService(trainers, cfg)
+    service = DataService(trainers, cfg, results_dir)
     service.start()
     try:
         for epoch in range(cfg.epochs):
@@ -152,9 +161,10 @@ def _accept_trainers(server: socket.socket, cfg: TrainConfig, me: str, trainer_h
 class DataService:
     """Fans batches out to trainer links; watches them for STOP and silence."""
 
-    def __init__(self, trainers: list[_Trainer], cfg: TrainConfig):
+    def __init__(self, trainers: list[_Trainer], cfg: TrainConfig, results_dir: Path | None = None):
         self.trainers = trainers
         self.cfg = cfg
+        self.results_dir = results_dir
         self.queue: queue.Queue = queue.Queue(maxsize=2 * len(trainers))
         self.failure: HeteroError | None = None
         self.done = threading.Event()
@@ -246,8 +256,9 @@ class DataService:
                 return
             if frame is None:
                 continue
-            kind, meta, _ = frame
+            kind, meta, arrays = frame
             if kind is Kind.STOP:
+                self._keep_results(t, meta, arrays)
                 t.stopped = True
                 if meta.get("status") != "completed":
                     self._fail(TrainerGone(f"trainer {t.host} stopped the job: {meta.get('reason', 'no reason given')}"))
@@ -255,6 +266,19 @@ class DataService:
                     self.done.set()
             elif kind is Kind.ERROR:
                 self._fail(TrainerGone(f"trainer {t.host} failed: {meta.get('reason', 'no reason given')}"))
+
+    def _keep_results(self, t: _Trainer, meta: dict, arrays: dict) -> None:
+        if self.results_dir is None or not arrays:
+            return
+        for name, data in arrays.items():
+            if not SAFE_FILE_NAME.fullmatch(name):
+                print(f"[data] ignoring file {name!r} from trainer {t.host}: not a plain file name", flush=True)
+                continue
+            self.results_dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.results_dir / f".{name}.tmp"
+            tmp.write_bytes(data.tobytes())
+            os.replace(tmp, self.results_dir / name)
+        print(f"[data] kept {', '.join(sorted(arrays))} from trainer {t.host} in {self.results_dir}", flush=True)
 
     def _send(self, t: _Trainer) -> None:
         while not (t.stopped or self.done.is_set()):

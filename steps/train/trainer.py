@@ -47,7 +47,7 @@ class LocalSource:
     def batches(self, epoch: int):
         yield from self.loader
 
-    def close(self, status: str = "completed", reason: str = "") -> None:
+    def close(self, status: str = "completed", reason: str = "", files: dict | None = None) -> None:
         pass
 
 
@@ -70,9 +70,11 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         stats, corrupt = _train(cfg, workload, model, source, device)
         accuracy = _validate(cfg, cluster, workload, model, device) if cluster.rank == 0 else None
         summary = _gather(stats.summary(), len(corrupt))
+        files = {}
         if cluster.rank == 0:
             _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes)
-        source.close("completed")
+            files = {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
+        source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
         if source is not None:
             source.close("failed", f"trainer {cluster.current_host}: {describe(exc)}")

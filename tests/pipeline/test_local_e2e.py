@@ -52,6 +52,12 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
     # no port of the job is still open
     for job in result.jobs.values():
         assert not job_ports(job.job_dir) & listening_ports()
+    # every data host holds a copy of the results (and trainer rank 0, the first trainer host, the
+    # original), so algo-1 has them whatever its role, whichever host's model dir SageMaker packs
+    trainer_metrics = (result.jobs["TrainHeterogeneous"].model_dir / "metrics.json").read_bytes()
+    for host in (h for h in result.jobs["TrainHeterogeneous"].hosts if h.role == "data"):
+        assert (host.base_dir / "model" / "metrics.json").read_bytes() == trainer_metrics, host.name
+        assert (host.base_dir / "model" / "model.pt").is_file()
     if data_hosts == dnn_hosts == 1:
         # Same seed, same shards: the data plane must hand the trainer exactly the bytes, labels and order
         # that the baseline's own DataLoader produced, so the two trained models are bit-identical.
