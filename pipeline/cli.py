@@ -117,12 +117,6 @@ def _validate(params: dict, prices_file: Path | None) -> None:
     prices = load_prices(prices_file)
     for key in ("DataInstanceType", "DnnInstanceType"):
         prices.hourly(params[key])  # an unknown type fails now, not after training
-    try:
-        options = json.loads(params["WorkloadOptions"])
-    except json.JSONDecodeError as exc:
-        raise UserError(f"WorkloadOptions {params['WorkloadOptions']!r} is not JSON: {exc}", headline="bad parameter") from None
-    if not isinstance(options, dict):
-        raise UserError("WorkloadOptions must be a JSON object, e.g. '{\"blur_passes\": 4}'", headline="bad parameter")
 
 
 def cmd_run(args) -> int:

@@ -12,6 +12,7 @@ earlier step produced, so each backend can map them to its own terms.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -33,6 +34,7 @@ class Parameter:
     choices: tuple = ()
     minimum: float | None = None
     maximum: float | None = None
+    json_object: bool = False  # a str parameter that must hold a JSON object
 
     def parse(self, raw: Any) -> Any:
         """A user-supplied value (string from a CLI/env, or typed) -> checked value."""
@@ -52,13 +54,25 @@ class Parameter:
         if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
             bounds = f">= {self.minimum:g}" if self.maximum is None else f"between {self.minimum:g} and {self.maximum:g}"
             raise UserError(f"parameter {self.name}={value!r} must be {bounds}", headline="bad parameter")
+        if self.json_object:
+            self._check_json_object(value)
         return value
+
+    def _check_json_object(self, value: str) -> None:
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"parameter {self.name}={value!r} is not JSON ({exc}); write a JSON object, "
+                            "e.g. '{\"blur_passes\": 4}'", headline="bad parameter") from None
+        if not isinstance(parsed, dict):
+            raise UserError(f"parameter {self.name}={value!r} must be a JSON object, e.g. '{{\"blur_passes\": 4}}'",
+                            headline="bad parameter")
 
 
 PARAMETERS: tuple[Parameter, ...] = (
     Parameter("InputData", str, "", "Raw images, class-per-folder: an s3:// prefix in the cloud, a folder locally (empty: generated sample data)."),
     Parameter("Workload", str, TrainConfig().workload, "Module defining WORKLOAD (decode/augment, model)."),
-    Parameter("WorkloadOptions", str, "{}", "JSON object of workload options, e.g. {\"blur_passes\": 4}."),
+    Parameter("WorkloadOptions", str, "{}", "JSON object of workload options, e.g. {\"blur_passes\": 4}.", json_object=True),
     Parameter("DataInstanceType", str, "ml.c5.9xlarge", "Instance type of the data (CPU) group."),
     Parameter("DataInstanceCount", int, 1, "Hosts in the data group.", minimum=1, maximum=64),
     Parameter("DnnInstanceType", str, "ml.p3.2xlarge", "Instance type of the dnn (GPU) group."),
@@ -77,16 +91,21 @@ PARAMETERS: tuple[Parameter, ...] = (
 PARAMETERS_BY_NAME = {p.name: p for p in PARAMETERS}
 
 
+def parse_overrides(overrides: dict) -> dict:
+    """Just the given parameters, checked: unknown names and bad values are errors."""
+    for name in overrides:
+        if name not in PARAMETERS_BY_NAME:
+            raise UserError(f"unknown parameter {name!r}; known: {', '.join(PARAMETERS_BY_NAME)}", headline="bad parameter")
+    return {name: PARAMETERS_BY_NAME[name].parse(raw) for name, raw in overrides.items()}
+
+
 def resolve_parameters(*layers: dict) -> dict:
     """Defaults, then each layer in order (later wins), then validation of what won:
-    a value overridden by a later layer is never judged. Unknown names are errors."""
+    a value overridden by a later layer is never judged."""
     merged: dict = {}
     for layer in layers:
-        for name in layer:
-            if name not in PARAMETERS_BY_NAME:
-                raise UserError(f"unknown parameter {name!r}; known: {', '.join(PARAMETERS_BY_NAME)}", headline="bad parameter")
         merged.update(layer)
-    return {p.name: p.parse(merged[p.name]) if p.name in merged else p.default for p in PARAMETERS}
+    return {**{p.name: p.default for p in PARAMETERS}, **parse_overrides(merged)}
 
 
 @dataclass(frozen=True)

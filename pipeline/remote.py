@@ -15,11 +15,10 @@ Clients are built on first use from the standard AWS environment (credentials,
 
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 from datetime import timezone
 
-from pipeline.graph import PARAMETERS_BY_NAME, PIPELINE_NAME
+from pipeline.graph import PIPELINE_NAME, parse_overrides
 from steps.common.errors import UserError
 from steps.evaluate.evaluate import OUTPUT_NAME
 from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id
@@ -33,13 +32,7 @@ MAX_LIST = 100  # ListPipelineExecutions' MaxResults ceiling
 def pipeline_parameters(overrides: dict[str, str]) -> list[dict[str, str]]:
     """Checked overrides as StartPipelineExecution's PipelineParameters (Name/Value strings)."""
     out = []
-    for name, raw in overrides.items():
-        param = PARAMETERS_BY_NAME.get(name)
-        if param is None:
-            raise UserError(f"unknown parameter {name!r}; known: {', '.join(PARAMETERS_BY_NAME)}", headline="bad parameter")
-        value = param.parse(raw)
-        if name == "WorkloadOptions":
-            _check_json_object(name, value)
+    for name, value in parse_overrides(overrides).items():
         if name == "InputData" and not value.startswith("s3://"):
             # a local folder means nothing to a SageMaker Processing job
             raise UserError(f"parameter InputData={value!r}: in the cloud it must be an s3://bucket/prefix URI", headline="bad parameter")
@@ -52,15 +45,6 @@ def _wire(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def _check_json_object(name: str, value: str) -> None:
-    try:
-        ok = isinstance(json.loads(value), dict)
-    except json.JSONDecodeError:
-        ok = False
-    if not ok:
-        raise UserError(f"parameter {name}={value!r} must be a JSON object, e.g. '{{\"blur_passes\": 4}}'", headline="bad parameter")
 
 
 def start_execution(*, pipeline_name: str, overrides: dict[str, str], client=None, display_name: str | None = None) -> str:

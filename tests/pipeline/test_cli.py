@@ -6,7 +6,9 @@ import shutil
 
 import pytest
 
-from pipeline.cli import main
+from pipeline.cli import _validate, main
+from pipeline.graph import resolve_parameters
+from steps.common.errors import UserError
 
 
 def run_cli(capsys, *argv) -> tuple[int, str]:
@@ -76,9 +78,10 @@ def test_params_lists_every_parameter(capsys):
         assert name in out
 
 
-def test_a_prices_file_makes_a_new_instance_type_known(tmp_path, capsys):
+def test_a_prices_file_makes_a_new_instance_type_known(tmp_path):
     prices = tmp_path / "prices.json"
     prices.write_text('{"prices": {"ml.p9.mega": 99.0}}')
-    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--dnn-instance-type", "ml.p9.mega",
-                        "--prices", str(prices), "--workload-options", "[1]")
-    assert code == 2 and "ml.p9.mega" not in err and "must be a JSON object" in err  # past the price check, stopped after it
+    params = resolve_parameters({"DnnInstanceType": "ml.p9.mega"})
+    with pytest.raises(UserError, match="ml.p9.mega"):
+        _validate(params, None)
+    _validate(params, prices)  # known now: no error
