@@ -28,6 +28,7 @@ from pipeline.remote import (DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list
 from pipeline.summary import render
 from steps.common.errors import HeteroError, UserError
 from steps.evaluate.prices import load_prices
+from steps.train.config import FRAMEWORKS
 
 ENV_PREFIX = "HETERO_PARAM_"
 FLAGS = {  # CLI flag -> pipeline parameter
@@ -46,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     for flag, name in FLAGS.items():
         param = next(p for p in PARAMETERS if p.name == name)
         run.add_argument(f"--{flag.replace('_', '-')}", dest=flag, metavar=name, help=f"{param.help} [{name}, default {param.default!r}]")
+    run.add_argument("--framework", choices=FRAMEWORKS, default=FRAMEWORKS[0],
+                     help="training framework: PyTorch over the project's data plane, or TensorFlow over tf.data.service (default %(default)s)")
     run.add_argument("--no-baseline", action="store_true", help="skip the homogeneous baseline [RunBaseline=false]")
     run.add_argument("--param", action="append", default=[], metavar="Name=Value", help="any pipeline parameter (see `hetero params`)")
     run.add_argument("--config", type=Path, help="JSON file of pipeline parameters")
@@ -126,7 +129,7 @@ def cmd_run(args) -> int:
         raise UserError(f"--sample-images {args.sample_images}: use at least 10", headline="bad option")
     options = LocalOptions(work_dir=args.work_dir, sample_images=args.sample_images, pin_cpus=not args.no_pin,
                            prices_file=args.prices)
-    result = LocalRunner(build_graph(), params, options).run()
+    result = LocalRunner(build_graph(args.framework), params, options).run()
     print()
     print(render(result.price_performance))
     manifest = json.loads(result.outputs[("Shard", "manifest")].read_text())

@@ -17,12 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from steps.common.errors import UserError
-from steps.train.config import TrainConfig
+from steps.train.config import FRAMEWORKS, TrainConfig
 
 SHARDED, REPLICATED = "ShardedByS3Key", "FullyReplicated"
 DATA_GROUP, DNN_GROUP = TrainConfig().data_group, TrainConfig().dnn_group
 TRAIN_ENTRY_POINT = "steps/train/launcher.py"
 PIPELINE_NAME = "HeteroTraining"  # the deployed pipeline's default name
+# The shard format each framework's input pipeline reads. The framework is fixed when the graph is
+# built (it picks the container image), not a run-time parameter.
+SHARD_FORMATS = {"pytorch": "webdataset", "tensorflow": "tfrecord"}
 
 
 @dataclass(frozen=True)
@@ -185,13 +188,14 @@ class Graph:
     name: str
     parameters: tuple[Parameter, ...]
     steps: tuple = field(default_factory=tuple)
+    framework: str = "pytorch"
 
     def step(self, name: str):
         return next(s for s in self.steps if s.name == name)
 
 
-def _hyperparameters() -> dict:
-    return {"workload": Param("Workload"), "workload_options": Param("WorkloadOptions"), "epochs": Param("Epochs"), "max_steps": Param("MaxSteps"),
+def _hyperparameters(framework: str) -> dict:
+    return {"framework": framework, "workload": Param("Workload"), "workload_options": Param("WorkloadOptions"), "epochs": Param("Epochs"), "max_steps": Param("MaxSteps"),
             "batch_size": Param("BatchSize"), "data_group": DATA_GROUP, "dnn_group": DNN_GROUP}
 
 
@@ -200,26 +204,29 @@ def _eval_channels(group: str) -> tuple[TrainChannel, ...]:
             TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED))
 
 
-def build_graph() -> Graph:
+def build_graph(framework: str = "pytorch") -> Graph:
+    if framework not in FRAMEWORKS:
+        raise UserError(f"framework {framework!r} is not supported; use one of {', '.join(FRAMEWORKS)}", headline="bad framework")
     dnn = Group(DNN_GROUP, Param("DnnInstanceType"), Param("DnnInstanceCount"))
     data = Group(DATA_GROUP, Param("DataInstanceType"), Param("DataInstanceCount"))
     shard = ProcessingStep(
         "Shard", "steps/shard/shard.py",
         inputs={"input": Param("InputData")},
         outputs={"train": "train", "validation": "validation", "manifest": "manifest.json"},
-        arguments={"--target-shard-mb": Param("ShardSizeMB"), "--data-hosts": Param("DataInstanceCount")},
+        arguments={"--target-shard-mb": Param("ShardSizeMB"), "--data-hosts": Param("DataInstanceCount"),
+                   "--format": SHARD_FORMATS[framework]},
     )
     baseline = TrainingStep(
         "TrainBaseline", groups=(dnn,),
         # every dnn host sees all shards and takes its share by sample index: shard counts need not divide
         channels=(TrainChannel("train", Output("Shard", "train"), REPLICATED, (DNN_GROUP,), Param("InputMode")), *_eval_channels(DNN_GROUP)),
-        hyperparameters=_hyperparameters(), condition=Param("RunBaseline"),
+        hyperparameters=_hyperparameters(framework), condition=Param("RunBaseline"),
     )
     hetero = TrainingStep(
         "TrainHeterogeneous", groups=(data, dnn),
         channels=(TrainChannel("train", Output("Shard", "train"), Param("DataDistribution"), (DATA_GROUP,), Param("InputMode")),
                   *_eval_channels(DNN_GROUP)),
-        hyperparameters=_hyperparameters(),
+        hyperparameters=_hyperparameters(framework),
     )
     evaluate = ProcessingStep(
         "Evaluate", "steps/evaluate/evaluate.py",
@@ -233,4 +240,4 @@ def build_graph() -> Graph:
         Param("ImprovementThreshold"),
         "price-performance improvement of the heterogeneous cluster is below ImprovementThreshold",
     )
-    return Graph(PIPELINE_NAME, PARAMETERS, (shard, baseline, hetero, evaluate, check))
+    return Graph(PIPELINE_NAME, PARAMETERS, (shard, baseline, hetero, evaluate, check), framework)

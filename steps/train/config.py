@@ -17,7 +17,7 @@ from typing import Any
 
 from steps.common.errors import UserError
 
-FRAMEWORKS = ("pytorch",)
+FRAMEWORKS = ("pytorch", "tensorflow")
 
 
 def _param(default, help: str, **extra):
