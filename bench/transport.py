@@ -3,11 +3,14 @@
     .venv/bin/python bench/transport.py [--batches 200] [--repeats 3] [--quick]
 
 Every batch is 64 x 224 x 224 x 3 uint8 pixels plus int64 labels and ids
-(9.6 MB), over loopback, from sender processes (fork) to this process, which
-is the receiver and the only one whose CPU time is reported. Each number is
+(9.6 MB), over loopback, from sender processes (fork; spawn for TensorFlow) to
+this process, which is the receiver and the only one whose CPU time is
+reported. The pixels are uniform random bytes (seeded), so they do not
+compress: the worst case for a compressing transport (decoded photos
+compress a little). Each number is
 the median of ``--repeats`` runs, with every sample next to it; the
-measurements are interleaved (raw, ours, raw, ours, ...), so one run's
-ratios compare like with like even on a noisy machine.
+measurements are interleaved (raw, ours, tf none, tf auto, raw, ours, ...),
+so one run's ratios compare like with like even on a noisy machine.
 
 ``raw_tcp``            the anchor: one sender process writes N fixed-size
                        messages to a plain TCP socket; the receiver
@@ -21,6 +24,21 @@ ratios compare like with like even on a noisy machine.
                        torch tensors; the consumer reads one element of
                        each batch and calls ``release()``.
                        ``ratio_to_tcp`` = its GB/s / raw_tcp GB/s, per repeat.
+``tf_data_service``    the off-the-shelf alternative: a real
+                       ``DispatchServer`` in this process, as on a trainer
+                       host, and one ``WorkerServer`` in a spawned sender
+                       process, as on a data host (TensorFlow does not
+                       survive fork). The dataset is one pre-built batch,
+                       ``from_tensors(batch).repeat(warm-up + N)``, so
+                       producing costs nothing; this process iterates it
+                       through ``distribute(ShardingPolicy.OFF)`` and calls
+                       ``.numpy()`` on each batch's pixels, which is what a
+                       trainer hands the model. ``none``: compression=None.
+                       ``auto``: the default, compression="AUTO" (snappy here),
+                       which pays CPU on both ends and gains nothing on
+                       this payload. ``ratio_to_tcp`` as above, against the
+                       raw run of the same repeat. Skipped when TensorFlow
+                       is not installed (it is not a dependency).
 ``multi_host``         two data hosts (data-0 on 127.0.0.2, data-1 on
                        127.0.0.3, same port, found through a
                        HETERO_HOSTS_FILE) and one trainer.
@@ -48,6 +66,7 @@ process (every thread) over the same window.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import multiprocessing as mp
 import os
@@ -79,6 +98,8 @@ BATCH_BYTES = PIXEL_BYTES + 2 * BATCH * 8  # + int64 labels and ids
 TRAINER = "trainer-0"
 DATA_HOSTS = {"data-0": "127.0.0.2", "data-1": "127.0.0.3"}
 CTX = mp.get_context("fork")  # children share the parent's pre-built arrays, copy-on-write
+TF_COMPRESSIONS = {"none": None, "auto": "AUTO"}
+SPAWN = mp.get_context("spawn")  # for TensorFlow children: TF does not survive fork
 
 
 # -- sender processes ------------------------------------------------------------
@@ -117,14 +138,31 @@ def _serve_sender(server: socket.socket, me: str, cfg: TrainConfig, secret: byte
     results.send(cpu["end"] - cpu["start"])
 
 
+def _tf_worker(dispatcher: str, conn) -> None:
+    """A tf.data.service worker, as on a data host: the receiver's dispatcher hands it the dataset to run."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so the worker is stopped
+    import tensorflow as tf
+
+    service = tf.data.experimental.service
+    worker = service.WorkerServer(service.WorkerConfig(dispatcher_address=dispatcher, worker_address="127.0.0.1:%port%", port=0))
+    try:
+        conn.send("ready")
+        while conn.recv() == "cpu":  # the receiver brackets its timed window with these
+            conn.send(time.process_time())
+    except EOFError:
+        pass
+    finally:
+        worker.stop()
+
+
 @contextmanager
-def _children(*specs):
+def _children(*specs, ctx=CTX, duplex: bool = False):
     """Start one process per (target, args); always reap them, also on failure."""
     procs, pipes = [], []
     try:
         for target, args in specs:
-            recv_end, send_end = CTX.Pipe(duplex=False)
-            proc = CTX.Process(target=target, args=(*args, send_end), daemon=True)
+            recv_end, send_end = ctx.Pipe(duplex=duplex)
+            proc = ctx.Process(target=target, args=(*args, send_end), daemon=True)
             proc.start()
             send_end.close()
             procs.append(proc)
@@ -261,14 +299,49 @@ def measure_drain(name: str, batches: int, warmup: int, pixels: np.ndarray, rate
     return _window(count, t1 - t0, c1 - c0)
 
 
+def measure_tf_data_service(batches: int, warmup: int, pixels: np.ndarray, compression: str | None) -> dict:
+    """A real dispatcher here (as on a trainer host) and one real worker in a spawned process (TF does not survive fork)."""
+    import tensorflow as tf
+
+    service = tf.data.experimental.service
+    batch = {"pixels": pixels, "labels": np.zeros(BATCH, np.int64), "ids": np.arange(BATCH, dtype=np.int64)}
+    dataset = tf.data.Dataset.from_tensors(batch).repeat(warmup + batches)  # the same arrays every time
+    dispatcher = service.DispatchServer(service.DispatcherConfig(port=0))
+    try:
+        with _children((_tf_worker, (dispatcher.target.split("://", 1)[1],)), ctx=SPAWN, duplex=True) as (conn,):
+            if not conn.poll(120):
+                raise RuntimeError("tf.data.service worker did not start within 120 s")
+            conn.recv()
+            elements = iter(dataset.apply(service.distribute(
+                processing_mode=service.ShardingPolicy.OFF, service=dispatcher.target, compression=compression)))
+            for _ in range(warmup):
+                next(elements)
+            conn.send("cpu")
+            w0 = conn.recv()
+            t0, c0 = time.perf_counter(), time.process_time()
+            count = 0
+            for element in elements:
+                _ = element["pixels"].numpy()[-1, -1, -1, -1]  # touch it, as a step would
+                count += 1
+            t1, c1 = time.perf_counter(), time.process_time()
+            conn.send("cpu")
+            w1 = conn.recv()
+            del elements
+            conn.send("stop")
+    finally:
+        dispatcher.stop()
+    assert count == batches, (count, batches)
+    return {**_window(count, t1 - t0, c1 - c0), "sender_cpu_ms_per_batch": 1e3 * (w1 - w0) / batches}
+
+
 # -- the run ---------------------------------------------------------------------
 
+def _spread(values: list[float]) -> dict:
+    return {"median": _median(values), "samples": [round(v, 3) for v in values]}
+
+
 def _summary(samples: list[dict], *keys: str) -> dict:
-    out = {}
-    for key in keys:
-        values = [s[key] for s in samples]
-        out[key] = {"median": round(statistics.median(values), 3), "samples": [round(v, 3) for v in values]}
-    return out
+    return {key: _spread([s[key] for s in samples]) for key in keys}
 
 
 def _median(values: list[float]) -> float:
@@ -295,11 +368,20 @@ def main() -> None:
         hosts_file.write_text("".join(f"{address} {name}\n" for name, address in DATA_HOSTS.items()))
         os.environ["HETERO_HOSTS_FILE"] = str(hosts_file)  # this process only: how the client finds data-0/1
 
-        raw, ours = [], []
+        with_tf = importlib.util.find_spec("tensorflow") is not None
+        if with_tf:
+            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's INFO lines (server configs) would bury stderr
+        raw, ours, tf_runs = [], [], {label: [] for label in TF_COMPRESSIONS}
         for _ in range(args.repeats):
             raw.append(measure_raw_tcp(args.batches, payload))
             ours.append(measure_hetero(["data-0"], args.batches, args.warmup, pixels))
+            for label, compression in TF_COMPRESSIONS.items() if with_tf else ():
+                tf_runs[label].append(measure_tf_data_service(args.batches, args.warmup, pixels, compression))
         ratios = [o["gbps"] / r["gbps"] for r, o in zip(raw, ours)]
+        tf_data_service = {"skipped": "tensorflow is not installed"} if not with_tf else {
+            label: {**_summary(runs, "gbps", "cpu_ms_per_batch", "sender_cpu_ms_per_batch"),
+                    "ratio_to_tcp": _spread([t["gbps"] / r["gbps"] for r, t in zip(raw, runs)])}
+            for label, runs in tf_runs.items()}
         single_rate = statistics.median(o["gbps"] for o in ours) * 1e9 / BATCH_BYTES  # batches/s
         paced_rate = args.paced_fraction * single_rate
 
@@ -323,6 +405,7 @@ def main() -> None:
         "bench": "transport",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(), "torch": torch.__version__,
+                    **({"tensorflow": sys.modules["tensorflow"].__version__} if "tensorflow" in sys.modules else {}),
                     "load_avg_1m": round(os.getloadavg()[0], 2)},
         "batch": {"shape": [BATCH, H, W, C], "dtype": "uint8", "bytes": BATCH_BYTES},
         "batches": args.batches, "warmup": args.warmup, "repeats": args.repeats,
@@ -330,12 +413,16 @@ def main() -> None:
         "hetero_data_plane": {
             **_summary(ours, "gbps", "cpu_ms_per_batch"),
             "sender_cpu_ms_per_batch": {"median": _median([o["sender_cpu_ms_per_batch"][0] for o in ours])},
-            "ratio_to_tcp": {"median": _median(ratios), "samples": [round(r, 3) for r in ratios]},
+            "ratio_to_tcp": _spread(ratios),
         },
+        "tf_data_service": tf_data_service,
         "multi_host": multi,
         "notes": [
             "GB/s = 1e9 bytes of pixels+labels+ids per second over the timed window; cpu_ms_per_batch = process_time of the "
             "receiving process (all its threads) over that window / batches; ratio_to_tcp is per repeat, raw and ours interleaved.",
+            "tf_data_service: dispatcher in the receiving process, one worker in a spawned process, dataset "
+            "from_tensors(batch).repeat(); the pixels are random bytes, so compression=AUTO (snappy) only adds CPU on both ends. "
+            "Its ratio_to_tcp is against the raw_tcp run of the same repeat.",
             "multi_host alone = one serve() process streaming to a drain sink (handshake, then every frame read into one reused "
             "buffer, nothing else); merged = both serve() processes streaming at once to the real DataServiceClient.",
             "paced: each sender is held to rate_per_sender (paced-fraction x the single-host rate above), like a data host bound by "

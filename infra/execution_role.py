@@ -14,22 +14,23 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
+from pipeline.sagemaker import DLC_REPOSITORIES
 from steps.common.errors import UserError
 
 JOB_PREFIX = "pipelines-"
 JOB_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob",
                "sagemaker:CreateProcessingJob", "sagemaker:DescribeProcessingJob", "sagemaker:StopProcessingJob",
                "sagemaker:AddTags")
-ECR_REPOSITORIES = ("pytorch-training",)
 
 
 class ExecutionRole(Construct):
     """`role`: assumed by SageMaker (the pipeline and its training/processing jobs)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, bucket: s3.IBucket,
-                 bucket_prefixes: tuple[str, ...], code: s3_assets.Asset, dlc_account: str,
+                 bucket_prefixes: tuple[str, ...], code: s3_assets.Asset, dlc_account: str, framework: str = "pytorch",
                  images: tuple[str, ...] = ()) -> None:
-        """`images`: image URIs set in place of the AWS Deep Learning Containers (their ECR repositories are allowed)."""
+        """`framework`: whose Deep Learning Container repository (training and processing images) is allowed;
+        `images`: image URIs set in place of those containers (their ECR repositories are allowed too)."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
@@ -58,7 +59,7 @@ class ExecutionRole(Construct):
                                 resources=[log_groups]),
             iam.PolicyStatement(sid="PullDeepLearningContainers",
                                 actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
-                                resources=[arn("ecr", f"repository/{r}", account=dlc_account) for r in ECR_REPOSITORIES]
+                                resources=[arn("ecr", f"repository/{DLC_REPOSITORIES[framework]}", account=dlc_account)]
                                 + [_repository_arn(stack, image) for image in images]),
             # API forces "*": ecr:GetAuthorizationToken has no resource-level permissions
             iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),

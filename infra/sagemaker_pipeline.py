@@ -22,13 +22,13 @@ class SageMakerPipeline(Construct):
     """`pipeline`: the `CfnPipeline`; `ref`: the same pipeline as an `IPipeline` (for schedule targets)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, role: iam.IRole, bucket: s3.IBucket,
-                 code_url: str, prefix: str, pytorch_training_image: str | None = None, processing_image: str | None = None,
-                 fsx: FsxSettings | None = None) -> None:
+                 code_url: str, prefix: str, framework: str = "pytorch", training_image: str | None = None,
+                 processing_image: str | None = None, fsx: FsxSettings | None = None) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         definition = build_definition(DeploySettings(
             pipeline_name=pipeline_name, region=stack.region, role_arn=role.role_arn, bucket=bucket.bucket_name,
-            code_uri=code_url, prefix=prefix, pytorch_training_image=pytorch_training_image or None,
+            code_uri=code_url, prefix=prefix, framework=framework, training_image=training_image or None,
             processing_image=processing_image or None, fsx=fsx))
         self.pipeline = sagemaker.CfnPipeline(
             self, "Pipeline", pipeline_name=pipeline_name, role_arn=role.role_arn,

@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeline.graph import PIPELINE_NAME, resolve_parameters
 from steps.common.errors import UserError
+from steps.train.config import FRAMEWORKS
 
 PREFIX = "hetero:"
 
@@ -47,8 +48,10 @@ class StackSettings:
                             "training then reads shards from it (DataSource=FSx).")
     fsx_storage_gib: int = _key(1200, "FSx for Lustre capacity: 1200, 2400 or a multiple of 2400 GiB.")
     fsx_throughput_per_tib: int = _key(125, "FSx PERSISTENT_2 throughput per TiB (125, 250, 500 or 1000 MB/s).")
+    framework: str = _key("pytorch", f"Training framework, one of {', '.join(FRAMEWORKS)}: picks the shard format and "
+                                     "the default images (AWS Deep Learning Containers of that framework).")
     dlc_account: str = _key("763104351884", "Account of the AWS Deep Learning Container images (ECR pull).")
-    pytorch_training_image: str = _key("", "Training image URI ('' for the pipeline's default PyTorch DLC).")
+    training_image: str = _key("", "Training image URI ('' for the pipeline's default GPU DLC of the framework).")
     processing_image: str = _key("", "Processing image URI ('' for the pipeline's default).")
 
     @staticmethod
@@ -81,6 +84,9 @@ class StackSettings:
         if settings.input_prefix.startswith("/") or not settings.input_prefix.endswith("/"):
             raise UserError(f"{cls.context_key('input_prefix')}={settings.input_prefix!r}: a key prefix ending in '/', "
                             "without a leading '/'", headline="bad cdk.json context")
+        if settings.framework not in FRAMEWORKS:
+            raise UserError(f"{cls.context_key('framework')}={settings.framework!r}: use one of {', '.join(FRAMEWORKS)}",
+                            headline="bad cdk.json context")
         if not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}", settings.pipeline_name):
             raise UserError(f"{cls.context_key('pipeline_name')}={settings.pipeline_name!r}: letters, digits and hyphens only",
                             headline="bad cdk.json context")

@@ -29,7 +29,7 @@ class HeteroStack(Stack):
         role = ExecutionRole(
             self, "Execution", pipeline_name=settings.pipeline_name, bucket=store.bucket, code=code.asset,
             bucket_prefixes=(settings.prefix, settings.input_prefix), dlc_account=settings.dlc_account,
-            images=tuple(i for i in (settings.pytorch_training_image, settings.processing_image) if i))
+            framework=settings.framework, images=tuple(i for i in (settings.training_image, settings.processing_image) if i))
 
         fsx = None
         if settings.fsx:
@@ -42,8 +42,8 @@ class HeteroStack(Stack):
 
         pipeline = SageMakerPipeline(
             self, "Pipeline", pipeline_name=settings.pipeline_name, role=role.role, bucket=store.bucket,
-            code_url=code.s3_url, prefix=settings.prefix, pytorch_training_image=settings.pytorch_training_image,
-            processing_image=settings.processing_image, fsx=fsx)
+            code_url=code.s3_url, prefix=settings.prefix, framework=settings.framework,
+            training_image=settings.training_image, processing_image=settings.processing_image, fsx=fsx)
         pipeline.node.add_dependency(role.policy)  # the role can run jobs before the first execution can start
 
         parameters = settings.scheduled_parameters(bucket=store.bucket.bucket_name)

@@ -71,7 +71,9 @@ def _definition_parser(sub) -> None:
     d.add_argument("--bucket", default="hetero-artifacts-example", help="artifact bucket (default: a placeholder)")
     d.add_argument("--code-uri", help="s3:// URI of the code tar.gz (default s3://<bucket>/<prefix>/code/code.tar.gz)")
     d.add_argument("--prefix", default="hetero", help="key prefix of everything the pipeline writes (default %(default)s)")
-    d.add_argument("--training-image", help="training image URI (default: the AWS PyTorch GPU training image of the region)")
+    d.add_argument("--framework", choices=FRAMEWORKS, default=FRAMEWORKS[0],
+                   help="training framework: picks the shard format and the default images (default %(default)s)")
+    d.add_argument("--training-image", help="training image URI (default: the AWS GPU training image of the framework in the region)")
     d.add_argument("--processing-image", help="processing image URI (default: the CPU variant of that image)")
     d.add_argument("--fsx-file-system-id", help="read training shards from this FSx for Lustre file system (jobs run in its VPC)")
     d.add_argument("--fsx-directory-path", default="/fsx/dataset", help="FSx path linked to s3://<bucket>/<prefix>/ (default %(default)s)")
@@ -202,7 +204,8 @@ def cmd_definition(args) -> int:
                           security_group_ids=tuple(args.security_group or ["sg-00000000000000000"]))
     settings = DeploySettings(pipeline_name=args.pipeline_name, region=args.region, role_arn=args.role_arn, bucket=args.bucket,
                               code_uri=args.code_uri or f"s3://{args.bucket}/{args.prefix}/code/code.tar.gz", prefix=args.prefix,
-                              pytorch_training_image=args.training_image, processing_image=args.processing_image, fsx=fsx)
+                              framework=args.framework, training_image=args.training_image,
+                              processing_image=args.processing_image, fsx=fsx)
     sys.stdout.write(definition_json(settings))
     return 0
 

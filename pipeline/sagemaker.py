@@ -1,4 +1,4 @@
-"""The SageMaker backend: compiles `pipeline.graph.build_graph()` into a SageMaker Pipeline definition.
+"""The SageMaker backend: compiles `pipeline.graph.build_graph(framework)` into a SageMaker Pipeline definition.
 
 Built with the SageMaker Python SDK v3, fully offline: nothing here creates an
 AWS client that calls out, reads credentials or uploads code. The code reaches
@@ -10,7 +10,14 @@ script. The CDK app passes CloudFormation tokens for the role, bucket and code
 URI; the SDK validates some of those strings, so the definition is built with
 safe placeholders and the real values are substituted into the parsed JSON.
 
+The framework (``DeploySettings.framework``, pytorch or tensorflow) is fixed when the
+pipeline is compiled. It picks the graph (shard format, ``framework`` hyperparameter)
+and the default images, AWS Deep Learning Containers of that framework: the GPU
+training image for training jobs and its CPU variant for processing jobs (the
+TensorFlow Shard step writes TFRecords with ``tf.io``, so it needs TensorFlow too).
+
     hetero definition                       # offline, placeholder settings
+    hetero definition --framework tensorflow
     hetero definition --role-arn arn:aws:iam::123456789012:role/x --bucket my-bucket \\
         --code-uri s3://my-bucket/code/code.tar.gz --region eu-west-1
 
@@ -54,9 +61,17 @@ from pipeline.graph import (
 )
 from steps.common.errors import UserError
 from steps.train.auth import SECRET_ENV
+from steps.train.config import FRAMEWORKS
 from steps.train.metrics import METRIC_DEFINITIONS
 
 PYTORCH_VERSION, PY_VERSION = "2.5.1", "py311"  # the framework container; heterogeneous clusters need PyTorch >= 1.10
+# Heterogeneous clusters need TensorFlow >= 2.6. 2.21.0 is the newest training version in the SDK's bundled
+# image table (image_uri_config/tensorflow.json) and it has both GPU and CPU images, with py312 only.
+TENSORFLOW_VERSION, TENSORFLOW_PY_VERSION = "2.21.0", "py312"
+IMAGES = {"pytorch": ("pytorch", PYTORCH_VERSION, PY_VERSION),  # framework -> (SDK image name, version, py_version)
+          "tensorflow": ("tensorflow", TENSORFLOW_VERSION, TENSORFLOW_PY_VERSION)}
+DLC_REPOSITORIES = {"pytorch": "pytorch-training", "tensorflow": "tensorflow-training"}  # ECR repositories of those images
+TRAINING_INSTANCE_TYPE = "ml.p3.2xlarge"  # any GPU type: picks the GPU variant of the image
 PROCESSING_INSTANCE_TYPE = "ml.m5.xlarge"
 MAX_RUNTIME_S = 6 * 3600  # a stuck job bills every host of the cluster until this cap
 VOLUME_GB = 100
@@ -93,7 +108,8 @@ class DeploySettings:
     bucket: str  # artifact bucket name
     code_uri: str  # s3 URI of the code tar.gz (steps/ at its root)
     prefix: str = "hetero"  # key prefix for everything the pipeline writes
-    pytorch_training_image: str | None = None  # default: the AWS PyTorch GPU training image of the region
+    framework: str = "pytorch"  # one of FRAMEWORKS: picks the graph and the default images
+    training_image: str | None = None  # default: the AWS GPU training image of the framework in the region
     processing_image: str | None = None  # default: the CPU variant of the same image
     fsx: FsxSettings | None = None
 
@@ -106,7 +122,7 @@ def definition_json(settings: DeploySettings) -> str:
 def build_definition(settings: DeploySettings) -> dict:
     """The parsed SageMaker Pipeline definition for ``settings`` (no network calls)."""
     _check(settings)
-    graph = build_graph()
+    graph = build_graph(settings.framework)
     placeholders = replace(settings, role_arn=_ROLE, bucket=_BUCKET, code_uri=_CODE, fsx=_placeholder_fsx(settings.fsx),
                            region=settings.region if _REGION.fullmatch(settings.region) else _PLACEHOLDER_REGION)
     with _offline_sdk(placeholders.region):
@@ -122,12 +138,15 @@ def _check(settings: DeploySettings) -> None:
     for name in ("pipeline_name", "region", "role_arn", "bucket", "code_uri"):
         if not getattr(settings, name):
             raise UserError(f"DeploySettings.{name} is empty; pass the {name.replace('_', ' ')}", headline="bad deploy settings")
+    if settings.framework not in FRAMEWORKS:
+        raise UserError(f"DeploySettings.framework {settings.framework!r} is not supported; use one of {', '.join(FRAMEWORKS)}",
+                        headline="bad deploy settings")
     if settings.prefix.strip("/") != settings.prefix or not settings.prefix:
         raise UserError(f"DeploySettings.prefix {settings.prefix!r} must be a key prefix without leading or trailing '/'",
                         headline="bad deploy settings")
-    if not _REGION.fullmatch(settings.region) and not (settings.pytorch_training_image and settings.processing_image):
+    if not _REGION.fullmatch(settings.region) and not (settings.training_image and settings.processing_image):
         raise UserError(f"region {settings.region!r} is not a region name (a CloudFormation token?), so the default images "
-                        "cannot be looked up: pass pytorch_training_image and processing_image, or a concrete region",
+                        "cannot be looked up: pass training_image and processing_image, or a concrete region",
                         headline="bad deploy settings")
     if settings.fsx and not (settings.fsx.subnets and settings.fsx.security_group_ids):
         raise UserError("FsxSettings needs subnets and security_group_ids: jobs that mount FSx run in its VPC",
@@ -172,18 +191,19 @@ def _substitute(node: Any, pairs: list[tuple[str, str]]) -> Any:
     return walk(node)
 
 
-def default_training_image(region: str) -> str:
-    return _image(region, "ml.p3.2xlarge")
+def default_training_image(region: str, framework: str = "pytorch") -> str:
+    return _image(region, framework, TRAINING_INSTANCE_TYPE)
 
 
-def default_processing_image(region: str) -> str:
-    return _image(region, PROCESSING_INSTANCE_TYPE)
+def default_processing_image(region: str, framework: str = "pytorch") -> str:
+    return _image(region, framework, PROCESSING_INSTANCE_TYPE)
 
 
-def _image(region: str, instance_type: str) -> str:
+def _image(region: str, framework: str, instance_type: str) -> str:
     from sagemaker.core import image_uris  # bundled tables, no network
 
-    return image_uris.retrieve("pytorch", region=region, version=PYTORCH_VERSION, py_version=PY_VERSION,
+    name, version, py_version = IMAGES[framework]
+    return image_uris.retrieve(name, region=region, version=version, py_version=py_version,
                                instance_type=instance_type, image_scope="training")
 
 
@@ -272,8 +292,8 @@ class _Compiler:
         kinds = {bool: ParameterBoolean, int: ParameterInteger, float: ParameterFloat, str: ParameterString}
         self.params = {p.name: kinds[p.type](name=p.name, default_value=self._default(p)) for p in graph.parameters}
         self.steps: dict = {}
-        self.training_image = settings.pytorch_training_image or default_training_image(settings.region)
-        self.processing_image = settings.processing_image or default_processing_image(settings.region)
+        self.training_image = settings.training_image or default_training_image(settings.region, settings.framework)
+        self.processing_image = settings.processing_image or default_processing_image(settings.region, settings.framework)
 
     def _default(self, p):
         if p.name == "InputData":  # a folder locally; the cloud reads raw images from the bucket

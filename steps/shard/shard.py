@@ -1,15 +1,17 @@
-"""Shard step: turn a class-per-folder image dataset into balanced WebDataset tar shards.
+"""Shard step: turn a class-per-folder image dataset into balanced shards for training.
 
 Input layout (how raw image datasets usually arrive)::
 
     <input>/<class_name>/<any/sub/path>.jpg|.jpeg|.png
 
-Output::
+Output, in one of two formats with the same samples and manifest (``--format``):
+WebDataset tar shards for PyTorch (`steps.shard.format`, the default) or TFRecord
+shards for TensorFlow (`steps.shard.tfrecord`, ``.tfrecord`` instead of ``.tar``)::
 
     <output>/train/train-00000.tar ...            one S3 prefix, split per host by ShardedByS3Key
     <output>/validation/validation-00000.tar ...
     <output>/quarantine/<class>/<file>            images Pillow could not decode
-    <output>/manifest.json                        classes, shards, sizes, sha256
+    <output>/manifest.json                        format, classes, shards, sizes, sha256
     <output>/report.json                          per-class counts, quarantined and skipped files
 
 Every image is decoded once here so a corrupt file fails this cheap CPU step, not a
@@ -19,11 +21,14 @@ and other files are listed as skipped.
 Run locally::
 
     python steps/shard/shard.py --input runs/data/raw --output runs/data/shards --data-hosts 2
+    python steps/shard/shard.py --input runs/data/raw --output runs/data/tfrecords --format tfrecord
 
 Run in SageMaker Processing (the `steps` package uploaded as the code folder; the
 defaults are Processing's conventional paths)::
 
-    python3 /opt/ml/processing/input/code/steps/shard/shard.py --data-hosts 2
+    python3 /opt/ml/processing/input/code/steps/shard/shard.py --data-hosts 2 [--format tfrecord]
+
+``--format tfrecord`` needs TensorFlow in the Processing image; tar shards need only Pillow.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable
 
 if not __package__:
     # SageMaker Processing runs this file by path, so only its own folder is on
@@ -48,6 +54,8 @@ from PIL import Image  # noqa: E402
 
 from steps.common.errors import UserError, processing_exit_message, run_step  # noqa: E402
 from steps.shard.format import sha256_file, write_shard  # noqa: E402
+from steps.shard.tfrecord import FRAME_BYTES, SUFFIX as TFRECORD_SUFFIX  # noqa: E402
+from steps.shard.tfrecord import check_tensorflow, write_tfrecord_shard  # noqa: E402
 
 DEFAULT_INPUT = "/opt/ml/processing/input/raw"
 DEFAULT_OUTPUT = "/opt/ml/processing/output"
@@ -57,6 +65,18 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 MIN_SHARD_MB, MAX_SHARD_MB = 1, 128
 MB = 1024 * 1024
 LAYOUT_HINT = "expected <input>/<class_name>/<image>.jpg|.jpeg|.png, one folder per class"
+# A tf.train.Example's feature names, tags and lengths around the image bytes: 71-76 bytes
+# measured for 1 KB-1 MB images and 9-digit ids; rounded up so shards err on the small side.
+EXAMPLE_OVERHEAD = 80
+
+
+@dataclass(frozen=True)
+class ShardFormat:
+    """How one output format names, writes and sizes shards."""
+
+    suffix: str
+    write: Callable[[Path, Iterable[tuple[int, int, str, bytes]]], int]
+    sample_bytes: Callable[[int], int]  # image file size -> bytes the sample adds to a shard
 
 
 @dataclass(frozen=True)
@@ -81,9 +101,12 @@ class Item:
 
 
 def shard_dataset(input_dir, output_dir, *, target_shard_mb: float = 64, data_hosts: int = 1,
-                  validation_fraction: float = 0.1, seed: int = 0) -> dict:
-    """Validate, split and shard ``input_dir`` into ``output_dir``; return the manifest."""
-    target_bytes = _check_options(target_shard_mb, data_hosts, validation_fraction)
+                  validation_fraction: float = 0.1, seed: int = 0, shard_format: str = "webdataset") -> dict:
+    """Validate, split and shard ``input_dir`` into ``output_dir``; return the manifest.
+
+    ``shard_format`` is ``"webdataset"`` (tar) or ``"tfrecord"``.
+    """
+    target_bytes = _check_options(target_shard_mb, data_hosts, validation_fraction, shard_format)
     input_dir, output_dir = Path(input_dir), Path(output_dir)
     if output_dir.resolve().is_relative_to(input_dir.resolve()):
         raise UserError(f"output folder {output_dir} is inside input folder {input_dir}; "
@@ -100,11 +123,12 @@ def shard_dataset(input_dir, output_dir, *, target_shard_mb: float = 64, data_ho
     if len(train) < data_hosts:
         raise UserError(f"{data_hosts} data hosts but only {len(train)} training samples; "
                         "lower --data-hosts or add data")
-    train_groups = _deal(_shuffled(train, seed), plan_shard_count(train, target_bytes, data_hosts))
-    val_groups = _deal(validation, plan_shard_count(validation, target_bytes, 1))
-    splits = {"train": _write_split(output_dir, "train", train_groups),
-              "validation": _write_split(output_dir, "validation", val_groups)}
-    manifest = {"format": "webdataset", "version": 1, "classes": classes,
+    train_count = plan_shard_count(train, target_bytes, data_hosts, shard_format=shard_format)
+    train_groups = _deal(_shuffled(train, seed), train_count)
+    val_groups = _deal(validation, plan_shard_count(validation, target_bytes, 1, shard_format=shard_format))
+    splits = {"train": _write_split(output_dir, "train", train_groups, shard_format),
+              "validation": _write_split(output_dir, "validation", val_groups, shard_format)}
+    manifest = {"format": shard_format, "version": 1, "classes": classes,
                 "target_shard_bytes": target_bytes, "data_hosts": data_hosts, "splits": splits,
                 "quarantined": len(quarantined), "skipped": len(skipped)}
     _write_json(output_dir / "manifest.json", manifest)
@@ -113,7 +137,11 @@ def shard_dataset(input_dir, output_dir, *, target_shard_mb: float = 64, data_ho
     return manifest
 
 
-def _check_options(target_shard_mb, data_hosts, validation_fraction) -> int:
+def _check_options(target_shard_mb, data_hosts, validation_fraction, shard_format) -> int:
+    if not isinstance(shard_format, str) or shard_format not in FORMATS:
+        raise UserError(f"--format {shard_format!r} is not a shard format; choose one of {', '.join(FORMATS)}")
+    if shard_format == "tfrecord":
+        check_tensorflow()
     if not isinstance(target_shard_mb, (int, float)) or not MIN_SHARD_MB <= target_shard_mb <= MAX_SHARD_MB:
         raise UserError(f"--target-shard-mb {target_shard_mb!r} is outside the allowed range "
                         f"{MIN_SHARD_MB}..{MAX_SHARD_MB} MB (S3 transfers objects of that size best)")
@@ -213,7 +241,8 @@ def validation_count(n: int, fraction: float) -> int:
     return min(n - 1, max(1, math.floor(n * fraction + 0.5)))
 
 
-def plan_shard_count(items: list[Item], target_bytes: int, multiple: int) -> int:
+def plan_shard_count(items: list[Item], target_bytes: int, multiple: int, *,
+                     shard_format: str = "webdataset") -> int:
     """Shards for ``items``: enough to stay near ``target_bytes``, a multiple of ``multiple``.
 
     ShardedByS3Key hands each data host len(shards) / hosts objects, so a multiple of
@@ -223,7 +252,8 @@ def plan_shard_count(items: list[Item], target_bytes: int, multiple: int) -> int
     """
     if not items:
         return 0
-    by_size = math.ceil(sum(_tar_bytes(i.size) for i in items) / target_bytes)
+    sample_bytes = FORMATS[shard_format].sample_bytes
+    by_size = math.ceil(sum(sample_bytes(i.size) for i in items) / target_bytes)
     count = math.ceil(max(1, by_size) / multiple) * multiple
     if count > len(items):
         count = len(items) // multiple * multiple
@@ -233,6 +263,17 @@ def plan_shard_count(items: list[Item], target_bytes: int, multiple: int) -> int
 def _tar_bytes(size: int) -> int:
     # A 512-byte header plus the payload padded to 512 for the image, and the same for the label.
     return 512 + math.ceil(size / 512) * 512 + 1024
+
+
+def _tfrecord_bytes(size: int) -> int:
+    # The record frame (length and two CRCs) around one Example holding the image bytes.
+    return FRAME_BYTES + EXAMPLE_OVERHEAD + size
+
+
+FORMATS = {
+    "webdataset": ShardFormat(suffix=".tar", write=write_shard, sample_bytes=_tar_bytes),
+    "tfrecord": ShardFormat(suffix=TFRECORD_SUFFIX, write=write_tfrecord_shard, sample_bytes=_tfrecord_bytes),
+}
 
 
 def _shuffled(items: list[Item], seed: int) -> list[Item]:
@@ -265,23 +306,24 @@ def _clear_previous_output(output_dir: Path) -> None:
     Only this step's own names are touched; anything else in the folder stays.
     """
     for split_name in ("train", "validation"):
-        for stale in (output_dir / split_name).glob(f"{split_name}-*.tar*"):
-            stale.unlink()
+        for shard_format in FORMATS.values():  # a run in one format removes the other's shards too
+            for stale in (output_dir / split_name).glob(f"{split_name}-*{shard_format.suffix}*"):
+                stale.unlink()
     shutil.rmtree(output_dir / "quarantine", ignore_errors=True)
     for name in ("manifest.json", "report.json", "failure"):
         (output_dir / name).unlink(missing_ok=True)
     output_dir.mkdir(parents=True, exist_ok=True)
 
 
-def _write_split(output_dir: Path, split_name: str, groups: list[list[Item]]) -> dict:
-    """Write one split's shards; return its manifest entry (bytes are whole tar files)."""
-    shards = []
+def _write_split(output_dir: Path, split_name: str, groups: list[list[Item]], shard_format: str) -> dict:
+    """Write one split's shards; return its manifest entry (bytes are whole shard files)."""
+    shards, fmt = [], FORMATS[shard_format]
     if groups:
         (output_dir / split_name).mkdir(parents=True, exist_ok=True)
     for index, group in enumerate(groups):
-        name = f"{split_name}/{split_name}-{index:05d}.tar"
+        name = f"{split_name}/{split_name}-{index:05d}{fmt.suffix}"
         path = output_dir / name
-        write_shard(path, ((i.sample_id, i.label, i.ext, i.path.read_bytes()) for i in group))
+        fmt.write(path, ((i.sample_id, i.label, i.ext, i.path.read_bytes()) for i in group))
         shards.append({"name": name, "samples": len(group), "bytes": path.stat().st_size,
                        "sha256": sha256_file(path)})
     return {"samples": sum(s["samples"] for s in shards), "bytes": sum(s["bytes"] for s in shards),
@@ -323,7 +365,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     # No abbreviations: _output_dir() must find --output by its full name.
-    parser = _Parser(description="Validate a class-per-folder image dataset and write tar shards.",
+    parser = _Parser(description="Validate a class-per-folder image dataset and write tar or TFRecord shards.",
                      allow_abbrev=False)
     parser.add_argument("--input", default=DEFAULT_INPUT, help="class-per-folder images (default: %(default)s)")
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="shards, manifest, report (default: %(default)s)")
@@ -333,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="train shard count is a multiple of this (default: %(default)s)")
     parser.add_argument("--validation-fraction", type=float, default=0.1, help="per class (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="split and shuffle seed (default: %(default)s)")
+    parser.add_argument("--format", dest="shard_format", choices=list(FORMATS), default="webdataset",
+                        help="webdataset tar shards (PyTorch) or tfrecord (TensorFlow) (default: %(default)s)")
     return parser
 
 
@@ -358,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         manifest = shard_dataset(args.input, args.output, target_shard_mb=args.target_shard_mb,
                                  data_hosts=args.data_hosts, validation_fraction=args.validation_fraction,
-                                 seed=args.seed)
+                                 seed=args.seed, shard_format=args.shard_format)
         print(summary_line(manifest), flush=True)
 
     return run_step(step, output_dir=_output_dir(argv), exit_message=processing_exit_message())

@@ -120,3 +120,11 @@ def resolve(host: str) -> str:
         return socket.gethostbyname(host)
     except OSError as exc:
         raise UserError(f"cannot resolve host {host!r}: {exc}", headline="unknown host") from None
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (the affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

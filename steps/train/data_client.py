@@ -24,17 +24,10 @@ from steps.common.errors import HeteroError
 from steps.train.auth import client_handshake
 from steps.train.cluster import resolve
 from steps.train.config import TrainConfig
+from steps.train.control import DataHostLost, dial
 from steps.train.dataset import Batch
 from steps.train.link import Link, Stopped
 from steps.train.wire import Kind, Segment, WireError
-
-
-class DataHostLost(HeteroError):
-    headline = "data host lost"
-
-
-class DataHostUnreachable(HeteroError):
-    headline = "data host unreachable"
 
 
 @dataclass(frozen=True)
@@ -107,7 +100,7 @@ class DataServiceClient:
     def connect(self) -> "DataServiceClient":
         deadline = time.monotonic() + self.cfg.connect_timeout_s
         for host in self.hosts:
-            sock = self._dial(host, deadline)
+            sock = dial(host.name, host.address, self.cfg.data_port, deadline, self.cfg.connect_timeout_s)
             sock.settimeout(max(10.0, self.cfg.heartbeat_s))
             hello = client_handshake(sock, self.secret, host=self.me)
             host.samples_per_epoch = int(hello.get("samples_per_epoch", 0))
@@ -117,18 +110,6 @@ class DataServiceClient:
             self._receivers.append(self._spawn(self._receive, host))
         self._spawn(self._heartbeat)
         return self
-
-    def _dial(self, host: _Host, deadline: float) -> socket.socket:
-        while True:
-            try:
-                return socket.create_connection((host.address, self.cfg.data_port), timeout=5)
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    raise DataHostUnreachable(
-                        f"data host {host.name} at {host.address}:{self.cfg.data_port} did not accept a connection within "
-                        f"connect_timeout_s={self.cfg.connect_timeout_s:g} ({exc})"
-                    ) from None
-                time.sleep(0.2)
 
     def close(self, status: str = "completed", reason: str = "", files: dict[str, bytes] | None = None) -> None:
         """Tell every data host to stop, handing it ``files`` (the trainer's outputs), then drop

@@ -14,45 +14,26 @@ outlives its trainers.
 
 from __future__ import annotations
 
-import os
 import queue
-import re
 import socket
 import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
 from steps.common.errors import HeteroError, UserError, describe
 from steps.shard.format import count_samples, list_shards
-from steps.train.auth import AuthError, job_secret, serve_handshake
+from steps.train.auth import job_secret
 from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
+from steps.train.control import Trainer, TrainerGone, accept_trainers, keep_results
 from steps.train.dataset import Batch, ShardDataset, batch_loader
-from steps.train.link import Link, PeerSilent, Stopped
+from steps.train.link import PeerSilent, Stopped
 from steps.train.wire import Kind, WireError
 from steps.train.workload import Workload
 
 
-HANDSHAKE_TIMEOUT_S = 10.0
-SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
-
-
-class TrainerGone(HeteroError):
-    headline = "trainer lost"
-
-
 class _AllStopped(Exception):
     """Internal: every trainer said STOP; the service winds down cleanly."""
-
-
-@dataclass
-class _Trainer:
-    host: str
-    link: Link
-    stopped: bool = False
-    sent: dict = field(default_factory=dict)  # epoch -> samples sent to this trainer
 
 
 def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
@@ -83,7 +64,7 @@ def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tu
     every host of the job then holds the job's results, whichever host's model directory
     SageMaker packs into the model artifact.
     """
-    trainers = _accept_trainers(server, cfg, me, trainer_hosts, secret, samples_per_epoch)
+    trainers = accept_trainers(server, cfg, me, trainer_hosts, secret, {"samples_per_epoch": samples_per_epoch, "epochs": cfg.epochs})
     service = DataService(trainers, cfg, results_dir)
     service.start()
     try:
@@ -101,67 +82,10 @@ def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tu
         service.close()
 
 
-def _accept_trainers(server: socket.socket, cfg: TrainConfig, me: str, trainer_hosts: tuple[str, ...], secret: bytes,
-                     samples: int) -> list[_Trainer]:
-    """Accept until every expected trainer has proved the secret. Each handshake runs in its own
-    thread, so a stranger that connects and says nothing cannot hold up the real trainers."""
-    expected = set(trainer_hosts)
-    trainers: dict[str, _Trainer] = {}
-    pending: set[socket.socket] = set()
-    lock = threading.Lock()
-    info = {"samples_per_epoch": samples, "epochs": cfg.epochs}
-
-    def handshake(sock: socket.socket, address) -> None:
-        try:
-            peer = serve_handshake(sock, secret, host=me, info=info)
-        except (AuthError, WireError, OSError) as exc:
-            print(f"[data] {me}: rejected connection from {address[0]}: {exc}", flush=True)
-            peer = None
-        with lock:
-            pending.discard(sock)
-            if peer in expected and peer not in trainers:
-                trainers[peer] = _Trainer(peer, Link(sock, f"trainer {peer}", heartbeat_s=cfg.heartbeat_s,
-                                                     silence_timeout_s=cfg.silence_timeout_s))
-                return
-        sock.close()
-
-    threads = []
-    deadline = time.monotonic() + cfg.connect_timeout_s
-    try:
-        while True:
-            with lock:
-                if set(trainers) == expected:
-                    return list(trainers.values())
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                missing = ", ".join(sorted(expected - set(trainers)))
-                raise TrainerGone(f"trainer host(s) {missing} did not connect within connect_timeout_s={cfg.connect_timeout_s:g}")
-            server.settimeout(min(remaining, 0.2))
-            try:
-                sock, address = server.accept()
-            except TimeoutError:
-                continue
-            sock.settimeout(HANDSHAKE_TIMEOUT_S)
-            with lock:
-                pending.add(sock)
-            thread = threading.Thread(target=handshake, args=(sock, address), name="handshake", daemon=True)
-            thread.start()
-            threads.append(thread)
-    finally:
-        with lock:
-            for sock in pending:  # strangers still mid-handshake: cut them off (shutdown wakes their recv)
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-        for thread in threads:
-            thread.join(timeout=HANDSHAKE_TIMEOUT_S)
-
-
 class DataService:
     """Fans batches out to trainer links; watches them for STOP and silence."""
 
-    def __init__(self, trainers: list[_Trainer], cfg: TrainConfig, results_dir: Path | None = None):
+    def __init__(self, trainers: list[Trainer], cfg: TrainConfig, results_dir: Path | None = None):
         self.trainers = trainers
         self.cfg = cfg
         self.results_dir = results_dir
@@ -228,7 +152,7 @@ class DataService:
                 self.failure = error
         self.done.set()
 
-    def _lost(self, t: _Trainer, exc: Exception) -> None:
+    def _lost(self, t: Trainer, exc: Exception) -> None:
         """A trainer link broke; the send and control threads both land here, so the reason is the same."""
         if t.stopped or self.done.is_set():
             return
@@ -237,7 +161,7 @@ class DataService:
         else:
             self._fail(TrainerGone(f"trainer {t.host} disconnected without STOP ({exc}); it crashed or was killed"))
 
-    def _guarded(self, t: _Trainer, action) -> None:
+    def _guarded(self, t: Trainer, action) -> None:
         try:
             action()
         except Stopped:
@@ -245,7 +169,7 @@ class DataService:
         except (WireError, OSError) as exc:
             self._lost(t, exc)
 
-    def _control(self, t: _Trainer) -> None:
+    def _control(self, t: Trainer) -> None:
         while not (t.stopped or self.done.is_set()):
             try:
                 frame = t.link.read()
@@ -258,7 +182,7 @@ class DataService:
                 continue
             kind, meta, arrays = frame
             if kind is Kind.STOP:
-                self._keep_results(t, meta, arrays)
+                keep_results(self.results_dir, t.host, arrays)
                 t.stopped = True
                 if meta.get("status") != "completed":
                     self._fail(TrainerGone(f"trainer {t.host} stopped the job: {meta.get('reason', 'no reason given')}"))
@@ -267,20 +191,7 @@ class DataService:
             elif kind is Kind.ERROR:
                 self._fail(TrainerGone(f"trainer {t.host} failed: {meta.get('reason', 'no reason given')}"))
 
-    def _keep_results(self, t: _Trainer, meta: dict, arrays: dict) -> None:
-        if self.results_dir is None or not arrays:
-            return
-        for name, data in arrays.items():
-            if not SAFE_FILE_NAME.fullmatch(name):
-                print(f"[data] ignoring file {name!r} from trainer {t.host}: not a plain file name", flush=True)
-                continue
-            self.results_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.results_dir / f".{name}.tmp"
-            tmp.write_bytes(data.tobytes())
-            os.replace(tmp, self.results_dir / name)
-        print(f"[data] kept {', '.join(sorted(arrays))} from trainer {t.host} in {self.results_dir}", flush=True)
-
-    def _send(self, t: _Trainer) -> None:
+    def _send(self, t: Trainer) -> None:
         while not (t.stopped or self.done.is_set()):
             try:
                 epoch, batch = self.queue.get(timeout=self.cfg.heartbeat_s)

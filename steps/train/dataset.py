@@ -9,7 +9,6 @@ batch's ``corrupt`` list (id and reason) and the trainer reports the count.
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,17 +20,10 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from steps.common.errors import HeteroError
 from steps.shard.format import iter_shard
+from steps.train.cluster import available_cpus  # noqa: F401 - re-exported for the trainer
 from steps.train.workload import Workload
 
 SHUFFLE_BUFFER = 256
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (the affinity mask, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 @dataclass

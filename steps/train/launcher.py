@@ -13,10 +13,15 @@ Locally, on an emulated cluster (one process per host)::
 
     hetero run                      # the whole pipeline
     SAGEMAKER_BASE_DIR=runs/<id>/jobs/<job>/algo-1 python steps/train/launcher.py
+
+The ``framework`` hyperparameter picks the stack: PyTorch over the project's
+own data plane, or TensorFlow over tf.data.service (dispatcher on the
+trainer host, a worker on every data host).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -41,8 +46,18 @@ def dispatch(env) -> None:
     cluster = Cluster.from_environment(env, cfg)
     workload = load_workload(cfg.workload, cfg.workload_options)
     print(f"[launcher] host={cluster.current_host} group={cluster.current_group} role={cluster.role} "
-          f"heterogeneous={cluster.heterogeneous}", flush=True)
-    if cluster.role == DATA:
+          f"framework={cfg.framework} heterogeneous={cluster.heterogeneous}", flush=True)
+    if cfg.framework == "tensorflow":
+        _quiet_tensorflow()
+        if cluster.role == DATA:  # a tf.data.service worker: the dataset graph comes from the trainer
+            from steps.train.tf_service import run_tf_data_host
+
+            run_tf_data_host(cfg, cluster)
+        else:  # the dispatcher and the Keras training loop
+            from steps.train.tf_trainer import run_tf_trainer
+
+            run_tf_trainer(cfg, cluster, workload)
+    elif cluster.role == DATA:
         from steps.train.data_service import run_data_service
 
         run_data_service(cfg, cluster, workload)
@@ -50,6 +65,11 @@ def dispatch(env) -> None:
         from steps.train.trainer import run_trainer
 
         run_trainer(cfg, cluster, workload)
+
+
+def _quiet_tensorflow() -> None:
+    # TensorFlow's C++ INFO lines (CPU features, oneDNN) would drown the job's own log; warnings still show
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 
 def main() -> int:

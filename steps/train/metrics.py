@@ -70,3 +70,38 @@ class StepStats:
             "elapsed_s": float(times.sum()),
             "samples": int(sum(self.sizes[skip:])),
         }
+
+
+def training_metrics(*, cfg, cluster, framework: str, summary: dict, accuracy: float | None, corrupt: list,
+                     corrupt_count: int, classes: list[str], **extra) -> dict:
+    """The metrics.json document both trainers write (the Evaluate step reads it)."""
+    elapsed = summary["elapsed_s"]
+    measured = max(summary["measured_steps"], 1)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "framework": framework,
+        "mode": "heterogeneous" if cluster.heterogeneous else "homogeneous",
+        "instance_groups": [g.as_metrics() for g in cluster.groups],
+        "global_batch_size": cfg.batch_size * cluster.world_size,
+        "steps": summary["steps"],
+        "warmup_steps": summary["warmup_steps_excluded"],
+        "measured_steps": summary["measured_steps"],
+        "step_time_s": summary["step_time_s"],
+        "data_wait_share": summary["data_wait_share"],
+        "data_wait_s_per_step": summary["data_wait_s"] / measured,
+        "compute_s_per_step": summary["compute_s"] / measured,
+        "samples_per_second": summary["global_samples"] / elapsed if elapsed else 0.0,
+        "accuracy": accuracy,
+        "epochs": cfg.epochs,
+        "samples_seen": summary["global_seen"],  # all trainer hosts, warm-up included: epochs x dataset when complete
+        "corrupt_samples": {"count": corrupt_count, "examples": [list(c) for c in corrupt[:20]]},
+        "classes": classes,
+        **extra,
+        "config": cfg.as_dict(),
+    }
+
+
+def final_line(metrics: dict) -> str:
+    return metric_line(final=1, step_time_ms=metrics["step_time_s"]["mean"] * 1e3, samples_per_sec=metrics["samples_per_second"],
+                       data_wait_pct=100 * metrics["data_wait_share"])
+

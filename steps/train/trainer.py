@@ -28,7 +28,7 @@ from steps.train.config import TrainConfig
 from steps.train.data_client import DataServiceClient
 from steps.train.dataset import ShardDataset, available_cpus, batch_loader
 from steps.common.files import write_json_atomic
-from steps.train.metrics import SCHEMA_VERSION, StepStats, metric_line
+from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
 from steps.train.manifest import read_classes
 from steps.train.workload import Workload
 
@@ -191,29 +191,8 @@ def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes) -> 
     net = model.module if isinstance(model, DistributedDataParallel) else model
     cluster.model_dir.mkdir(parents=True, exist_ok=True)
     torch.save(net.state_dict(), cluster.model_dir / "model.pt")
-    elapsed = summary["elapsed_s"]
-    metrics = {
-        "schema_version": SCHEMA_VERSION,
-        "framework": "pytorch",
-        "mode": "heterogeneous" if cluster.heterogeneous else "homogeneous",
-        "instance_groups": [g.as_metrics() for g in cluster.groups],
-        "global_batch_size": cfg.batch_size * cluster.world_size,
-        "steps": summary["steps"],
-        "warmup_steps": summary["warmup_steps_excluded"],
-        "measured_steps": summary["measured_steps"],
-        "step_time_s": summary["step_time_s"],
-        "data_wait_share": summary["data_wait_share"],
-        "data_wait_s_per_step": summary["data_wait_s"] / max(summary["measured_steps"], 1),
-        "compute_s_per_step": summary["compute_s"] / max(summary["measured_steps"], 1),
-        "samples_per_second": summary["global_samples"] / elapsed if elapsed else 0.0,
-        "accuracy": accuracy,
-        "epochs": cfg.epochs,
-        "samples_seen": summary["global_seen"],  # all trainer hosts, warm-up included: epochs x dataset when complete
-        "corrupt_samples": {"count": summary["corrupt"], "examples": [list(c) for c in corrupt[:20]]},
-        "classes": classes,
-        "config": cfg.as_dict(),
-    }
+    metrics = training_metrics(cfg=cfg, cluster=cluster, framework="pytorch", summary=summary, accuracy=accuracy,
+                               corrupt=corrupt, corrupt_count=summary["corrupt"], classes=classes)
     for directory in (cluster.model_dir, cluster.output_data_dir):
         write_json_atomic(directory / "metrics.json", metrics)
-    print(metric_line(final=1, step_time_ms=metrics["step_time_s"]["mean"] * 1e3, samples_per_sec=metrics["samples_per_second"],
-                      data_wait_pct=100 * metrics["data_wait_share"]), flush=True)
+    print(final_line(metrics), flush=True)

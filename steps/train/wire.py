@@ -48,6 +48,7 @@ class Kind(IntEnum):
     PING = 5  # either way: keep-alive
     STOP = 6  # trainer -> data host: training is over (status, reason)
     ERROR = 7  # either way: the sender is failing, with a reason
+    START = 8  # TensorFlow path: trainer -> data host: the dispatcher's address; data host -> trainer: worker up
 
 
 class WireError(HeteroError):

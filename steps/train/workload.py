@@ -22,18 +22,23 @@ device, so the CPU hosts never touch float32. Minimal example::
 
     WORKLOAD = MyWorkload
 
-and run it with ``hetero run --workload my_pkg.my_workload`` (the module must
+For ``--framework tensorflow`` a workload also implements `tf_decode` (in TF
+ops) and `build_keras_model`. Run it with ``hetero run --workload my_pkg.my_workload`` (the module must
 be importable on every host: ship it in the training code directory).
 """
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from steps.common.errors import UserError
+
+if TYPE_CHECKING:  # each host imports only its framework: a TensorFlow container has no torch
+    import tensorflow as tf
+    import torch
 
 
 class Workload:
@@ -60,18 +65,47 @@ class Workload:
     def build_model(self, num_classes: int) -> torch.nn.Module:
         raise NotImplementedError
 
-    def loss(self) -> torch.nn.Module:
+    def loss(self) -> "torch.nn.Module":
+        import torch
+
         return torch.nn.CrossEntropyLoss()
 
-    def optimizer(self, parameters, learning_rate: float) -> torch.optim.Optimizer:
+    def optimizer(self, parameters, learning_rate: float) -> "torch.optim.Optimizer":
+        import torch
+
         return torch.optim.AdamW(parameters, lr=learning_rate)
 
-    def normalize(self, pixels: torch.Tensor) -> torch.Tensor:
+    def normalize(self, pixels: "torch.Tensor") -> "torch.Tensor":
         """uint8 NHWC on the training device -> float NCHW, normalised there."""
+        import torch
+
         x = pixels.permute(0, 3, 1, 2).float()
         mean = torch.tensor(self.mean, device=x.device).view(1, 3, 1, 1)
         std = torch.tensor(self.std, device=x.device).view(1, 3, 1, 1)
         return x.sub_(mean).div_(std).contiguous(memory_format=torch.channels_last)
+
+    # -- TensorFlow: the same workload for the tf.data.service path --------------------
+    # tf.data.service workers run the input pipeline as a TensorFlow graph, so decoding is
+    # written in TF ops (no Python functions: they cannot travel to another process).
+
+    def tf_decode(self, raw: "tf.Tensor", *, train: bool, seed: "tf.Tensor") -> "tf.Tensor":
+        """Encoded sample (scalar string tensor) -> uint8 tensor (image_size, image_size, 3), in TF ops.
+        ``seed`` is a shape-[2] int64 tensor for `tf.random.stateless_*` ops, distinct per sample and epoch."""
+        raise NotImplementedError(f"workload {type(self).__name__} has no tf_decode: it supports PyTorch only")
+
+    def build_keras_model(self, num_classes: int):
+        raise NotImplementedError(f"workload {type(self).__name__} has no build_keras_model: it supports PyTorch only")
+
+    def keras_optimizer(self, learning_rate: float):
+        import keras
+
+        return keras.optimizers.AdamW(learning_rate=learning_rate)
+
+    def tf_normalize(self, pixels: "tf.Tensor") -> "tf.Tensor":
+        """uint8 NHWC on the training device -> float32 NHWC, normalised there."""
+        import tensorflow as tf
+
+        return (tf.cast(pixels, tf.float32) - tf.constant(self.mean)) / tf.constant(self.std)
 
 
 def load_workload(module_name: str, options: dict) -> Workload:

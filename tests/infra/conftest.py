@@ -1,4 +1,4 @@
-"""Synthesised stacks shared by the infra tests: FSx off (cdk.json defaults) and FSx on.
+"""Synthesised stacks shared by the infra tests: FSx off (cdk.json defaults), FSx on, and TensorFlow.
 
 Each is synthesised once per session exactly as `app.py` does it (same context,
 cdk-nag AwsSolutions through `Validations`); a validation failure is recorded
@@ -68,9 +68,14 @@ def synth_fsx(tmp_path_factory) -> Synthesised:
     return synthesise(tmp_path_factory.mktemp("cdk-fsx"), **{"hetero:fsx": True})
 
 
-@pytest.fixture(scope="session", params=["default", "fsx"])
+@pytest.fixture(scope="session")
+def synth_tensorflow(tmp_path_factory) -> Synthesised:
+    return synthesise(tmp_path_factory.mktemp("cdk-tensorflow"), **{"hetero:framework": "tensorflow"})
+
+
+@pytest.fixture(scope="session", params=["default", "fsx", "tensorflow"])
 def synth_any(request) -> Synthesised:
-    """Both variants: for what must hold with FSx on and off."""
+    """Every variant: for what must hold with FSx on and off, whatever the framework."""
     return request.getfixturevalue(f"synth_{request.param}")
 
 

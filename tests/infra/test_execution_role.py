@@ -69,6 +69,12 @@ def test_images_are_pulled_from_the_deep_learning_containers_only(synth_default)
     assert json.dumps(statement["Resource"]).endswith(':763104351884:repository/pytorch-training"]]}')
 
 
+def test_tensorflow_images_are_pulled_from_the_tensorflow_repository_only(synth_tensorflow):
+    resource = json.dumps(_by_sid(synth_tensorflow)["PullDeepLearningContainers"]["Resource"])
+    assert resource.endswith(':763104351884:repository/tensorflow-training"]]}')  # training (GPU) and processing (CPU) images
+    assert "pytorch-training" not in resource
+
+
 def test_logs_are_scoped_to_sagemaker_log_groups(synth_default):
     assert json.dumps(_by_sid(synth_default)["JobLogs"]["Resource"]).endswith(':log-group:/aws/sagemaker/*"]]}')
 
@@ -83,6 +89,6 @@ def test_custom_images_add_their_repositories(tmp_path):
     from tests.infra.conftest import synthesise
 
     image = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/my-team/pytorch:2.5-gpu"
-    synth = synthesise(tmp_path, **{"hetero:pytorchTrainingImage": image})
+    synth = synthesise(tmp_path, **{"hetero:trainingImage": image})
     assert ":ecr:eu-west-1:123456789012:repository/my-team/pytorch" in json.dumps(_by_sid(synth)["PullDeepLearningContainers"]["Resource"])
     assert synth.validation_error is None

@@ -6,7 +6,7 @@ import re
 from aws_cdk.assertions import Match
 
 from pipeline.graph import PARAMETERS
-from pipeline.sagemaker import all_steps
+from pipeline.sagemaker import all_steps, default_processing_image, default_training_image
 from tests.infra.conftest import embedded_definition, resources
 
 
@@ -98,3 +98,20 @@ def test_processing_steps_unpack_the_code_asset(synth_default):
     unpack = shard["AppSpecification"]["ContainerEntrypoint"][2]
     glob = re.search(r"for f in \S+/(\S+); do tar", unpack).group(1)
     assert re.fullmatch(glob.replace(".", r"\.").replace("*", ".*"), code_key), (glob, code_key)
+
+
+def test_tensorflow_context_deploys_the_tensorflow_containers(synth_default, synth_tensorflow):
+    synth_tensorflow.template.has_resource_properties("AWS::SageMaker::Pipeline", {"PipelineName": "HeteroTraining"})
+    definition, _ = embedded_definition(synth_tensorflow)
+    steps = all_steps(definition)
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        a = steps[name]["Arguments"]
+        assert a["AlgorithmSpecification"]["TrainingImage"] == default_training_image("us-east-1", "tensorflow")
+        assert a["HyperParameters"]["framework"] == "tensorflow"
+    for name in ("Shard", "Evaluate", "EvaluateWithoutBaseline"):
+        assert steps[name]["Arguments"]["AppSpecification"]["ImageUri"] == default_processing_image("us-east-1", "tensorflow")
+    assert "tfrecord" in steps["Shard"]["Arguments"]["AppSpecification"]["ContainerArguments"]
+    default, _ = embedded_definition(synth_default)
+    train = all_steps(default)["TrainHeterogeneous"]["Arguments"]
+    assert train["AlgorithmSpecification"]["TrainingImage"] == default_training_image("us-east-1", "pytorch")
+    assert train["HyperParameters"]["framework"] == "pytorch"

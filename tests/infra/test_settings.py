@@ -26,10 +26,18 @@ def test_command_line_strings_are_converted():
     ({"hetero:pipelineName": "hetero_training"}, "hetero:pipelineName"),
     ({"hetero:prefix": "/hetero/"}, "hetero:prefix"),
     ({"hetero:inputPrefix": "raw"}, "hetero:inputPrefix"),
+    ({"hetero:framework": "jax"}, "hetero:framework='jax': use one of pytorch, tensorflow"),
+    ({"hetero:pytorchTrainingImage": "x"}, "hetero:pytorchTrainingImage"),  # renamed to hetero:trainingImage
 ])
 def test_bad_context_is_an_error_that_names_the_key(context, named):
     with pytest.raises(UserError, match=named):
         StackSettings.from_context(context)
+
+
+def test_framework_and_training_image_come_from_context():
+    settings = StackSettings.from_context({"hetero:framework": "tensorflow", "hetero:trainingImage": "img:gpu"})
+    assert (settings.framework, settings.training_image) == ("tensorflow", "img:gpu")
+    assert StackSettings().framework == "pytorch"
 
 
 def test_scheduled_parameters_are_strings_sagemaker_accepts():

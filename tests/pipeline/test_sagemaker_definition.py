@@ -10,6 +10,7 @@ import json
 import os
 import re
 import socket
+from dataclasses import replace
 
 import pytest
 
@@ -17,7 +18,10 @@ pytest.importorskip("sagemaker.core", reason="the cloud extra (SageMaker SDK v3)
 
 from pipeline.cli import main  # noqa: E402
 from pipeline.graph import DATA_GROUP, DNN_GROUP, PARAMETERS, REPLICATED, build_graph  # noqa: E402
-from pipeline.sagemaker import DeploySettings, FsxSettings, all_steps, build_definition, definition_json  # noqa: E402
+from pipeline.sagemaker import (  # noqa: E402
+    DLC_REPOSITORIES, DeploySettings, FsxSettings, all_steps, build_definition, default_processing_image,
+    default_training_image, definition_json,
+)
 from steps.common.errors import UserError  # noqa: E402
 from steps.train.config import TrainConfig  # noqa: E402
 from steps.train.metrics import METRIC_DEFINITIONS, metric_line  # noqa: E402
@@ -27,8 +31,10 @@ SETTINGS = DeploySettings(pipeline_name="hetero-test", region="eu-west-1", role_
 FSX = FsxSettings(file_system_id="${Token[TOKEN.201]}", directory_path="${Token[TOKEN.202]}",
                   subnets=("${Token[TOKEN.203]}",), security_group_ids=("${Token[TOKEN.204]}", "${Token[TOKEN.205]}"))
 FSX_SETTINGS = DeploySettings(pipeline_name="hetero-fsx", region="us-west-2", role_arn=ROLE, bucket=BUCKET, code_uri=CODE,
-                              prefix="team/hetero", pytorch_training_image="111122223333.dkr.ecr.us-west-2.amazonaws.com/mine:gpu",
+                              prefix="team/hetero", training_image="111122223333.dkr.ecr.us-west-2.amazonaws.com/mine:gpu",
                               processing_image="111122223333.dkr.ecr.us-west-2.amazonaws.com/mine:cpu", fsx=FSX)
+TF_SETTINGS = replace(SETTINGS, pipeline_name="hetero-tf", framework="tensorflow")
+PROCESSING_STEPS = ("Shard", "Evaluate", "EvaluateWithoutBaseline")
 SDK_ENV = ("AWS_DEFAULT_REGION", "SAGEMAKER_VALIDATE_ROLE", "AWS_EC2_METADATA_DISABLED")
 TYPES = {bool: "Boolean", int: "Integer", float: "Float", str: "String"}
 
@@ -39,7 +45,7 @@ class NetworkBlocked(AssertionError):
 
 @pytest.fixture(scope="module")
 def built():
-    """Two builds of the same settings and one FSx build, all with every socket connect refused."""
+    """Two builds of the same settings, one FSx build and one TensorFlow build, all with every socket connect refused."""
     attempts = []
 
     def refuse(*args, **kwargs):
@@ -54,7 +60,8 @@ def built():
         mp.setattr(socket, "getaddrinfo", refuse)
         first, second = definition_json(SETTINGS), definition_json(SETTINGS)
         fsx = build_definition(FSX_SETTINGS)
-    return {"text": first, "again": second, "definition": json.loads(first), "fsx": fsx, "attempts": attempts,
+        tensorflow = build_definition(TF_SETTINGS)
+    return {"text": first, "again": second, "definition": json.loads(first), "fsx": fsx, "tensorflow": tensorflow, "attempts": attempts,
             "env_before": env_before, "env_after": {k: os.environ.get(k) for k in SDK_ENV}}
 
 
@@ -206,7 +213,7 @@ def test_gpu_image_is_passed_explicitly(steps, built):
     processing = steps["Shard"]["Arguments"]["AppSpecification"]["ImageUri"]
     assert "-cpu-" in processing and ".eu-west-1." in processing
     fsx_steps = all_steps(built["fsx"])
-    assert fsx_steps["TrainHeterogeneous"]["Arguments"]["AlgorithmSpecification"]["TrainingImage"] == FSX_SETTINGS.pytorch_training_image
+    assert fsx_steps["TrainHeterogeneous"]["Arguments"]["AlgorithmSpecification"]["TrainingImage"] == FSX_SETTINGS.training_image
     assert fsx_steps["Evaluate"]["Arguments"]["AppSpecification"]["ImageUri"] == FSX_SETTINGS.processing_image
 
 
@@ -326,6 +333,63 @@ def test_fsx_variant_mounts_lustre_in_the_vpc(built):
     assert "VpcConfig" not in fsx_steps["Shard"]["Arguments"]
 
 
+# -- framework ---------------------------------------------------------------------------------
+
+def image_of(step: dict) -> str:
+    arguments = step["Arguments"]
+    return arguments["AlgorithmSpecification"]["TrainingImage"] if "AlgorithmSpecification" in arguments \
+        else arguments["AppSpecification"]["ImageUri"]
+
+
+def test_pytorch_is_the_default_framework_with_webdataset_shards(steps):
+    assert SETTINGS.framework == "pytorch"
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        assert steps[name]["Arguments"]["HyperParameters"]["framework"] == "pytorch"
+        assert image_of(steps[name]) == default_training_image("eu-west-1", "pytorch")
+    assert args_of(steps["Shard"])["--format"] == "webdataset"
+    for name in PROCESSING_STEPS:
+        assert re.fullmatch(r"\d{12}\.dkr\.ecr\.eu-west-1\.amazonaws\.com/pytorch-training:[\d.]+-cpu-py3\d+", image_of(steps[name]))
+
+
+def test_tensorflow_trains_in_the_tensorflow_gpu_container(built):
+    tf_steps = all_steps(built["tensorflow"])
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        image = image_of(tf_steps[name])
+        assert re.fullmatch(r"\d{12}\.dkr\.ecr\.eu-west-1\.amazonaws\.com/tensorflow-training:([\d.]+)-gpu-py3\d+", image), image
+        version = tuple(int(x) for x in image.split(":")[1].split("-")[0].split("."))
+        assert version >= (2, 6), image  # heterogeneous clusters need TensorFlow >= 2.6
+        assert tf_steps[name]["Arguments"]["HyperParameters"]["framework"] == "tensorflow"
+
+
+def test_tensorflow_shards_tfrecords_in_the_tensorflow_cpu_container(built):
+    tf_steps = all_steps(built["tensorflow"])
+    assert args_of(tf_steps["Shard"])["--format"] == "tfrecord"
+    training = image_of(tf_steps["TrainHeterogeneous"])
+    for name in PROCESSING_STEPS:  # the Shard step writes TFRecords with tf.io: it needs TensorFlow
+        image = image_of(tf_steps[name])
+        assert image == training.replace("-gpu-", "-cpu-") == default_processing_image("eu-west-1", "tensorflow"), (name, image)
+    assert "placeholder" not in json.dumps(built["tensorflow"])
+
+
+def test_explicit_images_win_over_the_frameworks_defaults():
+    definition = build_definition(replace(TF_SETTINGS, training_image="img:gpu", processing_image="img:cpu"))
+    tf_steps = all_steps(definition)
+    assert image_of(tf_steps["TrainHeterogeneous"]) == "img:gpu" and image_of(tf_steps["Shard"]) == "img:cpu"
+    assert tf_steps["TrainHeterogeneous"]["Arguments"]["HyperParameters"]["framework"] == "tensorflow"
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_default_images_live_in_the_frameworks_dlc_repository(framework):
+    for image in (default_training_image("us-east-1", framework), default_processing_image("us-east-1", framework)):
+        assert image.split("/", 1)[1].split(":")[0] == DLC_REPOSITORIES[framework], image
+
+
+@pytest.mark.parametrize("framework", ["jax", "TensorFlow", ""])
+def test_an_unknown_framework_is_a_user_error_naming_it(framework):
+    with pytest.raises(UserError, match=f"framework {framework!r}.*pytorch, tensorflow"):
+        build_definition(replace(SETTINGS, framework=framework))
+
+
 # -- command line ------------------------------------------------------------------------------
 
 def test_hetero_definition_prints_the_json(capsys):
@@ -338,11 +402,21 @@ def test_hetero_definition_prints_the_json(capsys):
 
 def test_a_token_region_needs_explicit_images_and_passes_through():
     region = "${Token[AWS.Region.9]}"
-    with pytest.raises(UserError, match="pytorch_training_image"):
+    with pytest.raises(UserError, match="training_image"):
         build_definition(DeploySettings(pipeline_name="p", region=region, role_arn=ROLE, bucket=BUCKET, code_uri=CODE))
     definition = build_definition(DeploySettings(pipeline_name="p", region=region, role_arn=ROLE, bucket=BUCKET, code_uri=CODE,
-                                                 pytorch_training_image="img:gpu", processing_image="img:cpu"))
+                                                 training_image="img:gpu", processing_image="img:cpu"))
     train = all_steps(definition)["TrainHeterogeneous"]["Arguments"]
     assert train["HyperParameters"]["sagemaker_region"] == region
     assert train["AlgorithmSpecification"]["TrainingImage"] == "img:gpu"
     assert "placeholder" not in json.dumps(definition)
+
+
+def test_hetero_definition_framework_flag_picks_the_tensorflow_containers(capsys):
+    assert main(["definition", "--framework", "tensorflow", "--region", "eu-central-1"]) == 0
+    tf_steps = all_steps(json.loads(capsys.readouterr().out))
+    assert image_of(tf_steps["TrainHeterogeneous"]) == default_training_image("eu-central-1", "tensorflow")
+    assert image_of(tf_steps["Shard"]) == default_processing_image("eu-central-1", "tensorflow")
+    assert args_of(tf_steps["Shard"])["--format"] == "tfrecord"
+    with pytest.raises(SystemExit):
+        main(["definition", "--framework", "jax"])

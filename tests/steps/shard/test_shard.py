@@ -239,6 +239,7 @@ def _run(args, *, cwd, module=False, env=None):
     (["--input", "{raw}", "--target-shard-mb", "200"], "200"),
     (["--input", "{raw}", "--data-hosts", "abc"], "invalid int value"),
     (["--input", "{raw}", "--data-hosts", "9"], "9 data hosts but only"),
+    (["--input", "{raw}", "--format", "parquet"], "invalid choice: 'parquet'"),
 ])
 def test_cli_failure_writes_one_line_failure_file(tmp_path, args, needle):
     raw = make_raw(tmp_path / "raw", {"a": 2, "b": 2})

@@ -110,7 +110,7 @@ def test_ill_typed_value_is_a_user_error_naming_the_key(key, raw):
     ("data_port", "0", "between 1 and 65535"),
     ("data_port", "65536", "between 1 and 65535"),
     ("dist_port", "70000", "between 1 and 65535"),
-    ("framework", "tensorflow", "allowed values are pytorch"),
+    ("framework", "mxnet", "allowed values are pytorch, tensorflow"),
 ])
 def test_out_of_bounds_value_is_a_user_error_naming_key_and_bound(key, raw, fragment):
     with pytest.raises(UserError, match=key) as caught:

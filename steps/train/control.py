@@ -1,0 +1,134 @@
+"""The control plane both frameworks share: who may connect, and how results travel home.
+
+A data host accepts its trainers here (each proves the job secret, in its own
+thread, so a stranger that connects and says nothing cannot hold up the real
+trainers); a trainer dials its data hosts here. The PyTorch data service then
+streams batches over the same links; the TensorFlow path uses them only for
+control (dispatcher address, heartbeats, STOP) while tf.data.service moves
+the data. Files a trainer hands over with its STOP (its metrics and model)
+are written by `keep_results`, so every host of the job holds the results,
+whichever host's model directory SageMaker packs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from steps.common.errors import HeteroError
+from steps.train.auth import AuthError, serve_handshake
+from steps.train.config import TrainConfig
+from steps.train.link import Link
+from steps.train.wire import WireError
+
+HANDSHAKE_TIMEOUT_S = 10.0
+SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+class TrainerGone(HeteroError):
+    headline = "trainer lost"
+
+
+class DataHostLost(HeteroError):
+    headline = "data host lost"
+
+
+class DataHostUnreachable(HeteroError):
+    headline = "data host unreachable"
+
+
+@dataclass
+class Trainer:
+    host: str
+    link: Link
+    stopped: bool = False
+    sent: dict = field(default_factory=dict)  # epoch -> samples sent to this trainer
+
+
+def accept_trainers(server: socket.socket, cfg: TrainConfig, me: str, trainer_hosts: tuple[str, ...], secret: bytes,
+                    info: dict) -> list[Trainer]:
+    """Accept on ``server`` until every expected trainer has proved the secret; ``info`` goes in the HELLO."""
+    expected = set(trainer_hosts)
+    trainers: dict[str, Trainer] = {}
+    pending: set[socket.socket] = set()
+    lock = threading.Lock()
+
+    def handshake(sock: socket.socket, address) -> None:
+        try:
+            peer = serve_handshake(sock, secret, host=me, info=info)
+        except (AuthError, WireError, OSError) as exc:
+            print(f"[data] {me}: rejected connection from {address[0]}: {exc}", flush=True)
+            peer = None
+        with lock:
+            pending.discard(sock)
+            if peer in expected and peer not in trainers:
+                trainers[peer] = Trainer(peer, Link(sock, f"trainer {peer}", heartbeat_s=cfg.heartbeat_s,
+                                                    silence_timeout_s=cfg.silence_timeout_s))
+                return
+        sock.close()
+
+    threads = []
+    deadline = time.monotonic() + cfg.connect_timeout_s
+    try:
+        while True:
+            with lock:
+                if set(trainers) == expected:
+                    return list(trainers.values())
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                missing = ", ".join(sorted(expected - set(trainers)))
+                raise TrainerGone(f"trainer host(s) {missing} did not connect within connect_timeout_s={cfg.connect_timeout_s:g}")
+            server.settimeout(min(remaining, 0.2))
+            try:
+                sock, address = server.accept()
+            except TimeoutError:
+                continue
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            with lock:
+                pending.add(sock)
+            thread = threading.Thread(target=handshake, args=(sock, address), name="handshake", daemon=True)
+            thread.start()
+            threads.append(thread)
+    finally:
+        with lock:
+            for sock in pending:  # strangers still mid-handshake: cut them off (shutdown wakes their recv)
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        for thread in threads:
+            thread.join(timeout=HANDSHAKE_TIMEOUT_S)
+
+
+def dial(host: str, address: str, port: int, deadline: float, connect_timeout_s: float) -> socket.socket:
+    """Connect to a data host, retrying until ``deadline`` (it may still be starting)."""
+    while True:
+        try:
+            return socket.create_connection((address, port), timeout=5)
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise DataHostUnreachable(
+                    f"data host {host} at {address}:{port} did not accept a connection within "
+                    f"connect_timeout_s={connect_timeout_s:g} ({exc})"
+                ) from None
+            time.sleep(0.2)
+
+
+def keep_results(results_dir: Path | None, trainer: str, arrays: dict) -> None:
+    """Write the files a trainer sent with its STOP into ``results_dir`` (plain names only)."""
+    if results_dir is None or not arrays:
+        return
+    for name, data in arrays.items():
+        if not SAFE_FILE_NAME.fullmatch(name):
+            print(f"[data] ignoring file {name!r} from trainer {trainer}: not a plain file name", flush=True)
+            continue
+        results_dir.mkdir(parents=True, exist_ok=True)
+        tmp = results_dir / f".{name}.tmp"
+        tmp.write_bytes(data.tobytes())
+        os.replace(tmp, results_dir / name)
+    print(f"[data] kept {', '.join(sorted(arrays))} from trainer {trainer} in {results_dir}", flush=True)

@@ -1,0 +1,200 @@
+"""The TensorFlow trainer: a Keras model in a custom loop, fed by tf.data.service or in-process.
+
+Heterogeneous: batches come from the tf.data.service workers on the data
+hosts (`steps.train.tf_service`), the dispatcher lives in this process.
+Homogeneous (the baseline): the same `steps.train.tf_data` pipeline runs
+in-process over this host's shards. Either way the loop times, per step, the
+wait for data and the compute (a custom loop rather than ``model.fit``, which
+hides that split), checks after each epoch that every sample arrived exactly
+once (ids are counted; a duplicate is an error, a missing sample a corrupt
+one), and writes the same ``metrics.json`` and metric lines as the PyTorch
+trainer.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from steps.common.errors import HeteroError, describe
+from steps.common.files import write_json_atomic
+from steps.shard.tfrecord import list_tfrecord_shards
+from steps.train.cluster import Cluster, available_cpus
+from steps.train.config import TrainConfig
+from steps.train.manifest import read_classes
+from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
+from steps.train.tf_data import SERVE_PATTERN, training_dataset, validation_dataset
+from steps.train.tf_service import TfDataService, check_single_trainer, local_shards
+from steps.train.workload import Workload
+
+
+class DuplicateSamples(HeteroError):
+    headline = "samples served twice"
+
+
+class InProcessSource:
+    """Homogeneous: this host's shards through the same pipeline, in this process."""
+
+    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload):
+        check_single_trainer(cluster)
+        files, self.samples_per_epoch = local_shards(cluster, cluster.trainer_hosts)
+        self.files = [str(f) for f in files]
+        self.cfg, self.workload = cfg, workload
+
+    def dataset(self, epoch: int):
+        return training_dataset(self.files, self.workload, batch_size=self.cfg.batch_size, seed=self.cfg.seed, epoch=epoch)
+
+    def check(self) -> None:
+        pass
+
+    def close(self, status: str = "completed", reason: str = "", files: dict | None = None) -> None:
+        pass
+
+
+class ServiceSource:
+    """Heterogeneous: the same pipeline, run by the tf.data.service workers on the data hosts."""
+
+    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload):
+        self.cfg, self.workload = cfg, workload
+        self.service = TfDataService(cfg, cluster).start()
+        self.samples_per_epoch = self.service.samples_per_epoch
+
+    def dataset(self, epoch: int):
+        return self.service.distribute(
+            training_dataset(SERVE_PATTERN, self.workload, batch_size=self.cfg.batch_size, seed=self.cfg.seed, epoch=epoch))
+
+    def check(self) -> None:
+        self.service.check()
+
+    def close(self, status: str = "completed", reason: str = "", files: dict | None = None) -> None:
+        self.service.close(status, reason, files)
+
+
+def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
+    tf.keras.utils.set_random_seed(cfg.seed)
+    # TensorFlow sizes its pools by the machine's cores, not this process's CPU set
+    tf.config.threading.set_intra_op_parallelism_threads(available_cpus())
+    tf.config.threading.set_inter_op_parallelism_threads(available_cpus())
+    classes = read_classes(cluster.channel("manifest"))
+    source = None
+    try:
+        source = (ServiceSource if cluster.heterogeneous else InProcessSource)(cfg, cluster, workload)
+        model = workload.build_keras_model(len(classes))
+        stats, accounting = _train(cfg, workload, model, source)
+        accuracy = _validate(cfg, cluster, workload, model)
+        missing = sum(a["missing"] for a in accounting)
+        summary = stats.summary()  # one trainer host: its totals are the job's
+        summary.update(global_samples=summary["samples"], global_seen=summary["seen"])
+        metrics = training_metrics(
+            cfg=cfg, cluster=cluster, framework="tensorflow", summary=summary, accuracy=accuracy,
+            corrupt=[], corrupt_count=missing, classes=classes, epoch_accounting=accounting)
+        files = _write_outputs(cluster, model, metrics)
+        source.close("completed", files=files)  # every data host keeps a copy of the results
+    except BaseException as exc:
+        if source is not None:
+            source.close("failed", f"trainer {cluster.current_host}: {describe(exc)}")
+        raise
+
+
+def _train(cfg: TrainConfig, workload: Workload, model, source) -> tuple[StepStats, list[dict]]:
+    optimizer = workload.keras_optimizer(cfg.learning_rate)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    size = workload.image_size
+
+    @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.uint8), tf.TensorSpec([None], tf.int64)])
+    def train_step(pixels, labels):
+        x = workload.tf_normalize(pixels)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    stats = StepStats(cfg.warmup_steps)
+    accounting: list[dict] = []
+    upcoming = iter(source.dataset(0))
+    for epoch in range(cfg.epochs):
+        batches, upcoming = upcoming, None
+
+        def open_next(epoch=epoch):
+            # the next epoch's job starts on the workers while this one drains: no pipeline refill at the boundary
+            nonlocal upcoming
+            if epoch + 1 < cfg.epochs and upcoming is None:
+                upcoming = iter(source.dataset(epoch + 1))
+
+        ids, stopped = _epoch(cfg, source, batches, open_next, train_step, stats, epoch)
+        if stopped:
+            break
+        accounting.append(_account(epoch, ids, source.samples_per_epoch))
+    return stats, accounting
+
+
+def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch: int) -> tuple[list, bool]:
+    ids: list[np.ndarray] = []
+    last = time.perf_counter()
+    while True:
+        source.check()
+        try:
+            batch = next(batches)
+        except StopIteration:
+            break
+        batch_ids = batch["ids"].numpy()
+        ready = time.perf_counter()
+        ids.append(batch_ids)
+        loss = float(train_step(batch["pixels"], batch["labels"]))  # float() waits for the device: compute time is real
+        done = time.perf_counter()
+        stats.record(wait=ready - last, compute=done - ready, samples=len(batch_ids))
+        if stats.steps % cfg.log_every == 0:
+            step_time = done - last
+            print(metric_line(epoch=epoch, step=stats.steps, step_time_ms=step_time * 1e3,
+                              samples_per_sec=len(batch_ids) / step_time, data_wait_pct=100 * (ready - last) / step_time,
+                              loss=loss), flush=True)
+        if cfg.max_steps and stats.steps >= cfg.max_steps:
+            return ids, True
+        open_next()
+        last = time.perf_counter()
+    source.check()  # an epoch cut short by a lost data host is that host's failure, not corrupt data
+    return ids, False
+
+
+def _account(epoch: int, ids: list[np.ndarray], expected: int) -> dict:
+    """Every sample of the epoch exactly once: duplicates are an error, missing samples failed to decode."""
+    seen = np.concatenate(ids) if ids else np.empty(0, np.int64)
+    unique = int(np.unique(seen).size)
+    if unique != seen.size or unique > expected:
+        raise DuplicateSamples(
+            f"epoch {epoch}: {seen.size} samples arrived, {unique} distinct, {expected} expected: the data hosts' shards overlap. "
+            "Give each data host its own shards (ShardedByS3Key) or let it take its share of a FullyReplicated channel")
+    missing = expected - unique
+    if missing:
+        print(f"[trainer] epoch {epoch}: {missing} of {expected} samples failed to decode and were skipped "
+              "(the data hosts' logs name the errors)", flush=True)
+    return {"epoch": epoch, "expected": expected, "received": int(seen.size), "distinct": unique, "missing": missing}
+
+
+def _validate(cfg: TrainConfig, cluster: Cluster, workload: Workload, model) -> float | None:
+    channel = cluster.channel("validation", required=False)
+    files = [str(f) for f in list_tfrecord_shards(channel)] if channel else []
+    if not files:
+        print(f"[trainer] {cluster.current_host}: no validation shards; accuracy not measured", flush=True)
+        return None
+    correct = total = 0
+    for batch in validation_dataset(files, workload, batch_size=cfg.batch_size):
+        logits = model(workload.tf_normalize(batch["pixels"]), training=False)
+        correct += int(tf.reduce_sum(tf.cast(tf.argmax(logits, axis=1) == batch["labels"], tf.int32)))
+        total += int(batch["labels"].shape[0])
+    accuracy = correct / total if total else None
+    print(metric_line(accuracy=accuracy or 0.0, validation_samples=total), flush=True)
+    return accuracy
+
+
+def _write_outputs(cluster: Cluster, model, metrics: dict) -> dict[str, bytes]:
+    cluster.model_dir.mkdir(parents=True, exist_ok=True)
+    model.save(cluster.model_dir / "model.keras")
+    for directory in (cluster.model_dir, cluster.output_data_dir):
+        write_json_atomic(directory / "metrics.json", metrics)
+    print(final_line(metrics), flush=True)
+    return {p.name: p.read_bytes() for p in sorted(Path(cluster.model_dir).iterdir()) if p.is_file()}
