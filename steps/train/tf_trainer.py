@@ -119,10 +119,12 @@ def _train(cfg: TrainConfig, workload: Workload, model, source) -> tuple[StepSta
     for epoch in range(cfg.epochs):
         batches, upcoming = upcoming, None
 
-        def open_next(epoch=epoch):
-            # the next epoch's job starts on the workers while this one drains: no pipeline refill at the boundary
+        def open_next(received: int, epoch=epoch):
+            # the next epoch's job starts on the workers in the last few batches of this one, so the pipelines
+            # are full at the boundary; earlier, both epochs would share the workers' CPUs
             nonlocal upcoming
-            if epoch + 1 < cfg.epochs and upcoming is None:
+            tail = cfg.prefetch_batches * cfg.batch_size
+            if epoch + 1 < cfg.epochs and upcoming is None and received >= source.samples_per_epoch - tail:
                 upcoming = iter(source.dataset(epoch + 1))
 
         ids, stopped = _epoch(cfg, source, batches, open_next, train_step, stats, epoch)
@@ -134,6 +136,7 @@ def _train(cfg: TrainConfig, workload: Workload, model, source) -> tuple[StepSta
 
 def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch: int) -> tuple[list, bool]:
     ids: list[np.ndarray] = []
+    received = 0
     last = time.perf_counter()
     while True:
         source.check()
@@ -144,6 +147,7 @@ def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch:
         batch_ids = batch["ids"].numpy()
         ready = time.perf_counter()
         ids.append(batch_ids)
+        received += len(batch_ids)
         loss = float(train_step(batch["pixels"], batch["labels"]))  # float() waits for the device: compute time is real
         done = time.perf_counter()
         stats.record(wait=ready - last, compute=done - ready, samples=len(batch_ids))
@@ -154,7 +158,7 @@ def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch:
                               loss=loss), flush=True)
         if cfg.max_steps and stats.steps >= cfg.max_steps:
             return ids, True
-        open_next()
+        open_next(received)
         last = time.perf_counter()
     source.check()  # an epoch cut short by a lost data host is that host's failure, not corrupt data
     return ids, False

@@ -1,0 +1,151 @@
+"""The TensorFlow path on an emulated cluster: tf.data.service end to end, and hosts that die."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from pipeline.emulator import SHARDED, Channel, EmulatedJob, InstanceGroup, free_port
+from pipeline.graph import build_graph, resolve_parameters
+from pipeline.local import LocalOptions, LocalRunner
+from steps.shard.shard import shard_dataset
+from steps.train.auth import new_secret
+from tests.pipeline.conftest import listening_ports
+
+pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize("data_hosts", [1, 2])
+def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path, tiny_images, no_leftovers, data_hosts):
+    ports_before = listening_ports()
+    params = resolve_parameters({
+        "InputData": str(tiny_images), "DataInstanceCount": data_hosts, "Epochs": 2, "BatchSize": 16, "ShardSizeMB": 1,
+        "WorkloadOptions": '{"blur_passes": 1}',
+    })
+    lines = []
+    result = LocalRunner(build_graph("tensorflow"), params,
+                         LocalOptions(work_dir=tmp_path, grace_s=10, step_timeout_s=300, echo=lines.append)).run()
+
+    manifest = json.loads(result.outputs[("Shard", "manifest")].read_text())
+    assert manifest["format"] == "tfrecord"
+    train_samples = manifest["splits"]["train"]["samples"]
+    for step, mode in (("TrainBaseline", "homogeneous"), ("TrainHeterogeneous", "heterogeneous")):
+        metrics = json.loads((result.jobs[step].model_dir / "metrics.json").read_text())
+        assert (metrics["framework"], metrics["mode"]) == ("tensorflow", mode)
+        # every epoch: each training sample arrived once (distinct == received), and all of them arrived
+        assert [(a["epoch"], a["received"], a["distinct"], a["missing"]) for a in metrics["epoch_accounting"]] == \
+            [(0, train_samples, train_samples, 0), (1, train_samples, train_samples, 0)]
+        assert metrics["samples_seen"] == 2 * train_samples
+        assert metrics["corrupt_samples"]["count"] == 0
+        assert metrics["accuracy"] is not None and 0 <= metrics["accuracy"] <= 1
+        assert metrics["config"]["framework"] == "tensorflow"
+        assert (result.jobs[step].model_dir / "model.keras").stat().st_size > 0
+    hetero = result.jobs["TrainHeterogeneous"]
+    groups = {g["name"]: g["count"] for g in json.loads((hetero.model_dir / "metrics.json").read_text())["instance_groups"]}
+    assert groups == {"data_group": data_hosts, "dnn_group": 1}
+    # the same summary as the PyTorch path
+    assert result.price_performance["runs"]["baseline"] and result.price_performance["runs"]["heterogeneous"]
+    assert any("step_time_ms=" in line for line in lines)
+    assert sum("worker registered with dispatcher" in line for line in lines) == data_hosts
+    for job in result.jobs.values():
+        assert all(h.exit_code == 0 and not h.stopped_by_emulator for h in job.hosts)
+    # every data host holds the results; nothing of the job (data port, dispatcher, workers) still listens
+    for host in (h for h in hetero.hosts if h.role == "data"):
+        assert (host.base_dir / "model" / "metrics.json").read_bytes() == (hetero.model_dir / "metrics.json").read_bytes()
+        assert (host.base_dir / "model" / "model.keras").is_file()
+    assert not listening_ports() - ports_before
+
+
+def test_tensorflow_path_says_it_trains_on_one_host(tmp_path, tiny_images, no_leftovers):
+    params = resolve_parameters({"InputData": str(tiny_images), "DnnInstanceCount": 2, "RunBaseline": False,
+                                 "Epochs": 1, "ShardSizeMB": 1})
+    runner = LocalRunner(build_graph("tensorflow"), params, LocalOptions(work_dir=tmp_path, grace_s=10, echo=lambda _: None))
+    with pytest.raises(Exception, match="trains on one host.*DnnInstanceCount=1"):
+        runner.run()
+
+
+# --- hosts that die or freeze --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tf_shards(tmp_path_factory, tiny_images):
+    out = tmp_path_factory.mktemp("tf-shards")
+    shard_dataset(tiny_images, out, target_shard_mb=1, data_hosts=2, shard_format="tfrecord")
+    return out
+
+
+def start_job(tmp_path, shards, *, silence_timeout_s=30.0) -> EmulatedJob:
+    training = threading.Event()
+
+    def on_line(host, line):
+        if "step_time_ms=" in line:
+            training.set()
+
+    job = EmulatedJob(
+        name="job",
+        groups=[InstanceGroup("data_group", "ml.c5.9xlarge", 2), InstanceGroup("dnn_group", "ml.p3.2xlarge", 1)],
+        channels=[Channel("train", shards / "train", SHARDED, ("data_group",)),
+                  Channel("validation", shards / "validation", instance_groups=("dnn_group",)),
+                  Channel("manifest", shards / "manifest.json")],
+        hyperparameters={"framework": "tensorflow", "epochs": 1000, "batch_size": 8, "log_every": 1,
+                         "workload_options": {"blur_passes": 0}, "data_port": free_port(), "heartbeat_s": 0.5,
+                         "silence_timeout_s": silence_timeout_s, "connect_timeout_s": 60},
+        work_dir=tmp_path, environment={"HETERO_JOB_SECRET": new_secret()}, on_line=on_line,
+        grace_s=120, timeout_s=240,
+    )
+    job.start()
+    assert training.wait(120), "training never started"
+    return job
+
+
+def by_role(job, role):
+    return [h for h in job.hosts if h.role == role]
+
+
+def test_killed_trainer_takes_every_tf_worker_down(tmp_path, tf_shards, no_leftovers):
+    job = start_job(tmp_path, tf_shards)
+    with job:
+        trainer = by_role(job, "trainer")[0]
+        killed_at = time.monotonic()
+        os.kill(trainer.process.pid, signal.SIGKILL)  # dispatcher and trainer go together
+        result = job.wait()
+    assert not result.ok and trainer.name in result.failure
+    for host in by_role(job, "data"):
+        assert not host.stopped_by_emulator, f"{host.name} had to be stopped by the emulator"
+        assert host.ended_at - killed_at < 30
+        assert host.exit_code != 0 and trainer.name in host.failure and "without STOP" in host.failure
+
+
+def test_frozen_trainer_is_noticed_by_the_tf_workers(tmp_path, tf_shards, no_leftovers):
+    job = start_job(tmp_path, tf_shards, silence_timeout_s=3)
+    with job:
+        trainer = by_role(job, "trainer")[0]
+        os.kill(trainer.process.pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and any(h.process.poll() is None for h in by_role(job, "data")):
+                time.sleep(0.1)
+        finally:
+            os.kill(trainer.process.pid, signal.SIGCONT)
+        for host in by_role(job, "data"):
+            assert host.process.poll() is not None, f"{host.name} still running a minute after its trainer froze"
+            assert host.exit_code != 0 and ("silent" in host.failure or "sent nothing" in host.failure)
+
+
+def test_killed_data_host_fails_the_trainer_naming_it(tmp_path, tf_shards, no_leftovers):
+    job = start_job(tmp_path, tf_shards)
+    with job:
+        victim = by_role(job, "data")[0]
+        os.killpg(victim.process.pid, signal.SIGKILL)
+        result = job.wait()
+    trainer = by_role(job, "trainer")[0]
+    assert not trainer.stopped_by_emulator, "the trainer hung and had to be stopped"
+    assert trainer.exit_code != 0 and victim.name in trainer.failure and "lost" in trainer.failure
+    survivor = by_role(job, "data")[1]
+    assert not survivor.stopped_by_emulator and survivor.exit_code != 0 and trainer.name in survivor.failure
+    assert not result.ok
