@@ -1,6 +1,6 @@
 """Does a data host pay off? Homogeneous vs heterogeneous samples/s on a CPU-bound workload.
 
-    .venv/bin/python bench/hetero_speedup.py [--repeats 3] [--images 1500]
+    .venv/bin/python bench/hetero_speedup.py [--repeats 3] [--images 1500] [--framework tensorflow]
 
 The trainer host is pinned to one core in both runs (the scarce CPU of a GPU
 instance). The baseline decodes and trains on that core; the heterogeneous
@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline.graph import DNN_GROUP, build_graph, resolve_parameters  # noqa: E402
 from pipeline.local import LocalOptions, LocalRunner  # noqa: E402
 from pipeline.sample_data import generate  # noqa: E402
+from steps.train.config import FRAMEWORKS  # noqa: E402
 
 
 def main() -> None:
@@ -33,6 +34,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--images", type=int, default=1500)
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--framework", choices=FRAMEWORKS, default=FRAMEWORKS[0])
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
@@ -43,7 +45,7 @@ def main() -> None:
         options = LocalOptions(work_dir=Path(tmp) / "runs", cpus={DNN_GROUP: (cpus[0],), "data": (cpus[1],)}, echo=lambda _: None)
         runs = []
         for _ in range(args.repeats):
-            pp = LocalRunner(build_graph(), params, options).run().price_performance
+            pp = LocalRunner(build_graph(args.framework), params, options).run().price_performance
             base, het = pp["runs"]["baseline"], pp["runs"]["heterogeneous"]
             runs.append({
                 "baseline_samples_per_s": round(base["samples_per_second"], 1),
@@ -54,7 +56,7 @@ def main() -> None:
             })
     ratios = [r["ratio"] for r in runs]
     print(json.dumps({
-        "bench": "hetero_speedup",
+        "bench": "hetero_speedup", "framework": args.framework,
         "trainer_cpus": [cpus[0]], "data_host_cpus": [cpus[1]],
         "images": args.images, "epochs": args.epochs,
         "median_ratio": statistics.median(ratios), "target_ratio": 1.8,

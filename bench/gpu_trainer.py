@@ -1,0 +1,111 @@
+"""Does the PyTorch trainer's CUDA path keep a GPU fed from the data plane? Prints one JSON object.
+
+    python bench/gpu_trainer.py [--model resnet50] [--batches 60] [--epochs 2]
+
+Needs a CUDA GPU. A sender process runs the real data service (`serve()`)
+over pre-built 64 x 224 x 224 x 3 uint8 batches (producing costs nothing);
+this process is the trainer: the real `DataServiceClient` with pinned,
+pooled buffers, and the real training loop (`steps.train.trainer._train`:
+non-blocking copies, normalisation on the GPU, event-guarded buffer reuse).
+The anchor, in the same run, is the same model stepping on one batch that is
+already on the GPU: ``fed_ratio`` = anchor step time / data-plane step time
+(1.0: the data plane costs the GPU nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import socket
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from steps.train.config import TrainConfig  # noqa: E402
+from steps.train.data_client import DataServiceClient  # noqa: E402
+from steps.train.data_service import serve  # noqa: E402
+from steps.train.dataset import Batch  # noqa: E402
+from steps.train.trainer import _train  # noqa: E402
+from steps.train.workloads.shapes import Shapes  # noqa: E402
+
+SECRET = b"g" * 32
+BATCH, SIZE, CLASSES = 64, 224, 10
+
+
+def _sender(server: socket.socket, cfg: TrainConfig, batches: int) -> None:
+    rng = np.random.default_rng(0)
+    pixels = torch.from_numpy(rng.integers(0, 256, (BATCH, SIZE, SIZE, 3), dtype=np.uint8))
+    labels = torch.from_numpy(rng.integers(0, CLASSES, BATCH).astype(np.int64))
+
+    def epoch_batches(epoch: int):
+        for b in range(batches):
+            yield Batch(pixels, labels, torch.arange(b * BATCH, (b + 1) * BATCH), epoch=epoch)
+
+    serve(cfg, server, me="127.0.0.1", trainer_hosts=("trainer",), secret=SECRET, samples_per_epoch=BATCH * batches,
+          epoch_batches=epoch_batches)
+
+
+def _anchor(workload, model, steps: int) -> float:
+    x = torch.randint(0, 256, (BATCH, SIZE, SIZE, 3), dtype=torch.uint8, device="cuda")
+    y = torch.randint(0, CLASSES, (BATCH,), device="cuda")
+    optimizer = workload.optimizer(model.parameters(), 1e-3)
+    loss_fn = workload.loss().cuda()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(workload.normalize(x)), y)
+        loss.backward()
+        optimizer.step()
+        loss.item()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times[5:]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="resnet50", choices=("resnet50", "small_cnn"))
+    parser.add_argument("--batches", type=int, default=60, help="batches per epoch")
+    parser.add_argument("--epochs", type=int, default=2)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("needs a CUDA GPU")
+    torch.backends.cudnn.benchmark = True
+    workload = Shapes({"model": args.model})
+    server = socket.create_server(("127.0.0.1", 0))
+    cfg = TrainConfig(epochs=args.epochs, data_port=server.getsockname()[1], warmup_steps=5, log_every=1000)
+    sender = mp.get_context("fork").Process(target=_sender, args=(server, cfg, args.batches), daemon=True)
+    sender.start()
+    client = None
+    try:
+        client = DataServiceClient(cfg, me="trainer", data_hosts=("127.0.0.1",), secret=SECRET, pinned=True).connect()
+        model = workload.build_model(CLASSES).cuda()
+        stats, _ = _train(cfg, workload, model, client, torch.device("cuda"))
+        client.close("completed")
+        summary = stats.summary()
+        anchor = _anchor(workload, model, 30)
+    finally:
+        if client is not None:
+            client.close("failed", "bench ended")
+        sender.join(timeout=30)
+        if sender.is_alive():
+            sender.kill()
+        server.close()
+    step = summary["step_time_s"]["p50"]
+    print(json.dumps({
+        "bench": "gpu_trainer", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "model": args.model,
+        "batch": [BATCH, SIZE, SIZE, 3], "steps": summary["steps"], "samples": summary["seen"],
+        "data_plane_step_ms_p50": round(step * 1e3, 2), "anchor_step_ms_p50": round(anchor * 1e3, 2),
+        "fed_ratio": round(anchor / step, 3), "data_wait_share": round(summary["data_wait_share"], 4),
+        "samples_per_s": round(BATCH / step, 1),
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
