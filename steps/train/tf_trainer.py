@@ -82,8 +82,11 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
     source = None
     try:
         source = (ServiceSource if cluster.heterogeneous else InProcessSource)(cfg, cluster, workload)
-        model = workload.build_keras_model(len(classes))
-        stats, accounting = _train(cfg, workload, model, source)
+        strategy = device_strategy()
+        with strategy.scope():
+            model = workload.build_keras_model(len(classes))
+            optimizer = workload.keras_optimizer(cfg.learning_rate)
+        stats, accounting = _train(cfg, workload, model, optimizer, source, strategy)
         accuracy = _validate(cfg, cluster, workload, model)
         missing = sum(a["missing"] for a in accounting)
         summary = stats.summary()  # one trainer host: its totals are the job's
@@ -99,23 +102,41 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         raise
 
 
-def _train(cfg: TrainConfig, workload: Workload, model, source) -> tuple[StepStats, list[dict]]:
-    optimizer = workload.keras_optimizer(cfg.learning_rate)
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    size = workload.image_size
+def device_strategy() -> tf.distribute.Strategy:
+    """Every GPU of this host (MirroredStrategy: each step's batch is split across them), or the one device."""
+    gpus = tf.config.list_logical_devices("GPU")
+    if len(gpus) > 1:
+        return tf.distribute.MirroredStrategy([g.name for g in gpus])
+    return tf.distribute.get_strategy()
 
-    @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.uint8), tf.TensorSpec([None], tf.int64)])
-    def train_step(pixels, labels):
-        x = workload.tf_normalize(pixels)
+
+def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strategy) -> tuple[StepStats, list[dict]]:
+    with strategy.scope():
+        optimizer.build(model.trainable_variables)  # its slots, created once per replica before the first step
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+    def replica_step(pixels, labels):
         with tf.GradientTape() as tape:
-            loss = loss_fn(labels, model(x, training=True))
+            per_sample = loss_fn(labels, model(workload.tf_normalize(pixels), training=True))
+            loss = tf.nn.compute_average_loss(per_sample)  # over the whole step's batch, all replicas
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
+    @tf.function(reduce_retracing=True)  # the last batch of an epoch may be short
+    def train_step(batch):
+        losses = strategy.run(replica_step, args=(batch["pixels"], batch["labels"]))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    def dataset(epoch: int):
+        # the host's batch is split across the replicas; the dataset is already this host's whole share
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return strategy.experimental_distribute_dataset(source.dataset(epoch).with_options(options))
+
     stats = StepStats(cfg.warmup_steps)
     accounting: list[dict] = []
-    upcoming = iter(source.dataset(0))
+    upcoming = iter(dataset(0))
     for epoch in range(cfg.epochs):
         batches, upcoming = upcoming, None
 
@@ -125,16 +146,16 @@ def _train(cfg: TrainConfig, workload: Workload, model, source) -> tuple[StepSta
             nonlocal upcoming
             tail = cfg.prefetch_batches * cfg.batch_size
             if epoch + 1 < cfg.epochs and upcoming is None and received >= source.samples_per_epoch - tail:
-                upcoming = iter(source.dataset(epoch + 1))
+                upcoming = iter(dataset(epoch + 1))
 
-        ids, stopped = _epoch(cfg, source, batches, open_next, train_step, stats, epoch)
+        ids, stopped = _epoch(cfg, source, batches, open_next, train_step, stats, epoch, strategy)
         if stopped:
             break
         accounting.append(_account(epoch, ids, source.samples_per_epoch))
     return stats, accounting
 
 
-def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch: int) -> tuple[list, bool]:
+def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch: int, strategy) -> tuple[list, bool]:
     ids: list[np.ndarray] = []
     received = 0
     last = time.perf_counter()
@@ -144,11 +165,11 @@ def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch:
             batch = next(batches)
         except StopIteration:
             break
-        batch_ids = batch["ids"].numpy()
+        batch_ids = np.concatenate([t.numpy() for t in strategy.experimental_local_results(batch["ids"])])
         ready = time.perf_counter()
         ids.append(batch_ids)
         received += len(batch_ids)
-        loss = float(train_step(batch["pixels"], batch["labels"]))  # float() waits for the device: compute time is real
+        loss = float(train_step(batch))  # float() waits for the device: compute time is real
         done = time.perf_counter()
         stats.record(wait=ready - last, compute=done - ready, samples=len(batch_ids))
         if stats.steps % cfg.log_every == 0:
