@@ -23,6 +23,8 @@ SHARDED, REPLICATED = "ShardedByS3Key", "FullyReplicated"
 DATA_GROUP, DNN_GROUP = TrainConfig().data_group, TrainConfig().dnn_group
 TRAIN_ENTRY_POINT = "steps/train/launcher.py"
 PIPELINE_NAME = "HeteroTraining"  # the deployed pipeline's default name
+# The TensorFlow path trains on one dnn host (every GPU of it); PyTorch on any number.
+MAX_DNN_HOSTS = {"pytorch": None, "tensorflow": 1}
 # The shard format each framework's input pipeline reads. The framework is fixed when the graph is
 # built (it picks the container image), not a run-time parameter.
 SHARD_FORMATS = {"pytorch": "webdataset", "tensorflow": "tfrecord"}
@@ -192,6 +194,18 @@ class Graph:
 
     def step(self, name: str):
         return next(s for s in self.steps if s.name == name)
+
+    @property
+    def max_dnn_hosts(self) -> int | None:
+        return MAX_DNN_HOSTS[self.framework]
+
+    def check_parameters(self, params: dict) -> None:
+        """What this graph cannot run, said before any step starts (the SageMaker backend checks it in CheckParameters)."""
+        limit = self.max_dnn_hosts
+        if limit is not None and params["DnnInstanceCount"] > limit:
+            raise UserError(f"DnnInstanceCount={params['DnnInstanceCount']}: the {self.framework} path trains on {limit} dnn host "
+                            "(every GPU of it); use DnnInstanceCount=1 (--dnn-hosts 1), or the pytorch framework for several "
+                            "trainer hosts", headline="bad parameter")
 
 
 def _hyperparameters(framework: str) -> dict:

@@ -83,6 +83,7 @@ class LocalRunner:
         return v
 
     def run(self) -> RunResult:
+        self.graph.check_parameters(self.params)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "parameters.json").write_text(json.dumps(self.params, indent=2, sort_keys=True))
         self.options.echo(f"execution {self.execution_id}  ({self.run_dir})")

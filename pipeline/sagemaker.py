@@ -460,16 +460,24 @@ class _Compiler:
             "", "parameters rejected: DataSource=", p["DataSource"],
             f" (this pipeline was deployed to read training data from {deployed}; redeploy "
             f"{'without' if self.s.fsx else 'with'} FSx to change it), or ImprovementThreshold=", p["ImprovementThreshold"],
-            " with RunBaseline=", p["RunBaseline"], " (a threshold above -1 needs RunBaseline=true)"))
-        check_params = ConditionStep(
-            name="CheckParameters",
-            conditions=[ConditionEquals(left=p["DataSource"], right=deployed),
-                        ConditionOr(conditions=[ConditionEquals(left=p["RunBaseline"], right=True),
-                                                ConditionLessThanOrEqualTo(left=p["ImprovementThreshold"], right=-1)])],
-            if_steps=[shard], else_steps=[invalid])
+            " with RunBaseline=", p["RunBaseline"], " (a threshold above -1 needs RunBaseline=true)",
+            *_dnn_limit_message(g, p)))
+        conditions = [ConditionEquals(left=p["DataSource"], right=deployed),
+                      ConditionOr(conditions=[ConditionEquals(left=p["RunBaseline"], right=True),
+                                              ConditionLessThanOrEqualTo(left=p["ImprovementThreshold"], right=-1)])]
+        if g.max_dnn_hosts is not None:
+            conditions.append(ConditionLessThanOrEqualTo(left=p["DnnInstanceCount"], right=g.max_dnn_hosts))
+        check_params = ConditionStep(name="CheckParameters", conditions=conditions, if_steps=[shard], else_steps=[invalid])
         return Pipeline(name=self.s.pipeline_name, parameters=list(self.params.values()),
                         steps=[check_params, hetero, gate], sagemaker_session=self.session,
                         pipeline_experiment_config=None)
+
+
+def _dnn_limit_message(graph: Graph, p: dict) -> list:
+    if graph.max_dnn_hosts is None:
+        return []
+    return [", or DnnInstanceCount=", p["DnnInstanceCount"],
+            f" (the {graph.framework} path trains on at most {graph.max_dnn_hosts} dnn host)"]
 
 
 def _join(on: str, *values):

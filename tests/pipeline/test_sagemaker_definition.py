@@ -310,6 +310,15 @@ def test_parameters_the_deployment_cannot_honour_fail_before_any_job(steps):
     assert names(check["IfSteps"]) == ["Shard"]
     (fail,) = check["ElseSteps"]
     assert fail["Type"] == "Fail" and "redeploy with FSx" in json.dumps(fail)
+    assert len(check["Conditions"]) == 2  # PyTorch trains on any number of dnn hosts
+
+
+def test_the_tensorflow_pipeline_refuses_several_dnn_hosts_before_any_job(built):
+    check = all_steps(built["tensorflow"])["CheckParameters"]["Arguments"]
+    assert check["Conditions"][2] == {"Type": "LessThanOrEqualTo", "LeftValue": param("DnnInstanceCount"), "RightValue": 1}
+    (fail,) = check["ElseSteps"]
+    message = fail["Arguments"]["ErrorMessage"]["Std:Join"]["Values"]
+    assert param("DnnInstanceCount") in message and any("tensorflow path trains on at most 1 dnn host" in str(v) for v in message)
 
 
 # -- FSx ---------------------------------------------------------------------------------------

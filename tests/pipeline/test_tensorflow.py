@@ -13,6 +13,7 @@ import pytest
 from pipeline.emulator import SHARDED, Channel, EmulatedJob, InstanceGroup, free_port
 from pipeline.graph import build_graph, resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
+from steps.common.errors import UserError
 from steps.shard.shard import shard_dataset
 from steps.train.auth import new_secret
 from tests.pipeline.conftest import listening_ports
@@ -66,7 +67,7 @@ def test_tensorflow_path_says_it_trains_on_one_host(tmp_path, tiny_images, no_le
     params = resolve_parameters({"InputData": str(tiny_images), "DnnInstanceCount": 2, "RunBaseline": False,
                                  "Epochs": 1, "ShardSizeMB": 1})
     runner = LocalRunner(build_graph("tensorflow"), params, LocalOptions(work_dir=tmp_path, grace_s=10, echo=lambda _: None))
-    with pytest.raises(Exception, match="trains on one host.*DnnInstanceCount=1"):
+    with pytest.raises(UserError, match="DnnInstanceCount=2: the tensorflow path trains on 1 dnn host"):
         runner.run()
 
 
