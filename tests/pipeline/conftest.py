@@ -2,12 +2,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import psutil
 import pytest
 
+from pipeline.emulator import SHARDED, Channel, EmulatedJob, InstanceGroup, free_port
 from pipeline.sample_data import generate
+from steps.train.auth import new_secret
 
 
 @pytest.fixture(scope="session")
@@ -51,3 +54,34 @@ def no_leftovers():
     for p in left:
         p.kill()
     assert not left, f"processes left behind: {described}"
+
+
+def start_training_job(tmp_path: Path, shards: Path, *, silence_timeout_s: float = 30.0, data: int = 2,
+                       hyperparameters: dict | None = None) -> EmulatedJob:
+    """A 2-group emulated job on ``shards`` that trains "forever"; returns once the first step is logged."""
+    training = threading.Event()
+
+    def on_line(host, line):
+        if "step_time_ms=" in line:
+            training.set()
+
+    job = EmulatedJob(
+        name="job",
+        groups=[InstanceGroup("data_group", "ml.c5.9xlarge", data), InstanceGroup("dnn_group", "ml.p3.2xlarge", 1)],
+        channels=[Channel("train", shards / "train", SHARDED, ("data_group",)),
+                  Channel("validation", shards / "validation", instance_groups=("dnn_group",)),
+                  Channel("manifest", shards / "manifest.json")],
+        hyperparameters={"epochs": 1000, "batch_size": 8, "log_every": 1, "workload_options": {"blur_passes": 0},
+                         "data_port": free_port(), "dist_port": free_port(), "heartbeat_s": 0.5,
+                         "silence_timeout_s": silence_timeout_s, "connect_timeout_s": 60, **(hyperparameters or {})},
+        work_dir=tmp_path, environment={"HETERO_JOB_SECRET": new_secret()}, on_line=on_line,
+        grace_s=120, timeout_s=240,
+    )
+    job.start()
+    assert training.wait(120), "training never started"
+    return job
+
+
+def by_role(job: EmulatedJob, role: str) -> list:
+    return [h for h in job.hosts if h.role == role]
+

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 import pytest
 
-from pipeline.emulator import SHARDED, Channel, EmulatedJob, InstanceGroup, free_port
 from steps.shard.shard import shard_dataset
-from steps.train.auth import new_secret
+from tests.pipeline.conftest import by_role, start_training_job
 
 pytestmark = pytest.mark.e2e
 
@@ -23,36 +21,8 @@ def shards(tmp_path_factory, tiny_images):
     return out
 
 
-def start_job(tmp_path, shards, *, silence_timeout_s=30.0, data=2) -> tuple[EmulatedJob, threading.Event]:
-    training = threading.Event()
-
-    def on_line(host, line):
-        if "step_time_ms=" in line:
-            training.set()
-
-    job = EmulatedJob(
-        name="job",
-        groups=[InstanceGroup("data_group", "ml.c5.9xlarge", data), InstanceGroup("dnn_group", "ml.p3.2xlarge", 1)],
-        channels=[Channel("train", shards / "train", SHARDED, ("data_group",)),
-                  Channel("validation", shards / "validation", instance_groups=("dnn_group",)),
-                  Channel("manifest", shards / "manifest.json")],
-        hyperparameters={"epochs": 1000, "batch_size": 8, "log_every": 1, "workload_options": {"blur_passes": 0},
-                         "data_port": free_port(), "dist_port": free_port(), "heartbeat_s": 0.5,
-                         "silence_timeout_s": silence_timeout_s, "connect_timeout_s": 60},
-        work_dir=tmp_path, environment={"HETERO_JOB_SECRET": new_secret()}, on_line=on_line,
-        grace_s=120, timeout_s=240,
-    )
-    job.start()
-    assert training.wait(120), "training never started"
-    return job, training
-
-
-def by_role(job, role):
-    return [h for h in job.hosts if h.role == role]
-
-
 def test_killed_trainer_takes_every_data_host_down_within_30s(tmp_path, shards, no_leftovers):
-    job, _ = start_job(tmp_path, shards)
+    job = start_training_job(tmp_path, shards)
     with job:
         trainer = by_role(job, "trainer")[0]
         killed_at = time.monotonic()
@@ -67,7 +37,7 @@ def test_killed_trainer_takes_every_data_host_down_within_30s(tmp_path, shards, 
 
 
 def test_frozen_trainer_is_noticed_after_the_silence_timeout(tmp_path, shards, no_leftovers):
-    job, _ = start_job(tmp_path, shards, silence_timeout_s=3)
+    job = start_training_job(tmp_path, shards, silence_timeout_s=3)
     with job:
         trainer = by_role(job, "trainer")[0]
         os.kill(trainer.process.pid, signal.SIGSTOP)  # alive but silent: no FIN ever reaches the data hosts
@@ -86,7 +56,7 @@ def test_frozen_trainer_is_noticed_after_the_silence_timeout(tmp_path, shards, n
 
 
 def test_killed_data_host_is_named_with_the_samples_lost(tmp_path, shards, no_leftovers):
-    job, _ = start_job(tmp_path, shards)
+    job = start_training_job(tmp_path, shards)
     with job:
         victim = by_role(job, "data")[0]
         os.killpg(victim.process.pid, signal.SIGKILL)  # the host and its decode workers: a lost instance

@@ -5,18 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 
 import pytest
 
-from pipeline.emulator import SHARDED, Channel, EmulatedJob, InstanceGroup, free_port
 from pipeline.graph import build_graph, resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from steps.common.errors import UserError
 from steps.shard.shard import shard_dataset
-from steps.train.auth import new_secret
-from tests.pipeline.conftest import listening_ports
+from tests.pipeline.conftest import by_role, listening_ports, start_training_job
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.e2e
@@ -80,32 +77,8 @@ def tf_shards(tmp_path_factory, tiny_images):
     return out
 
 
-def start_job(tmp_path, shards, *, silence_timeout_s=30.0) -> EmulatedJob:
-    training = threading.Event()
-
-    def on_line(host, line):
-        if "step_time_ms=" in line:
-            training.set()
-
-    job = EmulatedJob(
-        name="job",
-        groups=[InstanceGroup("data_group", "ml.c5.9xlarge", 2), InstanceGroup("dnn_group", "ml.p3.2xlarge", 1)],
-        channels=[Channel("train", shards / "train", SHARDED, ("data_group",)),
-                  Channel("validation", shards / "validation", instance_groups=("dnn_group",)),
-                  Channel("manifest", shards / "manifest.json")],
-        hyperparameters={"framework": "tensorflow", "epochs": 1000, "batch_size": 8, "log_every": 1,
-                         "workload_options": {"blur_passes": 0}, "data_port": free_port(), "heartbeat_s": 0.5,
-                         "silence_timeout_s": silence_timeout_s, "connect_timeout_s": 60},
-        work_dir=tmp_path, environment={"HETERO_JOB_SECRET": new_secret()}, on_line=on_line,
-        grace_s=120, timeout_s=240,
-    )
-    job.start()
-    assert training.wait(120), "training never started"
-    return job
-
-
-def by_role(job, role):
-    return [h for h in job.hosts if h.role == role]
+def start_job(tmp_path, shards, *, silence_timeout_s=30.0):
+    return start_training_job(tmp_path, shards, silence_timeout_s=silence_timeout_s, hyperparameters={"framework": "tensorflow"})
 
 
 def test_killed_trainer_takes_every_tf_worker_down(tmp_path, tf_shards, no_leftovers):
