@@ -13,7 +13,9 @@ from keras import layers
 
 def _conv_bn(x, filters: int, kernel: int = 3, stride: int = 1):
     x = layers.Conv2D(filters, kernel, stride, padding="same", use_bias=False)(x)
-    x = layers.BatchNormalization()(x)
+    # momentum 0.9, as torch's 0.1: Keras' 0.99 leaves the moving statistics that inference uses
+    # far from the data after a short run
+    x = layers.BatchNormalization(momentum=0.9)(x)
     return layers.ReLU()(x)
 
 

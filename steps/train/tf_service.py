@@ -74,11 +74,11 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
                                          {"samples_per_epoch": samples, "epochs": cfg.epochs, "framework": "tensorflow"})
         beat = _Heartbeat([trainer.link], cfg.heartbeat_s)
         try:
-            dispatcher = _await_start(trainer, cfg)
+            dispatcher = _await_start(trainer)
             os.chdir(serving)  # where the dataset's relative SERVE_PATTERN resolves
             worker = tf.data.experimental.service.WorkerServer(tf.data.experimental.service.WorkerConfig(
                 dispatcher_address=dispatcher, worker_address=f"{resolve(me)}:%port%", port=0, protocol="grpc"))
-            trainer.link.send(Kind.START, {"worker": f"{resolve(me)}", "samples_per_epoch": samples})
+            trainer.link.send(Kind.START, {"worker": resolve(me), "samples_per_epoch": samples})
             print(f"[data] {me}: worker registered with dispatcher {dispatcher}", flush=True)
             _serve_until_stop(trainer, cluster.model_dir)
         except Exception as exc:
@@ -117,7 +117,7 @@ def local_shards(cluster: Cluster, hosts: tuple[str, ...]) -> tuple[list[Path], 
     return mine, sum(counts[p.name] for p in mine)
 
 
-def _await_start(trainer: Trainer, cfg: TrainConfig) -> str:
+def _await_start(trainer: Trainer) -> str:
     while True:
         frame = _read(trainer)
         if frame is None:
