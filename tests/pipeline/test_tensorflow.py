@@ -123,3 +123,17 @@ def test_killed_data_host_fails_the_trainer_naming_it(tmp_path, tf_shards, no_le
     survivor = by_role(job, "data")[1]
     assert not survivor.stopped_by_emulator and survivor.exit_code != 0 and trainer.name in survivor.failure
     assert not result.ok
+
+
+def test_losing_the_only_data_host_ends_a_trainer_blocked_in_tensorflow(tmp_path, tf_shards, no_leftovers):
+    job = start_training_job(tmp_path, tf_shards, silence_timeout_s=5, data=1, hyperparameters={"framework": "tensorflow"})
+    with job:
+        (victim,) = by_role(job, "data")
+        killed_at = time.monotonic()
+        os.killpg(victim.process.pid, signal.SIGKILL)  # nothing else can feed the trainer: its next batch never comes
+        result = job.wait()
+    (trainer,) = by_role(job, "trainer")
+    assert not trainer.stopped_by_emulator, "the trainer hung and had to be stopped"
+    assert trainer.ended_at - killed_at < 60
+    assert trainer.exit_code != 0 and victim.name in trainer.failure and "lost" in trainer.failure
+    assert not result.ok
