@@ -19,12 +19,14 @@ pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.parametrize("data_hosts", [1, 2])
-def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path, tiny_images, no_leftovers, data_hosts):
+@pytest.mark.parametrize("data_hosts,distribution", [(1, "ShardedByS3Key"), (2, "ShardedByS3Key"), (2, "FullyReplicated")])
+def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path, tiny_images, no_leftovers, data_hosts,
+                                                                        distribution):
     ports_before = listening_ports()
     params = resolve_parameters({
-        "InputData": str(tiny_images), "DataInstanceCount": data_hosts, "Epochs": 2, "BatchSize": 16, "ShardSizeMB": 1,
-        "WorkloadOptions": '{"blur_passes": 1}',
+        "InputData": str(tiny_images), "DataInstanceCount": data_hosts, "DataDistribution": distribution, "Epochs": 2,
+        "BatchSize": 16, "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 1}',
+        # FullyReplicated: every data host sees every shard and must serve only its share
     })
     lines = []
     result = LocalRunner(build_graph("tensorflow"), params,
