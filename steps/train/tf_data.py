@@ -11,11 +11,12 @@ graph in-process over its own list of files.
 Decoding is the workload's `tf_decode` (TF ops only: the graph runs in
 another process). A sample that fails to decode is dropped by
 ``ignore_errors`` with a warning in the worker's log, and the trainer's
-per-epoch accounting counts it as corrupt, by id set difference.
+per-epoch accounting counts it as corrupt; `sample_ids` then names it.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from steps.shard.tfrecord import SUFFIX, parse_record
@@ -57,6 +58,14 @@ def validation_dataset(files: list[str], workload: Workload, *, batch_size: int)
     records = tf.data.TFRecordDataset(tf.constant(files, dtype=tf.string))
     decoded = records.map(parse_record).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
     return decoded.ignore_errors(log_warning=True).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def sample_ids(files: list[str]) -> np.ndarray:
+    """Every sample id in ``files``: reads them whole, so only asked for when samples went missing."""
+    spec = {"id": tf.io.FixedLenFeature([], tf.int64)}
+    ids = tf.data.TFRecordDataset(tf.constant(files, dtype=tf.string)).map(lambda r: tf.io.parse_single_example(r, spec)["id"])
+    chunks = [batch.numpy() for batch in ids.batch(65536)]
+    return np.concatenate(chunks) if chunks else np.empty(0, np.int64)
 
 
 def _mix(seed: int, epoch: int, stream: int) -> int:

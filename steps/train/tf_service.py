@@ -80,7 +80,7 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
                 dispatcher_address=dispatcher, worker_address=f"{resolve(me)}:%port%", port=0, protocol="grpc"))
             trainer.link.send(Kind.START, {"worker": resolve(me), "samples_per_epoch": samples})
             print(f"[data] {me}: worker registered with dispatcher {dispatcher}", flush=True)
-            _serve_until_stop(trainer, cluster.model_dir)
+            _serve_until_stop(trainer, cluster.model_dir, [str(f) for f in files])
         except Exception as exc:
             if not isinstance(exc, TrainerGone):  # the trainer learns why, not just that the link closed
                 try:
@@ -125,14 +125,14 @@ def _await_start(trainer: Trainer) -> str:
         kind, meta, _ = frame
         if kind is Kind.START:
             return str(meta["dispatcher"])
-        _control(trainer, kind, meta, {}, None)
+        _control(trainer, kind, meta, {}, None, [])
 
 
-def _serve_until_stop(trainer: Trainer, results_dir: Path) -> None:
+def _serve_until_stop(trainer: Trainer, results_dir: Path, files: list[str]) -> None:
     while not trainer.stopped:
         frame = _read(trainer)
         if frame is not None:
-            _control(trainer, *frame, results_dir)
+            _control(trainer, *frame, results_dir, files)
 
 
 def _read(trainer: Trainer):
@@ -144,8 +144,12 @@ def _read(trainer: Trainer):
         raise TrainerGone(f"trainer {trainer.host} disconnected without STOP ({exc}); it crashed or was killed") from None
 
 
-def _control(trainer: Trainer, kind: Kind, meta: dict, arrays: dict, results_dir: Path | None) -> None:
-    if kind is Kind.STOP:
+def _control(trainer: Trainer, kind: Kind, meta: dict, arrays: dict, results_dir: Path | None, files: list[str]) -> None:
+    if kind is Kind.IDS:  # some samples went missing: the trainer asks which ones this host serves
+        from steps.train.tf_data import sample_ids
+
+        trainer.link.send(Kind.IDS, {}, [("ids", sample_ids(files))])
+    elif kind is Kind.STOP:
         keep_results(results_dir, trainer.host, arrays)
         trainer.stopped = True
         if meta.get("status") != "completed":
@@ -194,6 +198,8 @@ class TfDataService:
         self._threads: list[threading.Thread] = []
         self.dispatcher = None
         self.beat: _Heartbeat | None = None
+        self._ids: dict[str, np.ndarray] = {}
+        self._ids_arrived = threading.Condition()
 
     @property
     def samples_per_epoch(self) -> int:
@@ -250,6 +256,10 @@ class TfDataService:
             if frame is not None and frame[0] is Kind.ERROR:
                 self._fail(DataHostLost(f"data host {host} failed: {frame[1].get('reason', 'no reason given')}"))
                 return
+            if frame is not None and frame[0] is Kind.IDS:
+                with self._ids_arrived:
+                    self._ids[host] = frame[2].get("ids", np.empty(0, np.int64))
+                    self._ids_arrived.notify_all()
 
     def _fail(self, error: HeteroError) -> None:
         if self.failure is None:
@@ -271,6 +281,18 @@ class TfDataService:
     def check(self) -> None:
         if self.failure is not None:
             raise self.failure
+
+    def sample_ids(self) -> np.ndarray:
+        """Every sample id the workers serve (each data host reads its shards whole to answer)."""
+        with self._ids_arrived:
+            self._ids.clear()
+        for link in self.links.values():
+            link.send(Kind.IDS)
+        with self._ids_arrived:
+            self._ids_arrived.wait_for(lambda: len(self._ids) == len(self.links) or self.failure is not None,
+                                       timeout=self.cfg.connect_timeout_s)
+            self.check()
+            return np.concatenate(list(self._ids.values())) if self._ids else np.empty(0, np.int64)
 
     def distribute(self, dataset):
         import tensorflow as tf

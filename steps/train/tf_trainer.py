@@ -26,9 +26,12 @@ from steps.train.cluster import Cluster, available_cpus
 from steps.train.config import TrainConfig
 from steps.train.manifest import read_classes
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
-from steps.train.tf_data import SERVE_PATTERN, training_dataset, validation_dataset
+from steps.train.tf_data import SERVE_PATTERN, sample_ids, training_dataset, validation_dataset
 from steps.train.tf_service import TfDataService, check_single_trainer, local_shards
 from steps.train.workload import Workload
+
+
+CORRUPT_REASON = "failed to decode; TensorFlow's error is in the log of the host that decoded it"
 
 
 class DuplicateSamples(HeteroError):
@@ -46,6 +49,9 @@ class InProcessSource:
 
     def dataset(self, epoch: int):
         return training_dataset(self.files, self.workload, batch_size=self.cfg.batch_size, seed=self.cfg.seed, epoch=epoch)
+
+    def sample_ids(self) -> np.ndarray:
+        return sample_ids(self.files)
 
     def check(self) -> None:
         pass
@@ -65,6 +71,9 @@ class ServiceSource:
     def dataset(self, epoch: int):
         return self.service.distribute(
             training_dataset(SERVE_PATTERN, self.workload, batch_size=self.cfg.batch_size, seed=self.cfg.seed, epoch=epoch))
+
+    def sample_ids(self) -> np.ndarray:
+        return self.service.sample_ids()
 
     def check(self) -> None:
         self.service.check()
@@ -86,14 +95,14 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         with strategy.scope():
             model = workload.build_keras_model(len(classes))
             optimizer = workload.keras_optimizer(cfg.learning_rate)
-        stats, accounting = _train(cfg, workload, model, optimizer, source, strategy)
+        stats, accounting, corrupt = _train(cfg, workload, model, optimizer, source, strategy)
         accuracy = _validate(cfg, cluster, workload, model)
         missing = sum(a["missing"] for a in accounting)
         summary = stats.summary()  # one trainer host: its totals are the job's
         summary.update(global_samples=summary["samples"], global_seen=summary["seen"])
         metrics = training_metrics(
             cfg=cfg, cluster=cluster, framework="tensorflow", summary=summary, accuracy=accuracy,
-            corrupt=[], corrupt_count=missing, classes=classes, epoch_accounting=accounting)
+            corrupt=corrupt, corrupt_count=missing, classes=classes, epoch_accounting=accounting)
         files = _write_outputs(cluster, model, metrics)
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
@@ -110,7 +119,7 @@ def device_strategy() -> tf.distribute.Strategy:
     return tf.distribute.get_strategy()
 
 
-def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strategy) -> tuple[StepStats, list[dict]]:
+def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strategy) -> tuple[StepStats, list[dict], list]:
     with strategy.scope():
         optimizer.build(model.trainable_variables)  # its slots, created once per replica before the first step
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
@@ -136,6 +145,7 @@ def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strat
 
     stats = StepStats(cfg.warmup_steps)
     accounting: list[dict] = []
+    corrupt: list[tuple[int, str]] = []
     upcoming = iter(dataset(0))
     for epoch in range(cfg.epochs):
         batches, upcoming = upcoming, None
@@ -152,7 +162,9 @@ def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strat
         if stopped:
             break
         accounting.append(_account(epoch, ids, source.samples_per_epoch))
-    return stats, accounting
+        if accounting[-1]["missing"] and not corrupt:
+            corrupt = _name_missing(source, ids)
+    return stats, accounting, corrupt
 
 
 def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch: int, strategy) -> tuple[list, bool]:
@@ -198,6 +210,13 @@ def _account(epoch: int, ids: list[np.ndarray], expected: int) -> dict:
         print(f"[trainer] epoch {epoch}: {missing} of {expected} samples failed to decode and were skipped "
               "(the data hosts' logs name the errors)", flush=True)
     return {"epoch": epoch, "expected": expected, "received": int(seen.size), "distinct": unique, "missing": missing}
+
+
+def _name_missing(source, ids: list[np.ndarray]) -> list[tuple[int, str]]:
+    """Which samples failed to decode, asked once and only when some did: answering reads every shard."""
+    received = np.concatenate(ids) if ids else np.empty(0, np.int64)
+    missing = np.setdiff1d(source.sample_ids(), received)
+    return [(int(i), CORRUPT_REASON) for i in missing[:20]]
 
 
 def _validate(cfg: TrainConfig, cluster: Cluster, workload: Workload, model) -> float | None:

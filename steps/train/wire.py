@@ -49,6 +49,7 @@ class Kind(IntEnum):
     STOP = 6  # trainer -> data host: training is over (status, reason)
     ERROR = 7  # either way: the sender is failing, with a reason
     START = 8  # TensorFlow path: trainer -> data host: the dispatcher's address; data host -> trainer: worker up
+    IDS = 9  # TensorFlow path: trainer -> data host: which sample ids do you serve? data host -> trainer: them
 
 
 class WireError(HeteroError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 
@@ -139,3 +140,28 @@ def test_losing_the_only_data_host_ends_a_trainer_blocked_in_tensorflow(tmp_path
     assert trainer.ended_at - killed_at < 60
     assert trainer.exit_code != 0 and victim.name in trainer.failure and "lost" in trainer.failure
     assert not result.ok
+
+
+def test_a_sample_that_fails_to_decode_is_counted_and_named_not_fatal(tmp_path, tf_shards, no_leftovers):
+    from steps.shard.tfrecord import iter_tfrecord_shard, write_tfrecord_shard
+
+    shards = tmp_path / "shards"
+    shutil.copytree(tf_shards, shards)
+    manifest = json.loads((shards / "manifest.json").read_text())
+    entry = manifest["splits"]["train"]["shards"][0]
+    path = shards / entry["name"]
+    samples = [(s.sample_id, s.label, s.ext, s.raw) for s in iter_tfrecord_shard(path)]
+    write_tfrecord_shard(path, [*samples, (999_999, 0, "jpg", b"\xff\xd8 not really a jpeg")])
+    entry["samples"] += 1
+    manifest["splits"]["train"]["samples"] += 1
+    (shards / "manifest.json").write_text(json.dumps(manifest))
+
+    job = start_training_job(tmp_path / "job", shards, hyperparameters={"framework": "tensorflow", "epochs": 2})
+    with job:
+        result = job.wait()
+    assert result.ok, result.failure
+    (trainer,) = by_role(job, "trainer")
+    metrics = json.loads((trainer.base_dir / "model" / "metrics.json").read_text())
+    assert [a["missing"] for a in metrics["epoch_accounting"]] == [1, 1]
+    assert metrics["corrupt_samples"]["count"] == 2
+    assert [c[0] for c in metrics["corrupt_samples"]["examples"]] == [999_999]

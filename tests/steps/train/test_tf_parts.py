@@ -143,7 +143,7 @@ MIRRORED = textwrap.dedent("""
     with strategy.scope():
         model = workload.build_keras_model(3)
         optimizer = workload.keras_optimizer(0.003)
-    stats, accounting = _train(TrainConfig(epochs=2, batch_size=8, warmup_steps=1), workload, model, optimizer, Source(), strategy)
+    stats, accounting, _ = _train(TrainConfig(epochs=2, batch_size=8, warmup_steps=1), workload, model, optimizer, Source(), strategy)
     print(json.dumps({"replicas": strategy.num_replicas_in_sync, "steps": stats.steps, "accounting": accounting}))
 """)
 
