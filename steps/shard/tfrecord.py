@@ -203,6 +203,8 @@ def check_tensorflow() -> None:
 
 
 def _tensorflow():
+    # TensorFlow's C++ INFO lines (CPU features) would drown the step's own log; warnings still show
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     try:
         import tensorflow as tf
     except ImportError as exc:
