@@ -266,6 +266,8 @@ class TfDataService:
             self.failure = error
             print(f"[trainer] {error.one_line()}", flush=True)
             threading.Thread(target=self._watchdog, name="watchdog", daemon=True).start()
+            with self._ids_arrived:  # a sample_ids() call waiting on that host ends now
+                self._ids_arrived.notify_all()
 
     def _watchdog(self) -> None:
         """The training loop checks for a lost host between batches; if TensorFlow keeps it blocked
