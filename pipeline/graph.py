@@ -17,14 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from steps.common.errors import UserError
-from steps.train.config import FRAMEWORKS, TrainConfig
+from steps.train.config import FRAMEWORKS, MAX_TRAINER_HOSTS, TrainConfig
 
 SHARDED, REPLICATED = "ShardedByS3Key", "FullyReplicated"
 DATA_GROUP, DNN_GROUP = TrainConfig().data_group, TrainConfig().dnn_group
 TRAIN_ENTRY_POINT = "steps/train/launcher.py"
 PIPELINE_NAME = "HeteroTraining"  # the deployed pipeline's default name
-# The TensorFlow path trains on one dnn host (every GPU of it); PyTorch on any number.
-MAX_DNN_HOSTS = {"pytorch": None, "tensorflow": 1}
 # The shard format each framework's input pipeline reads. The framework is fixed when the graph is
 # built (it picks the container image), not a run-time parameter.
 SHARD_FORMATS = {"pytorch": "webdataset", "tensorflow": "tfrecord"}
@@ -197,7 +195,7 @@ class Graph:
 
     @property
     def max_dnn_hosts(self) -> int | None:
-        return MAX_DNN_HOSTS[self.framework]
+        return MAX_TRAINER_HOSTS[self.framework]
 
     def check_parameters(self, params: dict) -> None:
         """What this graph cannot run, said before any step starts (the SageMaker backend checks it in CheckParameters)."""

@@ -18,6 +18,8 @@ from typing import Any
 from steps.common.errors import UserError
 
 FRAMEWORKS = ("pytorch", "tensorflow")
+# Trainer hosts each framework's path can use: TensorFlow trains on one host (every GPU of it), PyTorch on any number.
+MAX_TRAINER_HOSTS = {"pytorch": None, "tensorflow": 1}
 
 
 def _param(default, help: str, **extra):

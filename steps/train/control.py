@@ -20,11 +20,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from steps.common.errors import HeteroError
 from steps.train.auth import AuthError, serve_handshake
 from steps.train.config import TrainConfig
-from steps.train.link import Link
-from steps.train.wire import WireError
+from steps.train.link import Link, PeerSilent, Stopped
+from steps.train.wire import Kind, WireError
 
 HANDSHAKE_TIMEOUT_S = 10.0
 SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
@@ -117,6 +119,42 @@ def dial(host: str, address: str, port: int, deadline: float, connect_timeout_s:
                     f"connect_timeout_s={connect_timeout_s:g} ({exc})"
                 ) from None
             time.sleep(0.2)
+
+
+def trainer_lost(host: str, exc: Exception) -> TrainerGone:
+    """Why a trainer's link broke, as a data host reports it."""
+    if isinstance(exc, PeerSilent):
+        return TrainerGone(f"trainer {host} went silent: {exc}")
+    return TrainerGone(f"trainer {host} disconnected without STOP ({exc}); it crashed or was killed")
+
+
+def trainer_frame(trainer: Trainer, kind: Kind, meta: dict, arrays: dict, results_dir: Path | None) -> TrainerGone | None:
+    """A data host's reading of STOP (its results kept) and ERROR: the error to end with, if any."""
+    if kind is Kind.STOP:
+        keep_results(results_dir, trainer.host, arrays)
+        trainer.stopped = True
+        if meta.get("status") != "completed":
+            return TrainerGone(f"trainer {trainer.host} stopped the job: {meta.get('reason', 'no reason given')}")
+    elif kind is Kind.ERROR:
+        return TrainerGone(f"trainer {trainer.host} failed: {meta.get('reason', 'no reason given')}")
+    return None
+
+
+def send_stop(links: list[Link], status: str, reason: str, files: dict[str, bytes] | None) -> None:
+    """The trainer's STOP, carrying ``files`` (its outputs), to every link, each then half-closed.
+
+    A half-close, not a close: the trainer keeps reading until each data host hangs up. Closing a
+    socket with unread data in it makes the kernel answer with a reset, which could destroy a
+    STOP still in flight.
+    """
+    arrays = [(name, np.frombuffer(data, dtype=np.uint8)) for name, data in (files or {}).items()]
+    meta = {"status": status, "reason": reason[:500], "files": [name for name, _ in arrays]}
+    for link in links:
+        try:
+            link.send(Kind.STOP, meta, arrays)
+            link.sock.shutdown(socket.SHUT_WR)
+        except (WireError, OSError, Stopped):
+            pass  # that host is gone already
 
 
 def keep_results(results_dir: Path | None, trainer: str, arrays: dict) -> None:

@@ -12,7 +12,6 @@ arrived. A data host that dies or goes silent ends the epoch with a
 from __future__ import annotations
 
 import queue
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,9 +23,9 @@ from steps.common.errors import HeteroError
 from steps.train.auth import client_handshake
 from steps.train.cluster import resolve
 from steps.train.config import TrainConfig
-from steps.train.control import DataHostLost, dial
+from steps.train.control import DataHostLost, dial, send_stop
 from steps.train.dataset import Batch
-from steps.train.link import Link, Stopped
+from steps.train.link import Heartbeat, Link, Stopped
 from steps.train.wire import Kind, Segment, WireError
 
 
@@ -95,6 +94,7 @@ class DataServiceClient:
         self._closing = threading.Event()  # sockets going away
         self._threads: list[threading.Thread] = []
         self._receivers: list[threading.Thread] = []
+        self._heartbeat: Heartbeat | None = None
 
     # -- lifecycle ---------------------------------------------------------
     def connect(self) -> "DataServiceClient":
@@ -108,30 +108,18 @@ class DataServiceClient:
                              silence_timeout_s=self.cfg.silence_timeout_s, allocator=self._allocate)
         for host in self.hosts:
             self._receivers.append(self._spawn(self._receive, host))
-        self._spawn(self._heartbeat)
+        self._heartbeat = Heartbeat([h.link for h in self.hosts], self.cfg.heartbeat_s)
         return self
 
     def close(self, status: str = "completed", reason: str = "", files: dict[str, bytes] | None = None) -> None:
         """Tell every data host to stop, handing it ``files`` (the trainer's outputs), then drop
-        the connections. Idempotent.
-
-        A half-close, not a close: after STOP the trainer shuts down its sending side and keeps
-        reading until the data host hangs up. Closing a socket with unread batches in it makes
-        the kernel answer with a reset, which could destroy a STOP still in flight.
-        """
+        the connections once each has hung up (`send_stop`). Idempotent."""
         if self._stopping.is_set():
             return
         self._stopping.set()
-        arrays = [(name, np.frombuffer(data, dtype=np.uint8)) for name, data in (files or {}).items()]
-        meta = {"status": status, "reason": reason[:500], "files": [name for name, _ in arrays]}
-        for host in self.hosts:
-            if host.link is None:
-                continue
-            try:
-                host.link.send(Kind.STOP, meta, arrays)
-                host.link.sock.shutdown(socket.SHUT_WR)
-            except (WireError, OSError, Stopped):
-                pass  # that host is gone already
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        send_stop([h.link for h in self.hosts if h.link is not None], status, reason, files)
         deadline = time.monotonic() + self.cfg.silence_timeout_s
         for thread in self._receivers:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -186,14 +174,6 @@ class DataServiceClient:
                 return
             except queue.Full:
                 continue
-
-    def _heartbeat(self) -> None:
-        while not self._stopping.wait(self.cfg.heartbeat_s):
-            for host in self.hosts:
-                try:
-                    host.link.send(Kind.PING)
-                except (WireError, OSError, Stopped):
-                    pass  # the receiver thread reports the loss
 
     def _receive(self, host: _Host) -> None:
         epoch = 0

@@ -25,9 +25,9 @@ from steps.shard.format import count_samples, list_shards
 from steps.train.auth import job_secret
 from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
-from steps.train.control import Trainer, TrainerGone, accept_trainers, keep_results
+from steps.train.control import Trainer, accept_trainers, trainer_frame, trainer_lost
 from steps.train.dataset import Batch, ShardDataset, batch_loader
-from steps.train.link import PeerSilent, Stopped
+from steps.train.link import Stopped
 from steps.train.wire import Kind, WireError
 from steps.train.workload import Workload
 
@@ -156,10 +156,7 @@ class DataService:
         """A trainer link broke; the send and control threads both land here, so the reason is the same."""
         if t.stopped or self.done.is_set():
             return
-        if isinstance(exc, PeerSilent):
-            self._fail(TrainerGone(f"trainer {t.host} went silent: {exc}"))
-        else:
-            self._fail(TrainerGone(f"trainer {t.host} disconnected without STOP ({exc}); it crashed or was killed"))
+        self._fail(trainer_lost(t.host, exc))
 
     def _guarded(self, t: Trainer, action) -> None:
         try:
@@ -180,16 +177,11 @@ class DataService:
                 return
             if frame is None:
                 continue
-            kind, meta, arrays = frame
-            if kind is Kind.STOP:
-                keep_results(self.results_dir, t.host, arrays)
-                t.stopped = True
-                if meta.get("status") != "completed":
-                    self._fail(TrainerGone(f"trainer {t.host} stopped the job: {meta.get('reason', 'no reason given')}"))
-                elif all(x.stopped for x in self.trainers):
-                    self.done.set()
-            elif kind is Kind.ERROR:
-                self._fail(TrainerGone(f"trainer {t.host} failed: {meta.get('reason', 'no reason given')}"))
+            error = trainer_frame(t, *frame, self.results_dir)
+            if error is not None:
+                self._fail(error)
+            elif t.stopped and all(x.stopped for x in self.trainers):
+                self.done.set()
 
     def _send(self, t: Trainer) -> None:
         while not (t.stopped or self.done.is_set()):

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from steps.common.errors import HeteroError
 from steps.shard.format import iter_shard
-from steps.train.cluster import available_cpus  # noqa: F401 - re-exported for the trainer
+from steps.train.cluster import available_cpus
 from steps.train.workload import Workload
 
 SHUFFLE_BUFFER = 256

@@ -80,3 +80,27 @@ class Link:
         except OSError:
             pass
         self.sock.close()
+
+
+class Heartbeat:
+    """PINGs on every link while the owner is busy elsewhere (training, validating, blocked in TensorFlow)."""
+
+    def __init__(self, links, interval_s: float):
+        self.links = list(links)
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for link in self.links:
+                try:
+                    link.send(Kind.PING)
+                except (WireError, OSError, Stopped):
+                    pass  # the link's reader reports the loss
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+

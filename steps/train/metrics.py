@@ -50,6 +50,12 @@ class StepStats:
     def steps(self) -> int:
         return len(self.waits)
 
+    def last_step_line(self, *, epoch: int, loss: float) -> str:
+        """The metric line of the step recorded last."""
+        wait, step_time = self.waits[-1], self.waits[-1] + self.computes[-1]
+        return metric_line(epoch=epoch, step=self.steps, step_time_ms=step_time * 1e3, samples_per_sec=self.sizes[-1] / step_time,
+                           data_wait_pct=100 * wait / step_time, loss=loss)
+
     def summary(self) -> dict:
         skip = self.warmup_steps if self.steps > self.warmup_steps else 0
         waits, computes = np.asarray(self.waits[skip:]), np.asarray(self.computes[skip:])

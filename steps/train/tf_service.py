@@ -34,9 +34,10 @@ from steps.common.errors import EXIT_INTERNAL_ERROR, HeteroError, UserError, des
 from steps.shard.tfrecord import list_tfrecord_shards
 from steps.train.auth import client_handshake, job_secret
 from steps.train.cluster import Cluster, resolve
-from steps.train.config import TrainConfig
-from steps.train.control import DataHostLost, Trainer, TrainerGone, accept_trainers, dial, keep_results
-from steps.train.link import Link, PeerSilent, Stopped
+from steps.train.config import MAX_TRAINER_HOSTS, TrainConfig
+from steps.train.control import (DataHostLost, Trainer, TrainerGone, accept_trainers, dial, send_stop, trainer_frame,
+                                 trainer_lost)
+from steps.train.link import Heartbeat, Link, Stopped
 from steps.train.manifest import read_manifest
 from steps.train.wire import Kind, WireError
 
@@ -44,7 +45,8 @@ COMPRESSION = {"none": None, "auto": "AUTO"}
 
 
 def check_single_trainer(cluster: Cluster) -> None:
-    if len(cluster.trainer_hosts) != 1:
+    """The job-level twin of `pipeline.graph.Graph.check_parameters`, for jobs started outside the pipeline."""
+    if len(cluster.trainer_hosts) > MAX_TRAINER_HOSTS["tensorflow"]:
         raise UserError(
             f"the TensorFlow path trains on one host ({len(cluster.trainer_hosts)} given: {', '.join(cluster.trainer_hosts)}); "
             "it uses every GPU of that host (MirroredStrategy). Set DnnInstanceCount=1 (--dnn-hosts 1), or use --framework pytorch "
@@ -60,7 +62,7 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
 
     check_single_trainer(cluster)
     files, samples = local_shards(cluster, cluster.data_hosts)
-    me = cluster.current_host
+    me, address = cluster.current_host, resolve(cluster.current_host)
     serving = Path(tempfile.mkdtemp(prefix="hetero-tf-worker-"))
     for path in files:
         (serving / path.name).symlink_to(path.resolve())
@@ -69,16 +71,16 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
     worker = None
     home = os.getcwd()
     try:
-        with socket.create_server((resolve(me), cfg.data_port), backlog=16) as server:
+        with socket.create_server((address, cfg.data_port), backlog=16) as server:
             (trainer,) = accept_trainers(server, cfg, me, cluster.trainer_hosts, job_secret(),
                                          {"samples_per_epoch": samples, "epochs": cfg.epochs, "framework": "tensorflow"})
-        beat = _Heartbeat([trainer.link], cfg.heartbeat_s)
+        beat = Heartbeat([trainer.link], cfg.heartbeat_s)
         try:
             dispatcher = _await_start(trainer)
             os.chdir(serving)  # where the dataset's relative SERVE_PATTERN resolves
             worker = tf.data.experimental.service.WorkerServer(tf.data.experimental.service.WorkerConfig(
-                dispatcher_address=dispatcher, worker_address=f"{resolve(me)}:%port%", port=0, protocol="grpc"))
-            trainer.link.send(Kind.START, {"worker": resolve(me), "samples_per_epoch": samples})
+                dispatcher_address=dispatcher, worker_address=f"{address}:%port%", port=0, protocol="grpc"))
+            trainer.link.send(Kind.START, {"worker": address, "samples_per_epoch": samples})
             print(f"[data] {me}: worker registered with dispatcher {dispatcher}", flush=True)
             _serve_until_stop(trainer, cluster.model_dir, [str(f) for f in files])
         except Exception as exc:
@@ -138,10 +140,8 @@ def _serve_until_stop(trainer: Trainer, results_dir: Path, files: list[str]) -> 
 def _read(trainer: Trainer):
     try:
         return trainer.link.read()
-    except PeerSilent as exc:
-        raise TrainerGone(f"trainer {trainer.host} went silent: {exc}") from None
     except (WireError, OSError) as exc:
-        raise TrainerGone(f"trainer {trainer.host} disconnected without STOP ({exc}); it crashed or was killed") from None
+        raise trainer_lost(trainer.host, exc) from None
 
 
 def _control(trainer: Trainer, kind: Kind, meta: dict, arrays: dict, results_dir: Path | None, files: list[str]) -> None:
@@ -149,36 +149,10 @@ def _control(trainer: Trainer, kind: Kind, meta: dict, arrays: dict, results_dir
         from steps.train.tf_data import sample_ids
 
         trainer.link.send(Kind.IDS, {}, [("ids", sample_ids(files))])
-    elif kind is Kind.STOP:
-        keep_results(results_dir, trainer.host, arrays)
-        trainer.stopped = True
-        if meta.get("status") != "completed":
-            raise TrainerGone(f"trainer {trainer.host} stopped the job: {meta.get('reason', 'no reason given')}")
-    elif kind is Kind.ERROR:
-        raise TrainerGone(f"trainer {trainer.host} failed: {meta.get('reason', 'no reason given')}")
-
-
-class _Heartbeat:
-    """PINGs on every link while the main thread is busy elsewhere (reading, or blocked in TensorFlow)."""
-
-    def __init__(self, links: list[Link], interval_s: float):
-        self.links = links
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            for link in self.links:
-                try:
-                    link.send(Kind.PING)
-                except (WireError, OSError, Stopped):
-                    pass  # the reader reports the loss
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        return
+    error = trainer_frame(trainer, kind, meta, arrays, results_dir)
+    if error is not None:
+        raise error
 
 
 # -- trainer host -----------------------------------------------------------------------------
@@ -187,7 +161,6 @@ class TfDataService:
     """The trainer's side: dispatcher, control links to every data host, and the watch over them."""
 
     def __init__(self, cfg: TrainConfig, cluster: Cluster):
-        check_single_trainer(cluster)
         self.cfg = cfg
         self.cluster = cluster
         self.secret = job_secret()
@@ -197,7 +170,7 @@ class TfDataService:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self.dispatcher = None
-        self.beat: _Heartbeat | None = None
+        self.beat: Heartbeat | None = None
         self._ids: dict[str, np.ndarray] = {}
         self._ids_arrived = threading.Condition()
 
@@ -219,7 +192,7 @@ class TfDataService:
             self.links[host] = Link(sock, f"data host {host}", heartbeat_s=self.cfg.heartbeat_s,
                                     silence_timeout_s=self.cfg.silence_timeout_s)
             self.links[host].send(Kind.START, {"dispatcher": address})
-        self.beat = _Heartbeat(list(self.links.values()), self.cfg.heartbeat_s)
+        self.beat = Heartbeat(self.links.values(), self.cfg.heartbeat_s)
         for host, link in self.links.items():
             self.samples_per_host[host] = self._await_worker(host, link)
         for host, link in self.links.items():
@@ -308,19 +281,12 @@ class TfDataService:
         if self._stopping.is_set():
             return
         self._stopping.set()
-        arrays = [(name, np.frombuffer(data, dtype=np.uint8)) for name, data in (files or {}).items()]
-        meta = {"status": status, "reason": reason[:500], "files": [name for name, _ in arrays]}
-        for link in self.links.values():
-            try:
-                link.send(Kind.STOP, meta, arrays)
-                link.sock.shutdown(socket.SHUT_WR)
-            except (WireError, OSError, Stopped):
-                pass  # that host is gone already
+        if self.beat is not None:
+            self.beat.stop()
+        send_stop(list(self.links.values()), status, reason, files)
         deadline = time.monotonic() + self.cfg.silence_timeout_s
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        if self.beat is not None:
-            self.beat.stop()
         for link in self.links.values():
             link.close()
         if self.dispatcher is not None:

@@ -42,7 +42,6 @@ class InProcessSource:
     """Homogeneous: this host's shards through the same pipeline, in this process."""
 
     def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload):
-        check_single_trainer(cluster)
         files, self.samples_per_epoch = local_shards(cluster, cluster.trainer_hosts)
         self.files = [str(f) for f in files]
         self.cfg, self.workload = cfg, workload
@@ -83,6 +82,7 @@ class ServiceSource:
 
 
 def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
+    check_single_trainer(cluster)
     tf.keras.utils.set_random_seed(cfg.seed)
     # TensorFlow sizes its pools by the machine's cores, not this process's CPU set
     tf.config.threading.set_intra_op_parallelism_threads(available_cpus())
@@ -185,10 +185,7 @@ def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch:
         done = time.perf_counter()
         stats.record(wait=ready - last, compute=done - ready, samples=len(batch_ids))
         if stats.steps % cfg.log_every == 0:
-            step_time = done - last
-            print(metric_line(epoch=epoch, step=stats.steps, step_time_ms=step_time * 1e3,
-                              samples_per_sec=len(batch_ids) / step_time, data_wait_pct=100 * (ready - last) / step_time,
-                              loss=loss), flush=True)
+            print(stats.last_step_line(epoch=epoch, loss=loss), flush=True)
         if cfg.max_steps and stats.steps >= cfg.max_steps:
             return ids, True
         open_next(received)

@@ -23,10 +23,10 @@ from torch.nn.parallel import DistributedDataParallel
 from steps.common.errors import UserError, describe
 from steps.shard.format import list_shards
 from steps.train.auth import job_secret
-from steps.train.cluster import Cluster, resolve
+from steps.train.cluster import Cluster, available_cpus, resolve
 from steps.train.config import TrainConfig
 from steps.train.data_client import DataServiceClient
-from steps.train.dataset import ShardDataset, available_cpus, batch_loader
+from steps.train.dataset import ShardDataset, batch_loader
 from steps.common.files import write_json_atomic
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
 from steps.train.manifest import read_classes
@@ -133,10 +133,7 @@ def _epoch(cfg, workload, model, source, device, loss_fn, optimizer, stats, corr
         done = time.perf_counter()
         stats.record(wait=ready - last, compute=done - ready, samples=len(batch))
         if stats.steps % cfg.log_every == 0:
-            step_time = (done - last)
-            print(metric_line(epoch=epoch, step=stats.steps, step_time_ms=step_time * 1e3,
-                              samples_per_sec=len(batch) / step_time, data_wait_pct=100 * (ready - last) / step_time,
-                              loss=loss_value), flush=True)
+            print(stats.last_step_line(epoch=epoch, loss=loss_value), flush=True)
         last = done
         if cfg.max_steps and stats.steps >= cfg.max_steps:
             return True
