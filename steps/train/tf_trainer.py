@@ -1,9 +1,9 @@
 """The TensorFlow trainer: a Keras model in a custom loop, fed by tf.data.service or in-process.
 
 Heterogeneous: batches come from the tf.data.service workers on the data
-hosts (`steps.train.tf_service`), the dispatcher lives in this process.
-Homogeneous (the baseline): the same `steps.train.tf_data` pipeline runs
-in-process over this host's shards. Either way the loop times, per step, the
+hosts (`steps.train.tf_data_service`); the dispatcher lives in this process
+(`steps.train.tf_data_client`). Homogeneous (the baseline): the same
+`steps.train.tf_data` pipeline runs in-process over this host's shards. Either way the loop times, per step, the
 wait for data and the compute (a custom loop rather than ``model.fit``, which
 hides that split), checks after each epoch that every sample arrived exactly
 once (ids are counted; a duplicate is an error, a missing sample a corrupt
@@ -26,8 +26,9 @@ from steps.train.cluster import Cluster, available_cpus
 from steps.train.config import TrainConfig
 from steps.train.manifest import read_classes
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
+from steps.train.tf_cluster import check_single_trainer, local_shards
 from steps.train.tf_data import SERVE_PATTERN, sample_ids, training_dataset, validation_dataset
-from steps.train.tf_service import TfDataService, check_single_trainer, local_shards
+from steps.train.tf_data_client import TfDataService
 from steps.train.workload import Workload
 
 

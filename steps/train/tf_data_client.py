@@ -1,0 +1,169 @@
+"""tf.data.service on the trainer: the dispatcher, the control links to every data host, and the watch over them.
+
+The dispatcher runs inside the first (only) trainer host's process, so losing
+a data host never loses the job's coordinator; a worker runs on every data
+host (`steps.train.tf_data_service`). Over each host's authenticated control
+link the trainer sends the dispatcher's address (START), learns how many
+samples the host serves, asks which sample ids it serves when some went
+missing (IDS), and ends the job with STOP carrying its results. The trainer
+fails, naming the host, when a data host does; if TensorFlow keeps the
+training loop blocked on that host's data, a watchdog ends the process the
+same way.
+
+Not run directly: `steps.train.tf_trainer` starts a `TfDataService` when the
+job is heterogeneous (entry point: `steps/train/launcher.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+
+from steps.common.errors import EXIT_INTERNAL_ERROR, HeteroError, describe, write_failure
+from steps.train.auth import client_handshake, job_secret
+from steps.train.cluster import Cluster, resolve
+from steps.train.config import TrainConfig
+from steps.train.control import DataHostLost, dial, send_stop
+from steps.train.link import Heartbeat, Link, Stopped
+from steps.train.wire import Kind, WireError
+
+COMPRESSION = {"none": None, "auto": "AUTO"}
+
+
+class TfDataService:
+    """The trainer's side: dispatcher, control links to every data host, and the watch over them."""
+
+    def __init__(self, cfg: TrainConfig, cluster: Cluster):
+        self.cfg = cfg
+        self.cluster = cluster
+        self.secret = job_secret()
+        self.links: dict[str, Link] = {}
+        self.samples_per_host: dict[str, int] = {}
+        self.failure: HeteroError | None = None
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.dispatcher = None
+        self.beat: Heartbeat | None = None
+        self._ids: dict[str, np.ndarray] = {}
+        self._ids_arrived = threading.Condition()
+
+    @property
+    def samples_per_epoch(self) -> int:
+        return sum(self.samples_per_host.values())
+
+    def start(self) -> "TfDataService":
+        import tensorflow as tf
+
+        service = tf.data.experimental.service
+        self.dispatcher = service.DispatchServer(service.DispatcherConfig(port=0, protocol="grpc"))
+        address = f"{resolve(self.cluster.current_host)}:{self.dispatcher.target.rsplit(':', 1)[1]}"
+        deadline = time.monotonic() + self.cfg.connect_timeout_s
+        for host in self.cluster.data_hosts:
+            sock = dial(host, resolve(host), self.cfg.data_port, deadline, self.cfg.connect_timeout_s)
+            sock.settimeout(max(10.0, self.cfg.heartbeat_s))
+            client_handshake(sock, self.secret, host=self.cluster.current_host)
+            self.links[host] = Link(sock, f"data host {host}", heartbeat_s=self.cfg.heartbeat_s,
+                                    silence_timeout_s=self.cfg.silence_timeout_s)
+            self.links[host].send(Kind.START, {"dispatcher": address})
+        self.beat = Heartbeat(self.links.values(), self.cfg.heartbeat_s)
+        for host, link in self.links.items():
+            self.samples_per_host[host] = self._await_worker(host, link)
+        for host, link in self.links.items():
+            thread = threading.Thread(target=self._watch, args=(host, link), name=f"watch-{host}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        print(f"[trainer] dispatcher {address}: {len(self.links)} worker(s), {self.samples_per_epoch} samples per epoch", flush=True)
+        return self
+
+    def _await_worker(self, host: str, link: Link) -> int:
+        while True:
+            try:
+                frame = link.read()
+            except (WireError, OSError) as exc:
+                raise DataHostLost(f"data host {host} failed before its tf.data.service worker came up: {exc}") from None
+            if frame is None:
+                continue
+            kind, meta, _ = frame
+            if kind is Kind.START:
+                return int(meta.get("samples_per_epoch", 0))
+            if kind is Kind.ERROR:
+                raise DataHostLost(f"data host {host} failed: {meta.get('reason', 'no reason given')}")
+
+    def _watch(self, host: str, link: Link) -> None:
+        while not self._stopping.is_set():
+            try:
+                frame = link.read()
+            except Stopped:
+                return
+            except (WireError, OSError) as exc:
+                if not self._stopping.is_set():
+                    self._fail(DataHostLost(f"data host {host} was lost: {exc}"))
+                return  # after STOP, the data host hanging up is the expected end
+            if frame is not None and frame[0] is Kind.ERROR:
+                self._fail(DataHostLost(f"data host {host} failed: {frame[1].get('reason', 'no reason given')}"))
+                return
+            if frame is not None and frame[0] is Kind.IDS:
+                with self._ids_arrived:
+                    self._ids[host] = frame[2].get("ids", np.empty(0, np.int64))
+                    self._ids_arrived.notify_all()
+
+    def _fail(self, error: HeteroError) -> None:
+        if self.failure is None:
+            self.failure = error
+            print(f"[trainer] {error.one_line()}", flush=True)
+            threading.Thread(target=self._watchdog, name="watchdog", daemon=True).start()
+            with self._ids_arrived:  # a sample_ids() call waiting on that host ends now
+                self._ids_arrived.notify_all()
+
+    def _watchdog(self) -> None:
+        """The training loop checks for a lost host between batches; if TensorFlow keeps it blocked
+        waiting for that host's data, end the process here, the same way it would have ended."""
+        if self._stopping.wait(self.cfg.silence_timeout_s):
+            return
+        reason = describe(self.failure)
+        print(f"ERROR {reason} (the input pipeline stayed blocked for {self.cfg.silence_timeout_s:g} s)", flush=True)
+        write_failure(self.cluster.output_dir, reason)
+        self.close("failed", reason)
+        os._exit(EXIT_INTERNAL_ERROR)
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    def sample_ids(self) -> np.ndarray:
+        """Every sample id the workers serve (each data host reads its shards whole to answer)."""
+        with self._ids_arrived:
+            self._ids.clear()
+        for link in self.links.values():
+            link.send(Kind.IDS)
+        with self._ids_arrived:
+            self._ids_arrived.wait_for(lambda: len(self._ids) == len(self.links) or self.failure is not None,
+                                       timeout=self.cfg.connect_timeout_s)
+            self.check()
+            return np.concatenate(list(self._ids.values())) if self._ids else np.empty(0, np.int64)
+
+    def distribute(self, dataset):
+        import tensorflow as tf
+
+        return dataset.apply(tf.data.experimental.service.distribute(
+            processing_mode=tf.data.experimental.service.ShardingPolicy.OFF, service=self.dispatcher.target,
+            compression=COMPRESSION[self.cfg.tf_compression]))
+
+    def close(self, status: str = "completed", reason: str = "", files: dict[str, bytes] | None = None) -> None:
+        """STOP (with ``files``) to every data host, wait for each to hang up, stop the dispatcher. Idempotent."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        if self.beat is not None:
+            self.beat.stop()
+        send_stop(list(self.links.values()), status, reason, files)
+        deadline = time.monotonic() + self.cfg.silence_timeout_s
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        for link in self.links.values():
+            link.close()
+        if self.dispatcher is not None:
+            self.dispatcher.stop()

@@ -1,0 +1,116 @@
+"""tf.data.service on a data host: a worker serving this host's shards, and the control link to the trainer.
+
+The worker serves from a directory that holds only this host's shards (its
+ShardedByS3Key objects, or its share of a FullyReplicated channel), so with
+``ShardingPolicy.OFF`` every sample is served exactly once per epoch
+(`steps.train.tf_data`). The dispatcher lives on the trainer
+(`steps.train.tf_data_client`).
+
+tf.data.service itself has no authentication and no notion of "training is
+over", so the data host also keeps the project's authenticated control link
+to the trainer (`steps.train.control`): the trainer sends the dispatcher's
+address over it (START), both sides heartbeat, and the trainer ends the job
+with STOP carrying its results. A data host exits non-zero when the trainer
+goes silent or disconnects without STOP.
+
+Not run directly: `steps/train/launcher.py` calls `run_tf_data_host` on every
+host of the data instance group when the ``framework`` hyperparameter is
+``tensorflow`` (in SageMaker, and locally under ``hetero run``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+from steps.common.errors import describe
+from steps.train.auth import job_secret
+from steps.train.cluster import Cluster, resolve
+from steps.train.config import TrainConfig
+from steps.train.control import Trainer, TrainerGone, accept_trainers, trainer_frame, trainer_lost
+from steps.train.link import Heartbeat, Stopped
+from steps.train.tf_cluster import check_single_trainer, local_shards
+from steps.train.wire import Kind, WireError
+
+
+def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
+    import tensorflow as tf
+
+    check_single_trainer(cluster)
+    files, samples = local_shards(cluster, cluster.data_hosts)
+    me, address = cluster.current_host, resolve(cluster.current_host)
+    serving = Path(tempfile.mkdtemp(prefix="hetero-tf-worker-"))
+    for path in files:
+        (serving / path.name).symlink_to(path.resolve())
+    print(f"[data] {me}: {len(files)} TFRecord shards, {samples} samples; tf.data.service worker for trainer "
+          f"{cluster.trainer_hosts[0]}", flush=True)
+    worker = None
+    home = os.getcwd()
+    try:
+        with socket.create_server((address, cfg.data_port), backlog=16) as server:
+            (trainer,) = accept_trainers(server, cfg, me, cluster.trainer_hosts, job_secret(),
+                                         {"samples_per_epoch": samples, "epochs": cfg.epochs, "framework": "tensorflow"})
+        beat = Heartbeat([trainer.link], cfg.heartbeat_s)
+        try:
+            dispatcher = _await_start(trainer)
+            os.chdir(serving)  # where the dataset's relative SERVE_PATTERN resolves
+            worker = tf.data.experimental.service.WorkerServer(tf.data.experimental.service.WorkerConfig(
+                dispatcher_address=dispatcher, worker_address=f"{address}:%port%", port=0, protocol="grpc"))
+            trainer.link.send(Kind.START, {"worker": address, "samples_per_epoch": samples})
+            print(f"[data] {me}: worker registered with dispatcher {dispatcher}", flush=True)
+            _serve_until_stop(trainer, cluster.model_dir, [str(f) for f in files])
+        except Exception as exc:
+            if not isinstance(exc, TrainerGone):  # the trainer learns why, not just that the link closed
+                try:
+                    trainer.link.send(Kind.ERROR, {"reason": f"data host {me}: {describe(exc)}"[:1000]})
+                except (WireError, OSError, Stopped):
+                    pass
+            raise
+        finally:
+            beat.stop()
+            trainer.link.close()
+    finally:
+        if worker is not None:
+            worker.stop()
+        os.chdir(home)
+        shutil.rmtree(serving, ignore_errors=True)
+    print(f"[data] {me}: trainer stopped the job; exiting", flush=True)
+
+
+def _await_start(trainer: Trainer) -> str:
+    while True:
+        frame = _read(trainer)
+        if frame is None:
+            continue
+        kind, meta, _ = frame
+        if kind is Kind.START:
+            return str(meta["dispatcher"])
+        _control(trainer, kind, meta, {}, None, [])
+
+
+def _serve_until_stop(trainer: Trainer, results_dir: Path, files: list[str]) -> None:
+    while not trainer.stopped:
+        frame = _read(trainer)
+        if frame is not None:
+            _control(trainer, *frame, results_dir, files)
+
+
+def _read(trainer: Trainer):
+    try:
+        return trainer.link.read()
+    except (WireError, OSError) as exc:
+        raise trainer_lost(trainer.host, exc) from None
+
+
+def _control(trainer: Trainer, kind: Kind, meta: dict, arrays: dict, results_dir: Path | None, files: list[str]) -> None:
+    if kind is Kind.IDS:  # some samples went missing: the trainer asks which ones this host serves
+        from steps.train.tf_data import sample_ids
+
+        trainer.link.send(Kind.IDS, {}, [("ids", sample_ids(files))])
+        return
+    error = trainer_frame(trainer, kind, meta, arrays, results_dir)
+    if error is not None:
+        raise error

@@ -1,0 +1,33 @@
+"""The trainer's side of tf.data.service: the watchdog over a data host TensorFlow keeps the loop waiting on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from steps.train import tf_data_client
+from steps.train.config import TrainConfig
+from steps.train.control import DataHostLost
+
+
+@pytest.mark.parametrize("handled", [False, True])
+def test_the_watchdog_ends_a_trainer_that_tensorflow_keeps_blocked(tmp_path, monkeypatch, handled):
+    exited = threading.Event()
+    codes = []
+    monkeypatch.setattr(tf_data_client.os, "_exit", lambda code: (codes.append(code), exited.set()))
+    monkeypatch.setenv("HETERO_JOB_SECRET", "s" * 32)
+    cluster = SimpleNamespace(trainer_hosts=("algo-1",), current_host="algo-1", output_dir=tmp_path / "output")
+    service = tf_data_client.TfDataService(TrainConfig(silence_timeout_s=1.0), cluster)
+    service._fail(DataHostLost("data host algo-2 was lost: connection closed"))
+    if handled:  # the training loop saw the failure and closed the service: the watchdog stands down
+        service.close("failed", "data host lost")
+    exited.wait(5)
+    time.sleep(0.2)
+    if handled:
+        assert codes == [] and not (tmp_path / "output" / "failure").exists()
+    else:  # blocked: the watchdog writes the same failure the loop would have, and ends the process non-zero
+        assert codes == [1]
+        assert (tmp_path / "output" / "failure").read_text().startswith("data host lost: data host algo-2 was lost")
