@@ -1,14 +1,14 @@
 """The TensorFlow trainer: a Keras model in a custom loop, fed by tf.data.service or in-process.
 
-Heterogeneous: batches come from the tf.data.service workers on the data
-hosts (`steps.train.tf_data_service`); the dispatcher lives in this process
+Heterogeneous: batches come from the tf.data.service workers on the data hosts
+(`steps.train.tf_data_service`); the dispatcher lives in this process
 (`steps.train.tf_data_client`). Homogeneous (the baseline): the same
-`steps.train.tf_data` pipeline runs in-process over this host's shards. Either way the loop times, per step, the
-wait for data and the compute (a custom loop rather than ``model.fit``, which
-hides that split), checks after each epoch that every sample arrived exactly
-once (ids are counted; a duplicate is an error, a missing sample a corrupt
-one), and writes the same ``metrics.json`` and metric lines as the PyTorch
-trainer.
+`steps.train.tf_data` pipeline runs in-process over this host's shards. Either
+way the loop times, per step, the wait for data and the compute (a custom loop
+rather than ``model.fit``, which hides that split), checks after each epoch
+that every sample arrived exactly once (ids are counted; a duplicate is an
+error, a missing sample a corrupt one), and writes the same ``metrics.json``
+and metric lines as the PyTorch trainer.
 """
 
 from __future__ import annotations
