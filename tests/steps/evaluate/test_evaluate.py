@@ -1,4 +1,3 @@
-import copy
 import json
 import os
 import re
@@ -123,113 +122,6 @@ def test_unknown_instance_type_names_run_and_type():
         ev.price_performance(doc, None, load_prices())
 
 
-# --- finding and validating metrics.json ---
-
-def test_load_from_file_nested_dir_tar_and_dir_with_tar(tmp_path):
-    doc = metrics()
-    file = write_json(tmp_path / "a" / "metrics.json", doc)
-    write_json(tmp_path / "nested" / "x" / "y" / "metrics.json", doc)
-    tar = make_model_tar(tmp_path / "t" / "model.tar.gz", doc, member="./metrics.json")
-    (tmp_path / "d").mkdir()
-    make_model_tar(tmp_path / "d" / "model.tar.gz", doc, member="out/metrics.json")
-    for path in (file, tmp_path / "nested", tar, tmp_path / "d" / "model.tar.gz"):
-        assert ev.load_metrics(path) == doc, path
-    # A directory holding only a model.tar.gz, as a Processing input of ModelArtifacts.
-    os.remove(tmp_path / "d" / "src" / "metrics.json")
-    assert ev.load_metrics(tmp_path / "d") == doc
-
-
-@pytest.mark.parametrize(("setup", "expected"), [
-    (lambda d: None, "no metrics.json under"),
-    (lambda d: [write_json(d / s / "metrics.json", metrics(steps=n)) for n, s in enumerate("ab")], "holds 2 metrics.json"),
-    (lambda d: (d / "metrics.json").write_text("{oops"), "not valid UTF-8 JSON"),
-    (lambda d: (d / "model.tar.gz").write_bytes(b"not a tar"), "not a readable tar"),
-])
-def test_bad_metrics_locations(tmp_path, setup, expected):
-    (tmp_path / "in").mkdir()
-    setup(tmp_path / "in")
-    with pytest.raises(UserError, match=expected) as err:
-        ev.load_metrics(tmp_path / "in")
-    assert str(tmp_path / "in") in err.value.message
-
-
-def test_identical_copies_are_one_run(tmp_path):
-    # The trainer writes metrics.json to both model/ and output/data/.
-    for sub in ("model", "output/data"):
-        write_json(tmp_path / sub / "metrics.json", metrics())
-    assert ev.load_metrics(tmp_path) == metrics()
-    # ...which SageMaker uploads as model.tar.gz and output.tar.gz.
-    for name in ("model", "output"):
-        make_model_tar(tmp_path / "s3" / name / f"{name}.tar.gz", metrics())
-        os.remove(tmp_path / "s3" / name / "src" / "metrics.json")
-    assert ev.load_metrics(tmp_path / "s3") == metrics()
-
-
-def test_missing_metrics_names_the_path(tmp_path):
-    with pytest.raises(UserError, match=f"{tmp_path / 'nope'} does not exist"):
-        ev.load_metrics(tmp_path / "nope")
-
-
-def test_tar_without_metrics(tmp_path):
-    (tmp_path / "other.txt").write_text("x")
-    with tarfile.open(tmp_path / "model.tar.gz", "w:gz") as tar:
-        tar.add(tmp_path / "other.txt", arcname="other.txt")
-    with pytest.raises(UserError, match="contains no metrics.json"):
-        ev.load_metrics(tmp_path / "model.tar.gz")
-
-
-def _without(doc, dotted):
-    doc = copy.deepcopy(doc)
-    *parents, last = dotted.split(".")
-    target = doc
-    for part in parents:
-        target = target[int(part)] if part.isdigit() else target[part]
-    del target[last]
-    return doc
-
-
-@pytest.mark.parametrize(("dotted", "label"), [
-    ("schema_version", "schema_version"), ("mode", "mode"), ("instance_groups", "instance_groups"),
-    ("instance_groups.0.count", "instance_groups[0].count"),
-    ("instance_groups.1.instance_type", "instance_groups[1].instance_type"),
-    ("step_time_s", "step_time_s"), ("step_time_s.mean", "step_time_s.mean"),
-    ("samples_per_second", "samples_per_second"), ("data_wait_share", "data_wait_share"),
-    ("accuracy", "accuracy"),
-])
-def test_missing_field_names_field_and_file(tmp_path, dotted, label):
-    path = write_json(tmp_path / "metrics.json", _without(metrics(), dotted))
-    with pytest.raises(UserError, match=f"{path}: required field '{label}' is missing".replace("[", r"\[")):
-        ev.load_metrics(path)
-
-
-@pytest.mark.parametrize(("overrides", "label"), [
-    ({"schema_version": 2}, "schema_version"),
-    ({"schema_version": "1"}, "schema_version"),
-    ({"mode": "mixed"}, "mode"),
-    ({"instance_groups": []}, "instance_groups"),
-    ({"instance_groups": ["ml.p3.2xlarge"]}, "instance_groups[0]"),
-    ({"instance_groups": [{"name": "g", "instance_type": P3, "count": "1", "role": "trainer"}]}, "instance_groups[0].count"),
-    ({"instance_groups": [{"name": "g", "instance_type": P3, "count": True, "role": "trainer"}]}, "instance_groups[0].count"),
-    ({"instance_groups": [{"name": "g", "instance_type": P3, "count": 0, "role": "trainer"}]}, "instance_groups[0].count"),
-    ({"step_time_s": {"mean": 0}}, "step_time_s.mean"),
-    ({"step_time_s": 0.1}, "step_time_s"),
-    ({"samples_per_second": "fast"}, "samples_per_second"),
-    ({"data_wait_share": 1.5}, "data_wait_share"),
-    ({"accuracy": "93%"}, "accuracy"),
-    ({"config": [1]}, "config"),
-])
-def test_ill_typed_field_names_field_and_file(tmp_path, overrides, label):
-    path = write_json(tmp_path / "metrics.json", metrics(**overrides))
-    with pytest.raises(UserError) as err:
-        ev.load_metrics(path)
-    assert str(path) in err.value.message and f"field {label!r}" in err.value.message
-
-
-def test_null_accuracy_is_allowed(tmp_path):
-    path = write_json(tmp_path / "metrics.json", metrics(accuracy=None))
-    assert ev.load_metrics(path)["accuracy"] is None
-
-
 # --- the step, in process ---
 
 def test_evaluate_writes_output_and_local_store(tmp_path):
@@ -306,6 +198,26 @@ def test_script_bad_input_fails_with_one_line(tmp_path, make_input, expected):
     assert not (tmp_path / "out" / "price_performance.json").exists()
 
 
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--bogus", "1"], "unrecognized arguments: --bogus 1"),
+    (["--heterogeneous"], "argument --heterogeneous: expected one argument"),
+    (["--out", "elsewhere"], "unrecognized arguments: --out elsewhere"),  # no abbreviations: --output is found by name
+])
+def test_script_bad_argument_writes_the_failure_file(tmp_path, args, needle):
+    proc = run_script(*args, "--output", tmp_path / "out", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    failure = (tmp_path / "out" / "failure").read_text()
+    assert failure.startswith("bad arguments: ") and needle in failure and "--help" in failure
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_script_help_is_not_a_failure(tmp_path):
+    proc = run_script("--help", "--output", tmp_path / "out", cwd=tmp_path)
+    assert proc.returncode == 0 and "--execution-id" in proc.stdout
+    assert not (tmp_path / "out").exists()
+
+
 def test_script_price_override_makes_unknown_type_known(tmp_path):
     groups = [{"name": "g", "instance_type": "ml.g6.xlarge", "count": 1, "role": "trainer"}]
     write_json(tmp_path / "m.json", metrics(instance_groups=groups))
@@ -335,7 +247,7 @@ def test_script_writes_to_s3_store(tmp_path, aws_env):
 def test_step_modules_have_no_import_time_effects(tmp_path):
     code = (
         "import os, sys; before = set(os.listdir('.')); env = dict(os.environ)\n"
-        "import steps.evaluate.evaluate, steps.evaluate.store, steps.evaluate.prices\n"
+        "import steps.evaluate.evaluate, steps.evaluate.metrics, steps.evaluate.store, steps.evaluate.prices, steps.common.cli\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'pipeline', 'aws_cdk', 'sagemaker')]\n"
         "assert not bad, bad\n"
         "assert set(os.listdir('.')) == before and dict(os.environ) == env\n"
