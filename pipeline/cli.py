@@ -21,32 +21,26 @@ import traceback
 from pathlib import Path
 
 from pipeline.emulator import StepFailed
-from pipeline.graph import PARAMETERS, build_graph, resolve_parameters
-from pipeline.local import LocalOptions, LocalRunner, check_input_folder
+from pipeline.graph import PARAMETERS, resolve_parameters
+from pipeline.local import LocalOptions, LocalRunner
 from pipeline.remote import (DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions, pipeline_parameters,
                              price_performance_of, start_execution)
 from pipeline.summary import render
 from steps.common.errors import HeteroError, UserError
 from steps.evaluate.prices import load_prices
-from steps.train.config import FRAMEWORKS
+from steps.contract import FRAMEWORKS, MANIFEST_FILE, METRICS_FILE, PRICE_PERFORMANCE_FILE
 
 ENV_PREFIX = "HETERO_PARAM_"
-FLAGS = {  # CLI flag -> pipeline parameter
-    "input": "InputData", "workload": "Workload", "workload_options": "WorkloadOptions",
-    "data_hosts": "DataInstanceCount", "dnn_hosts": "DnnInstanceCount",
-    "data_instance_type": "DataInstanceType", "dnn_instance_type": "DnnInstanceType",
-    "epochs": "Epochs", "max_steps": "MaxSteps", "batch_size": "BatchSize", "shard_size_mb": "ShardSizeMB",
-    "threshold": "ImprovementThreshold",
-}
+FLAGS = {p.flag.replace("-", "_"): p.name for p in PARAMETERS if p.flag}  # argparse dest -> pipeline parameter
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetero", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the whole pipeline on an emulated local cluster")
-    for flag, name in FLAGS.items():
-        param = next(p for p in PARAMETERS if p.name == name)
-        run.add_argument(f"--{flag.replace('_', '-')}", dest=flag, metavar=name, help=f"{param.help} [{name}, default {param.default!r}]")
+    for param in (p for p in PARAMETERS if p.flag):
+        run.add_argument(f"--{param.flag}", dest=param.flag.replace("-", "_"), metavar=param.name,
+                         help=f"{param.help} [{param.name}, default {param.default!r}]")
     run.add_argument("--framework", choices=FRAMEWORKS, default=FRAMEWORKS[0],
                      help="training framework: PyTorch over the project's data plane, or TensorFlow over tf.data.service (default %(default)s)")
     run.add_argument("--no-baseline", action="store_true", help="skip the homogeneous baseline [RunBaseline=false]")
@@ -118,7 +112,6 @@ def _layers(args) -> list[dict]:
 
 
 def _validate(params: dict, prices_file: Path | None) -> None:
-    check_input_folder(params["InputData"])
     prices = load_prices(prices_file)
     for key in ("DataInstanceType", "DnnInstanceType"):
         prices.hourly(params[key])  # an unknown type fails now, not after training
@@ -129,18 +122,19 @@ def cmd_run(args) -> int:
     _validate(params, args.prices)
     if args.sample_images < 10:
         raise UserError(f"--sample-images {args.sample_images}: use at least 10", headline="bad option")
-    options = LocalOptions(work_dir=args.work_dir, sample_images=args.sample_images, pin_cpus=not args.no_pin,
-                           prices_file=args.prices)
-    result = LocalRunner(build_graph(args.framework), params, options).run()
+    options = LocalOptions(work_dir=args.work_dir, framework=args.framework, sample_images=args.sample_images,
+                           pin_cpus=not args.no_pin)
+    result = LocalRunner(params, options).run()
     print()
     print(render(result.price_performance))
-    manifest = json.loads(result.outputs[("Shard", "manifest")].read_text())
+    shard = result.outputs["Shard"]
+    manifest = json.loads((shard / MANIFEST_FILE).read_text())
     quarantined = manifest.get("quarantined", 0) + manifest.get("skipped", 0)
     if quarantined:
         print(f"\ninput:     {manifest['quarantined']} corrupt file(s) quarantined, {manifest['skipped']} skipped: "
-              f"{result.outputs[('Shard', 'manifest')].parent / 'report.json'}")
-    print(f"\nmetrics:   {result.run_dir}/*/model/metrics.json")
-    print(f"results:   {result.outputs[('Evaluate', 'evaluation')]}/price_performance.json")
+              f"{shard / 'report.json'}")
+    print(f"\nmetrics:   {result.run_dir}/jobs/*/model/{METRICS_FILE}")
+    print(f"results:   {result.evaluation_dir / PRICE_PERFORMANCE_FILE}")
     print(f"store:     {result.store_uri}/{result.execution_id}/")
     return 0
 

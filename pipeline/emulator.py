@@ -1,20 +1,25 @@
-"""A SageMaker training job, heterogeneous or not, emulated on one machine.
+"""A SageMaker training job, heterogeneous or not, emulated on one machine from its CreateTrainingJob request.
 
-Per host it lays out what a container sees under ``/opt/ml``: a base dir with
-``input/config/{resourceconfig,hyperparameters,inputdataconfig}.json``, the
-input channels provisioned only on the groups that ask for them and split
-across hosts as ShardedByS3Key would, and empty ``model/`` and ``output/``.
-Host names algo-N are dealt randomly across groups, as SageMaker does. Each
-host is one process (its own session, so its DataLoader workers go with it)
-with ``SAGEMAKER_BASE_DIR`` set, its own loopback address 127.0.0.N and
-optionally its own CPU set, standing in for its instance's vCPUs.
+The request is the one the pipeline definition carries, with every expression evaluated
+and every location an ``s3://local/...`` URI (`pipeline.storage`); it is the emulator's
+only description of the job. Per host it lays out what a container sees under ``/opt/ml``:
+``input/config/resourceconfig.json`` from ``ResourceConfig.InstanceGroups``,
+``hyperparameters.json`` from ``HyperParameters``, ``inputdataconfig.json`` and the channels
+from ``InputDataConfig`` (provisioned only on the groups a channel names, split across hosts
+as ShardedByS3Key does, a file-system channel mounted whole), the code from
+``sagemaker_submit_directory`` unpacked into ``code/``, and empty ``model/`` and ``output/``.
+Host names algo-N are dealt randomly across groups, as SageMaker does. Each host is one
+process (its own session, so its DataLoader workers go with it) with ``SAGEMAKER_BASE_DIR``
+set, the request's ``Environment``, its own loopback address (127.X.Y.N, one /24 per job, so
+fixed ports never collide across jobs) and optionally its own CPU set, standing in for its
+instance's vCPUs.
 
-Like SageMaker, the job ends when every host has exited. When one host
-fails, the others get ``grace_s`` to exit on their own (the step code must
-make them) before the emulator stops them; every process is gone when
-`EmulatedJob` is closed, whatever happened.
+Like SageMaker, the job ends when every host has exited, or when
+``StoppingCondition.MaxRuntimeInSeconds`` has passed. When one host fails, the others get
+``grace_s`` to exit on their own (the step code must make them) before the emulator stops
+them; every process is gone when `EmulatedJob` is closed, whatever happened. The model and
+output folders are packed as ``<S3OutputPath>/<job name>/output/{model,output}.tar.gz``.
 """
-
 from __future__ import annotations
 
 import json
@@ -25,18 +30,18 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from pipeline import storage
 from steps.common.errors import HeteroError, UserError
-from steps.train.cluster import HOSTS_FILE_ENV
+from steps.contract import DATA_GROUP, HOSTS_FILE_ENV, SHARDED
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-ENTRY_POINT = "steps/train/launcher.py"
-SHARDED, REPLICATED = "ShardedByS3Key", "FullyReplicated"
+HOMOGENEOUS_GROUP = "homogeneousCluster"  # the group SageMaker names when a request has no InstanceGroups
 
 
 class StepFailed(HeteroError):
@@ -54,10 +59,23 @@ class InstanceGroup:
 @dataclass(frozen=True)
 class Channel:
     name: str
-    source: Path  # a folder (its files are the S3 objects) or a single file
-    distribution: str = REPLICATED
-    instance_groups: tuple[str, ...] | None = None  # None: every group
-    input_mode: str = "File"
+    objects: tuple[tuple[str, Path], ...]  # (key, path) of each object, by key
+    distribution: str  # ShardedByS3Key, FullyReplicated, or "FileSystem" (mounted whole on every host)
+    instance_groups: tuple[str, ...] | None  # None: every group
+    input_mode: str
+    mount: Path | None = None  # a file-system channel's directory
+
+    @classmethod
+    def from_request(cls, channel: dict) -> "Channel":
+        source = channel["DataSource"]
+        mode = channel.get("InputMode", "File")
+        if "FileSystemDataSource" in source:
+            directory = Path(source["FileSystemDataSource"]["DirectoryPath"])
+            return cls(channel["ChannelName"], (), "FileSystem", None, mode, directory)
+        s3 = source["S3DataSource"]
+        groups = tuple(s3["InstanceGroupNames"]) if s3.get("InstanceGroupNames") else None
+        return cls(channel["ChannelName"], tuple(storage.objects(s3["S3Uri"])), s3.get("S3DataDistributionType", "FullyReplicated"),
+                   groups, mode)
 
 
 @dataclass
@@ -86,6 +104,7 @@ class JobResult:
     failure: str | None = None
     model_dir: Path | None = None
     output_data_dir: Path | None = None
+    model_artifacts: str | None = None  # S3ModelArtifacts
     wall_s: float = 0.0
 
     @property
@@ -99,43 +118,53 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _objects(source: Path) -> list[Path]:
-    if source.is_file():
-        return [source]
-    if not source.is_dir():
-        raise UserError(f"channel source {source} does not exist", headline="missing channel data")
-    return sorted(p for p in source.rglob("*") if p.is_file() and not p.name.startswith("."))
-
-
 def _write_json(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=2))
 
 
+def _groups(request: dict, cpus: dict | None) -> list[InstanceGroup]:
+    rc = request["ResourceConfig"]
+    specs = rc.get("InstanceGroups") or [{"InstanceGroupName": HOMOGENEOUS_GROUP, "InstanceType": rc["InstanceType"],
+                                          "InstanceCount": rc["InstanceCount"]}]
+    data_group = request.get("HyperParameters", {}).get("data_group", DATA_GROUP)
+    heterogeneous = len(specs) > 1
+
+    def role(name):
+        return "data" if heterogeneous and name == data_group else "trainer"
+
+    return [InstanceGroup(g["InstanceGroupName"], g["InstanceType"], int(g["InstanceCount"]),
+                          (cpus or {}).get(role(g["InstanceGroupName"]))) for g in specs]
+
+
 @dataclass
 class EmulatedJob:
-    name: str
-    groups: list[InstanceGroup]
-    channels: list[Channel]
-    hyperparameters: dict
-    work_dir: Path
-    code_dir: Path = REPO_ROOT
-    entry_point: str = ENTRY_POINT
-    environment: dict = field(default_factory=dict)
+    """``request``: CreateTrainingJob's arguments, evaluated, locations bound by `pipeline.storage`.
+    ``cpus``: role ("data" / "trainer") -> CPU set of each host of that role."""
+
+    name: str  # TrainingJobName
+    request: dict
+    job_dir: Path
+    step: str = ""  # the pipeline step, for messages
+    cpus: dict | None = None
     on_line: Callable[[Host, str], None] | None = None
     grace_s: float = 30.0
-    timeout_s: float | None = None
+    timeout_s: float | None = None  # None: the request's StoppingCondition
     seed: int | None = None
     hosts: list[Host] = field(default_factory=list)
     _readers: list = field(default_factory=list)
 
-    @property
-    def job_dir(self) -> Path:
-        return self.work_dir / self.name
+    def __post_init__(self):
+        self.groups = _groups(self.request, self.cpus)
+        self.channels = [Channel.from_request(c) for c in self.request.get("InputDataConfig", [])]
+        self.hyperparameters = dict(self.request.get("HyperParameters", {}))
+        self.environment = dict(self.request.get("Environment", {}))
+        if self.timeout_s is None:
+            self.timeout_s = self.request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
+        self.step = self.step or self.name
 
     def role_of(self, group: str) -> str:
-        heterogeneous = len(self.groups) > 1
-        return "data" if heterogeneous and group == self.hyperparameters.get("data_group", "data_group") else "trainer"
+        return "data" if len(self.groups) > 1 and group == self.hyperparameters.get("data_group", DATA_GROUP) else "trainer"
 
     # -- layout --------------------------------------------------------------
     def prepare(self) -> None:
@@ -143,50 +172,47 @@ class EmulatedJob:
             shutil.rmtree(self.job_dir)
         total = sum(g.count for g in self.groups)
         names = [f"algo-{i}" for i in range(1, total + 1)]
-        random.Random(self.seed).shuffle(names)  # SageMaker deals names randomly across groups
+        rng = random.Random(self.seed)
+        rng.shuffle(names)  # SageMaker deals names randomly across groups
+        subnet = f"127.{rng.randint(1, 254)}.{rng.randint(0, 255)}"
         dealt = iter(names)
         for group in self.groups:
             for _ in range(group.count):
                 name = next(dealt)
                 index = int(name.split("-")[1])
-                self.hosts.append(Host(name, group, f"127.0.0.{index + 1}", self.job_dir / name, self.role_of(group.name)))
+                self.hosts.append(Host(name, group, f"{subnet}.{index}", self.job_dir / name, self.role_of(group.name)))
         self.hosts.sort(key=lambda h: int(h.name.split("-")[1]))
         self.job_dir.mkdir(parents=True)
         (self.job_dir / "hosts").write_text("".join(f"{h.address} {h.name}\n" for h in self.hosts))
         provisioned = self._provision_channels()
+        code = self._code()
         for host in self.hosts:
             self._write_config(host, provisioned[host.name])
+            self._unpack_code(code, host.base_dir / "code")
 
     def _provision_channels(self) -> dict[str, dict]:
         provisioned: dict[str, dict] = {h.name: {} for h in self.hosts}
         for channel in self.channels:
             groups = channel.instance_groups or tuple(g.name for g in self.groups)
-            unknown = set(groups) - {g.name for g in self.groups}
-            if unknown:
-                raise UserError(f"channel {channel.name!r} names unknown instance group(s) {sorted(unknown)}", headline="bad channel")
-            targets = sorted((h for h in self.hosts if h.group.name in groups), key=lambda h: h.name)
-            objects = _objects(channel.source)
-            if channel.distribution == SHARDED and len(objects) < len(targets):
+            targets = sorted((h for h in self.hosts if h.group.name in groups), key=lambda h: int(h.name.split("-")[1]))
+            if channel.distribution == SHARDED and len(channel.objects) < len(targets):
                 raise UserError(
-                    f"channel {channel.name!r} has {len(objects)} object(s) for {len(targets)} hosts with ShardedByS3Key, so some "
+                    f"channel {channel.name!r} has {len(channel.objects)} object(s) for {len(targets)} hosts with ShardedByS3Key, so some "
                     f"hosts would get no data; re-shard for {len(targets)} hosts or use fewer hosts",
                     headline="more hosts than shards",
                 )
-            root = channel.source if channel.source.is_dir() else channel.source.parent
             for i, host in enumerate(targets):
-                mine = objects[i :: len(targets)] if channel.distribution == SHARDED else objects
                 channel_dir = host.base_dir / "input" / "data" / channel.name
-                for obj in mine:
-                    link = channel_dir / obj.relative_to(root)
-                    link.parent.mkdir(parents=True, exist_ok=True)
-                    link.symlink_to(obj.resolve())
-                channel_dir.mkdir(parents=True, exist_ok=True)
-                provisioned[host.name][channel.name] = {
-                    "ContentType": "application/x-tar",
-                    "TrainingInputMode": channel.input_mode,
-                    "S3DistributionType": channel.distribution,
-                    "RecordWrapperType": "None",
-                }
+                if channel.mount is not None:
+                    channel_dir.parent.mkdir(parents=True, exist_ok=True)
+                    channel_dir.symlink_to(channel.mount)
+                else:
+                    mine = channel.objects[i :: len(targets)] if channel.distribution == SHARDED else channel.objects
+                    storage.link_objects(list(mine), channel_dir)
+                config = {"TrainingInputMode": channel.input_mode, "RecordWrapperType": "None"}
+                if channel.mount is None:
+                    config.update(ContentType="application/x-tar", S3DistributionType=channel.distribution)
+                provisioned[host.name][channel.name] = config
         return provisioned
 
     def _write_config(self, host: Host, channels: dict) -> None:
@@ -203,27 +229,44 @@ class EmulatedJob:
             ],
             "network_interface_name": "lo",
         })
-        hyperparameters = {k: v if isinstance(v, str) else json.dumps(v) for k, v in self.hyperparameters.items()}
-        hyperparameters.update(sagemaker_program=json.dumps(self.entry_point), sagemaker_submit_directory=json.dumps(str(self.code_dir)),
-                               sagemaker_job_name=json.dumps(self.name))
-        _write_json(config / "hyperparameters.json", hyperparameters)
+        _write_json(config / "hyperparameters.json", {**self.hyperparameters, "sagemaker_job_name": self.name})
         _write_json(config / "inputdataconfig.json", channels)
         for sub in ("model", "output/data", "code"):
             (host.base_dir / sub).mkdir(parents=True, exist_ok=True)
+
+    def _code(self) -> Path:
+        source = self.hyperparameters.get("sagemaker_submit_directory")
+        if not source:
+            raise UserError("HyperParameters has no sagemaker_submit_directory: script mode needs the code's location",
+                            headline="no code")
+        return storage.path(source)
+
+    @staticmethod
+    def _unpack_code(code: Path, destination: Path) -> None:
+        if code.is_dir():
+            shutil.copytree(code, destination, dirs_exist_ok=True)
+            return
+        with tarfile.open(code, "r:gz") as tar:
+            tar.extractall(destination, filter="data")
 
     # -- processes -----------------------------------------------------------
     def start(self) -> None:
         if not self.hosts:
             self.prepare()
         base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_"))}
-        pythonpath = os.pathsep.join(filter(None, [os.getcwd(), base_env.get("PYTHONPATH")]))
+        program = self.hyperparameters.get("sagemaker_program", "")
         for host in self.hosts:
+            code = host.base_dir / "code"
+            if not (code / program).is_file():
+                raise UserError(f"sagemaker_program {program!r} is not in the code at {self._code()}", headline="no entry point")
+            # the toolkit runs the program from /opt/ml/code; the caller's folder stays importable for local workloads
+            pythonpath = os.pathsep.join(filter(None, [str(code), os.getcwd(), base_env.get("PYTHONPATH")]))
             env = {**base_env, **self.environment, "SAGEMAKER_BASE_DIR": str(host.base_dir),
                    HOSTS_FILE_ENV: str(self.job_dir / "hosts"), "TRAINING_JOB_NAME": self.name,
                    "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath}
             cpus = host.group.cpus
             host.process = subprocess.Popen(
-                [sys.executable, self.entry_point], cwd=self.code_dir, env=env,
+                [sys.executable, program], cwd=code, env=env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 preexec_fn=(lambda cpus=cpus: os.sched_setaffinity(0, cpus)) if cpus else None,
@@ -258,7 +301,7 @@ class EmulatedJob:
             if failed_at is not None and now - failed_at > self.grace_s:
                 self._stop(running)
             if self.timeout_s is not None and now - started > self.timeout_s and failure is None:
-                failure, failed_at = f"step {self.name}: still running after {self.timeout_s:g} s; stopped", now
+                failure, failed_at = f"step {self.step}: still running after {self.timeout_s:g} s; stopped", now
                 self._stop(running)
             time.sleep(0.05)
         self.close()
@@ -268,7 +311,7 @@ class EmulatedJob:
         code = host.exit_code
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         reason = host.failure or "no failure file; see its log"
-        return f"step {self.name}: host {host.name} ({host.group.name}, {host.role}) {how}: {reason} [log: {host.base_dir / 'output' / 'host.log'}]"
+        return f"step {self.step}: host {host.name} ({host.group.name}, {host.role}) {how}: {reason} [log: {host.base_dir / 'output' / 'host.log'}]"
 
     def _stop(self, hosts: list[Host]) -> None:
         for host in hosts:
@@ -300,7 +343,13 @@ class EmulatedJob:
             for src, dst in ((host.base_dir / "model", merged), (host.base_dir / "output" / "data", output)):
                 if src.is_dir():
                     shutil.copytree(src, dst, dirs_exist_ok=True)
-        return JobResult(self.name, self.job_dir, self.hosts, failure, merged, output, wall_s)
+        artifacts = None
+        if failure is None and "OutputDataConfig" in self.request:
+            prefix = f"{self.request['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{self.name}/output"
+            _pack(merged, storage.path(f"{prefix}/model.tar.gz"))
+            _pack(output, storage.path(f"{prefix}/output.tar.gz"))
+            artifacts = f"{prefix}/model.tar.gz"
+        return JobResult(self.name, self.job_dir, self.hosts, failure, merged, output, artifacts, wall_s)
 
     def __enter__(self) -> "EmulatedJob":
         return self
@@ -314,6 +363,13 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
         os.killpg(process.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _pack(folder: Path, destination: Path) -> None:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(destination, "w:gz") as tar:
+        for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+            tar.add(path, arcname=path.relative_to(folder).as_posix(), recursive=False)
 
 
 def run_training_job(**kwargs) -> JobResult:

@@ -1,11 +1,16 @@
-"""The local runner: executes the pipeline graph on this machine, no AWS account needed.
+"""The local runner: executes the compiled pipeline definition on this machine, no AWS account needed.
 
-Processing steps run their script as a subprocess with local folders for
-inputs and outputs; training steps run on an `EmulatedJob` cluster. Every
-step's files land under ``<work_dir>/<execution_id>/<step>/``, and the
-evaluation is also put in the embedded results store, a folder
-(``<work_dir>/results/<execution_id>/``) read by the same code that reads
-the S3 store in the cloud.
+It compiles the pipeline with the same compiler as the cloud (`pipeline.sagemaker`), bound to
+local storage (`pipeline.storage`: ``s3://local/<path>`` is that path), then runs the definition
+as the service would: parameters, conditions and fail steps evaluated from the JSON, every
+CreateTrainingJob / CreateProcessingJob request checked like the service (`pipeline.validation`)
+and then executed, training jobs on an emulated cluster (`pipeline.emulator`), processing jobs in
+a local container folder (`pipeline.processing`). Steps run one at a time, in dependency order
+(the service runs independent steps side by side; here they would share the CPUs being measured).
+
+Files: ``<work_dir>/<execution_id>/<step>/`` holds what each step wrote to "S3", and
+``<work_dir>/<execution_id>/jobs/<step>/`` the emulated instances; the evaluation also lands in
+the embedded results store ``<work_dir>/results/<execution_id>/``.
 """
 
 from __future__ import annotations
@@ -13,30 +18,35 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from pipeline.emulator import REPO_ROOT, Channel, EmulatedJob, InstanceGroup, StepFailed, free_port
-from pipeline.graph import DNN_GROUP, CheckStep, ExecutionId, Graph, Output, Param, ProcessingStep, TrainingStep
+from pipeline import expressions, storage
+from pipeline.code import STEPS_DIR, build_code_tarball
+from pipeline.emulator import EmulatedJob, StepFailed
+from pipeline.graph import PIPELINE_NAME
+from pipeline.processing import run_processing_job
 from pipeline.sample_data import generate
-from steps.common.errors import UserError
-from steps.train.auth import SECRET_ENV
+from pipeline.validation import validate_request
+from steps.common.errors import InternalError, UserError
+from steps.contract import PRICE_PERFORMANCE_FILE
+
+LOCAL_REGION = "us-east-1"
+LOCAL_ROLE = "arn:aws:iam::000000000000:role/hetero-local"
+LOCAL_ACCOUNT = "000000000000"
 
 
 @dataclass(frozen=True)
 class LocalOptions:
     work_dir: Path = Path("runs")
+    framework: str = "pytorch"
     sample_images: int = 3000
     pin_cpus: bool = True
     grace_s: float = 30.0
-    step_timeout_s: float | None = 1800.0
-    silence_timeout_s: float = 30.0
-    cpus: dict | None = None  # {"dnn_group": (...), "data": (...)}: overrides cpu_plan()
-    prices_file: Path | None = None  # overrides/extends the bundled price table
+    step_timeout_s: float | None = 1800.0  # besides each request's own MaxRuntimeInSeconds
+    cpus: dict | None = None  # {"trainer": (...), "data": (...)}: overrides cpu_plan()
     echo: Callable[[str], None] = print
 
 
@@ -44,10 +54,14 @@ class LocalOptions:
 class RunResult:
     execution_id: str
     run_dir: Path
-    outputs: dict = field(default_factory=dict)  # (step, output) -> Path
+    definition: dict
+    requests: dict = field(default_factory=dict)  # step -> the request it executed (evaluated, bound)
+    properties: dict = field(default_factory=dict)  # step -> its Describe* properties
+    outputs: dict = field(default_factory=dict)  # step -> local folder of its processing output
     skipped: list = field(default_factory=list)
     jobs: dict = field(default_factory=dict)  # step -> JobResult
     price_performance: dict | None = None
+    evaluation_dir: Path | None = None
     store_uri: str | None = None
 
 
@@ -61,131 +75,187 @@ def cpu_plan(pin: bool) -> dict[str, tuple[int, ...]] | None:
     if not pin or len(cpus) < 2:
         return None
     k = max(1, len(cpus) // 4)
-    return {DNN_GROUP: tuple(cpus[:k]), "data": tuple(cpus[k:])}
+    return {"trainer": tuple(cpus[:k]), "data": tuple(cpus[k:])}
+
+
+def local_settings(work_dir: Path, framework: str, code_uri: str):
+    """Deploy settings that bind the pipeline to this machine: the artifact "bucket" is the work folder."""
+    from pipeline.sagemaker import DeploySettings
+
+    prefix = storage.uri(work_dir)[len(storage.SCHEME):]
+    return DeploySettings(pipeline_name=PIPELINE_NAME, region=LOCAL_REGION, role_arn=LOCAL_ROLE, bucket=storage.LOCAL_BUCKET,
+                          code_uri=code_uri, prefix=prefix, framework=framework)
+
+
+def compile_local(work_dir: Path, framework: str) -> dict:
+    """The pipeline definition the local runner executes (the code packed under ``<work_dir>/code/``)."""
+    from pipeline.sagemaker import build_definition
+
+    code = build_code_tarball(source=STEPS_DIR, destination=Path(work_dir).resolve() / "code" / "code.tar.gz")
+    return build_definition(local_settings(Path(work_dir), framework, storage.uri(code)))
 
 
 class LocalRunner:
-    def __init__(self, graph: Graph, parameters: dict, options: LocalOptions = LocalOptions()):
-        self.graph = graph
-        self.params = parameters
+    def __init__(self, parameters: dict, options: LocalOptions = LocalOptions()):
         self.options = options
-        self.execution_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-        self.run_dir = Path(options.work_dir).resolve() / self.execution_id
-        self.result = RunResult(self.execution_id, self.run_dir)
+        self.work_dir = Path(options.work_dir).resolve()
+        self.execution_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+        self.run_dir = self.work_dir / self.execution_id
+        self.definition = compile_local(self.work_dir, options.framework)
+        self.params = self._bind_parameters(parameters)
+        self.result = RunResult(self.execution_id, self.run_dir, self.definition)
+        self.scope = expressions.Scope(
+            parameters=self.params,
+            execution={"PipelineExecutionId": self.execution_id, "PipelineName": self.definition.get("Metadata", {}).get("Name", PIPELINE_NAME),
+                       "PipelineExecutionArn": f"arn:aws:sagemaker:{LOCAL_REGION}:{LOCAL_ACCOUNT}:pipeline/{PIPELINE_NAME.lower()}"
+                                               f"/execution/{self.execution_id}"},
+            read_json=lambda uri: json.loads(storage.path(uri).read_text()))
 
-    def value(self, v):
-        if isinstance(v, Param):
-            return self.params[v.name]
-        if isinstance(v, Output):
-            return self.result.outputs.get((v.step, v.name))
-        if isinstance(v, ExecutionId):
-            return self.execution_id
-        return v
+    def _bind_parameters(self, parameters: dict) -> dict:
+        """Declared defaults, the caller's values, and the input folder as a local location."""
+        declared = {p["Name"]: p.get("DefaultValue") for p in self.definition["Parameters"]}
+        unknown = set(parameters) - set(declared)
+        if unknown:
+            raise InternalError(f"parameters {sorted(unknown)} are not in the compiled pipeline")
+        bound = {**declared, **parameters}
+        folder = parameters.get("InputData") or ""
+        if not folder:  # the local default: a generated dataset
+            folder = self.work_dir / "sample-data"
+            self.options.echo(f"[Shard] no InputData: generating {self.options.sample_images} sample images in {folder}")
+            generate(folder, samples=self.options.sample_images)
+        elif not Path(folder).is_dir():
+            raise UserError(f"InputData {folder!r} is not a folder; pass a folder of images laid out as <folder>/<class>/<image>.jpg",
+                            headline="missing input")
+        bound["InputData"] = storage.uri(folder) + "/"
+        return bound
 
+    # -- the execution -------------------------------------------------------
     def run(self) -> RunResult:
-        self.graph.check_parameters(self.params)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "parameters.json").write_text(json.dumps(self.params, indent=2, sort_keys=True))
+        (self.run_dir / "definition.json").write_text(json.dumps(self.definition, indent=2, sort_keys=True))
         self.options.echo(f"execution {self.execution_id}  ({self.run_dir})")
-        for step in self.graph.steps:
+        steps, parents = _flatten(self.definition["Steps"])
+        done: set[str] = set()
+        reached = {s["Name"] for s in self.definition["Steps"]}
+        pending = list(steps)
+        while pending:
+            step = next((s for s in pending if _ready(s, parents, done, self.result.skipped)), None)
+            if step is None:
+                raise InternalError(f"steps {[s['Name'] for s in pending]} can never run: a dependency cycle")
+            pending.remove(step)
+            name = step["Name"]
+            if name not in reached or _reads_skipped(step, parents, self.result.skipped):
+                self.result.skipped.append(name)
+                continue
             started = time.monotonic()
-            if isinstance(step, ProcessingStep):
-                self._processing(step)
-            elif isinstance(step, TrainingStep):
-                if step.condition is not None and not self.value(step.condition):
-                    self.result.skipped.append(step.name)
-                    self.options.echo(f"[{step.name}] skipped ({step.condition.name}=false)")
-                    continue
-                self._training(step)
-            elif isinstance(step, CheckStep):
-                self._check(step)
-            self.options.echo(f"[{step.name}] done in {time.monotonic() - started:.1f} s")
+            reached |= self._execute(step)
+            done.add(name)
+            if step["Type"] in ("Training", "Processing"):
+                self.options.echo(f"[{name}] done in {time.monotonic() - started:.1f} s")
         return self.result
 
-    # -- processing ----------------------------------------------------------
-    def _input_path(self, step: ProcessingStep, ref) -> Path | None:
-        value = self.value(ref)
-        if ref == Param("InputData") and not value:  # the local default: a generated dataset
-            folder = self.options.work_dir / "sample-data"
-            self.options.echo(f"[{step.name}] no InputData: generating {self.options.sample_images} sample images in {folder}")
-            return generate(folder, samples=self.options.sample_images)
-        return Path(value) if value else None
+    def _execute(self, step: dict) -> set[str]:
+        """Run one step; returns the names of the branch steps it lets run."""
+        kind, name = step["Type"], step["Name"]
+        if kind == "Condition":
+            args = step["Arguments"]
+            taken = all(expressions.holds(c, self.scope) for c in args["Conditions"])
+            self.options.echo(f"[{name}] {'true' if taken else 'false'}")
+            return {s["Name"] for s in args["IfSteps" if taken else "ElseSteps"]}
+        if kind == "Fail":
+            raise StepFailed(f"step {name}: {expressions.evaluate(step['Arguments'].get('ErrorMessage', ''), self.scope)}")
+        request = expressions.evaluate(step["Arguments"], self.scope)
+        self.result.requests[name] = request
+        if kind == "Training":
+            validate_request("CreateTrainingJob", request, step=name)
+            self._training(name, request)
+        elif kind == "Processing":
+            validate_request("CreateProcessingJob", request, step=name)
+            self._processing(step, request)
+        else:
+            raise UserError(f"step {name} is a {kind} step, which the local runner does not run", headline="unsupported step")
+        return set()
 
-    def _processing(self, step: ProcessingStep) -> None:
-        out = self.run_dir / step.name
-        args = [sys.executable, str(REPO_ROOT / step.script), "--output", str(out)]
-        for name, ref in step.inputs.items():
-            path = self._input_path(step, ref)
-            if path is not None:
-                args += [f"--{name}", str(path)]
-        for flag, ref in step.arguments.items():
-            args += [flag, str(self.value(ref))]
-        if step.name == "Evaluate":
-            self.result.store_uri = str((self.options.work_dir / "results").resolve())
-            args += ["--store", self.result.store_uri]
-            if self.options.prices_file:
-                args += ["--prices", str(Path(self.options.prices_file).resolve())]
-        self.options.echo(f"[{step.name}] {' '.join(Path(a).name if a.startswith('/') else a for a in args[1:])}")
-        proc = subprocess.run(args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=self.options.step_timeout_s)
-        for line in proc.stdout.splitlines():
-            self.options.echo(f"  {step.name:<18} {line}")
-        if proc.returncode != 0:
-            failure = (out / "failure").read_text().strip() if (out / "failure").is_file() else proc.stdout.strip()[-500:]
-            raise StepFailed(f"step {step.name} exited with code {proc.returncode}: {failure}")
-        for name, rel in step.outputs.items():
-            self.result.outputs[(step.name, name)] = (out / rel).resolve()
-        if step.name == "Evaluate":
-            self.result.price_performance = json.loads((out / "price_performance.json").read_text())
+    def _job_name(self, step: str) -> str:
+        return f"pipelines-{self.execution_id[-8:]}-{step}-{secrets.token_hex(3)}"[:63]
 
-    # -- training ------------------------------------------------------------
-    def _training(self, step: TrainingStep) -> None:
+    def _training(self, name: str, request: dict) -> None:
         plan = self.options.cpus or cpu_plan(self.options.pin_cpus)
-        heterogeneous = len(step.groups) > 1
-        groups = [
-            InstanceGroup(g.name, str(self.value(g.instance_type)), int(self.value(g.count)),
-                          (plan[DNN_GROUP] if g.name == DNN_GROUP else plan["data"]) if plan else None)
-            for g in step.groups
-        ]
-        channels = [
-            Channel(c.name, Path(self.value(c.source)), str(self.value(c.distribution)), c.instance_groups, str(self.value(c.input_mode)))
-            for c in step.channels
-        ]
-        hyperparameters = {k: self.value(v) for k, v in step.hyperparameters.items()}
-        hyperparameters.update(data_port=free_port(), dist_port=free_port(), heartbeat_s=1.0,
-                               silence_timeout_s=self.options.silence_timeout_s, connect_timeout_s=120.0)
-        shape = " + ".join(f"{g.count} x {g.instance_type} ({g.name}{', CPUs ' + ','.join(map(str, g.cpus)) if g.cpus else ''})" for g in groups)
-        self.options.echo(f"[{step.name}] {'heterogeneous' if heterogeneous else 'homogeneous'} cluster: {shape}")
 
         def on_line(host, line):
-            self.options.echo(f"  {step.name:<18} {host.name:<7} {host.group.name:<10} {line}")
+            self.options.echo(f"  {name:<18} {host.name:<7} {host.group.name:<10} {line}")
 
-        job = EmulatedJob(name=step.name, groups=groups, channels=channels, hyperparameters=hyperparameters,
-                          work_dir=self.run_dir, entry_point=step.entry_point, on_line=on_line,
-                          environment={SECRET_ENV: secrets.token_hex(32)}, grace_s=self.options.grace_s,
-                          timeout_s=self.options.step_timeout_s)
+        job = EmulatedJob(name=self._job_name(name), request=request, job_dir=self.run_dir / "jobs" / name, step=name, cpus=plan,
+                          on_line=on_line, grace_s=self.options.grace_s)
+        if self.options.step_timeout_s is not None:
+            job.timeout_s = min(filter(None, [job.timeout_s, self.options.step_timeout_s]))
+        shape = " + ".join(f"{g.count} x {g.instance_type} ({g.name}{', CPUs ' + ','.join(map(str, g.cpus)) if g.cpus else ''})"
+                           for g in job.groups)
+        self.options.echo(f"[{name}] {'heterogeneous' if len(job.groups) > 1 else 'homogeneous'} cluster: {shape}")
         with job:
             job.start()
             result = job.wait()
-        self.result.jobs[step.name] = result
+        self.result.jobs[name] = result
         if not result.ok:
             raise StepFailed(result.failure)
-        self.result.outputs[(step.name, "model")] = result.model_dir
+        self.scope.steps[name] = {"TrainingJobName": job.name, "TrainingJobStatus": "Completed",
+                                  "ModelArtifacts": {"S3ModelArtifacts": result.model_artifacts}, **request}
 
-    # -- check ---------------------------------------------------------------
-    def _check(self, step: CheckStep) -> None:
-        threshold = self.value(step.threshold)
-        folder = self.value(step.source)
-        doc = json.loads((Path(folder) / step.file).read_text())
-        value = doc.get(step.field)
-        if threshold <= -1:
-            return
-        if value is None or value < threshold:
-            shown = "not measured (no baseline)" if value is None else f"{value:.1%}"
-            raise StepFailed(f"step {step.name}: {step.message}: {step.field} {shown} < {step.threshold.name} {threshold:.1%}")
+    def _processing(self, step: dict, request: dict) -> None:
+        name = step["Name"]
+        job_name = self._job_name(name)
+        args = request["AppSpecification"].get("ContainerArguments", [])
+        self.options.echo(f"[{name}] {' '.join(a.rsplit('/', 1)[-1] if a.startswith(('/', 's3://')) else a for a in args)}")
+        result = run_processing_job(name=job_name, request=request, job_dir=self.run_dir / "jobs" / name, step=name,
+                                    echo=lambda line: self.options.echo(f"  {name:<18} {line}"), timeout_s=self.options.step_timeout_s)
+        if not result.ok:
+            raise StepFailed(result.failure)
+        self.scope.steps[name] = {"ProcessingJobName": job_name, "ProcessingJobStatus": "Completed", **request}
+        self.scope.property_files[name] = {f["PropertyFileName"]: f for f in step.get("PropertyFiles", [])}
+        for output in request.get("ProcessingOutputConfig", {}).get("Outputs", []):
+            folder = storage.path(output["S3Output"]["S3Uri"])
+            self.result.outputs[name] = folder
+            if (folder / PRICE_PERFORMANCE_FILE).is_file():
+                self.result.evaluation_dir = folder
+                self.result.price_performance = json.loads((folder / PRICE_PERFORMANCE_FILE).read_text())
+        store = _argument(args, "--store")
+        if store:
+            self.result.store_uri = str(storage.path(store))
 
 
-def check_input_folder(value: str) -> None:
-    if value and not Path(value).is_dir():
-        raise UserError(f"--input {value!r} is not a folder; pass a folder of images laid out as <folder>/<class>/<image>.jpg",
-                        headline="missing input")
+def _argument(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
+
+
+def _flatten(steps: list, parent: str | None = None, parents: dict | None = None) -> tuple[list, dict]:
+    """Every step, condition branches included, depth first; and step -> the condition step holding it."""
+    parents = {} if parents is None else parents
+    found = []
+    for step in steps:
+        found.append(step)
+        if parent:
+            parents[step["Name"]] = parent
+        if step["Type"] == "Condition":
+            args = step["Arguments"]
+            found += _flatten(args.get("IfSteps", []) + args.get("ElseSteps", []), step["Name"], parents)[0]
+    return found, parents
+
+
+def _upstream(step: dict, parents: dict) -> set[str]:
+    args = step.get("Arguments", {})
+    own = args.get("Conditions", []) if step["Type"] == "Condition" else args  # a condition's branches are not its inputs
+    deps = expressions.reads(own) | set(step.get("DependsOn", []))
+    if step["Name"] in parents:
+        deps.add(parents[step["Name"]])
+    return deps
+
+
+def _ready(step: dict, parents: dict, done: set, skipped: list) -> bool:
+    return all(d in done or d in skipped for d in _upstream(step, parents))
+
+
+def _reads_skipped(step: dict, parents: dict, skipped: list) -> bool:
+    """A step whose upstream step did not run does not run either (the service blocks that sub-graph)."""
+    return bool(_upstream(step, parents) & set(skipped))
+

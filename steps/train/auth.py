@@ -16,9 +16,9 @@ import secrets
 import socket
 
 from steps.common.errors import UserError
+from steps.contract import SECRET_ENV  # noqa: F401 (read by importers of auth)
 from steps.train.wire import FrameReader, Kind, WireError, send_frame
 
-SECRET_ENV = "HETERO_JOB_SECRET"
 MIN_SECRET_CHARS = 16
 
 

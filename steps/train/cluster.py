@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from steps.common.errors import UserError
+from steps.contract import HOSTS_FILE_ENV
 from steps.train.config import TrainConfig
 
-HOSTS_FILE_ENV = "HETERO_HOSTS_FILE"
 DATA, TRAINER = "data", "trainer"
 
 

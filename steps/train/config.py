@@ -16,10 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from steps.common.errors import UserError
-
-FRAMEWORKS = ("pytorch", "tensorflow")
-# Trainer hosts each framework's path can use: TensorFlow trains on one host (every GPU of it), PyTorch on any number.
-MAX_TRAINER_HOSTS = {"pytorch": None, "tensorflow": 1}
+from steps.contract import DATA_GROUP, DNN_GROUP, FRAMEWORKS, MAX_TRAINER_HOSTS, TUNABLES_BY_HYPERPARAMETER  # noqa: F401 (MAX_TRAINER_HOSTS: tf path)
 
 
 def _param(default, help: str, **extra):
@@ -28,19 +25,24 @@ def _param(default, help: str, **extra):
     return field(default=default, metadata={"help": help, **extra})
 
 
+def _tunable(name: str):
+    """A hyperparameter that a pipeline parameter sets: default, bounds and help come from its declaration."""
+    t = TUNABLES_BY_HYPERPARAMETER[name]
+    default = json.loads(t.default) if t.json_object else t.default
+    bounds = {k: v for k, v in (("minimum", t.minimum), ("maximum", t.maximum)) if v is not None}
+    return _param(default, f"{t.help} [pipeline parameter {t.name}]", **bounds, **({"choices": t.choices} if t.choices else {}))
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     framework: str = _param("pytorch", "Training framework.", choices=FRAMEWORKS)
-    workload: str = _param(
-        "steps.train.workloads.shapes",
-        "Python module that defines `WORKLOAD` (decode/augment, model, optimiser).",
-    )
-    workload_options: dict = _param({}, "JSON object handed to the workload (e.g. model, blur).")
-    data_group: str = _param("data_group", "Instance group that runs the data service.")
-    dnn_group: str = _param("dnn_group", "Instance group that trains.")
-    epochs: int = _param(3, "Passes over the training shards.", minimum=1)
-    max_steps: int = _param(0, "Stop after this many steps per trainer (0: no limit).", minimum=0)
-    batch_size: int = _param(64, "Samples per step on each trainer host.", minimum=1)
+    workload: str = _tunable("workload")
+    workload_options: dict = _tunable("workload_options")
+    data_group: str = _param(DATA_GROUP, "Instance group that runs the data service.")
+    dnn_group: str = _param(DNN_GROUP, "Instance group that trains.")
+    epochs: int = _tunable("epochs")
+    max_steps: int = _tunable("max_steps")
+    batch_size: int = _tunable("batch_size")
     learning_rate: float = _param(0.003, "Optimiser learning rate (AdamW unless the workload says otherwise).", minimum=0.0)
     warmup_steps: int = _param(5, "Steps left out of step-time statistics.", minimum=0)
     num_workers: int = _param(0, "Decode processes per host (0: one per available CPU).", minimum=0)

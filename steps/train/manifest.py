@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from steps.common.errors import UserError
+from steps.contract import MANIFEST_FILE as MANIFEST_NAME
 
-MANIFEST_NAME = "manifest.json"
 
 
 def read_manifest(channel_dir: Path) -> dict:

@@ -1,7 +1,7 @@
 """Step statistics, metric lines and metrics.json.
 
 Metric lines look like ``[metrics] step=120 step_time_ms=86.10 ...`` so the
-regexes in `METRIC_DEFINITIONS` (handed to SageMaker's metric_definitions)
+regexes in `steps.contract.METRIC_DEFINITIONS` (handed to SageMaker's metric_definitions)
 scrape them. Statistics leave out the warm-up steps.
 """
 
@@ -11,18 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-SCHEMA_VERSION = 1
-
-METRIC_DEFINITIONS = [
-    {"Name": name, "Regex": rf"{key}=([0-9.eE+-]+)"}
-    for name, key in (
-        ("train:step_time_ms", "step_time_ms"),
-        ("train:samples_per_sec", "samples_per_sec"),
-        ("train:data_wait_pct", "data_wait_pct"),
-        ("train:loss", "loss"),
-        ("validation:accuracy", "accuracy"),
-    )
-]
+from steps.contract import METRICS_SCHEMA_VERSION
 
 
 def metric_line(**values) -> str:
@@ -84,7 +73,7 @@ def training_metrics(*, cfg, cluster, framework: str, summary: dict, accuracy: f
     elapsed = summary["elapsed_s"]
     measured = max(summary["measured_steps"], 1)
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": METRICS_SCHEMA_VERSION,
         "framework": framework,
         "mode": "heterogeneous" if cluster.heterogeneous else "homogeneous",
         "instance_groups": [g.as_metrics() for g in cluster.groups],

@@ -1,7 +1,7 @@
 import gzip
 import tarfile
 
-from infra.training_code import STEPS_DIR, build_code_tarball
+from pipeline.code import STEPS_DIR, build_code_tarball
 
 
 def test_two_builds_are_byte_identical(tmp_path):

@@ -15,7 +15,8 @@ from steps.shard.format import write_shard
 from steps.train.cluster import DATA, TRAINER, Cluster
 from steps.train.config import TrainConfig
 from steps.train.dataset import ShardDataset, batch_loader
-from steps.train.metrics import METRIC_DEFINITIONS, StepStats, metric_line
+from steps.contract import METRIC_DEFINITIONS
+from steps.train.metrics import StepStats, metric_line
 from steps.train.models import resnet50, small_cnn
 from steps.train.workload import Workload, load_workload
 

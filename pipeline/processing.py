@@ -1,0 +1,122 @@
+"""A SageMaker processing job emulated on one machine from its CreateProcessingJob request.
+
+The container's ``/opt/ml`` is a folder of the job (``<job_dir>/opt/ml``): each
+``ProcessingInputs[].S3Input`` is provisioned at its ``LocalPath`` there, the
+``AppSpecification`` entry point and arguments run with ``/opt/ml`` pointing at it and
+``s3://local/...`` arguments as the paths they name, ``python3`` is this interpreter,
+and each output's ``LocalPath`` is uploaded to its ``S3Uri`` when the job succeeds
+(``S3UploadMode=EndOfJob``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from pipeline import storage
+from steps.contract import FAILURE_FILE
+
+CONTAINER_ROOT = "/opt/ml"
+
+
+@dataclass
+class ProcessingResult:
+    name: str
+    job_dir: Path
+    exit_code: int
+    failure: str | None
+    log: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def run_processing_job(*, name: str, request: dict, job_dir: Path, step: str, echo: Callable[[str], None] = print,
+                       timeout_s: float | None = None) -> ProcessingResult:
+    root = job_dir / "opt" / "ml"
+    for item in request.get("ProcessingInputs", []):
+        s3 = item["S3Input"]
+        storage.link_objects(storage.objects(s3["S3Uri"]), _local(root, s3["LocalPath"]))
+    outputs = [o["S3Output"] for o in request.get("ProcessingOutputConfig", {}).get("Outputs", [])]
+    for s3 in outputs:
+        _local(root, s3["LocalPath"]).mkdir(parents=True, exist_ok=True)
+    app = request["AppSpecification"]
+    command = [_bind(a, root) for a in (app.get("ContainerEntrypoint") or []) + (app.get("ContainerArguments") or [])]
+    bin_dir = job_dir / "bin"  # `python3` in the container: this interpreter
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    shim = bin_dir / "python3"
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')  # keeps a virtualenv's packages
+    shim.chmod(0o755)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_"))}, **request.get("Environment", {}),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1",
+           "PROCESSING_JOB_NAME": name}
+    limit = request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
+    log = job_dir / "job.log"
+    code = _run(command, cwd=job_dir, env=env, log=log, echo=echo, timeout_s=min(filter(None, [limit, timeout_s]), default=None))
+    failure = None
+    if code != 0:
+        reason = _failure_reason(outputs, root, log)
+        how = "was stopped after its MaxRuntimeInSeconds" if code is None else f"exited with code {code}"
+        failure = f"step {step}: processing job {name} {how}: {reason} [log: {log}]"
+    else:
+        for s3 in outputs:
+            storage.upload(_local(root, s3["LocalPath"]), s3["S3Uri"])
+    return ProcessingResult(name, job_dir, code if code is not None else -9, failure, log)
+
+
+def _local(root: Path, container_path: str) -> Path:
+    return root / Path(container_path).relative_to(CONTAINER_ROOT)
+
+
+def _bind(arg: str, root: Path) -> str:
+    """A container argument as this machine reads it: /opt/ml is the job's folder, s3://local/ a path."""
+    if arg.startswith(storage.SCHEME):
+        return str(storage.path(arg))
+    return arg.replace(CONTAINER_ROOT, str(root))
+
+
+def _run(command: list[str], *, cwd: Path, env: dict, log: Path, echo, timeout_s: float | None) -> int | None:
+    with log.open("w") as out, subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, start_new_session=True) as proc:
+        def pump():
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                out.write(line + "\n")
+                echo(line)
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(proc.pid)  # the job and anything it left running
+            proc.wait()
+        reader.join(timeout=5)
+        return None if timed_out else proc.returncode
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _failure_reason(outputs: list[dict], root: Path, log: Path) -> str:
+    for s3 in outputs:
+        failure = _local(root, s3["LocalPath"]) / FAILURE_FILE
+        if failure.is_file():
+            return failure.read_text().strip()
+    tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.is_file() else []
+    return " | ".join(tail) or "no failure file; see its log"

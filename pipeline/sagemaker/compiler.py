@@ -1,0 +1,264 @@
+"""The compiler: `pipeline.graph.Graph` -> SageMaker SDK v3 pipeline objects.
+
+Steps are compiled by kind (processing, training, check). A training step with a
+``condition`` parameter goes into a ConditionStep with every step downstream of
+it; the else branch holds copies of those downstream steps without the inputs
+the skipped step would have produced (the service never runs a step whose
+upstream branch was not taken).
+"""
+
+from __future__ import annotations
+
+from pipeline.graph import CheckStep, ExecutionId, Graph, Output, Param, ProcessingStep, TrainingStep
+from pipeline.images import default_processing_image, default_training_image
+from pipeline.sagemaker.offline import session
+from pipeline.sagemaker.settings import CODE_DIR, MAX_RUNTIME_S, PROCESSING_ROOT, PROPERTY_FILE, VOLUME_GB, DeploySettings
+from steps.contract import METRIC_DEFINITIONS, SECRET_ENV
+
+
+class Compiler:
+    def __init__(self, graph: Graph, settings: DeploySettings):
+        from sagemaker.core.workflow.execution_variables import ExecutionVariables
+        from sagemaker.core.workflow.parameters import ParameterBoolean, ParameterFloat, ParameterInteger, ParameterString
+
+        self.graph = graph
+        self.s = settings
+        self.session = session(settings.region, settings.bucket)
+        self.exec_id = ExecutionVariables.PIPELINE_EXECUTION_ID
+        self.exec_arn = ExecutionVariables.PIPELINE_EXECUTION_ARN
+        kinds = {bool: ParameterBoolean, int: ParameterInteger, float: ParameterFloat, str: ParameterString}
+        self.params = {p.name: kinds[p.type](name=p.name, default_value=self._default(p)) for p in graph.parameters}
+        self.steps: dict = {}
+        self.training_image = settings.training_image or default_training_image(settings.region, settings.framework)
+        self.processing_image = settings.processing_image or default_processing_image(settings.region, settings.framework)
+
+    def _default(self, p):
+        if p.name == "InputData":  # a folder locally; the cloud reads raw images from the bucket
+            return f"s3://{self.s.bucket}/{self.s.prefix}/raw/"
+        if p.name == "DataSource":
+            return "FSx" if self.s.fsx else "S3"
+        return p.default
+
+    # values of the graph -> pipeline expressions
+    def value(self, v, *, string: bool = False):
+        if isinstance(v, Param):
+            param = self.params[v.name]
+            return param.to_string() if string and self.graph_param(v).type is not str else param
+        if isinstance(v, ExecutionId):
+            return self.exec_id
+        if isinstance(v, Output):
+            return self.output_uri(v)
+        return str(v).lower() if string and isinstance(v, bool) else (str(v) if string else v)
+
+    def graph_param(self, ref: Param):
+        return next(p for p in self.graph.parameters if p.name == ref.name)
+
+    def s3(self, *parts):
+        return _join("/", f"s3://{self.s.bucket}/{self.s.prefix}", *parts)
+
+    def output_uri(self, ref: Output):
+        step = self.steps[ref.step]
+        if isinstance(self.graph.step(ref.step), TrainingStep):
+            return step.properties.ModelArtifacts.S3ModelArtifacts
+        base = step.properties.ProcessingOutputConfig.Outputs["output"].S3Output.S3Uri
+        rel = self.graph.step(ref.step).outputs[ref.name]
+        return base if rel in (".", "") else _join("/", base, rel)
+
+    # -- steps ---------------------------------------------------------------
+    def processing(self, step: ProcessingStep, *, name: str | None = None, skip_inputs=(), property_files=()):
+        from sagemaker.core.processing import Processor
+        from sagemaker.core.shapes import ProcessingInput, ProcessingOutput, ProcessingS3Input, ProcessingS3Output
+        from sagemaker.mlops.workflow.steps import ProcessingStep as SmProcessingStep
+
+        name = name or step.name
+
+        def s3_input(input_name, uri, local_path):
+            return ProcessingInput(input_name=input_name, s3_input=ProcessingS3Input(
+                s3_uri=uri, local_path=local_path, s3_data_type="S3Prefix", s3_input_mode="File"))
+
+        inputs = [s3_input("code", self.s.code_uri, CODE_DIR)]
+        args = ["--output", f"{PROCESSING_ROOT}/output"]
+        for input_name, ref in step.inputs.items():
+            if input_name in skip_inputs:
+                continue
+            local = f"{PROCESSING_ROOT}/input/{input_name}"
+            inputs.append(s3_input(input_name, self.value(ref), local))
+            args += [f"--{input_name}", local]
+        for flag, ref in step.arguments.items():
+            args += [flag, self.value(ref, string=True)]
+        if step.results_store:  # the results store lives in the artifact bucket
+            args += ["--store", f"s3://{self.s.bucket}/{self.s.prefix}/results"]
+        outputs = [ProcessingOutput(output_name="output", s3_output=ProcessingS3Output(
+            s3_uri=self.s3(self.exec_id, name), local_path=f"{PROCESSING_ROOT}/output", s3_upload_mode="EndOfJob"))]
+        # Processing has no script mode: unpack the code (a gzipped tar, whatever its object name: CDK
+        # names assets <hash>.gz), then run the step script from the root of the tree.
+        unpack = (f'set -e; mkdir -p /opt/ml/code; for f in {CODE_DIR}/*; do tar -xzf "$f" -C /opt/ml/code; done; '
+                  f'cd /opt/ml/code; exec python3 {step.script} "$@"')
+        processor = Processor(role=self.s.role_arn, image_uri=self.processing_image, instance_count=1,
+                              instance_type=step.instance_type, entrypoint=["/bin/sh", "-c", unpack, step.script],
+                              volume_size_in_gb=VOLUME_GB, max_runtime_in_seconds=MAX_RUNTIME_S,
+                              base_job_name=f"hetero-{name.lower()}", sagemaker_session=self.session)
+        sm_step = SmProcessingStep(name=name, step_args=processor.run(inputs=inputs, outputs=outputs, arguments=args),
+                                   property_files=list(property_files), depends_on=None)
+        self.steps[name] = sm_step
+        return sm_step
+
+    def channels(self, step: TrainingStep) -> list:
+        """S3 channels name their instance groups; a file-system channel mounts on every group and has no
+        InstanceGroupNames, and CreateTrainingJob takes all or none: so a job with one assigns none."""
+        from sagemaker.core.shapes import Channel, DataSource, FileSystemDataSource, S3DataSource
+
+        on_fsx = {c.name for c in step.channels if c.file_system and self.s.fsx}
+        channels = []
+        for c in step.channels:
+            if c.name in on_fsx:
+                source = DataSource(file_system_data_source=FileSystemDataSource(
+                    file_system_id=self.s.fsx.file_system_id, file_system_type="FSxLustre", file_system_access_mode="ro",
+                    directory_path=_join("", self.s.fsx.directory_path, "/", self.exec_id, "/", c.source.step, "/",
+                                         self.graph.step(c.source.step).outputs[c.source.name])))
+                channels.append(Channel(channel_name=c.name, data_source=source, input_mode="File"))
+                continue
+            groups = {"instance_group_names": list(c.instance_groups)} if c.instance_groups and not on_fsx else {}
+            s3 = S3DataSource(s3_data_type="S3Prefix", s3_uri=self.value(c.source), s3_data_distribution_type=self.value(c.distribution),
+                              **groups)
+            channels.append(Channel(channel_name=c.name, data_source=DataSource(s3_data_source=s3), input_mode=self.value(c.input_mode)))
+        return channels
+
+    def training(self, step: TrainingStep):
+        from sagemaker.core.shapes import InstanceGroup, MetricDefinition, OutputDataConfig, StoppingCondition
+        from sagemaker.core.training.configs import Compute, Networking
+        from sagemaker.mlops.workflow.steps import TrainingStep as SmTrainingStep
+        from sagemaker.train import ModelTrainer
+
+        # Counts are ints in SDK v3: a placeholder here, `Parameters.<count>` after compiling.
+        groups = [InstanceGroup(instance_group_name=g.name, instance_type=self.value(g.instance_type), instance_count=1)
+                  for g in step.groups]
+        hyperparameters = {k: self.value(v, string=True) for k, v in step.hyperparameters.items()}
+        hyperparameters.update(sagemaker_program=step.entry_point, sagemaker_submit_directory=self.s.code_uri,
+                               sagemaker_region=self.s.region)
+        trainer = ModelTrainer(
+            training_image=self.training_image,  # explicit: with a parameterised instance type the SDK would pick the CPU image
+            role=self.s.role_arn,
+            sagemaker_session=self.session,
+            base_job_name=f"hetero-{step.name.lower()}",
+            compute=Compute(instance_groups=groups, volume_size_in_gb=VOLUME_GB),
+            networking=Networking(subnets=list(self.s.fsx.subnets), security_group_ids=list(self.s.fsx.security_group_ids))
+            if self.s.fsx else None,
+            stopping_condition=StoppingCondition(max_runtime_in_seconds=MAX_RUNTIME_S),
+            output_data_config=OutputDataConfig(s3_output_path=self.s3(self.exec_id, step.name)),
+            hyperparameters=hyperparameters,
+            # Threat model of the data-plane secret: it keeps out network peers (other jobs or hosts in the
+            # VPC, port scans) that lack IAM read access to this pipeline. The execution ARN is unguessable
+            # from the network but readable by anyone allowed sagemaker:List/DescribePipelineExecution(s) or
+            # DescribeTrainingJob (the environment is shown there): such principals are trusted here.
+            environment={SECRET_ENV: _join("", self.exec_arn, "/", step.name)},
+        ).with_metric_definitions([MetricDefinition(name=m["Name"], regex=m["Regex"]) for m in METRIC_DEFINITIONS])
+        sm_step = SmTrainingStep(name=step.name, step_args=trainer.train(input_data_config=self.channels(step)))
+        self.steps[step.name] = sm_step
+        return sm_step
+
+    def check(self, step: CheckStep):
+        from sagemaker.core.workflow.conditions import ConditionGreaterThan, ConditionLessThan
+        from sagemaker.core.workflow.functions import JsonGet
+        from sagemaker.mlops.workflow.condition_step import ConditionStep
+        from sagemaker.mlops.workflow.fail_step import FailStep
+
+        threshold = self.params[step.threshold.name]
+        value = JsonGet(step_name=step.source.step, property_file=PROPERTY_FILE, json_path=step.field)
+        fail = FailStep(name=f"{step.name}Failed", error_message=_join(
+            "", f"{step.message}: {step.field} ", value, f" < {step.threshold.name} ", threshold,
+            f" (see {step.file} in the {step.source.step} output)"))
+        # threshold -1 never fails, as in the local runner
+        return ConditionStep(name=step.name, conditions=[ConditionGreaterThan(left=threshold, right=-1),
+                                                         ConditionLessThan(left=value, right=threshold)],
+                             if_steps=[fail], else_steps=[])
+
+    def compile_step(self, step, *, name: str | None = None, skip_inputs=()):
+        from sagemaker.core.workflow.properties import PropertyFile
+
+        if isinstance(step, TrainingStep):
+            return self.training(step)
+        if isinstance(step, CheckStep):
+            return self.check(step)
+        checked = [c for c in self.graph.steps if isinstance(c, CheckStep) and c.source.step == step.name]
+        files = [PropertyFile(name=PROPERTY_FILE, output_name="output", path=c.file) for c in checked] if name is None else []
+        return self.processing(step, name=name, skip_inputs=skip_inputs, property_files=files)
+
+    # -- the pipeline --------------------------------------------------------
+    def pipeline(self):
+        from sagemaker.mlops.workflow.condition_step import ConditionStep
+        from sagemaker.core.workflow.conditions import ConditionEquals
+        from sagemaker.mlops.workflow.pipeline import Pipeline
+
+        g = self.graph
+        gated = [s for s in g.steps if getattr(s, "condition", None) is not None]
+        assert len(gated) <= 1, "one conditional step is supported"
+        downstream = _downstream(g, gated[0].name) if gated else set()
+        first, *rest = [s for s in g.steps if s not in gated and s.name not in downstream]
+        check_params = self.parameter_check(self.compile_step(first))
+        top = [check_params] + [self.compile_step(s) for s in rest]
+        if gated:
+            skipped = gated[0]
+            if_steps = [self.compile_step(skipped)] + [self.compile_step(s) for s in g.steps if s.name in downstream]
+            else_steps = [self.compile_step(s, name=f"{s.name}Without{skipped.name.removeprefix('Train')}",
+                                            skip_inputs=[n for n, ref in s.inputs.items() if isinstance(ref, Output) and ref.step == skipped.name])
+                          for s in g.steps if s.name in downstream and isinstance(s, ProcessingStep)]
+            top.append(ConditionStep(name=f"{skipped.condition.name}Gate", if_steps=if_steps, else_steps=else_steps,
+                                     conditions=[ConditionEquals(left=self.params[skipped.condition.name], right=True)]))
+        return Pipeline(name=self.s.pipeline_name, parameters=list(self.params.values()), steps=top,
+                        sagemaker_session=self.session, pipeline_experiment_config=None)
+
+    def parameter_check(self, first_step):
+        """CheckParameters: what this pipeline cannot run fails the execution before any job starts."""
+        from sagemaker.core.workflow.conditions import ConditionEquals, ConditionLessThanOrEqualTo, ConditionOr
+        from sagemaker.mlops.workflow.condition_step import ConditionStep
+        from sagemaker.mlops.workflow.fail_step import FailStep
+
+        p = self.params
+        deployed = "FSx" if self.s.fsx else "S3"
+        conditions = [ConditionEquals(left=p["DataSource"], right=deployed),
+                      ConditionOr(conditions=[ConditionEquals(left=p["RunBaseline"], right=True),
+                                              ConditionLessThanOrEqualTo(left=p["ImprovementThreshold"], right=-1)])]
+        message = ["parameters rejected, one of: DataSource=", p["DataSource"],
+                   f" (this pipeline was deployed to read training data from {deployed}; redeploy "
+                   f"{'without' if self.s.fsx else 'with'} FSx to change it); ImprovementThreshold=", p["ImprovementThreshold"],
+                   " with RunBaseline=", p["RunBaseline"], " (a threshold above -1 needs RunBaseline=true)"]
+        limit = self.graph.max_dnn_hosts
+        if limit is not None:
+            conditions.append(ConditionLessThanOrEqualTo(left=p["DnnInstanceCount"], right=limit))
+            message += ["; DnnInstanceCount=", p["DnnInstanceCount"],
+                        f" (the {self.graph.framework} path trains on at most {limit} dnn host, every GPU of it: use "
+                        f"DnnInstanceCount={limit}, or the pytorch framework for several trainer hosts)"]
+        invalid = FailStep(name="InvalidParameters", error_message=_join("", *message))
+        return ConditionStep(name="CheckParameters", conditions=conditions, if_steps=[first_step], else_steps=[invalid])
+
+
+def _downstream(graph: Graph, name: str) -> set[str]:
+    """Steps that read (directly or not) an output of step ``name``."""
+    found: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for s in graph.steps:
+            reads = {ref.step for ref in _refs(s)}
+            if s.name not in found and reads & (found | {name}):
+                found.add(s.name)
+                changed = True
+    return found
+
+
+def _refs(step) -> list[Output]:
+    values = []
+    if isinstance(step, ProcessingStep):
+        values = [*step.inputs.values(), *step.arguments.values()]
+    elif isinstance(step, TrainingStep):
+        values = [c.source for c in step.channels]
+    elif isinstance(step, CheckStep):
+        values = [step.source]
+    return [v for v in values if isinstance(v, Output)]
+
+
+def _join(on: str, *values):
+    from sagemaker.core.workflow.functions import Join
+
+    return Join(on=on, values=list(values))

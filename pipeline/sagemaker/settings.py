@@ -1,0 +1,64 @@
+"""What a compiled pipeline is bound to: names, role, bucket, code, images, FSx (``DeploySettings``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from steps.common.errors import UserError
+from steps.contract import FRAMEWORKS
+
+MAX_RUNTIME_S = 6 * 3600  # a stuck job bills every host of the cluster until this cap
+VOLUME_GB = 100
+PROCESSING_INSTANCE_TYPE = "ml.m5.xlarge"
+PROCESSING_ROOT = "/opt/ml/processing"
+CODE_DIR = f"{PROCESSING_ROOT}/input/code"
+PROPERTY_FILE = "PricePerformance"
+REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
+
+
+@dataclass(frozen=True)
+class FsxSettings:
+    """An FSx for Lustre file system whose ``directory_path`` mirrors ``s3://<bucket>/<prefix>/``
+    (a data repository association), so an execution's shards appear under
+    ``<directory_path>/<execution id>/Shard/train``. Jobs that mount it run in the VPC."""
+
+    file_system_id: str
+    directory_path: str  # /<mount name>/<association's file system path>
+    subnets: tuple[str, ...]
+    security_group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DeploySettings:
+    pipeline_name: str
+    region: str
+    role_arn: str
+    bucket: str  # artifact bucket name
+    code_uri: str  # s3 URI of the code tar.gz (steps/ at its root)
+    prefix: str = "hetero"  # key prefix for everything the pipeline writes
+    framework: str = "pytorch"  # one of FRAMEWORKS: picks the graph and the default images
+    training_image: str | None = None  # default: the AWS GPU training image of the framework in the region
+    processing_image: str | None = None  # default: the CPU variant of the same image
+    fsx: FsxSettings | None = None
+
+
+def check(settings: DeploySettings) -> None:
+    for name in ("pipeline_name", "region", "role_arn", "bucket", "code_uri"):
+        if not getattr(settings, name):
+            raise UserError(f"DeploySettings.{name} is empty; pass the {name.replace('_', ' ')}", headline="bad deploy settings")
+    if settings.framework not in FRAMEWORKS:
+        raise UserError(f"DeploySettings.framework {settings.framework!r} is not supported; use one of {', '.join(FRAMEWORKS)}",
+                        headline="bad deploy settings")
+    if settings.prefix.strip("/") != settings.prefix or not settings.prefix:
+        raise UserError(f"DeploySettings.prefix {settings.prefix!r} must be a key prefix without leading or trailing '/'",
+                        headline="bad deploy settings")
+    if not REGION.fullmatch(settings.region) and not (settings.training_image and settings.processing_image):
+        raise UserError(f"region {settings.region!r} is not a region name (a CloudFormation token?), so the default images "
+                        "cannot be looked up: pass training_image and processing_image, or a concrete region",
+                        headline="bad deploy settings")
+    if settings.fsx and not (settings.fsx.subnets and settings.fsx.security_group_ids):
+        raise UserError("FsxSettings needs subnets and security_group_ids: jobs that mount FSx run in its VPC",
+                        headline="bad deploy settings")
+
+

@@ -1,0 +1,141 @@
+"""What crosses a process boundary, declared once: read by `pipeline/` (which builds and runs jobs)
+and by the step code (which runs inside them). Nothing here imports a framework.
+
+* Tunables: every pipeline parameter with its type, default, bounds or choices, help, command-line
+  flag and hyperparameter name. The pipeline graph, the CLI, the CDK settings and the training
+  config all read these declarations.
+* Names: environment variables, files, instance groups, entry points, frameworks, metric
+  definitions and the metrics.json schema version.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from steps.common.errors import UserError
+
+# -- environment variables -------------------------------------------------------------------------
+SECRET_ENV = "HETERO_JOB_SECRET"  # per-job secret of the data plane's handshake
+HOSTS_FILE_ENV = "HETERO_HOSTS_FILE"  # emulated cluster DNS: lines "<address> <host>"
+
+# -- files -----------------------------------------------------------------------------------------
+METRICS_FILE = "metrics.json"  # written by trainers into model/ and output/data/
+METRICS_SCHEMA_VERSION = 1
+MANIFEST_FILE = "manifest.json"  # written by the Shard step
+PRICE_PERFORMANCE_FILE = "price_performance.json"  # written by the Evaluate step
+PRICE_PERFORMANCE_SCHEMA_VERSION = 1
+FAILURE_FILE = "failure"  # <output>/failure: SageMaker shows its first 1,024 characters
+
+# -- the job's shape -------------------------------------------------------------------------------
+FRAMEWORKS = ("pytorch", "tensorflow")
+# Trainer hosts each framework's path can use: TensorFlow trains on one host (every GPU of it), PyTorch on any number.
+MAX_TRAINER_HOSTS = {"pytorch": None, "tensorflow": 1}
+SHARD_FORMATS = {"pytorch": "webdataset", "tensorflow": "tfrecord"}  # what each framework's input pipeline reads
+DATA_GROUP, DNN_GROUP = "data_group", "dnn_group"
+SHARDED, REPLICATED = "ShardedByS3Key", "FullyReplicated"
+INPUT_MODES = ("File", "FastFile")  # what the step code reads: folders of files (Pipe would deliver FIFOs)
+TRAIN_ENTRY_POINT = "steps/train/launcher.py"
+SHARD_SCRIPT = "steps/shard/shard.py"
+EVALUATE_SCRIPT = "steps/evaluate/evaluate.py"
+
+# -- metrics SageMaker scrapes from the training log (MetricDefinitions) --------------------------
+METRIC_DEFINITIONS = [
+    {"Name": name, "Regex": rf"{key}=([0-9.eE+-]+)"}
+    for name, key in (
+        ("train:step_time_ms", "step_time_ms"),
+        ("train:samples_per_sec", "samples_per_sec"),
+        ("train:data_wait_pct", "data_wait_pct"),
+        ("train:loss", "loss"),
+        ("validation:accuracy", "accuracy"),
+    )
+]
+
+
+# -- tunables --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tunable:
+    """One pipeline parameter. ``flag``: its `hetero run` option (without dashes); ``hyperparameter``:
+    the training hyperparameter it becomes (None: it shapes the job instead)."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    json_object: bool = False  # a str parameter that must hold a JSON object
+    flag: str | None = None
+    hyperparameter: str | None = None
+
+    def parse(self, raw: Any, *, what: str = "parameter") -> Any:
+        """A user-supplied value (a string from a CLI/env, or typed) -> the checked value."""
+        value = self._typed(raw, what)
+        if self.choices and value not in self.choices:
+            raise UserError(f"{what} {self.name}={value!r}: allowed values are {', '.join(map(str, self.choices))}",
+                            headline=f"bad {what}")
+        if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
+            bounds = f">= {self.minimum:g}" if self.maximum is None else f"between {self.minimum:g} and {self.maximum:g}"
+            raise UserError(f"{what} {self.name}={value!r} must be {bounds}", headline=f"bad {what}")
+        if self.json_object:
+            self._check_json_object(value, what)
+        return value
+
+    def _typed(self, raw: Any, what: str) -> Any:
+        try:
+            if self.type is bool and isinstance(raw, str):
+                if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(raw)
+                return raw.lower() in ("true", "1", "yes")
+            if self.type is int and isinstance(raw, float) and not raw.is_integer():
+                raise ValueError(raw)
+            if not isinstance(raw, self.type) or isinstance(raw, bool) != (self.type is bool):
+                return self.type(raw)
+            return raw
+        except (TypeError, ValueError, OverflowError):
+            raise UserError(f"{what} {self.name}={raw!r} is not a{'n' if self.type is int else ''} {self.type.__name__}: {self.help}",
+                            headline=f"bad {what}") from None
+
+    def _check_json_object(self, value: str, what: str) -> None:
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{what} {self.name}={value!r} is not JSON ({exc}); write a JSON object, "
+                            "e.g. '{\"blur_passes\": 4}'", headline=f"bad {what}") from None
+        if not isinstance(parsed, dict):
+            raise UserError(f"{what} {self.name}={value!r} must be a JSON object, e.g. '{{\"blur_passes\": 4}}'",
+                            headline=f"bad {what}")
+
+
+TUNABLES: tuple[Tunable, ...] = (
+    Tunable("InputData", str, "", "Raw images, class-per-folder: an s3:// prefix in the cloud, a folder locally "
+            "(empty: generated sample data).", flag="input"),
+    Tunable("Workload", str, "steps.train.workloads.shapes", "Module defining WORKLOAD (decode/augment, model).",
+            flag="workload", hyperparameter="workload"),
+    Tunable("WorkloadOptions", str, "{}", "JSON object of workload options, e.g. {\"blur_passes\": 4}.", json_object=True,
+            flag="workload-options", hyperparameter="workload_options"),
+    Tunable("DataInstanceType", str, "ml.c5.9xlarge", "Instance type of the data (CPU) group.", flag="data-instance-type"),
+    Tunable("DataInstanceCount", int, 1, "Hosts in the data group; the train shard count is a multiple of it.",
+            minimum=1, maximum=64, flag="data-hosts"),
+    Tunable("DnnInstanceType", str, "ml.p3.2xlarge", "Instance type of the dnn (GPU) group, also used by the baseline.",
+            flag="dnn-instance-type"),
+    Tunable("DnnInstanceCount", int, 1, "Hosts in the dnn group.", minimum=1, maximum=64, flag="dnn-hosts"),
+    Tunable("DataDistribution", str, SHARDED, "How training shards reach the data hosts.", choices=(SHARDED, REPLICATED)),
+    Tunable("InputMode", str, "File", "SageMaker input mode of the S3 training channel (FSx is always File).",
+            choices=INPUT_MODES),
+    Tunable("DataSource", str, "S3", "Where training reads shards from (fixed when deployed).", choices=("S3", "FSx")),
+    Tunable("ShardSizeMB", float, 64.0, "Target shard size; 1-128 MB objects transfer best.", minimum=1, maximum=128,
+            flag="shard-size-mb"),
+    Tunable("Epochs", int, 3, "Passes over the training shards.", minimum=1, flag="epochs", hyperparameter="epochs"),
+    Tunable("MaxSteps", int, 0, "Stop each trainer after this many steps (0: no limit).", minimum=0, flag="max-steps",
+            hyperparameter="max_steps"),
+    Tunable("BatchSize", int, 64, "Samples per step per trainer host.", minimum=1, flag="batch-size",
+            hyperparameter="batch_size"),
+    Tunable("RunBaseline", bool, True, "Also train homogeneously (dnn group alone) for the price-performance comparison."),
+    Tunable("ImprovementThreshold", float, -1.0, "Fail the execution when price-performance improvement is below this "
+            "(-1: never; above -1 needs RunBaseline=true).", minimum=-1, maximum=1, flag="threshold"),
+)
+TUNABLES_BY_NAME = {t.name: t for t in TUNABLES}
+TUNABLES_BY_HYPERPARAMETER = {t.hyperparameter: t for t in TUNABLES if t.hyperparameter}
