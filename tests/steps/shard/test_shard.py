@@ -17,7 +17,7 @@ from PIL import Image
 
 from steps.common.errors import UserError
 from steps.shard.format import iter_shard, list_shards, sha256_file
-from steps.shard.shard import Item, plan_shard_count, shard_dataset, validation_count
+from steps.shard.shard import shard_dataset
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "steps" / "shard" / "shard.py"
@@ -71,19 +71,6 @@ def test_small_data_gets_one_shard_per_host(tmp_path, hosts, expected):
     raw = make_raw(tmp_path / "raw", {"a": 10, "b": 10})
     manifest = shard_dataset(raw, tmp_path / "out", data_hosts=hosts, validation_fraction=0)
     assert [s["samples"] for s in manifest["splits"]["train"]["shards"]] == expected
-
-
-def test_plan_never_makes_more_shards_than_samples():
-    huge = [Item(i, 0, Path("x"), "jpg", 10 * 2**20) for i in range(5)]
-    assert plan_shard_count(huge, 2**20, 1) == 5
-    assert plan_shard_count(huge, 2**20, 2) == 4  # largest multiple of 2 that fits
-    assert plan_shard_count([], 2**20, 3) == 0
-
-
-@pytest.mark.parametrize("n, fraction, expected", [(10, 0.1, 1), (2, 0.1, 1), (1, 0.5, 0), (10, 0, 0),
-                                                   (10, 0.25, 3), (3, 0.9, 2)])
-def test_validation_count(n, fraction, expected):
-    assert validation_count(n, fraction) == expected
 
 
 # --- outputs --------------------------------------------------------------------------------
@@ -240,6 +227,9 @@ def _run(args, *, cwd, module=False, env=None):
     (["--input", "{raw}", "--data-hosts", "abc"], "invalid int value"),
     (["--input", "{raw}", "--data-hosts", "9"], "9 data hosts but only"),
     (["--input", "{raw}", "--format", "parquet"], "invalid choice: 'parquet'"),
+    (["--input", "{raw}", "--target-shard-mb", "abc"], "argument --target-shard-mb: invalid float value: 'abc'"),
+    (["--input", "{raw}", "--shard-size", "64"], "unrecognized arguments: --shard-size 64"),
+    (["--input", "{raw}", "--out", "{tmp}/elsewhere"], "unrecognized arguments: --out"),  # --output by its full name only
 ])
 def test_cli_failure_writes_one_line_failure_file(tmp_path, args, needle):
     raw = make_raw(tmp_path / "raw", {"a": 2, "b": 2})

@@ -9,7 +9,8 @@ import pytest
 
 from steps.common.errors import UserError
 from steps.shard.format import Sample, list_shards, sha256_file
-from steps.shard.shard import FORMATS, main, shard_dataset
+from steps.shard.formats import FORMATS
+from steps.shard.shard import main, shard_dataset
 from steps.shard.tfrecord import (
     FRAME_BYTES,
     count_tfrecord_samples,
