@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from steps.common.errors import UserError
+from steps.contract import MAX_TRAINER_HOSTS
 from steps.shard.tfrecord import list_tfrecord_shards
 from steps.train.cluster import Cluster
-from steps.train.config import MAX_TRAINER_HOSTS
 from steps.train.manifest import read_manifest
 
 
