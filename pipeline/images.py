@@ -1,0 +1,137 @@
+"""The pipeline's default container images (AWS Deep Learning Containers) and ECR image URIs.
+
+Every job of a heterogeneous cluster runs one image: training jobs get the GPU
+variant of the framework's SageMaker training container, processing jobs its CPU
+variant. Both are looked up offline, from the tables bundled with the SageMaker
+Python SDK (``sagemaker/core/image_uri_config/<framework>.json``) and botocore's
+endpoint data: nothing here calls out, and the SDK is imported only when an image
+is looked up.
+
+    >>> default_training_image("us-east-1", "pytorch")
+    '763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker'
+    >>> ecr_repository(default_processing_image("af-south-1", "tensorflow"))
+    ('626614931356', 'af-south-1', 'tensorflow-training')
+
+DLC images live in a registry account of their region (763104351884 in most
+regions, 626614931356 in af-south-1, ...): ECR permissions are derived from the
+image URI (``ecr_repository``), never from a fixed account.
+"""
+
+from __future__ import annotations
+
+import re
+
+from steps.common.errors import UserError
+
+# framework -> (SDK image name, version, py_version). Heterogeneous clusters need PyTorch >= 1.10, TensorFlow >= 2.6.
+#
+# PyTorch, chosen 2026-11-23: the newest SageMaker PyTorch training DLC whose torch minor is closest to the local
+# pin (torch==2.13.0 in pyproject.toml) is 2.13.0 (GA 2026-07-20, supported until 2027-07-20), Python 3.12, a GPU
+# (CUDA 13.3) and a CPU variant, both with the sagemaker-training toolkit (aws/deep-learning-containers:
+# docs/src/data/pytorch/2.13-{cuda,cpu}-sagemaker.yml, .github/config/image/pytorch/2.13-sagemaker-{cuda,cpu}.yml,
+# docs/pytorch/changelog/index.md). From 2.11 on, AWS publishes PyTorch DLCs on Amazon Linux 2023 in a new ECR
+# repository, `pytorch`, tagged <version>-<cu133|cpu>-amzn2023-sagemaker; the SDK's bundled table (sagemaker-core
+# 2.27) stops at 2.10.0 in `pytorch-training`, so `image_uris.retrieve` cannot return 2.13 and the URI is built
+# from the bundled registry-account table instead (DLC_TAGS below). 2.5.1 (the previous default) left support on
+# 2025-10-29. CUDA 13 has no Volta kernels: the GPU image needs ml.g4dn (Turing) or newer, not ml.p3.
+# TensorFlow: 2.21.0 is the newest training version in the SDK's bundled table (image_uri_config/tensorflow.json),
+# with GPU and CPU images, py312 only; AWS lists it as its newest TensorFlow training DLC too.
+IMAGES = {"pytorch": ("pytorch", "2.13.0", "py312"),
+          "tensorflow": ("tensorflow", "2.21.0", "py312")}
+# Images newer than the SDK's table: framework -> (ECR repository, tag of the GPU variant, tag of the CPU variant)
+DLC_TAGS = {"pytorch": ("pytorch", "2.13.0-cu133-amzn2023-sagemaker", "2.13.0-cpu-amzn2023-sagemaker")}
+TRAINING_INSTANCE_TYPE = "ml.g5.xlarge"  # any GPU type: only picks the GPU variant in the SDK's table
+PROCESSING_INSTANCE_TYPE = "ml.m5.xlarge"  # any CPU type: only picks the CPU variant
+
+REGION = re.compile(r"[a-z]{2,4}(-[a-z]+)+-\d+")  # us-east-1, eusc-de-east-1; not a CDK token
+# <account>.dkr.ecr.<region>.<DNS suffix of the partition>/<repository>[:tag|@digest]
+_ECR_IMAGE = re.compile(r"(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z]{2,4}(?:-[a-z]+)+-\d+)\."
+                        r"(?:amazonaws\.com|amazonaws\.com\.cn|amazonaws\.eu|c2s\.ic\.gov|sc2s\.sgov\.gov|csp\.hci\.ic\.gov"
+                        r"|cloud\.adc-e\.uk)"
+                        r"/(?P<repository>[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*)"
+                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?")
+
+
+def default_training_image(region: str, framework: str = "pytorch") -> str:
+    """The framework's SageMaker training DLC, GPU variant, in ``region``."""
+    return _image(region, framework, gpu=True)
+
+
+def default_processing_image(region: str, framework: str = "pytorch") -> str:
+    """The CPU variant of the same image (processing jobs run on CPU instances)."""
+    return _image(region, framework, gpu=False)
+
+
+def pipeline_images(region: str, framework: str, *, training_image: str = "", processing_image: str = "") -> tuple[str, str]:
+    """(training, processing) image URIs the pipeline runs: the ones given, else the defaults of ``region``."""
+    return (training_image or default_training_image(region, framework),
+            processing_image or default_processing_image(region, framework))
+
+
+def ecr_repository(image_uri: str) -> tuple[str, str, str]:
+    """``<account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:tag|@digest]`` -> (account, region, repository)."""
+    match = _ECR_IMAGE.fullmatch(image_uri) if isinstance(image_uri, str) else None
+    if not match:
+        raise UserError(f"image {image_uri!r} is not an ECR image URI: use "
+                        "<account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:<tag>|@sha256:<digest>] "
+                        "(SageMaker jobs pull their images from Amazon ECR)", headline="bad image URI")
+    return match["account"], match["region"], match["repository"]
+
+
+def ecr_partition(region: str) -> str:
+    """The AWS partition of ``region`` (aws, aws-cn, aws-us-gov, ...), from botocore's endpoint data."""
+    import botocore.exceptions
+    import botocore.session
+
+    try:
+        return botocore.session.get_session().get_partition_for_region(region)
+    except botocore.exceptions.UnknownRegionError as exc:
+        raise UserError(f"region {region!r} belongs to no AWS partition known to botocore: check the region",
+                        headline="bad region") from exc
+
+
+def _image(region: str, framework: str, *, gpu: bool) -> str:
+    if not isinstance(region, str) or not REGION.fullmatch(region):
+        raise UserError(f"region {region!r} is not a region name (a CloudFormation token?), so the default images "
+                        "cannot be looked up: pass training_image and processing_image, or a concrete region",
+                        headline="bad deploy settings")
+    if framework not in IMAGES:
+        raise UserError(f"framework {framework!r} has no default image; use one of {', '.join(IMAGES)}",
+                        headline="bad deploy settings")
+    name, version, py_version = IMAGES[framework]
+    if framework in DLC_TAGS:
+        repository, gpu_tag, cpu_tag = DLC_TAGS[framework]
+        return f"{_dlc_account(name, region)}.dkr.{_ecr_host(region)}/{repository}:{gpu_tag if gpu else cpu_tag}"
+    from sagemaker.core import image_uris  # bundled tables, no network
+
+    try:
+        return image_uris.retrieve(name, region=region, version=version, py_version=py_version, image_scope="training",
+                                   instance_type=TRAINING_INSTANCE_TYPE if gpu else PROCESSING_INSTANCE_TYPE)
+    except ValueError as exc:  # the SDK's message names the unsupported region or version
+        raise UserError(f"no {framework} {version} training image in region {region!r}: {exc}",
+                        headline="bad deploy settings") from exc
+
+
+def _dlc_account(name: str, region: str) -> str:
+    """The DLC registry account of ``region``, from the SDK's table for the newest training version it lists
+    (the account of a region is the same for every DLC; newer versions list more regions)."""
+    from sagemaker.core import image_uris
+
+    versions = image_uris.config_for_framework(name)["training"]["versions"]
+    newest = max(versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
+    registries = versions[newest]["registries"]
+    if region not in registries:
+        raise UserError(f"AWS publishes no Deep Learning Containers in region {region!r} (per the SageMaker SDK's "
+                        f"table): use one of {', '.join(sorted(registries))}, or pass your own images",
+                        headline="bad deploy settings")
+    return registries[region]
+
+
+def _ecr_host(region: str) -> str:
+    """ecr.<region>.<DNS suffix>, as the SageMaker SDK builds it (botocore's endpoint data)."""
+    import botocore.loaders
+    import botocore.regions
+
+    resolver = botocore.regions.EndpointResolver(botocore.loaders.create_loader().load_data("endpoints"))
+    endpoint = resolver.construct_endpoint("ecr", region) or {"hostname": f"ecr.{region}.amazonaws.com"}
+    return endpoint["hostname"]

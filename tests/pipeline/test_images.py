@@ -1,0 +1,127 @@
+"""Default images (offline, from the SageMaker SDK's bundled tables) and the ECR image-URI parser."""
+
+import re
+
+import pytest
+
+from pipeline.images import (
+    IMAGES,
+    default_processing_image,
+    default_training_image,
+    ecr_partition,
+    ecr_repository,
+    pipeline_images,
+)
+from steps.common.errors import UserError
+
+# region -> its DLC registry account (the SDK's bundled table and AWS's region list agree)
+ACCOUNTS = {"us-east-1": "763104351884", "af-south-1": "626614931356"}
+REGIONS = sorted(ACCOUNTS)
+
+
+@pytest.mark.parametrize("region", REGIONS)
+def test_pytorch_defaults_are_the_2_13_sagemaker_dlc_of_the_region(region):
+    host = f"{ACCOUNTS[region]}.dkr.ecr.{region}.amazonaws.com"
+    assert default_training_image(region, "pytorch") == f"{host}/pytorch:2.13.0-cu133-amzn2023-sagemaker"
+    assert default_processing_image(region, "pytorch") == f"{host}/pytorch:2.13.0-cpu-amzn2023-sagemaker"
+
+
+@pytest.mark.parametrize("region", REGIONS)
+def test_tensorflow_defaults_resolve_through_the_sdk(region):
+    host = f"{ACCOUNTS[region]}.dkr.ecr.{region}.amazonaws.com"
+    assert default_training_image(region, "tensorflow") == f"{host}/tensorflow-training:2.21.0-gpu-py312"
+    assert default_processing_image(region, "tensorflow") == f"{host}/tensorflow-training:2.21.0-cpu-py312"
+
+
+def test_the_sdk_table_gives_the_same_registry_account_for_the_pinned_and_the_newest_listed_pytorch():
+    from sagemaker.core import image_uris
+
+    for region in REGIONS:  # 2.10.0 is the newest PyTorch training version the bundled table lists
+        listed = image_uris.retrieve("pytorch", region=region, version="2.10.0", py_version="py313",
+                                     instance_type="ml.g5.xlarge", image_scope="training")
+        assert ecr_repository(listed)[:2] == ecr_repository(default_training_image(region, "pytorch"))[:2]
+
+
+@pytest.mark.parametrize("framework", sorted(IMAGES))
+@pytest.mark.parametrize("region", REGIONS)
+def test_training_is_the_gpu_variant_and_processing_the_cpu_variant(region, framework):
+    training, processing = default_training_image(region, framework), default_processing_image(region, framework)
+    assert re.search(r":[\d.]+-(gpu|cu\d+)-", training) and re.search(r":[\d.]+-cpu-", processing), (training, processing)
+    assert ecr_repository(training) == ecr_repository(processing) == (ACCOUNTS[region], region, ecr_repository(training)[2])
+
+
+def test_china_regions_use_the_china_registry_and_dns_suffix():
+    image = default_training_image("cn-north-1", "pytorch")
+    assert image == "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/pytorch:2.13.0-cu133-amzn2023-sagemaker"
+    assert ecr_partition("cn-north-1") == "aws-cn" and ecr_partition("af-south-1") == "aws"
+
+
+def test_pipeline_images_keeps_the_images_given():
+    mine = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/train:1"
+    assert pipeline_images("eu-west-1", "pytorch", training_image=mine) == (mine, default_processing_image("eu-west-1"))
+    assert pipeline_images("${Token[AWS.Region.7]}", "pytorch", training_image=mine, processing_image=mine) == (mine, mine)
+
+
+@pytest.mark.parametrize("region", ["${Token[AWS.Region.7]}", "", "US-EAST-1"])
+def test_a_token_region_cannot_pick_defaults(region):
+    with pytest.raises(UserError, match=r"is not a region name \(a CloudFormation token\?\).*pass training_image and processing_image"):
+        default_training_image(region, "pytorch")
+
+
+def test_unknown_region_and_framework_are_named():
+    with pytest.raises(UserError, match="'xx-nowhere-1'"):
+        default_training_image("xx-nowhere-1", "pytorch")
+    with pytest.raises(UserError, match="'xx-nowhere-1'"):
+        default_processing_image("xx-nowhere-1", "tensorflow")
+    with pytest.raises(UserError, match="'jax'.*pytorch, tensorflow"):
+        default_training_image("us-east-1", "jax")
+
+
+@pytest.mark.parametrize("uri, parsed", [
+    ("763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker",
+     ("763104351884", "us-east-1", "pytorch")),
+    ("626614931356.dkr.ecr.af-south-1.amazonaws.com/tensorflow-training:2.21.0-cpu-py312",
+     ("626614931356", "af-south-1", "tensorflow-training")),
+    ("727897471807.dkr.ecr.cn-northwest-1.amazonaws.com.cn/pytorch-training:2.10.0-gpu-py313",
+     ("727897471807", "cn-northwest-1", "pytorch-training")),
+    ("123456789012.dkr.ecr.eu-west-1.amazonaws.com/my-team/pytorch", ("123456789012", "eu-west-1", "my-team/pytorch")),
+    ("123456789012.dkr.ecr.eu-west-1.amazonaws.com/my_team/py.torch@sha256:" + "a" * 64,
+     ("123456789012", "eu-west-1", "my_team/py.torch")),
+    ("123456789012.dkr.ecr.eu-west-1.amazonaws.com/train:v1@sha256:" + "0" * 64, ("123456789012", "eu-west-1", "train")),
+    ("442386744353.dkr.ecr.us-gov-west-1.amazonaws.com/pytorch:2.13.0-cpu-amzn2023-sagemaker",
+     ("442386744353", "us-gov-west-1", "pytorch")),
+])
+def test_ecr_uris_are_parsed(uri, parsed):
+    assert ecr_repository(uri) == parsed
+
+
+@pytest.mark.parametrize("uri", [
+    "",
+    "pytorch:2.13",  # Docker Hub
+    "public.ecr.aws/deep-learning-containers/pytorch:2.13-cu133-amzn2023-sagemaker",  # ECR Public: not for jobs
+    "img:gpu",
+    "76310435188.dkr.ecr.us-east-1.amazonaws.com/pytorch:1",  # 11-digit account
+    "763104351884.dkr.ecr.us-east-1.amazonaws.com/",  # no repository
+    "763104351884.dkr.ecr.us-east-1.amazonaws.com/PyTorch:1",  # repositories are lower case
+    "763104351884.dkr.ecr.us-east-1.amazonaws.com.evil.example/pytorch:1",
+    "763104351884.dkr.ecr.us-east-1.amazonaws.cn/pytorch:1",
+    "763104351884.ecr.us-east-1.amazonaws.com/pytorch:1",
+    "https://763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:1",
+    "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:1 ",
+    "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch@sha256:abc",  # truncated digest
+])
+def test_non_ecr_uris_are_user_errors_that_quote_the_value(uri):
+    with pytest.raises(UserError, match=re.escape(repr(uri))) as raised:
+        ecr_repository(uri)
+    assert "<account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>" in raised.value.message
+
+
+def test_importing_the_module_does_not_import_the_sdk():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "import sys, pipeline.images; print(any(m == 'sagemaker' or m.startswith('sagemaker.') for m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.stdout.strip() == "False"
