@@ -14,8 +14,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from pipeline.sagemaker import DLC_REPOSITORIES
-from steps.common.errors import UserError
+from pipeline.images import ecr_partition, ecr_repository
 
 JOB_PREFIX = "pipelines-"
 JOB_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob",
@@ -27,15 +26,14 @@ class ExecutionRole(Construct):
     """`role`: assumed by SageMaker (the pipeline and its training/processing jobs)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, bucket: s3.IBucket,
-                 bucket_prefixes: tuple[str, ...], code: s3_assets.Asset, dlc_account: str, framework: str = "pytorch",
-                 images: tuple[str, ...] = ()) -> None:
-        """`framework`: whose Deep Learning Container repository (training and processing images) is allowed;
-        `images`: image URIs set in place of those containers (their ECR repositories are allowed too)."""
+                 bucket_prefixes: tuple[str, ...], code: s3_assets.Asset, images: tuple[str, ...]) -> None:
+        """`images`: the ECR image URIs the pipeline's jobs run (training and processing); pulling is allowed
+        from exactly their repositories, each in its own registry account and region."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
                              description=f"Runs the {pipeline_name} SageMaker pipeline and its jobs")
-        arn = lambda service, resource, account=None: stack.format_arn(service=service, resource=resource, account=account)  # noqa: E731
+        arn = lambda service, resource: stack.format_arn(service=service, resource=resource)  # noqa: E731
         training_jobs, processing_jobs = (arn("sagemaker", f"{kind}/{JOB_PREFIX}*") for kind in ("training-job", "processing-job"))
         objects = [bucket.arn_for_objects(f"{p}*") for p in _outermost(bucket_prefixes)]
         log_groups = arn("logs", "log-group:/aws/sagemaker/*")
@@ -57,10 +55,11 @@ class ExecutionRole(Construct):
             iam.PolicyStatement(sid="JobLogs", actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
                                                         "logs:DescribeLogStreams"],
                                 resources=[log_groups]),
-            iam.PolicyStatement(sid="PullDeepLearningContainers",
+            # AWS Deep Learning Containers live in a registry account of their region (763104351884 in most,
+            # 626614931356 in af-south-1, ...): the ARN comes from each image URI, never from a fixed account
+            iam.PolicyStatement(sid="PullJobImages",
                                 actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
-                                resources=[arn("ecr", f"repository/{DLC_REPOSITORIES[framework]}", account=dlc_account)]
-                                + [_repository_arn(stack, image) for image in images]),
+                                resources=sorted({_repository_arn(image) for image in images})),
             # API forces "*": ecr:GetAuthorizationToken has no resource-level permissions
             iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
             # API forces "*": cloudwatch:PutMetricData has no resource-level permissions; limited to SageMaker namespaces
@@ -131,12 +130,8 @@ def _outermost(prefixes: tuple[str, ...]) -> list[str]:
     return [p for p in norm if not any(p != q and p.startswith(q) for q in norm)]
 
 
-def _repository_arn(stack: Stack, image: str) -> str:
-    """<account>.dkr.ecr.<region>.amazonaws.com/<repository>[:tag|@digest] -> the repository's ARN."""
-    host, _, path = image.partition("/")
-    parts = host.split(".")
-    if len(parts) < 6 or parts[1:3] != ["dkr", "ecr"] or not path:
-        raise UserError(f"image {image!r} is not an ECR image URI (<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>)",
-                        headline="bad cdk.json context")
-    repository = path.split("@")[0].rsplit(":", 1)[0]
-    return f"arn:{stack.partition}:ecr:{parts[3]}:{parts[0]}:repository/{repository}"
+def _repository_arn(image: str) -> str:
+    """<account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:tag|@digest] -> the repository's ARN, in the
+    image's own account, region and partition."""
+    account, region, repository = ecr_repository(image)
+    return f"arn:{ecr_partition(region)}:ecr:{region}:{account}:repository/{repository}"

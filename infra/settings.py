@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.graph import PIPELINE_NAME, resolve_parameters
+from pipeline.images import ecr_repository
 from steps.common.errors import UserError
 from steps.train.config import FRAMEWORKS
 
@@ -50,9 +51,10 @@ class StackSettings:
     fsx_throughput_per_tib: int = _key(125, "FSx PERSISTENT_2 throughput per TiB (125, 250, 500 or 1000 MB/s).")
     framework: str = _key("pytorch", f"Training framework, one of {', '.join(FRAMEWORKS)}: picks the shard format and "
                                      "the default images (AWS Deep Learning Containers of that framework).")
-    dlc_account: str = _key("763104351884", "Account of the AWS Deep Learning Container images (ECR pull).")
-    training_image: str = _key("", "Training image URI ('' for the pipeline's default GPU DLC of the framework).")
-    processing_image: str = _key("", "Processing image URI ('' for the pipeline's default).")
+    training_image: str = _key("", "Training image, an ECR image URI ('' for the framework's AWS DLC, GPU variant, in the "
+                                   "stack's region); the role may pull from its repository only.")
+    processing_image: str = _key("", "Processing image, an ECR image URI ('' for the CPU variant of that DLC); "
+                                     "the role may pull from its repository only.")
 
     @staticmethod
     def context_key(name: str) -> str:
@@ -87,6 +89,12 @@ class StackSettings:
         if settings.framework not in FRAMEWORKS:
             raise UserError(f"{cls.context_key('framework')}={settings.framework!r}: use one of {', '.join(FRAMEWORKS)}",
                             headline="bad cdk.json context")
+        for name in ("training_image", "processing_image"):
+            if getattr(settings, name):
+                try:
+                    ecr_repository(getattr(settings, name))  # the role's ECR pull permission is derived from it
+                except UserError as exc:
+                    raise UserError(f"{cls.context_key(name)}: {exc.message}", headline="bad cdk.json context") from exc
         if not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}", settings.pipeline_name):
             raise UserError(f"{cls.context_key('pipeline_name')}={settings.pipeline_name!r}: letters, digits and hyphens only",
                             headline="bad cdk.json context")

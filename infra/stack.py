@@ -18,6 +18,7 @@ from infra.retrain_schedule import RetrainSchedule
 from infra.sagemaker_pipeline import SageMakerPipeline
 from infra.settings import StackSettings
 from infra.training_code import TrainingCode
+from pipeline.images import pipeline_images
 from pipeline.sagemaker import FsxSettings
 
 
@@ -26,10 +27,12 @@ class HeteroStack(Stack):
         super().__init__(scope, construct_id, description="Heterogeneous-cluster training pipeline on SageMaker (hetero)", **kwargs)
         store = ArtifactBucket(self, "Store", event_bridge=settings.new_data_trigger)
         code = TrainingCode(self, "TrainingCode")
+        # resolved once: the role may pull exactly the images the pipeline runs (a token region needs both set)
+        training_image, processing_image = pipeline_images(self.region, settings.framework, training_image=settings.training_image,
+                                                           processing_image=settings.processing_image)
         role = ExecutionRole(
             self, "Execution", pipeline_name=settings.pipeline_name, bucket=store.bucket, code=code.asset,
-            bucket_prefixes=(settings.prefix, settings.input_prefix), dlc_account=settings.dlc_account,
-            framework=settings.framework, images=tuple(i for i in (settings.training_image, settings.processing_image) if i))
+            bucket_prefixes=(settings.prefix, settings.input_prefix), images=(training_image, processing_image))
 
         fsx = None
         if settings.fsx:
@@ -43,7 +46,7 @@ class HeteroStack(Stack):
         pipeline = SageMakerPipeline(
             self, "Pipeline", pipeline_name=settings.pipeline_name, role=role.role, bucket=store.bucket,
             code_url=code.s3_url, prefix=settings.prefix, framework=settings.framework,
-            training_image=settings.training_image, processing_image=settings.processing_image, fsx=fsx)
+            training_image=training_image, processing_image=processing_image, fsx=fsx)
         pipeline.node.add_dependency(role.policy)  # the role can run jobs before the first execution can start
 
         parameters = settings.scheduled_parameters(bucket=store.bucket.bucket_name)

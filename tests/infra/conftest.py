@@ -1,4 +1,5 @@
-"""Synthesised stacks shared by the infra tests: FSx off (cdk.json defaults), FSx on, and TensorFlow.
+"""Synthesised stacks shared by the infra tests: FSx off (cdk.json defaults), FSx on, TensorFlow, and af-south-1
+(a region whose Deep Learning Containers live in another registry account).
 
 Each is synthesised once per session exactly as `app.py` does it (same context,
 cdk-nag AwsSolutions through `Validations`); a validation failure is recorded
@@ -71,6 +72,11 @@ def synth_fsx(tmp_path_factory) -> Synthesised:
 @pytest.fixture(scope="session")
 def synth_tensorflow(tmp_path_factory) -> Synthesised:
     return synthesise(tmp_path_factory.mktemp("cdk-tensorflow"), **{"hetero:framework": "tensorflow"})
+
+
+@pytest.fixture(scope="session")
+def synth_af_south(tmp_path_factory) -> Synthesised:
+    return synthesise(tmp_path_factory.mktemp("cdk-af-south-1"), **{"hetero:region": "af-south-1"})
 
 
 @pytest.fixture(scope="session", params=["default", "fsx", "tensorflow"])

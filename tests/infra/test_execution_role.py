@@ -1,8 +1,11 @@
 import json
 
+import pytest
 from aws_cdk.assertions import Match
 
-from tests.infra.conftest import resources
+from pipeline.images import default_processing_image, default_training_image, ecr_repository
+from steps.common.errors import UserError
+from tests.infra.conftest import embedded_definition, resources
 
 
 def _statements(synth) -> list[dict]:
@@ -63,16 +66,96 @@ def test_code_is_readable_as_one_object(synth_default):
     assert "s3:prefix" in json.dumps(_by_sid(synth_default)["ListTrainingCode"]["Condition"])
 
 
-def test_images_are_pulled_from_the_deep_learning_containers_only(synth_default):
-    statement = _by_sid(synth_default)["PullDeepLearningContainers"]
-    assert statement["Action"] == ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
-    assert json.dumps(statement["Resource"]).endswith(':763104351884:repository/pytorch-training"]]}')
+PULL = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
+
+
+def _allows_pull(synth, resource) -> None:
+    synth.template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([
+        Match.object_like({"Sid": "PullJobImages", "Effect": "Allow", "Action": PULL, "Resource": resource})])}})
+
+
+def _images_run(synth) -> set[str]:
+    """Every image URI the embedded pipeline definition runs (TrainingImage of training jobs, ImageUri of processing)."""
+    definition, _ = embedded_definition(synth)
+    found = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            found.update(v for k, v in node.items() if k in ("TrainingImage", "ImageUri"))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(definition)
+    return found
+
+
+def _pulled(synth) -> list[str]:
+    resource = _by_sid(synth)["PullJobImages"]["Resource"]
+    return resource if isinstance(resource, list) else [resource]
+
+
+def test_default_pytorch_images_are_pulled_from_the_regions_dlc_repository_only(synth_default):
+    # training (GPU) and processing (CPU) variants share one repository
+    _allows_pull(synth_default, "arn:aws:ecr:us-east-1:763104351884:repository/pytorch")
 
 
 def test_tensorflow_images_are_pulled_from_the_tensorflow_repository_only(synth_tensorflow):
-    resource = json.dumps(_by_sid(synth_tensorflow)["PullDeepLearningContainers"]["Resource"])
-    assert resource.endswith(':763104351884:repository/tensorflow-training"]]}')  # training (GPU) and processing (CPU) images
-    assert "pytorch-training" not in resource
+    _allows_pull(synth_tensorflow, "arn:aws:ecr:us-east-1:763104351884:repository/tensorflow-training")
+
+
+def test_af_south_1_pulls_from_its_own_dlc_registry_account(synth_af_south):
+    _allows_pull(synth_af_south, "arn:aws:ecr:af-south-1:626614931356:repository/pytorch")
+    assert "763104351884" not in json.dumps(synth_af_south.template_json)  # the us-east-1 DLC account, nowhere
+    assert _images_run(synth_af_south) == {default_training_image("af-south-1"), default_processing_image("af-south-1")}
+    assert synth_af_south.validation_error is None
+
+
+def test_the_role_pulls_exactly_the_repositories_of_the_images_the_pipeline_runs(synth_any):
+    repositories = {ecr_repository(image) for image in _images_run(synth_any)}
+    assert len(repositories) == 1  # one DLC repository: GPU and CPU variants of the same framework image
+    assert sorted(_pulled(synth_any)) == sorted(f"arn:aws:ecr:{r}:{a}:repository/{name}" for a, r, name in repositories)
+
+
+def test_custom_images_are_pulled_from_their_own_repositories_only(tmp_path):
+    from tests.infra.conftest import synthesise
+
+    training = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/my-team/pytorch:2.5-gpu"
+    processing = "210987654321.dkr.ecr.cn-north-1.amazonaws.com.cn/my-team/prep@sha256:" + "0" * 64
+    synth = synthesise(tmp_path, **{"hetero:trainingImage": training, "hetero:processingImage": processing})
+    _allows_pull(synth, ["arn:aws-cn:ecr:cn-north-1:210987654321:repository/my-team/prep",
+                         "arn:aws:ecr:eu-west-1:123456789012:repository/my-team/pytorch"])
+    assert _images_run(synth) == {training, processing}
+    assert "763104351884" not in json.dumps(synth.template_json)
+    assert synth.validation_error is None
+
+
+def test_one_custom_image_keeps_the_default_for_the_other(tmp_path):
+    from tests.infra.conftest import synthesise
+
+    training = "123456789012.dkr.ecr.us-east-1.amazonaws.com/my-team/pytorch:2.13-gpu"
+    synth = synthesise(tmp_path, **{"hetero:trainingImage": training})
+    _allows_pull(synth, ["arn:aws:ecr:us-east-1:123456789012:repository/my-team/pytorch",
+                         "arn:aws:ecr:us-east-1:763104351884:repository/pytorch"])
+    assert _images_run(synth) == {training, default_processing_image("us-east-1")}
+
+
+def test_an_environment_agnostic_stack_needs_both_images():
+    from aws_cdk import App
+    from aws_cdk.assertions import Template
+
+    from infra.settings import StackSettings
+    from infra.stack import HeteroStack
+    from tests.infra.conftest import cdk_json_context
+
+    with pytest.raises(UserError, match=r"is not a region name \(a CloudFormation token\?\)"):
+        HeteroStack(App(), "Agnostic", settings=StackSettings.from_context(cdk_json_context()))  # no env: a token region
+    image = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/pytorch:1"
+    settings = StackSettings.from_context({**cdk_json_context(), "hetero:trainingImage": image, "hetero:processingImage": image})
+    template = Template.from_stack(HeteroStack(App(), "Agnostic", settings=settings))
+    template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([Match.object_like(
+        {"Sid": "PullJobImages", "Resource": "arn:aws:ecr:eu-west-1:123456789012:repository/team/pytorch"})])}})
 
 
 def test_logs_are_scoped_to_sagemaker_log_groups(synth_default):
@@ -83,12 +166,3 @@ def test_vpc_permissions_only_with_fsx(synth_default, synth_fsx):
     assert "JobNetworkInterfaces" not in _by_sid(synth_default)
     enis = json.dumps(_by_sid(synth_fsx)["JobNetworkInterfaces"]["Resource"])
     assert ":network-interface/*" in enis and ":subnet/" in enis and enis.count(":security-group/") == 2
-
-
-def test_custom_images_add_their_repositories(tmp_path):
-    from tests.infra.conftest import synthesise
-
-    image = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/my-team/pytorch:2.5-gpu"
-    synth = synthesise(tmp_path, **{"hetero:trainingImage": image})
-    assert ":ecr:eu-west-1:123456789012:repository/my-team/pytorch" in json.dumps(_by_sid(synth)["PullDeepLearningContainers"]["Resource"])
-    assert synth.validation_error is None

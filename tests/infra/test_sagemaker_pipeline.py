@@ -6,7 +6,8 @@ import re
 from aws_cdk.assertions import Match
 
 from pipeline.graph import PARAMETERS
-from pipeline.sagemaker import all_steps, default_processing_image, default_training_image
+from pipeline.images import default_processing_image, default_training_image
+from pipeline.sagemaker import all_steps
 from tests.infra.conftest import embedded_definition, resources
 
 

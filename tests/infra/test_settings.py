@@ -28,6 +28,9 @@ def test_command_line_strings_are_converted():
     ({"hetero:inputPrefix": "raw"}, "hetero:inputPrefix"),
     ({"hetero:framework": "jax"}, "hetero:framework='jax': use one of pytorch, tensorflow"),
     ({"hetero:pytorchTrainingImage": "x"}, "hetero:pytorchTrainingImage"),  # renamed to hetero:trainingImage
+    ({"hetero:dlcAccount": "763104351884"}, "hetero:dlcAccount"),  # removed: the account comes from each image URI
+    ({"hetero:trainingImage": "img:gpu"}, "hetero:trainingImage: image 'img:gpu' is not an ECR image URI"),
+    ({"hetero:processingImage": "public.ecr.aws/x/y:1"}, "hetero:processingImage: image 'public.ecr.aws/x/y:1'"),
 ])
 def test_bad_context_is_an_error_that_names_the_key(context, named):
     with pytest.raises(UserError, match=named):
@@ -35,8 +38,9 @@ def test_bad_context_is_an_error_that_names_the_key(context, named):
 
 
 def test_framework_and_training_image_come_from_context():
-    settings = StackSettings.from_context({"hetero:framework": "tensorflow", "hetero:trainingImage": "img:gpu"})
-    assert (settings.framework, settings.training_image) == ("tensorflow", "img:gpu")
+    image = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/tf:gpu"
+    settings = StackSettings.from_context({"hetero:framework": "tensorflow", "hetero:trainingImage": image})
+    assert (settings.framework, settings.training_image) == ("tensorflow", image)
     assert StackSettings().framework == "pytorch"
 
 
