@@ -42,9 +42,8 @@ class StackSettings:
     new_data_trigger: bool = _key(True, "Start the pipeline when the new-data marker object lands under inputPrefix.")
     new_data_marker: str = _key("_READY", "Object name (after inputPrefix) that starts a triggered execution; "
                                           "'' starts one per object created (one execution per uploaded file!).")
-    instance_defaults: dict = _key({"DataInstanceType": "ml.c5.9xlarge", "DataInstanceCount": 1,
-                                    "DnnInstanceType": "ml.p3.2xlarge", "DnnInstanceCount": 1},
-                                   "Instance types and counts for scheduled and triggered executions.")
+    instance_defaults: dict = _key({}, "Instance types and counts for scheduled and triggered executions (pipeline parameters, "
+                                       "e.g. {\"DnnInstanceType\": \"ml.g5.2xlarge\"}; {}: the pipeline's declared defaults).")
     fsx: bool = _key(False, "Create a VPC and an FSx for Lustre file system (PERSISTENT_2) linked to s3://<bucket>/<prefix>/; "
                             "training then reads shards from it (DataSource=FSx).")
     fsx_storage_gib: int = _key(1200, "FSx for Lustre capacity: 1200, 2400 or a multiple of 2400 GiB.")

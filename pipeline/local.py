@@ -101,6 +101,7 @@ class LocalRunner:
         self.work_dir = Path(options.work_dir).resolve()
         self.execution_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
         self.run_dir = self.work_dir / self.execution_id
+        _check_input(parameters.get("InputData") or "")
         self.definition = compile_local(self.work_dir, options.framework)
         self.params = self._bind_parameters(parameters)
         self.result = RunResult(self.execution_id, self.run_dir, self.definition)
@@ -123,9 +124,6 @@ class LocalRunner:
             folder = self.work_dir / "sample-data"
             self.options.echo(f"[Shard] no InputData: generating {self.options.sample_images} sample images in {folder}")
             generate(folder, samples=self.options.sample_images)
-        elif not Path(folder).is_dir():
-            raise UserError(f"InputData {folder!r} is not a folder; pass a folder of images laid out as <folder>/<class>/<image>.jpg",
-                            headline="missing input")
         bound["InputData"] = storage.uri(folder) + "/"
         return bound
 
@@ -165,28 +163,32 @@ class LocalRunner:
             return {s["Name"] for s in args["IfSteps" if taken else "ElseSteps"]}
         if kind == "Fail":
             raise StepFailed(f"step {name}: {expressions.evaluate(step['Arguments'].get('ErrorMessage', ''), self.scope)}")
+        operation = {"Training": "CreateTrainingJob", "Processing": "CreateProcessingJob"}.get(kind)
+        if operation is None:
+            raise UserError(f"step {name} is a {kind} step, which the local runner does not run", headline="unsupported step")
         request = expressions.evaluate(step["Arguments"], self.scope)
         self.result.requests[name] = request
-        if kind == "Training":
-            validate_request("CreateTrainingJob", request, step=name)
-            self._training(name, request)
-        elif kind == "Processing":
-            validate_request("CreateProcessingJob", request, step=name)
-            self._processing(step, request)
-        else:
-            raise UserError(f"step {name} is a {kind} step, which the local runner does not run", headline="unsupported step")
+        job_name = self._job_name(name)
+        validate_request(operation, request, step=name, job_name=job_name)
+        try:
+            if kind == "Training":
+                self._training(name, job_name, request)
+            else:
+                self._processing(step, job_name, request)
+        except UserError as exc:  # accepted by the service, failed when the job ran (no objects under a prefix, ...)
+            raise StepFailed(f"step {name}: {exc.one_line()}") from None
         return set()
 
     def _job_name(self, step: str) -> str:
         return f"pipelines-{self.execution_id[-8:]}-{step}-{secrets.token_hex(3)}"[:63]
 
-    def _training(self, name: str, request: dict) -> None:
+    def _training(self, name: str, job_name: str, request: dict) -> None:
         plan = self.options.cpus or cpu_plan(self.options.pin_cpus)
 
         def on_line(host, line):
             self.options.echo(f"  {name:<18} {host.name:<7} {host.group.name:<10} {line}")
 
-        job = EmulatedJob(name=self._job_name(name), request=request, job_dir=self.run_dir / "jobs" / name, step=name, cpus=plan,
+        job = EmulatedJob(name=job_name, request=request, job_dir=self.run_dir / "jobs" / name, step=name, cpus=plan,
                           on_line=on_line, grace_s=self.options.grace_s)
         if self.options.step_timeout_s is not None:
             job.timeout_s = min(filter(None, [job.timeout_s, self.options.step_timeout_s]))
@@ -202,9 +204,8 @@ class LocalRunner:
         self.scope.steps[name] = {"TrainingJobName": job.name, "TrainingJobStatus": "Completed",
                                   "ModelArtifacts": {"S3ModelArtifacts": result.model_artifacts}, **request}
 
-    def _processing(self, step: dict, request: dict) -> None:
+    def _processing(self, step: dict, job_name: str, request: dict) -> None:
         name = step["Name"]
-        job_name = self._job_name(name)
         args = request["AppSpecification"].get("ContainerArguments", [])
         self.options.echo(f"[{name}] {' '.join(a.rsplit('/', 1)[-1] if a.startswith(('/', 's3://')) else a for a in args)}")
         result = run_processing_job(name=job_name, request=request, job_dir=self.run_dir / "jobs" / name, step=name,
@@ -222,6 +223,12 @@ class LocalRunner:
         store = _argument(args, "--store")
         if store:
             self.result.store_uri = str(storage.path(store))
+
+
+def _check_input(folder: str) -> None:
+    if folder and not Path(folder).is_dir():
+        raise UserError(f"InputData {folder!r} (--input) is not a folder; pass a folder of images laid out as "
+                        "<folder>/<class>/<image>.jpg", headline="missing input")
 
 
 def _argument(args: list[str], flag: str) -> str | None:

@@ -27,8 +27,15 @@ class RequestRejected(UserError):
     headline = "ValidationException"
 
 
-def validate_request(operation: str, request: dict, *, step: str) -> None:
-    """Raise `RequestRejected` if SageMaker would reject ``request`` for ``operation``."""
+JOB_NAME_MEMBER = {"CreateTrainingJob": "TrainingJobName", "CreateProcessingJob": "ProcessingJobName"}
+
+
+def validate_request(operation: str, request: dict, *, step: str, job_name: str | None = None) -> None:
+    """Raise `RequestRejected` if SageMaker would reject ``request`` for ``operation``. A pipeline
+    step's arguments carry no job name (the service names the job): ``job_name`` stands in for it."""
+    member = JOB_NAME_MEMBER.get(operation)
+    if member and member not in request:
+        request = {**request, member: job_name or f"pipelines-0123456789ab-{step}"[:63]}
     problems = list(model_problems(operation, request))
     if not problems:
         rules = {"CreateTrainingJob": TRAINING_RULES, "CreateProcessingJob": PROCESSING_RULES}.get(operation, ())
@@ -53,14 +60,15 @@ def model_problems(operation: str, request: dict) -> list[str]:
     shape = _input_shape(operation)
     report = ParamValidator().validate(request, shape)
     if report.has_errors():
-        return [line.strip() for line in report.generate_report().splitlines()[1:] if line.strip()]
+        lines = [line.strip() for line in report.generate_report().splitlines() if line.strip()]
+        return lines[1:] if lines[0].startswith("Parameter validation failed") else lines
     return list(_constraints(request, shape, "request"))
 
 
 def _constraints(value, shape, path: str) -> Iterator[str]:
     """What botocore does not check client-side: max, enum, pattern."""
     meta = shape.metadata
-    kind = shape.type_name
+    kind = shape.type_name.lower()
     if kind == "structure":
         for name, member in shape.members.items():
             if name in value:

@@ -116,10 +116,12 @@ TUNABLES: tuple[Tunable, ...] = (
             flag="workload", hyperparameter="workload"),
     Tunable("WorkloadOptions", str, "{}", "JSON object of workload options, e.g. {\"blur_passes\": 4}.", json_object=True,
             flag="workload-options", hyperparameter="workload_options"),
-    Tunable("DataInstanceType", str, "ml.c5.9xlarge", "Instance type of the data (CPU) group.", flag="data-instance-type"),
+    # g5.xlarge (1 x A10G, 4 vCPUs) + c5.4xlarge (16 vCPUs): the published Ray-on-SageMaker pair. Not p3: the default
+    # PyTorch image (CUDA 13, see pipeline/images.py) has no kernels for its V100s.
+    Tunable("DataInstanceType", str, "ml.c5.4xlarge", "Instance type of the data (CPU) group.", flag="data-instance-type"),
     Tunable("DataInstanceCount", int, 1, "Hosts in the data group; the train shard count is a multiple of it.",
             minimum=1, maximum=64, flag="data-hosts"),
-    Tunable("DnnInstanceType", str, "ml.p3.2xlarge", "Instance type of the dnn (GPU) group, also used by the baseline.",
+    Tunable("DnnInstanceType", str, "ml.g5.xlarge", "Instance type of the dnn (GPU) group, also used by the baseline.",
             flag="dnn-instance-type"),
     Tunable("DnnInstanceCount", int, 1, "Hosts in the dnn group.", minimum=1, maximum=64, flag="dnn-hosts"),
     Tunable("DataDistribution", str, SHARDED, "How training shards reach the data hosts.", choices=(SHARDED, REPLICATED)),

@@ -114,8 +114,8 @@ class Compiler:
             if c.name in on_fsx:
                 source = DataSource(file_system_data_source=FileSystemDataSource(
                     file_system_id=self.s.fsx.file_system_id, file_system_type="FSxLustre", file_system_access_mode="ro",
-                    directory_path=_join("", self.s.fsx.directory_path, "/", self.exec_id, "/", c.source.step, "/",
-                                         self.graph.step(c.source.step).outputs[c.source.name])))
+                    directory_path=_join("", self.s.fsx.directory_path, "/", self.exec_id,
+                                         f"/{c.source.step}/{self.graph.step(c.source.step).outputs[c.source.name]}")))
                 channels.append(Channel(channel_name=c.name, data_source=source, input_mode="File"))
                 continue
             groups = {"instance_group_names": list(c.instance_groups)} if c.instance_groups and not on_fsx else {}

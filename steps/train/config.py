@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from steps.common.errors import UserError
-from steps.contract import DATA_GROUP, DNN_GROUP, FRAMEWORKS, MAX_TRAINER_HOSTS, TUNABLES_BY_HYPERPARAMETER  # noqa: F401 (MAX_TRAINER_HOSTS: tf path)
+from steps.contract import DATA_GROUP, DNN_GROUP, FRAMEWORKS, TUNABLES_BY_HYPERPARAMETER
 
 
 def _param(default, help: str, **extra):

@@ -50,7 +50,7 @@ def dispatch(env) -> None:
     if cfg.framework == "tensorflow":
         _quiet_tensorflow()
         if cluster.role == DATA:  # a tf.data.service worker: the dataset graph comes from the trainer
-            from steps.train.tf_service import run_tf_data_host
+            from steps.train.tf_data_service import run_tf_data_host
 
             run_tf_data_host(cfg, cluster)
         else:  # the dispatcher and the Keras training loop

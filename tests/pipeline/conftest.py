@@ -8,8 +8,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pipeline.emulator import SHARDED, Channel, EmulatedJob, InstanceGroup, free_port
+from pipeline import storage
+from pipeline.code import STEPS_DIR, build_code_tarball
+from pipeline.emulator import EmulatedJob
 from pipeline.sample_data import generate
+from steps.contract import DATA_GROUP, DNN_GROUP, REPLICATED, SECRET_ENV, SHARDED, TRAIN_ENTRY_POINT
 from steps.train.auth import new_secret
 
 
@@ -17,6 +20,39 @@ from steps.train.auth import new_secret
 def tiny_images(tmp_path_factory) -> Path:
     """A small raw dataset, class-per-folder JPEGs, shared by the slow tests."""
     return generate(tmp_path_factory.mktemp("raw") / "images", samples=240, image_size=48, seed=1)
+
+
+@pytest.fixture(scope="session")
+def code_uri(tmp_path_factory) -> str:
+    """The step code packed as the pipeline packs it, at its local S3 URI."""
+    return storage.uri(build_code_tarball(source=STEPS_DIR, destination=tmp_path_factory.mktemp("code") / "code.tar.gz"))
+
+
+def s3_channel(name: str, source: Path, *, distribution: str = REPLICATED, groups: tuple[str, ...] | None = None,
+               input_mode: str = "File") -> dict:
+    """One InputDataConfig entry reading a local folder (or file) as an S3 prefix."""
+    s3 = {"S3DataType": "S3Prefix", "S3Uri": storage.uri(source), "S3DataDistributionType": distribution}
+    if groups:
+        s3["InstanceGroupNames"] = list(groups)
+    return {"ChannelName": name, "DataSource": {"S3DataSource": s3}, "InputMode": input_mode}
+
+
+def training_request(*, code_uri: str, output: Path, groups: list[tuple[str, str, int]], channels: list[dict],
+                     hyperparameters: dict, environment: dict | None = None, max_runtime_s: int = 3600) -> dict:
+    """A CreateTrainingJob request as a pipeline step carries it (every value a string where the API wants one)."""
+    hp = {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()}
+    return {
+        "AlgorithmSpecification": {"TrainingImage": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker",
+                                   "TrainingInputMode": "File"},
+        "RoleArn": "arn:aws:iam::000000000000:role/hetero-local",
+        "ResourceConfig": {"InstanceGroups": [{"InstanceGroupName": n, "InstanceType": t, "InstanceCount": c} for n, t, c in groups],
+                           "VolumeSizeInGB": 100},
+        "InputDataConfig": channels,
+        "OutputDataConfig": {"S3OutputPath": storage.uri(output)},
+        "StoppingCondition": {"MaxRuntimeInSeconds": max_runtime_s},
+        "HyperParameters": {**hp, "sagemaker_program": TRAIN_ENTRY_POINT, "sagemaker_submit_directory": code_uri},
+        "Environment": environment or {},
+    }
 
 
 def children() -> list[psutil.Process]:
@@ -28,11 +64,14 @@ def listening_ports() -> set[int]:
 
 
 def job_ports(job_dir: Path) -> set[int]:
-    """The data-plane and rendezvous ports an emulated job was given."""
+    """The data-plane and rendezvous ports of an emulated job (the training config's, unless its hyperparameters set them)."""
+    from steps.train.config import TrainConfig
+
     ports = set()
     for config in job_dir.glob("algo-*/input/config/hyperparameters.json"):
         hp = json.loads(config.read_text())
-        ports |= {int(json.loads(hp["data_port"])), int(json.loads(hp["dist_port"]))}
+        defaults = TrainConfig()
+        ports |= {int(hp.get("data_port", defaults.data_port)), int(hp.get("dist_port", defaults.dist_port))}
     return ports
 
 
@@ -56,7 +95,7 @@ def no_leftovers():
     assert not left, f"processes left behind: {described}"
 
 
-def start_training_job(tmp_path: Path, shards: Path, *, silence_timeout_s: float = 30.0, data: int = 2,
+def start_training_job(tmp_path: Path, shards: Path, code_uri: str, *, silence_timeout_s: float = 30.0, data: int = 2,
                        hyperparameters: dict | None = None) -> EmulatedJob:
     """A 2-group emulated job on ``shards`` that trains "forever"; returns once the first step is logged."""
     training = threading.Event()
@@ -65,18 +104,16 @@ def start_training_job(tmp_path: Path, shards: Path, *, silence_timeout_s: float
         if "step_time_ms=" in line:
             training.set()
 
-    job = EmulatedJob(
-        name="job",
-        groups=[InstanceGroup("data_group", "ml.c5.9xlarge", data), InstanceGroup("dnn_group", "ml.p3.2xlarge", 1)],
-        channels=[Channel("train", shards / "train", SHARDED, ("data_group",)),
-                  Channel("validation", shards / "validation", instance_groups=("dnn_group",)),
-                  Channel("manifest", shards / "manifest.json")],
+    request = training_request(
+        code_uri=code_uri, output=tmp_path / "output",
+        groups=[(DATA_GROUP, "ml.c5.9xlarge", data), (DNN_GROUP, "ml.g5.xlarge", 1)],
+        channels=[s3_channel("train", shards / "train", distribution=SHARDED, groups=(DATA_GROUP,)),
+                  s3_channel("validation", shards / "validation", groups=(DNN_GROUP,)),
+                  s3_channel("manifest", shards / "manifest.json", groups=(DATA_GROUP, DNN_GROUP))],
         hyperparameters={"epochs": 1000, "batch_size": 8, "log_every": 1, "workload_options": {"blur_passes": 0},
-                         "data_port": free_port(), "dist_port": free_port(), "heartbeat_s": 0.5,
-                         "silence_timeout_s": silence_timeout_s, "connect_timeout_s": 60, **(hyperparameters or {})},
-        work_dir=tmp_path, environment={"HETERO_JOB_SECRET": new_secret()}, on_line=on_line,
-        grace_s=120, timeout_s=240,
-    )
+                         "heartbeat_s": 0.5, "silence_timeout_s": silence_timeout_s, "connect_timeout_s": 60, **(hyperparameters or {})},
+        environment={SECRET_ENV: new_secret()})
+    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", on_line=on_line, grace_s=120, timeout_s=240)
     job.start()
     assert training.wait(120), "training never started"
     return job

@@ -18,10 +18,10 @@ def run_cli(capsys, *argv) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("argv,expected", [
-    (["--input", "/no/such/folder"], r"--input '/no/such/folder' is not a folder.*<class>"),
+    (["--input", "/no/such/folder"], r"InputData '/no/such/folder' \(--input\) is not a folder.*<class>"),
     (["--dnn-instance-type", "ml.p9.mega"], r"ml\.p9\.mega"),
     (["--epochs", "0"], r"Epochs=0 must be >= 1"),
-    (["--epochs", "two"], r"Epochs='two' is not a int"),
+    (["--epochs", "two"], r"Epochs='two' is not an int"),
     (["--param", "DataDistribution=Striped"], r"allowed values are ShardedByS3Key, FullyReplicated"),
     (["--param", "NoSuchThing=1"], r"unknown parameter 'NoSuchThing'"),
     (["--param", "Epochs"], r"write Name=Value"),

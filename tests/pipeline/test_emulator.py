@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.emulator import SHARDED, Channel, EmulatedJob, InstanceGroup
+from pipeline.emulator import EmulatedJob
 from steps.common.errors import UserError
+from steps.contract import SHARDED
+from tests.pipeline.conftest import s3_channel, training_request
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -45,20 +47,20 @@ def shards(tmp_path) -> Path:
     return folder
 
 
-def make_job(tmp_path, shards, *, data=2, dnn=1, seed=None) -> EmulatedJob:
+def make_job(tmp_path, shards, code_uri, *, data=2, dnn=1, seed=None) -> EmulatedJob:
     manifest = tmp_path / "manifest.json"
     manifest.write_text("{}")
-    return EmulatedJob(
-        name="job",
-        groups=[InstanceGroup("data_group", "ml.c5.18xlarge", data), InstanceGroup("dnn_group", "ml.p4d.24xlarge", dnn)],
-        channels=[Channel("train", shards, SHARDED, ("data_group",)), Channel("manifest", manifest)],
-        hyperparameters={"epochs": 3, "workload_options": {"blur_passes": 2}},
-        work_dir=tmp_path / "jobs", seed=seed,
-    )
+    request = training_request(
+        code_uri=code_uri, output=tmp_path / "output",
+        groups=[("data_group", "ml.c5.18xlarge", data), ("dnn_group", "ml.p4d.24xlarge", dnn)],
+        channels=[s3_channel("train", shards, distribution=SHARDED, groups=("data_group",)),
+                  s3_channel("manifest", manifest, groups=("data_group", "dnn_group"))],
+        hyperparameters={"epochs": 3, "workload_options": {"blur_passes": 2}})
+    return EmulatedJob(name="job", request=request, job_dir=tmp_path / "jobs" / "job", seed=seed)
 
 
-def test_the_real_toolkit_reads_a_two_group_host(tmp_path, shards):
-    job = make_job(tmp_path, shards)
+def test_the_real_toolkit_reads_a_two_group_host(tmp_path, shards, code_uri):
+    job = make_job(tmp_path, shards, code_uri)
     job.prepare()
     dnn_host = next(h for h in job.hosts if h.group.name == "dnn_group")
     data_hosts = sorted(h.name for h in job.hosts if h.group.name == "data_group")
@@ -78,10 +80,12 @@ def test_the_real_toolkit_reads_a_two_group_host(tmp_path, shards):
     assert env["model_dir"] == str(dnn_host.base_dir / "model")
     # the train channel is provisioned on the data group only
     assert set(env["channel_input_dirs"]) == {"manifest"}
+    # the code is the packed step code, unpacked where the toolkit puts it
+    assert (dnn_host.base_dir / "code" / "steps" / "train" / "launcher.py").is_file()
 
 
-def test_resourceconfig_has_the_shape_sagemaker_writes(tmp_path, shards):
-    job = make_job(tmp_path, shards)
+def test_resourceconfig_has_the_shape_sagemaker_writes(tmp_path, shards, code_uri):
+    job = make_job(tmp_path, shards, code_uri)
     job.prepare()
     real = json.loads((FIXTURES / "resourceconfig_two_groups.json").read_text())
     for host in job.hosts:
@@ -101,18 +105,18 @@ def test_the_fixture_copied_from_sagemaker_reads_as_heterogeneous(tmp_path):
     assert env["groups_dict"]["data_group"]["hosts"] == ["algo-1", "algo-2"]
 
 
-def test_host_names_are_dealt_randomly_across_groups(tmp_path, shards):
+def test_host_names_are_dealt_randomly_across_groups(tmp_path, shards, code_uri):
     layouts = set()
     for seed in range(12):
-        job = make_job(tmp_path, shards, seed=seed)
+        job = make_job(tmp_path, shards, code_uri, seed=seed)
         job.prepare()
         layouts.add(tuple(sorted(h.name for h in job.hosts if h.group.name == "dnn_group")))
         job.hosts.clear()
     assert len(layouts) > 1, "the dnn host always got the same name"
 
 
-def test_sharded_channel_splits_objects_and_replicated_copies_them(tmp_path, shards):
-    job = make_job(tmp_path, shards, data=2)
+def test_sharded_channel_splits_objects_and_replicated_copies_them(tmp_path, shards, code_uri):
+    job = make_job(tmp_path, shards, code_uri, data=2)
     job.prepare()
     data = sorted((h for h in job.hosts if h.group.name == "data_group"), key=lambda h: h.name)
     seen = [sorted(p.name for p in (h.base_dir / "input/data/train").iterdir()) for h in data]
@@ -128,17 +132,17 @@ def test_sharded_channel_splits_objects_and_replicated_copies_them(tmp_path, sha
             assert "train" not in config
 
 
-def test_more_hosts_than_shards_is_a_clear_error(tmp_path, shards):
-    job = make_job(tmp_path, shards, data=7)
+def test_more_hosts_than_shards_is_a_clear_error(tmp_path, shards, code_uri):
+    job = make_job(tmp_path, shards, code_uri, data=7)
     with pytest.raises(UserError, match="6 object.*7 hosts"):
         job.prepare()
 
 
-def test_each_host_gets_its_own_loopback_address(tmp_path, shards):
-    job = make_job(tmp_path, shards, data=2, dnn=2)
+def test_each_host_gets_its_own_loopback_address(tmp_path, shards, code_uri):
+    job = make_job(tmp_path, shards, code_uri, data=2, dnn=2)
     job.prepare()
     addresses = [h.address for h in job.hosts]
-    assert len(set(addresses)) == 4 and all(a.startswith("127.0.0.") for a in addresses)
+    assert len(set(addresses)) == 4 and len({a.rsplit(".", 1)[0] for a in addresses}) == 1 and all(a.startswith("127.") for a in addresses)
     hosts_file = (job.job_dir / "hosts").read_text()
     for host in job.hosts:
         assert f"{host.address} {host.name}" in hosts_file

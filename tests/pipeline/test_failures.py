@@ -21,8 +21,8 @@ def shards(tmp_path_factory, tiny_images):
     return out
 
 
-def test_killed_trainer_takes_every_data_host_down_within_30s(tmp_path, shards, no_leftovers):
-    job = start_training_job(tmp_path, shards)
+def test_killed_trainer_takes_every_data_host_down_within_30s(tmp_path, shards, code_uri, no_leftovers):
+    job = start_training_job(tmp_path, shards, code_uri)
     with job:
         trainer = by_role(job, "trainer")[0]
         killed_at = time.monotonic()
@@ -36,8 +36,8 @@ def test_killed_trainer_takes_every_data_host_down_within_30s(tmp_path, shards, 
         assert trainer.name in host.failure and "without STOP" in host.failure
 
 
-def test_frozen_trainer_is_noticed_after_the_silence_timeout(tmp_path, shards, no_leftovers):
-    job = start_training_job(tmp_path, shards, silence_timeout_s=3)
+def test_frozen_trainer_is_noticed_after_the_silence_timeout(tmp_path, shards, code_uri, no_leftovers):
+    job = start_training_job(tmp_path, shards, code_uri, silence_timeout_s=3)
     with job:
         trainer = by_role(job, "trainer")[0]
         os.kill(trainer.process.pid, signal.SIGSTOP)  # alive but silent: no FIN ever reaches the data hosts
@@ -55,8 +55,8 @@ def test_frozen_trainer_is_noticed_after_the_silence_timeout(tmp_path, shards, n
         assert all_gone_at - frozen_at < 30
 
 
-def test_killed_data_host_is_named_with_the_samples_lost(tmp_path, shards, no_leftovers):
-    job = start_training_job(tmp_path, shards)
+def test_killed_data_host_is_named_with_the_samples_lost(tmp_path, shards, code_uri, no_leftovers):
+    job = start_training_job(tmp_path, shards, code_uri)
     with job:
         victim = by_role(job, "data")[0]
         os.killpg(victim.process.pid, signal.SIGKILL)  # the host and its decode workers: a lost instance

@@ -7,8 +7,9 @@ import json
 import pytest
 import torch
 
-from pipeline.graph import build_graph, resolve_parameters
+from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
+from pipeline.sagemaker import all_steps
 from tests.pipeline.conftest import job_ports, listening_ports
 
 pytestmark = pytest.mark.e2e
@@ -21,11 +22,11 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
         "Epochs": 2, "BatchSize": 16, "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 1}',
     })
     lines = []
-    runner = LocalRunner(build_graph(), params, LocalOptions(work_dir=tmp_path, grace_s=10, step_timeout_s=300, echo=lines.append))
+    runner = LocalRunner(params, LocalOptions(work_dir=tmp_path, grace_s=10, step_timeout_s=300, echo=lines.append))
 
     result = runner.run()
 
-    manifest = json.loads((result.outputs[("Shard", "manifest")]).read_text())
+    manifest = json.loads((result.outputs["Shard"] / "manifest.json").read_text())
     train_samples = manifest["splits"]["train"]["samples"]
     assert len(manifest["splits"]["train"]["shards"]) % data_hosts == 0
     for step, mode in (("TrainBaseline", "homogeneous"), ("TrainHeterogeneous", "heterogeneous")):
@@ -58,6 +59,8 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
     for host in (h for h in result.jobs["TrainHeterogeneous"].hosts if h.role == "data"):
         assert (host.base_dir / "model" / "metrics.json").read_bytes() == trainer_metrics, host.name
         assert (host.base_dir / "model" / "model.pt").is_file()
+    for step in ("TrainBaseline", "TrainHeterogeneous"):
+        assert_emulator_ran_the_definition(result, step)
     if data_hosts == dnn_hosts == 1:
         # Same seed, same shards: the data plane must hand the trainer exactly the bytes, labels and order
         # that the baseline's own DataLoader produced, so the two trained models are bit-identical.
@@ -68,8 +71,8 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
 def test_without_baseline_the_evaluation_has_no_comparison(tmp_path, tiny_images, no_leftovers):
     params = resolve_parameters({"InputData": str(tiny_images), "RunBaseline": False, "Epochs": 1, "BatchSize": 32,
                                  "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 0}'})
-    result = LocalRunner(build_graph(), params, LocalOptions(work_dir=tmp_path, grace_s=10, echo=lambda _: None)).run()
-    assert result.skipped == ["TrainBaseline"]
+    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, grace_s=10, echo=lambda _: None)).run()
+    assert {"TrainBaseline", "Evaluate", "CheckImprovement"} <= set(result.skipped) and "EvaluateWithoutBaseline" in result.outputs
     assert result.price_performance["runs"]["baseline"] is None
     assert result.price_performance["improvement"] is None
 
@@ -77,7 +80,7 @@ def test_without_baseline_the_evaluation_has_no_comparison(tmp_path, tiny_images
 def test_a_user_workload_runs_on_every_host(tmp_path, tiny_images, no_leftovers):
     params = resolve_parameters({"InputData": str(tiny_images), "Workload": "tests.fixtures.tiny_workload",
                                  "WorkloadOptions": '{"hidden": 4}', "Epochs": 1, "BatchSize": 32, "ShardSizeMB": 1})
-    result = LocalRunner(build_graph(), params, LocalOptions(work_dir=tmp_path, grace_s=10, echo=lambda _: None)).run()
+    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, grace_s=10, echo=lambda _: None)).run()
     for job in result.jobs.values():
         metrics = json.loads((job.model_dir / "metrics.json").read_text())
         assert metrics["config"]["workload"] == "tests.fixtures.tiny_workload"
@@ -90,8 +93,46 @@ def test_with_no_input_the_run_generates_its_own_dataset(tmp_path, no_leftovers)
     params = resolve_parameters({"Epochs": 1, "BatchSize": 32, "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 0}'})
     assert params["InputData"] == ""
     options = LocalOptions(work_dir=tmp_path, sample_images=80, grace_s=10, echo=lambda _: None)
-    result = LocalRunner(build_graph(), params, options).run()
-    manifest = json.loads(result.outputs[("Shard", "manifest")].read_text())
+    result = LocalRunner(params, options).run()
+    manifest = json.loads((result.outputs["Shard"] / "manifest.json").read_text())
     assert manifest["splits"]["train"]["samples"] + manifest["splits"]["validation"]["samples"] == 80
     assert len(manifest["classes"]) == 8
     assert (tmp_path / "sample-data").is_dir()
+
+
+def _same_where_literal(compiled, executed, path="") -> None:
+    """``executed`` is ``compiled`` with its expressions evaluated: equal wherever the definition holds a literal."""
+    if isinstance(compiled, dict) and len(compiled) == 1 and next(iter(compiled)) in ("Get", "Std:Join", "Std:JsonGet"):
+        return
+    if isinstance(compiled, dict):
+        assert isinstance(executed, dict) and set(compiled) == set(executed), (path, compiled, executed)
+        for key in compiled:
+            _same_where_literal(compiled[key], executed[key], f"{path}.{key}")
+    elif isinstance(compiled, list):
+        assert isinstance(executed, list) and len(compiled) == len(executed), path
+        for i, (c, e) in enumerate(zip(compiled, executed)):
+            _same_where_literal(c, e, f"{path}[{i}]")
+    else:
+        assert compiled == executed, (path, compiled, executed)
+
+
+def assert_emulator_ran_the_definition(result, step: str) -> None:
+    """What each emulated host saw is the request of the compiled definition's step, and nothing else."""
+    request = result.requests[step]
+    _same_where_literal(all_steps(result.definition)[step]["Arguments"], request)
+    groups = {g["InstanceGroupName"]: g for g in request["ResourceConfig"]["InstanceGroups"]}
+    job = result.jobs[step]
+    for host in job.hosts:
+        config = host.base_dir / "input" / "config"
+        hyperparameters = json.loads((config / "hyperparameters.json").read_text())
+        assert hyperparameters == {**request["HyperParameters"], "sagemaker_job_name": job.name}
+        resources = json.loads((config / "resourceconfig.json").read_text())
+        assert {g["instance_group_name"]: (g["instance_type"], len(g["hosts"])) for g in resources["instance_groups"]} == \
+            {n: (g["InstanceType"], g["InstanceCount"]) for n, g in groups.items()}
+        channels = json.loads((config / "inputdataconfig.json").read_text())
+        assigned = {c["ChannelName"]: c for c in request["InputDataConfig"]
+                    if host.group.name in c["DataSource"]["S3DataSource"]["InstanceGroupNames"]}
+        assert set(channels) == set(assigned), (host.name, host.group.name)
+        for name, channel in assigned.items():
+            assert channels[name]["TrainingInputMode"] == channel["InputMode"]
+            assert channels[name]["S3DistributionType"] == channel["DataSource"]["S3DataSource"]["S3DataDistributionType"]

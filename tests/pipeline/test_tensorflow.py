@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from pipeline.graph import build_graph, resolve_parameters
+from pipeline.emulator import StepFailed
+from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
-from steps.common.errors import UserError
 from steps.shard.shard import shard_dataset
 from tests.pipeline.conftest import by_role, listening_ports, start_training_job
 
@@ -30,10 +30,10 @@ def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path
         # FullyReplicated: every data host sees every shard and must serve only its share
     })
     lines = []
-    result = LocalRunner(build_graph("tensorflow"), params,
-                         LocalOptions(work_dir=tmp_path, grace_s=10, step_timeout_s=300, echo=lines.append)).run()
+    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, framework="tensorflow", grace_s=10, step_timeout_s=300,
+                                              echo=lines.append)).run()
 
-    manifest = json.loads(result.outputs[("Shard", "manifest")].read_text())
+    manifest = json.loads((result.outputs["Shard"] / "manifest.json").read_text())
     assert manifest["format"] == "tfrecord"
     train_samples = manifest["splits"]["train"]["samples"]
     for step, mode in (("TrainBaseline", "homogeneous"), ("TrainHeterogeneous", "heterogeneous")):
@@ -66,9 +66,10 @@ def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path
 def test_tensorflow_path_says_it_trains_on_one_host(tmp_path, tiny_images, no_leftovers):
     params = resolve_parameters({"InputData": str(tiny_images), "DnnInstanceCount": 2, "RunBaseline": False,
                                  "Epochs": 1, "ShardSizeMB": 1})
-    runner = LocalRunner(build_graph("tensorflow"), params, LocalOptions(work_dir=tmp_path, grace_s=10, echo=lambda _: None))
-    with pytest.raises(UserError, match="DnnInstanceCount=2: the tensorflow path trains on 1 dnn host"):
+    runner = LocalRunner(params, LocalOptions(work_dir=tmp_path, framework="tensorflow", grace_s=10, echo=lambda _: None))
+    with pytest.raises(StepFailed, match="step InvalidParameters:.*DnnInstanceCount=2 .the tensorflow path trains on at most 1 dnn host"):
         runner.run()
+    assert runner.result.skipped[:1] == ["Shard"] and not runner.result.jobs  # refused before any job
 
 
 # --- hosts that die or freeze --------------------------------------------------------------------
@@ -80,12 +81,12 @@ def tf_shards(tmp_path_factory, tiny_images):
     return out
 
 
-def start_job(tmp_path, shards, *, silence_timeout_s=30.0):
-    return start_training_job(tmp_path, shards, silence_timeout_s=silence_timeout_s, hyperparameters={"framework": "tensorflow"})
+def start_job(tmp_path, shards, code_uri, *, silence_timeout_s=30.0):
+    return start_training_job(tmp_path, shards, code_uri, silence_timeout_s=silence_timeout_s, hyperparameters={"framework": "tensorflow"})
 
 
-def test_killed_trainer_takes_every_tf_worker_down(tmp_path, tf_shards, no_leftovers):
-    job = start_job(tmp_path, tf_shards)
+def test_killed_trainer_takes_every_tf_worker_down(tmp_path, tf_shards, code_uri, no_leftovers):
+    job = start_job(tmp_path, tf_shards, code_uri)
     with job:
         trainer = by_role(job, "trainer")[0]
         killed_at = time.monotonic()
@@ -98,8 +99,8 @@ def test_killed_trainer_takes_every_tf_worker_down(tmp_path, tf_shards, no_lefto
         assert host.exit_code != 0 and trainer.name in host.failure and "without STOP" in host.failure
 
 
-def test_frozen_trainer_is_noticed_by_the_tf_workers(tmp_path, tf_shards, no_leftovers):
-    job = start_job(tmp_path, tf_shards, silence_timeout_s=3)
+def test_frozen_trainer_is_noticed_by_the_tf_workers(tmp_path, tf_shards, code_uri, no_leftovers):
+    job = start_job(tmp_path, tf_shards, code_uri, silence_timeout_s=3)
     with job:
         trainer = by_role(job, "trainer")[0]
         os.kill(trainer.process.pid, signal.SIGSTOP)
@@ -114,8 +115,8 @@ def test_frozen_trainer_is_noticed_by_the_tf_workers(tmp_path, tf_shards, no_lef
             assert host.exit_code != 0 and ("silent" in host.failure or "sent nothing" in host.failure)
 
 
-def test_killed_data_host_fails_the_trainer_naming_it(tmp_path, tf_shards, no_leftovers):
-    job = start_job(tmp_path, tf_shards)
+def test_killed_data_host_fails_the_trainer_naming_it(tmp_path, tf_shards, code_uri, no_leftovers):
+    job = start_job(tmp_path, tf_shards, code_uri)
     with job:
         victim = by_role(job, "data")[0]
         os.killpg(victim.process.pid, signal.SIGKILL)
@@ -128,8 +129,8 @@ def test_killed_data_host_fails_the_trainer_naming_it(tmp_path, tf_shards, no_le
     assert not result.ok
 
 
-def test_losing_the_only_data_host_ends_a_trainer_blocked_in_tensorflow(tmp_path, tf_shards, no_leftovers):
-    job = start_training_job(tmp_path, tf_shards, silence_timeout_s=5, data=1, hyperparameters={"framework": "tensorflow"})
+def test_losing_the_only_data_host_ends_a_trainer_blocked_in_tensorflow(tmp_path, tf_shards, code_uri, no_leftovers):
+    job = start_training_job(tmp_path, tf_shards, code_uri, silence_timeout_s=5, data=1, hyperparameters={"framework": "tensorflow"})
     with job:
         (victim,) = by_role(job, "data")
         killed_at = time.monotonic()
@@ -142,7 +143,7 @@ def test_losing_the_only_data_host_ends_a_trainer_blocked_in_tensorflow(tmp_path
     assert not result.ok
 
 
-def test_a_sample_that_fails_to_decode_is_counted_and_named_not_fatal(tmp_path, tf_shards, no_leftovers):
+def test_a_sample_that_fails_to_decode_is_counted_and_named_not_fatal(tmp_path, tf_shards, code_uri, no_leftovers):
     from steps.shard.tfrecord import iter_tfrecord_shard, write_tfrecord_shard
 
     shards = tmp_path / "shards"
@@ -156,7 +157,7 @@ def test_a_sample_that_fails_to_decode_is_counted_and_named_not_fatal(tmp_path, 
     manifest["splits"]["train"]["samples"] += 1
     (shards / "manifest.json").write_text(json.dumps(manifest))
 
-    job = start_training_job(tmp_path / "job", shards, hyperparameters={"framework": "tensorflow", "epochs": 2})
+    job = start_training_job(tmp_path / "job", shards, code_uri, hyperparameters={"framework": "tensorflow", "epochs": 2})
     with job:
         result = job.wait()
     assert result.ok, result.failure

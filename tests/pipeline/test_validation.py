@@ -1,0 +1,173 @@
+"""Requests are checked like CreateTrainingJob / CreateProcessingJob check them: the compiled
+definitions pass, and each rule rejects a request that breaks it, naming the step and the rule."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("sagemaker.core", reason="the cloud extra (SageMaker SDK v3) is not installed")
+
+from pipeline import expressions  # noqa: E402
+from pipeline.sagemaker import DeploySettings, FsxSettings, all_steps, build_definition  # noqa: E402
+from pipeline.validation import RequestRejected, validate_request  # noqa: E402
+
+SETTINGS = DeploySettings(pipeline_name="hetero-test", region="eu-west-1", role_arn="arn:aws:iam::123456789012:role/hetero",
+                          bucket="my-bucket", code_uri="s3://my-bucket/hetero/code/code.tar.gz")
+FSX = FsxSettings(file_system_id="fs-0123456789abcdef0", directory_path="/fsx/dataset", subnets=("subnet-0123456789abcdef0",),
+                  security_group_ids=("sg-0123456789abcdef0",))
+VARIANTS = {"pytorch": SETTINGS, "tensorflow": replace(SETTINGS, framework="tensorflow"), "fsx": replace(SETTINGS, fsx=FSX)}
+OPERATIONS = {"Training": "CreateTrainingJob", "Processing": "CreateProcessingJob"}
+
+
+def requests_of(definition: dict, overrides: dict | None = None) -> dict:
+    """Every job step's request with the parameters' defaults (or ``overrides``) and stand-in properties
+    of the steps it reads, as the service would hand it to CreateTrainingJob / CreateProcessingJob."""
+    params = {p["Name"]: p.get("DefaultValue") for p in definition["Parameters"]} | (overrides or {})
+    scope = expressions.Scope(params, {"PipelineExecutionId": "abcdef123456", "PipelineName": "hetero-test",
+                                       "PipelineExecutionArn": "arn:aws:sagemaker:eu-west-1:123456789012:pipeline/hetero-test/execution/abcdef123456"})
+    found = {}
+    for step in all_steps(definition).values():
+        if step["Type"] not in OPERATIONS:
+            continue
+        request = expressions.evaluate(step["Arguments"], scope)
+        found[step["Name"]] = (OPERATIONS[step["Type"]], request)
+        scope.steps[step["Name"]] = {**request, "ModelArtifacts": {"S3ModelArtifacts": "s3://my-bucket/job/output/model.tar.gz"}}
+    return found
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    return {name: build_definition(settings) for name, settings in VARIANTS.items()}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_every_compiled_request_passes_the_service_checks(compiled, variant):
+    requests = requests_of(compiled[variant])
+    assert {"Shard", "TrainHeterogeneous", "TrainBaseline", "Evaluate", "EvaluateWithoutBaseline"} <= set(requests)
+    for step, (operation, request) in requests.items():
+        validate_request(operation, request, step=step)
+
+
+@pytest.mark.parametrize("overrides", [{"DataInstanceCount": 3, "DnnInstanceCount": 2, "DataDistribution": "FullyReplicated"},
+                                       {"InputMode": "FastFile", "RunBaseline": False}])
+def test_compiled_requests_pass_with_other_parameter_values(compiled, overrides):
+    for step, (operation, request) in requests_of(compiled["pytorch"], overrides).items():
+        validate_request(operation, request, step=step)
+
+
+@pytest.fixture
+def training(compiled) -> dict:
+    return copy.deepcopy(requests_of(compiled["pytorch"])["TrainHeterogeneous"][1])
+
+
+@pytest.fixture
+def processing(compiled) -> dict:
+    return copy.deepcopy(requests_of(compiled["pytorch"])["Shard"][1])
+
+
+def rejected(operation: str, request: dict, match: str) -> str:
+    with pytest.raises(RequestRejected, match=match) as caught:
+        validate_request(operation, request, step="TrainX")
+    message = caught.value.one_line()
+    assert message.startswith("ValidationException: step TrainX:") and f"calling the {operation} operation" in message
+    return message
+
+
+def channel(request: dict, name: str) -> dict:
+    return next(c for c in request["InputDataConfig"] if c["ChannelName"] == name)
+
+
+# -- the service model ----------------------------------------------------------------------------
+
+def test_a_missing_required_member_is_rejected(training):
+    del training["RoleArn"]
+    rejected("CreateTrainingJob", training, "Missing required parameter.*RoleArn")
+
+
+def test_a_wrong_type_is_rejected(training):
+    training["ResourceConfig"]["InstanceGroups"][0]["InstanceCount"] = "2"
+    rejected("CreateTrainingJob", training, "InstanceCount")
+
+
+def test_an_enum_value_the_service_does_not_know_is_rejected(training):
+    channel(training, "train")["InputMode"] = "Stream"
+    rejected("CreateTrainingJob", training, "Invalid value 'Stream'.*InputMode.*Pipe, File, FastFile")
+
+
+def test_a_pattern_is_matched_whole(training):
+    channel(training, "train")["DataSource"] = {"FileSystemDataSource": {
+        "FileSystemId": "fs-xyzxyzxyz", "FileSystemType": "FSxLustre", "FileSystemAccessMode": "ro", "DirectoryPath": "/fsx"}}
+    rejected("CreateTrainingJob", training, "FileSystemId failed to satisfy constraint.*pattern")
+
+
+def test_more_than_five_instance_groups_are_rejected(training):
+    group = training["ResourceConfig"]["InstanceGroups"][0]
+    training["ResourceConfig"]["InstanceGroups"] = [{**group, "InstanceGroupName": f"g{i}"} for i in range(6)]
+    rejected("CreateTrainingJob", training, "InstanceGroups.*less than or equal to 5")
+
+
+def test_an_over_long_hyperparameter_value_is_rejected(training):
+    training["HyperParameters"]["workload_options"] = "x" * 2501
+    rejected("CreateTrainingJob", training, "2500")
+
+
+def test_an_over_long_hyperparameter_key_is_rejected(training):
+    training["HyperParameters"]["k" * 257] = "1"
+    rejected("CreateTrainingJob", training, "256")
+
+
+# -- cross-field rules ------------------------------------------------------------------------------
+
+def test_channels_are_assigned_to_instance_groups_all_or_nothing(training):
+    del channel(training, "manifest")["DataSource"]["S3DataSource"]["InstanceGroupNames"]
+    message = rejected("CreateTrainingJob", training, "Some channels have assigned instance groups")
+    assert "['train', 'validation'] while others not: ['manifest']" in message
+
+
+def test_a_file_system_channel_forbids_assigning_any_channel(training):
+    channel(training, "train")["DataSource"] = {"FileSystemDataSource": {
+        "FileSystemId": "fs-0123456789abcdef0", "FileSystemType": "FSxLustre", "FileSystemAccessMode": "ro", "DirectoryPath": "/fsx/x"}}
+    training["VpcConfig"] = {"Subnets": ["subnet-0123456789abcdef0"], "SecurityGroupIds": ["sg-0123456789abcdef0"]}
+    rejected("CreateTrainingJob", training, r"FileSystemDataSource.*cannot be assigned to groups.*\['validation', 'manifest'\]")
+
+
+def test_a_file_system_channel_needs_a_vpc(training):
+    for c in training["InputDataConfig"]:
+        c["DataSource"].get("S3DataSource", {}).pop("InstanceGroupNames", None)
+    channel(training, "train")["DataSource"] = {"FileSystemDataSource": {
+        "FileSystemId": "fs-0123456789abcdef0", "FileSystemType": "FSxLustre", "FileSystemAccessMode": "ro", "DirectoryPath": "/fsx/x"}}
+    rejected("CreateTrainingJob", training, "needs a VpcConfig")
+
+
+def test_instance_group_names_are_unique(training):
+    groups = training["ResourceConfig"]["InstanceGroups"]
+    groups[1]["InstanceGroupName"] = groups[0]["InstanceGroupName"]
+    rejected("CreateTrainingJob", training, "instance group names must be unique: data_group")
+
+
+def test_channel_names_are_unique(training):
+    channel(training, "manifest")["ChannelName"] = "validation"
+    rejected("CreateTrainingJob", training, "channel names must be unique: validation")
+
+
+def test_a_channel_names_only_groups_the_job_has(training):
+    channel(training, "validation")["DataSource"]["S3DataSource"]["InstanceGroupNames"] = ["gpu_group"]
+    rejected("CreateTrainingJob", training, r"channel validation names instance group\(s\) \['gpu_group'\]")
+
+
+def test_instance_groups_exclude_a_top_level_instance_type(training):
+    training["ResourceConfig"]["InstanceType"] = "ml.m5.xlarge"
+    rejected("CreateTrainingJob", training, "InstanceGroups or InstanceType/InstanceCount, not both")
+
+
+def test_processing_paths_live_under_opt_ml_processing(processing):
+    processing["ProcessingInputs"][1]["S3Input"]["LocalPath"] = "/data/input"
+    rejected("CreateProcessingJob", processing, "LocalPath '/data/input' must be under /opt/ml/processing/")
+
+
+def test_processing_input_names_are_unique(processing):
+    processing["ProcessingInputs"][1]["InputName"] = "code"
+    rejected("CreateProcessingJob", processing, "processing input names must be unique: code")
