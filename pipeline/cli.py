@@ -108,18 +108,23 @@ def _layers(args) -> list[dict]:
         cli_layer[name] = value
     if args.no_baseline:
         cli_layer["RunBaseline"] = "false"
+    if getattr(args, "prices", None):
+        try:
+            cli_layer["PriceOverrides"] = json.dumps(json.loads(args.prices.read_text()), separators=(",", ":"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UserError(f"--prices {args.prices}: {exc}", headline="bad price file") from None
     return [file_layer, env_layer, cli_layer]
 
 
-def _validate(params: dict, prices_file: Path | None) -> None:
-    prices = load_prices(prices_file)
+def _validate(params: dict) -> None:
+    prices = load_prices(override_json=params["PriceOverrides"])
     for key in ("DataInstanceType", "DnnInstanceType"):
         prices.hourly(params[key])  # an unknown type fails now, not after training
 
 
 def cmd_run(args) -> int:
     params = resolve_parameters(*_layers(args))
-    _validate(params, args.prices)
+    _validate(params)
     if args.sample_images < 10:
         raise UserError(f"--sample-images {args.sample_images}: use at least 10", headline="bad option")
     options = LocalOptions(work_dir=args.work_dir, framework=args.framework, sample_images=args.sample_images,

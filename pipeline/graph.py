@@ -171,7 +171,7 @@ def build_graph(framework: str = "pytorch") -> Graph:
         "Evaluate", EVALUATE_SCRIPT,
         inputs={"heterogeneous": Output("TrainHeterogeneous", "model"), "baseline": Output("TrainBaseline", "model")},
         outputs={"evaluation": "."},
-        arguments={"--execution-id": ExecutionId()},
+        arguments={"--execution-id": ExecutionId(), "--price-overrides": Param("PriceOverrides")},
         depends_on=("TrainBaseline", "TrainHeterogeneous"),
         results_store=True,
     )

@@ -135,6 +135,8 @@ TUNABLES: tuple[Tunable, ...] = (
             hyperparameter="max_steps"),
     Tunable("BatchSize", int, 64, "Samples per step per trainer host.", minimum=1, flag="batch-size",
             hyperparameter="batch_size"),
+    Tunable("PriceOverrides", str, "{}", "JSON price table entries replacing or extending the bundled on-demand prices, "
+            "e.g. {\"prices\": {\"ml.g6.xlarge\": 0.98}} (hetero run --prices FILE reads it from a file).", json_object=True),
     Tunable("RunBaseline", bool, True, "Also train homogeneously (dnn group alone) for the price-performance comparison."),
     Tunable("ImprovementThreshold", float, -1.0, "Fail the execution when price-performance improvement is below this "
             "(-1: never; above -1 needs RunBaseline=true).", minimum=-1, maximum=1, flag="threshold"),

@@ -70,12 +70,21 @@ class PriceTable:
         )
 
 
-def load_prices(override_path: str | Path | None = None) -> PriceTable:
-    """The bundled table, with entries from ``override_path`` replacing or extending it."""
+def load_prices(override_path: str | Path | None = None, *, override_json: str | None = None) -> PriceTable:
+    """The bundled table, with entries from ``override_path`` (a file) or ``override_json`` (its text,
+    the PriceOverrides parameter; "{}": none) replacing or extending it."""
     bundled = _read_table(BUNDLED_PRICES, require_provenance=True)
-    if override_path is None:
+    if override_json not in (None, "", "{}"):
+        try:
+            doc = json.loads(override_json)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"price overrides {override_json[:80]!r} are not valid JSON: {exc}") from None
+        override = _parse_table(doc, "PriceOverrides", require_provenance=False)
+        override_path = "PriceOverrides"
+    elif override_path is None:
         return bundled
-    override = _read_table(Path(override_path), require_provenance=False)
+    else:
+        override = _read_table(Path(override_path), require_provenance=False)
     if override.region != bundled.region:
         return override
     return PriceTable(
@@ -96,6 +105,10 @@ def _read_table(path: Path, *, require_provenance: bool) -> PriceTable:
         raise UserError(f"cannot read price file {path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"price file {path} is not valid JSON: {exc}") from None
+    return _parse_table(doc, path, require_provenance=require_provenance)
+
+
+def _parse_table(doc, path, *, require_provenance: bool) -> PriceTable:
     if not isinstance(doc, dict):
         raise UserError(f"price file {path}: top level must be a JSON object with a 'prices' key")
     meta = {}

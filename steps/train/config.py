@@ -51,6 +51,8 @@ class TrainConfig:
     dist_port: int = _param(29500, "TCP port of torch.distributed rendezvous on the first trainer.", minimum=1, maximum=65535)
     tf_compression: str = _param("none", "TensorFlow path: tf.data.service compression of batches on the wire, none or auto "
                                  "(snappy: costs CPU on both ends; augmented uint8 pixels barely shrink).", choices=("none", "auto"))
+    shard_wait_s: float = _param(600.0, "How long hosts wait for every shard of a channel they see whole (FSx, FullyReplicated) "
+                                 "to be visible.", minimum=0.0)
     connect_timeout_s: float = _param(600.0, "How long hosts wait for their peers to come up.", minimum=1.0)
     silence_timeout_s: float = _param(60.0, "A peer silent this long is taken as gone.", minimum=1.0)
     heartbeat_s: float = _param(2.0, "Interval of keep-alive frames between peers.", minimum=0.05)

@@ -28,6 +28,7 @@ from steps.train.config import TrainConfig
 from steps.train.control import Trainer, accept_trainers, trainer_frame, trainer_lost
 from steps.train.dataset import Batch, ShardDataset, batch_loader
 from steps.train.link import Stopped
+from steps.train.manifest import train_channel
 from steps.train.wire import Kind, WireError
 from steps.train.workload import Workload
 
@@ -37,7 +38,7 @@ class _AllStopped(Exception):
 
 
 def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
-    shards = list_shards(cluster.channel("train"))
+    shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
     if not shards:
         raise UserError(
             f"data host {cluster.current_host} found no *.tar shards in {cluster.channel('train')}; "

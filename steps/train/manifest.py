@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from steps.common.errors import UserError
 from steps.contract import MANIFEST_FILE as MANIFEST_NAME
-
+from steps.contract import SHARDED
 
 
 def read_manifest(channel_dir: Path) -> dict:
@@ -29,3 +30,30 @@ def read_classes(channel_dir: Path) -> list[str]:
     if not isinstance(classes, list) or not classes:
         raise UserError(f"the manifest in {channel_dir} lists no classes; re-run the shard step", headline="bad manifest")
     return [str(c) for c in classes]
+
+
+def train_channel(cluster, timeout_s: float, *, poll_s: float = 2.0) -> Path:
+    """The train channel, once every shard the manifest lists is visible in it.
+
+    With ShardedByS3Key, SageMaker downloaded this host's objects before the job started. A channel
+    every host sees whole (FullyReplicated, or a file system such as FSx for Lustre, whose link to S3
+    imports new objects asynchronously) may not show every shard yet: wait for them, up to ``timeout_s``."""
+    channel = cluster.channel("train")
+    if cluster.channel_distribution.get("train") == SHARDED:
+        return channel
+    expected = {Path(s["name"]).name for s in read_manifest(cluster.channel("manifest"))["splits"]["train"]["shards"]}
+    deadline = time.monotonic() + timeout_s
+    announced = False
+    while True:
+        missing = sorted(expected - {p.name for p in channel.rglob("*") if p.is_file()})
+        if not missing:
+            return channel
+        if time.monotonic() >= deadline:
+            raise UserError(f"{len(missing)} of {len(expected)} shards listed in the manifest are not in {channel} after "
+                            f"{timeout_s:g} s (first: {', '.join(missing[:3])}); a file system linked to S3 (FSx for Lustre) imports "
+                            "new objects asynchronously: check its data repository association, or raise shard_wait_s",
+                            headline="shards not visible")
+        if not announced:
+            print(f"[data] waiting for {len(missing)} of {len(expected)} shards to appear in {channel}", flush=True)
+            announced = True
+        time.sleep(poll_s)

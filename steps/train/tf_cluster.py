@@ -14,7 +14,7 @@ from steps.common.errors import UserError
 from steps.contract import MAX_TRAINER_HOSTS
 from steps.shard.tfrecord import list_tfrecord_shards
 from steps.train.cluster import Cluster
-from steps.train.manifest import read_manifest
+from steps.train.manifest import read_manifest, train_channel
 
 
 def check_single_trainer(cluster: Cluster) -> None:
@@ -28,10 +28,10 @@ def check_single_trainer(cluster: Cluster) -> None:
         )
 
 
-def local_shards(cluster: Cluster, hosts: tuple[str, ...]) -> tuple[list[Path], int]:
+def local_shards(cluster: Cluster, hosts: tuple[str, ...], wait_s: float) -> tuple[list[Path], int]:
     """This host's TFRecord shards and their sample count (from the shard step's manifest);
     ``hosts`` share the train channel."""
-    channel = cluster.channel("train")
+    channel = train_channel(cluster, wait_s)
     shards = list_tfrecord_shards(channel)
     if not shards:
         raise UserError(f"host {cluster.current_host} found no *.tfrecord shards in {channel}; the TensorFlow path "

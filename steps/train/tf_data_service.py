@@ -40,7 +40,7 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
     import tensorflow as tf
 
     check_single_trainer(cluster)
-    files, samples = local_shards(cluster, cluster.data_hosts)
+    files, samples = local_shards(cluster, cluster.data_hosts, cfg.shard_wait_s)
     me, address = cluster.current_host, resolve(cluster.current_host)
     serving = Path(tempfile.mkdtemp(prefix="hetero-tf-worker-"))
     for path in files:

@@ -43,7 +43,7 @@ class InProcessSource:
     """Homogeneous: this host's shards through the same pipeline, in this process."""
 
     def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload):
-        files, self.samples_per_epoch = local_shards(cluster, cluster.trainer_hosts)
+        files, self.samples_per_epoch = local_shards(cluster, cluster.trainer_hosts, cfg.shard_wait_s)
         self.files = [str(f) for f in files]
         self.cfg, self.workload = cfg, workload
 

@@ -29,7 +29,7 @@ from steps.train.data_client import DataServiceClient
 from steps.train.dataset import ShardDataset, batch_loader
 from steps.common.files import write_json_atomic
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
-from steps.train.manifest import read_classes
+from steps.train.manifest import read_classes, train_channel
 from steps.train.workload import Workload
 
 
@@ -37,7 +37,7 @@ class LocalSource:
     """Homogeneous: this host's shards through its own DataLoader workers."""
 
     def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload, *, pinned: bool):
-        shards = list_shards(cluster.channel("train"))
+        shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
         if not shards:
             raise UserError(f"trainer {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards")
         dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=cluster.rank,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
 
+from pipeline import cli
 from pipeline.cli import _validate, main
 from pipeline.graph import resolve_parameters
 from steps.common.errors import UserError
@@ -83,5 +85,8 @@ def test_a_prices_file_makes_a_new_instance_type_known(tmp_path):
     prices.write_text('{"prices": {"ml.p9.mega": 99.0}}')
     params = resolve_parameters({"DnnInstanceType": "ml.p9.mega"})
     with pytest.raises(UserError, match="ml.p9.mega"):
-        _validate(params, None)
-    _validate(params, prices)  # known now: no error
+        _validate(params)
+    args = cli._parser().parse_args(["run", "--prices", str(prices), "--dnn-instance-type", "ml.p9.mega"])
+    params = resolve_parameters(*cli._layers(args))
+    assert json.loads(params["PriceOverrides"]) == {"prices": {"ml.p9.mega": 99.0}}  # the Evaluate step prices with it
+    _validate(params)  # known now: no error

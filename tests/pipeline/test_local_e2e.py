@@ -40,7 +40,7 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
         groups = {g["name"]: g for g in metrics["instance_groups"]}
         assert groups["dnn_group"]["count"] == dnn_hosts
         if mode == "heterogeneous":
-            assert groups["data_group"] == {"name": "data_group", "instance_type": "ml.c5.9xlarge", "count": data_hosts, "role": "data"}
+            assert groups["data_group"] == {"name": "data_group", "instance_type": "ml.c5.4xlarge", "count": data_hosts, "role": "data"}
         assert metrics["config"]["epochs"] == 2
     pp = result.price_performance
     assert pp["runs"]["baseline"] and pp["runs"]["heterogeneous"]
