@@ -1,12 +1,13 @@
 # `make run`  : create the pinned environment (once) and run the local pipeline.
 # `make test` : create the pinned environment with the cloud and test extras (once) and run the test suite.
+# `make test-fast`: the same without the end-to-end cluster runs (pytest marker e2e).
 # Every version, transitive ones included, is pinned in constraints.txt; re-running installs nothing new.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 HASH   := $(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 ARGS   ?=
 
-.PHONY: setup setup-all run test bench
+.PHONY: setup setup-all run test test-fast bench
 setup: $(VENV)/.installed-base-$(HASH)
 setup-all: $(VENV)/.installed-all-$(HASH)
 
@@ -32,6 +33,10 @@ node_modules/.package-lock.json: package.json package-lock.json
 
 test: setup-all node_modules/.package-lock.json
 	$(VENV)/bin/python -m pytest $(ARGS)
+
+# the inner loop: everything but the tests that run emulated clusters and pipelines (marker e2e)
+test-fast: setup-all node_modules/.package-lock.json
+	$(VENV)/bin/python -m pytest -m "not e2e" $(ARGS)
 
 bench: setup
 	$(PY) bench/transport.py

@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.graph import DNN_GROUP, build_graph, resolve_parameters  # noqa: E402
+from pipeline.graph import resolve_parameters  # noqa: E402
 from pipeline.local import LocalOptions, LocalRunner  # noqa: E402
 from pipeline.sample_data import generate  # noqa: E402
-from steps.train.config import FRAMEWORKS  # noqa: E402
+from steps.contract import FRAMEWORKS  # noqa: E402
 
 
 def main() -> None:
@@ -42,10 +42,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         images = generate(Path(tmp) / "images", samples=args.images)
         params = resolve_parameters({"InputData": str(images), "Epochs": args.epochs})
-        options = LocalOptions(work_dir=Path(tmp) / "runs", cpus={DNN_GROUP: (cpus[0],), "data": (cpus[1],)}, echo=lambda _: None)
+        options = LocalOptions(work_dir=Path(tmp) / "runs", framework=args.framework, cpus={"trainer": (cpus[0],), "data": (cpus[1],)},
+                               echo=lambda _: None)
         runs = []
         for _ in range(args.repeats):
-            pp = LocalRunner(build_graph(args.framework), params, options).run().price_performance
+            pp = LocalRunner(params, options).run().price_performance
             base, het = pp["runs"]["baseline"], pp["runs"]["heterogeneous"]
             runs.append({
                 "baseline_samples_per_s": round(base["samples_per_second"], 1),

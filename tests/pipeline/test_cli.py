@@ -53,6 +53,7 @@ def test_environment_and_config_file_layers(tmp_path, capsys, monkeypatch):
     assert code == 2 and "ml.zzz" in err and "ml.nope" not in err
 
 
+@pytest.mark.e2e
 def test_empty_dataset_fails_in_the_shard_step_with_the_path(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -62,6 +63,7 @@ def test_empty_dataset_fails_in_the_shard_step_with_the_path(tmp_path, capsys):
     assert "step Shard" in err and str(empty) in err
 
 
+@pytest.mark.e2e
 def test_more_data_hosts_than_samples_fails_in_the_shard_step(tmp_path, capsys, tiny_images):
     few = tmp_path / "few"
     for cls in sorted(p for p in tiny_images.iterdir() if p.is_dir())[:2]:

@@ -10,24 +10,25 @@ import time
 
 import pytest
 
-from pipeline.emulator import StepFailed
+from pipeline.emulator import EmulatedJob, StepFailed
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from steps.shard.shard import shard_dataset
-from tests.pipeline.conftest import by_role, listening_ports, start_training_job
+from steps.contract import DATA_GROUP, DNN_GROUP, SECRET_ENV
+from steps.train.auth import new_secret
+from tests.pipeline.conftest import by_role, listening_ports, s3_channel, start_training_job, training_request
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.parametrize("data_hosts,distribution", [(1, "ShardedByS3Key"), (2, "ShardedByS3Key"), (2, "FullyReplicated")])
-def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path, tiny_images, no_leftovers, data_hosts,
-                                                                        distribution):
+def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path, tiny_images, no_leftovers):
+    """The whole pipeline once (2 data hosts, ShardedByS3Key); other channel layouts run as single jobs below."""
+    data_hosts = 2
     ports_before = listening_ports()
     params = resolve_parameters({
-        "InputData": str(tiny_images), "DataInstanceCount": data_hosts, "DataDistribution": distribution, "Epochs": 2,
+        "InputData": str(tiny_images), "DataInstanceCount": data_hosts, "Epochs": 2,
         "BatchSize": 16, "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 1}',
-        # FullyReplicated: every data host sees every shard and must serve only its share
     })
     lines = []
     result = LocalRunner(params, LocalOptions(work_dir=tmp_path, framework="tensorflow", grace_s=10, step_timeout_s=300,
@@ -39,10 +40,7 @@ def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path
     for step, mode in (("TrainBaseline", "homogeneous"), ("TrainHeterogeneous", "heterogeneous")):
         metrics = json.loads((result.jobs[step].model_dir / "metrics.json").read_text())
         assert (metrics["framework"], metrics["mode"]) == ("tensorflow", mode)
-        # every epoch: each training sample arrived once (distinct == received), and all of them arrived
-        assert [(a["epoch"], a["received"], a["distinct"], a["missing"]) for a in metrics["epoch_accounting"]] == \
-            [(0, train_samples, train_samples, 0), (1, train_samples, train_samples, 0)]
-        assert metrics["samples_seen"] == 2 * train_samples
+        assert_every_sample_once_per_epoch(metrics, train_samples, epochs=2)
         assert metrics["corrupt_samples"]["count"] == 0
         assert metrics["accuracy"] is not None and 0 <= metrics["accuracy"] <= 1
         assert metrics["config"]["framework"] == "tensorflow"
@@ -56,11 +54,38 @@ def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path
     assert sum("worker registered with dispatcher" in line for line in lines) == data_hosts
     for job in result.jobs.values():
         assert all(h.exit_code == 0 and not h.stopped_by_emulator for h in job.hosts)
-    # every data host holds the results; nothing of the job (data port, dispatcher, workers) still listens
     for host in (h for h in hetero.hosts if h.role == "data"):
         assert (host.base_dir / "model" / "metrics.json").read_bytes() == (hetero.model_dir / "metrics.json").read_bytes()
         assert (host.base_dir / "model" / "model.keras").is_file()
     assert not listening_ports() - ports_before
+
+
+def assert_every_sample_once_per_epoch(metrics: dict, train_samples: int, *, epochs: int) -> None:
+    """Every epoch: each training sample arrived once (distinct == received), and all of them arrived."""
+    assert [(a["epoch"], a["received"], a["distinct"], a["missing"]) for a in metrics["epoch_accounting"]] == \
+        [(e, train_samples, train_samples, 0) for e in range(epochs)]
+    assert metrics["samples_seen"] == epochs * train_samples
+
+
+@pytest.mark.parametrize("data_hosts,distribution", [(1, "ShardedByS3Key"), (2, "FullyReplicated")])
+def test_a_tensorflow_job_serves_every_sample_once_whatever_the_channel_layout(tmp_path, tf_shards, code_uri, no_leftovers,
+                                                                              data_hosts, distribution):
+    """FullyReplicated: every data host sees every shard and must serve only its share."""
+    request = training_request(
+        code_uri=code_uri, output=tmp_path / "output",
+        groups=[(DATA_GROUP, "ml.c5.4xlarge", data_hosts), (DNN_GROUP, "ml.g5.xlarge", 1)],
+        channels=[s3_channel("train", tf_shards / "train", distribution=distribution, groups=(DATA_GROUP,)),
+                  s3_channel("validation", tf_shards / "validation", groups=(DNN_GROUP,)),
+                  s3_channel("manifest", tf_shards / "manifest.json", groups=(DATA_GROUP, DNN_GROUP))],
+        hyperparameters={"framework": "tensorflow", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0}},
+        environment={SECRET_ENV: new_secret()})
+    with EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=10, timeout_s=300) as job:
+        job.start()
+        result = job.wait()
+    assert result.ok, result.failure
+    manifest = json.loads((tf_shards / "manifest.json").read_text())
+    metrics = json.loads((result.model_dir / "metrics.json").read_text())
+    assert_every_sample_once_per_epoch(metrics, manifest["splits"]["train"]["samples"], epochs=2)
 
 
 def test_tensorflow_path_says_it_trains_on_one_host(tmp_path, tiny_images, no_leftovers):
