@@ -370,13 +370,3 @@ def _pack(folder: Path, destination: Path) -> None:
     with tarfile.open(destination, "w:gz") as tar:
         for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
             tar.add(path, arcname=path.relative_to(folder).as_posix(), recursive=False)
-
-
-def run_training_job(**kwargs) -> JobResult:
-    """Prepare, start and wait for an `EmulatedJob`; raises `StepFailed` if any host failed."""
-    with EmulatedJob(**kwargs) as job:
-        job.start()
-        result = job.wait()
-    if not result.ok:
-        raise StepFailed(result.failure)
-    return result

@@ -7,7 +7,6 @@ deployed (JSON), so the local runner executes exactly what SageMaker would.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -141,6 +140,3 @@ def reads(node) -> set[str]:
             found |= reads(v)
     return found
 
-
-def to_json(value) -> str:
-    return json.dumps(value)
