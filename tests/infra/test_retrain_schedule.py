@@ -13,8 +13,6 @@ def test_schedule_starts_the_pipeline_with_overrides(synth_any):
         "ScheduleExpression": "rate(7 days)", "State": "ENABLED",
         "Target": {"Arn": PIPELINE_ARN, "RoleArn": Match.any_value(),
                    "RetryPolicy": {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 3}, "SageMakerPipelineParameters": {"PipelineParameterList": [
-            {"Name": "DataInstanceCount", "Value": "1"}, {"Name": "DataInstanceType", "Value": "ml.c5.9xlarge"},
-            {"Name": "DnnInstanceCount", "Value": "1"}, {"Name": "DnnInstanceType", "Value": "ml.p3.2xlarge"},
             {"Name": "InputData", "Value": {"Fn::Join": ["", ["s3://", Match.any_value(), "/hetero/raw/"]]}},
             {"Name": "RunBaseline", "Value": "false"}]}},
     })

@@ -45,6 +45,8 @@ def test_framework_and_training_image_come_from_context():
 
 
 def test_scheduled_parameters_are_strings_sagemaker_accepts():
-    assert StackSettings().scheduled_parameters(bucket="b") == {
-        "InputData": "s3://b/hetero/raw/", "DataInstanceType": "ml.c5.9xlarge", "DataInstanceCount": "1",
-        "DnnInstanceType": "ml.p3.2xlarge", "DnnInstanceCount": "1", "RunBaseline": "false"}
+    # no instanceDefaults: scheduled runs keep the pipeline's declared instance defaults
+    assert StackSettings().scheduled_parameters(bucket="b") == {"InputData": "s3://b/hetero/raw/", "RunBaseline": "false"}
+    settings = StackSettings.from_context({"hetero:instanceDefaults": {"DnnInstanceType": "ml.g5.2xlarge", "DataInstanceCount": 2}})
+    assert settings.scheduled_parameters(bucket="b") == {
+        "InputData": "s3://b/hetero/raw/", "DnnInstanceType": "ml.g5.2xlarge", "DataInstanceCount": "2", "RunBaseline": "false"}

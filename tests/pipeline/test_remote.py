@@ -123,12 +123,12 @@ def endpoint(aws_env, monkeypatch):
 
 @pytest.mark.parametrize("param,expected", [
     ("NoSuchThing=1", r"unknown parameter 'NoSuchThing'; known: InputData, .*ImprovementThreshold"),
-    ("Epochs=two", r"Epochs='two' is not a int"),
+    ("Epochs=two", r"Epochs='two' is not an int"),
     ("Epochs=0", r"Epochs=0 must be >= 1"),
-    ("DnnInstanceCount=1.5", r"DnnInstanceCount='1.5' is not a int"),
+    ("DnnInstanceCount=1.5", r"DnnInstanceCount='1.5' is not an int"),
     ("ShardSizeMB=500", r"ShardSizeMB=500.0 must be between 1 and 128"),
     ("DataDistribution=Striped", r"DataDistribution='Striped': allowed values are ShardedByS3Key, FullyReplicated"),
-    ("InputMode=file", r"InputMode='file': allowed values are File, FastFile, Pipe"),
+    ("InputMode=file", r"InputMode='file': allowed values are File, FastFile"),
     ("RunBaseline=maybe", r"RunBaseline='maybe' is not a bool"),
     ("WorkloadOptions=[1]", r"WorkloadOptions='\[1\]' must be a JSON object"),
     ("Epochs", r"--param 'Epochs': write Name=Value"),
