@@ -128,13 +128,13 @@ def _groups(request: dict, cpus: dict | None) -> list[InstanceGroup]:
     specs = rc.get("InstanceGroups") or [{"InstanceGroupName": HOMOGENEOUS_GROUP, "InstanceType": rc["InstanceType"],
                                           "InstanceCount": rc["InstanceCount"]}]
     data_group = request.get("HyperParameters", {}).get("data_group", DATA_GROUP)
-    heterogeneous = len(specs) > 1
-
-    def role(name):
-        return "data" if heterogeneous and name == data_group else "trainer"
-
     return [InstanceGroup(g["InstanceGroupName"], g["InstanceType"], int(g["InstanceCount"]),
-                          (cpus or {}).get(role(g["InstanceGroupName"]))) for g in specs]
+                          (cpus or {}).get(_role(g["InstanceGroupName"], len(specs), data_group))) for g in specs]
+
+
+def _role(group: str, group_count: int, data_group: str) -> str:
+    """What the launcher will run on a group's hosts: the data service on the data group of a heterogeneous job."""
+    return "data" if group_count > 1 and group == data_group else "trainer"
 
 
 @dataclass
@@ -164,7 +164,7 @@ class EmulatedJob:
         self.step = self.step or self.name
 
     def role_of(self, group: str) -> str:
-        return "data" if len(self.groups) > 1 and group == self.hyperparameters.get("data_group", DATA_GROUP) else "trainer"
+        return _role(group, len(self.groups), self.hyperparameters.get("data_group", DATA_GROUP))
 
     # -- layout --------------------------------------------------------------
     def prepare(self) -> None:

@@ -95,6 +95,18 @@ def no_leftovers():
     assert not left, f"processes left behind: {described}"
 
 
+def two_group_request(tmp_path: Path, shards: Path, code_uri: str, *, data: int, hyperparameters: dict,
+                      distribution: str = SHARDED) -> dict:
+    """A heterogeneous job on the shard step's output, its channels assigned as the pipeline assigns them."""
+    return training_request(
+        code_uri=code_uri, output=tmp_path / "output",
+        groups=[(DATA_GROUP, "ml.c5.4xlarge", data), (DNN_GROUP, "ml.g5.xlarge", 1)],
+        channels=[s3_channel("train", shards / "train", distribution=distribution, groups=(DATA_GROUP,)),
+                  s3_channel("validation", shards / "validation", groups=(DNN_GROUP,)),
+                  s3_channel("manifest", shards / "manifest.json", groups=(DATA_GROUP, DNN_GROUP))],
+        hyperparameters=hyperparameters, environment={SECRET_ENV: new_secret()})
+
+
 def start_training_job(tmp_path: Path, shards: Path, code_uri: str, *, silence_timeout_s: float = 30.0, data: int = 2,
                        hyperparameters: dict | None = None) -> EmulatedJob:
     """A 2-group emulated job on ``shards`` that trains "forever"; returns once the first step is logged."""
@@ -104,15 +116,10 @@ def start_training_job(tmp_path: Path, shards: Path, code_uri: str, *, silence_t
         if "step_time_ms=" in line:
             training.set()
 
-    request = training_request(
-        code_uri=code_uri, output=tmp_path / "output",
-        groups=[(DATA_GROUP, "ml.c5.9xlarge", data), (DNN_GROUP, "ml.g5.xlarge", 1)],
-        channels=[s3_channel("train", shards / "train", distribution=SHARDED, groups=(DATA_GROUP,)),
-                  s3_channel("validation", shards / "validation", groups=(DNN_GROUP,)),
-                  s3_channel("manifest", shards / "manifest.json", groups=(DATA_GROUP, DNN_GROUP))],
+    request = two_group_request(
+        tmp_path, shards, code_uri, data=data,
         hyperparameters={"epochs": 1000, "batch_size": 8, "log_every": 1, "workload_options": {"blur_passes": 0},
-                         "heartbeat_s": 0.5, "silence_timeout_s": silence_timeout_s, "connect_timeout_s": 60, **(hyperparameters or {})},
-        environment={SECRET_ENV: new_secret()})
+                         "heartbeat_s": 0.5, "silence_timeout_s": silence_timeout_s, "connect_timeout_s": 60, **(hyperparameters or {})})
     job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", on_line=on_line, grace_s=120, timeout_s=240)
     job.start()
     assert training.wait(120), "training never started"

@@ -14,9 +14,7 @@ from pipeline.emulator import EmulatedJob, StepFailed
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from steps.shard.shard import shard_dataset
-from steps.contract import DATA_GROUP, DNN_GROUP, SECRET_ENV
-from steps.train.auth import new_secret
-from tests.pipeline.conftest import by_role, listening_ports, s3_channel, start_training_job, training_request
+from tests.pipeline.conftest import by_role, listening_ports, start_training_job, two_group_request
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.e2e
@@ -71,14 +69,8 @@ def assert_every_sample_once_per_epoch(metrics: dict, train_samples: int, *, epo
 def test_a_tensorflow_job_serves_every_sample_once_whatever_the_channel_layout(tmp_path, tf_shards, code_uri, no_leftovers,
                                                                               data_hosts, distribution):
     """FullyReplicated: every data host sees every shard and must serve only its share."""
-    request = training_request(
-        code_uri=code_uri, output=tmp_path / "output",
-        groups=[(DATA_GROUP, "ml.c5.4xlarge", data_hosts), (DNN_GROUP, "ml.g5.xlarge", 1)],
-        channels=[s3_channel("train", tf_shards / "train", distribution=distribution, groups=(DATA_GROUP,)),
-                  s3_channel("validation", tf_shards / "validation", groups=(DNN_GROUP,)),
-                  s3_channel("manifest", tf_shards / "manifest.json", groups=(DATA_GROUP, DNN_GROUP))],
-        hyperparameters={"framework": "tensorflow", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0}},
-        environment={SECRET_ENV: new_secret()})
+    request = two_group_request(tmp_path, tf_shards, code_uri, data=data_hosts, distribution=distribution, hyperparameters={
+        "framework": "tensorflow", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0}})
     with EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=10, timeout_s=300) as job:
         job.start()
         result = job.wait()
