@@ -1,11 +1,13 @@
 # `make run`  : create the pinned environment (once) and run the local pipeline.
 # `make test` : create the pinned environment with the cloud and test extras (once) and run the test suite.
-# `make test-fast`: the same without the end-to-end cluster runs (pytest marker e2e).
+# `make test-fast`: the same without the tests that start long-lived processes (pytest marker e2e).
 # Every version, transitive ones included, is pinned in constraints.txt; re-running installs nothing new.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 HASH   := $(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 ARGS   ?=
+# pytest-xdist: one worker per core (at most 4); the e2e tests share one worker (tests/conftest.py). PARALLEL= runs serially.
+PARALLEL ?= -n auto --maxprocesses 4 --dist loadgroup
 
 .PHONY: setup setup-all run test test-fast bench
 setup: $(VENV)/.installed-base-$(HASH)
@@ -32,11 +34,11 @@ node_modules/.package-lock.json: package.json package-lock.json
 	touch $@
 
 test: setup-all node_modules/.package-lock.json
-	$(VENV)/bin/python -m pytest $(ARGS)
+	$(VENV)/bin/python -m pytest $(PARALLEL) $(ARGS)
 
-# the inner loop: everything but the tests that run emulated clusters and pipelines (marker e2e)
+# the inner loop: everything but the tests that start long-lived processes (marker e2e: clusters, pipelines, servers, the CDK CLI)
 test-fast: setup-all node_modules/.package-lock.json
-	$(VENV)/bin/python -m pytest -m "not e2e" $(ARGS)
+	$(VENV)/bin/python -m pytest $(PARALLEL) -m "not e2e" $(ARGS)
 
 bench: setup
 	$(PY) bench/transport.py

@@ -39,7 +39,7 @@ from typing import Callable
 
 from pipeline import storage
 from steps.common.errors import HeteroError, UserError
-from steps.contract import DATA_GROUP, HOSTS_FILE_ENV, SHARDED
+from steps.contract import DATA_GROUP, FAILURE_FILE, HOSTS_FILE_ENV, SHARDED
 
 HOMOGENEOUS_GROUP = "homogeneousCluster"  # the group SageMaker names when a request has no InstanceGroups
 
@@ -92,7 +92,7 @@ class Host:
 
     @property
     def failure(self) -> str:
-        path = self.base_dir / "output" / "failure"
+        path = self.base_dir / "output" / FAILURE_FILE
         return path.read_text().strip() if path.is_file() else ""
 
 

@@ -20,7 +20,7 @@ from datetime import timezone
 
 from pipeline.graph import PIPELINE_NAME, parse_overrides
 from steps.common.errors import UserError
-from steps.evaluate.evaluate import OUTPUT_NAME
+from steps.contract import PRICE_PERFORMANCE_FILE
 from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id
 
 DEFAULT_PIPELINE_NAME = PIPELINE_NAME  # what `cdk deploy` names it by default
@@ -93,15 +93,15 @@ def price_performance_of(results_uri: str, execution_id_: str) -> dict:
     """One execution's price_performance.json; UserError naming where it was looked for."""
     store = open_store(results_uri)
     try:
-        return store.get_json(validate_execution_id(execution_id_), OUTPUT_NAME)
+        return store.get_json(validate_execution_id(execution_id_), PRICE_PERFORMANCE_FILE)
     except DocumentNotFound as exc:
-        raise UserError(f"no {OUTPUT_NAME} for execution {execution_id_!r} ({exc.message}): Evaluate writes it when the "
+        raise UserError(f"no {PRICE_PERFORMANCE_FILE} for execution {execution_id_!r} ({exc.message}): Evaluate writes it when the "
                         "execution gets that far; check the id with `hetero executions` and --results", headline="no results") from None
 
 
 def read_price_performance(store, execution_id_: str) -> dict | None:
     try:
-        return store.get_json(execution_id_, OUTPUT_NAME)
+        return store.get_json(execution_id_, PRICE_PERFORMANCE_FILE)
     except DocumentNotFound:
         return None  # the execution stopped before Evaluate, or the results live elsewhere
 

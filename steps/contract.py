@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from steps.common.errors import UserError
+from steps.common.errors import FAILURE_FILE, UserError  # noqa: F401 - FAILURE_FILE: the failure-file contract lives with run_step
 
 # -- environment variables -------------------------------------------------------------------------
 SECRET_ENV = "HETERO_JOB_SECRET"  # per-job secret of the data plane's handshake
@@ -26,7 +26,6 @@ METRICS_SCHEMA_VERSION = 1
 MANIFEST_FILE = "manifest.json"  # written by the Shard step
 PRICE_PERFORMANCE_FILE = "price_performance.json"  # written by the Evaluate step
 PRICE_PERFORMANCE_SCHEMA_VERSION = 1
-FAILURE_FILE = "failure"  # <output>/failure: SageMaker shows its first 1,024 characters
 
 # -- the job's shape -------------------------------------------------------------------------------
 FRAMEWORKS = ("pytorch", "tensorflow")

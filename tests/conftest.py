@@ -12,6 +12,14 @@ import urllib.request
 import pytest
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test`: --dist loadgroup) the e2e tests run one after another on one worker:
+    each starts a whole emulated cluster, and two at once on a small machine would starve each other's heartbeats."""
+    for item in items:
+        if item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
+
+
 @pytest.fixture(scope="session")
 def moto_server():
     """Endpoint URL of a moto server on 127.0.0.1 (port chosen by the OS); stopped at session end."""

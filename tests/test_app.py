@@ -23,6 +23,7 @@ def test_cdk_json_runs_the_project_venv_and_keeps_the_cli_quiet():
 
 @pytest.mark.skipif(not (ROOT / "node_modules" / ".bin" / "cdk").exists(),
                     reason="node_modules missing: run `npm ci` (`make test` does) to install the pinned CDK CLI")
+@pytest.mark.e2e
 def test_cdk_synth_with_the_pinned_cli(tmp_path):
     env = {**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true", "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
     for var in ("AWS_PROFILE", "CDK_DEFAULT_ACCOUNT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):

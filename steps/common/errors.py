@@ -13,6 +13,7 @@ import sys
 import traceback
 from pathlib import Path
 
+FAILURE_FILE = "failure"  # <output>/failure: SageMaker shows its first 1,024 characters as FailureReason
 FAILURE_REASON_LIMIT = 1024
 # Processing jobs show the first KB of this file as ExitMessage (training jobs read output/failure).
 PROCESSING_EXIT_MESSAGE = Path("/opt/ml/output/message")
@@ -57,7 +58,7 @@ def describe(exc: BaseException) -> str:
 
 def write_failure(output_dir: str | os.PathLike, reason: str) -> Path:
     """Write the failure file SageMaker reads; returns its path."""
-    path = Path(output_dir) / "failure"
+    path = Path(output_dir) / FAILURE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(reason[:FAILURE_REASON_LIMIT] + "\n", encoding="utf-8")
     return path

@@ -39,12 +39,11 @@ if not __package__:
 from steps.common.cli import StepArgumentParser, run_step_cli  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
 from steps.common.files import write_json_atomic  # noqa: E402
+from steps.contract import PRICE_PERFORMANCE_FILE, PRICE_PERFORMANCE_SCHEMA_VERSION  # noqa: E402
 from steps.evaluate.metrics import load_metrics, validate_metrics  # noqa: E402
 from steps.evaluate.prices import PriceTable, load_prices  # noqa: E402
 from steps.evaluate.store import open_store, validate_execution_id  # noqa: E402
 
-SCHEMA_VERSION = 1  # of price_performance.json
-OUTPUT_NAME = "price_performance.json"
 DEFAULT_HETEROGENEOUS = "/opt/ml/processing/input/heterogeneous"
 DEFAULT_BASELINE = "/opt/ml/processing/input/baseline"
 DEFAULT_OUTPUT = "/opt/ml/processing/output/evaluation"
@@ -97,7 +96,7 @@ def price_performance(hetero_metrics: dict, baseline_metrics: dict | None, price
     if baseline_metrics is not None:
         baseline = _priced(validate_metrics(baseline_metrics, "baseline metrics"), prices, "baseline run")
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": PRICE_PERFORMANCE_SCHEMA_VERSION,
         "execution_id": execution_id,
         "prices": prices.describe(),
         "runs": {"heterogeneous": hetero, "baseline": baseline},
@@ -141,7 +140,7 @@ def evaluate(*, heterogeneous: str | Path, baseline: str | Path | None, output: 
     hetero_metrics = load_metrics(heterogeneous)
     baseline_metrics = load_metrics(baseline) if baseline is not None else None
     doc = price_performance(hetero_metrics, baseline_metrics, prices, execution_id=execution_id)
-    write_json_atomic(Path(output) / OUTPUT_NAME, doc)
+    write_json_atomic(Path(output) / PRICE_PERFORMANCE_FILE, doc)
     print(summary_line(doc), flush=True)
     if store_uri:
         store = open_store(store_uri)
@@ -152,7 +151,7 @@ def evaluate(*, heterogeneous: str | Path, baseline: str | Path | None, output: 
         if "config" in hetero_metrics:
             store.put_json(execution_id, "config.json", hetero_metrics["config"])
         # Written last: its presence means the whole set is there.
-        print(f"stored {store.put_json(execution_id, OUTPUT_NAME, doc)}", flush=True)
+        print(f"stored {store.put_json(execution_id, PRICE_PERFORMANCE_FILE, doc)}", flush=True)
     return doc
 
 

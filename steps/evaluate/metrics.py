@@ -14,9 +14,8 @@ import tarfile
 from pathlib import Path, PurePosixPath
 
 from steps.common.errors import UserError
+from steps.contract import METRICS_FILE, METRICS_SCHEMA_VERSION
 
-SCHEMA_VERSION = 1  # of metrics.json, as the trainers write it
-METRICS_NAME = "metrics.json"
 _MAX_METRICS_BYTES = 16 * 1024 * 1024  # metrics are a few KB; refuse to slurp a mislabelled blob
 
 
@@ -32,22 +31,22 @@ def load_metrics(path: str | Path) -> dict:
 
 def _read_metrics_bytes(path: Path) -> tuple[bytes, str]:
     if not path.exists():
-        raise UserError(f"metrics not found: {path} does not exist; pass a {METRICS_NAME}, "
+        raise UserError(f"metrics not found: {path} does not exist; pass a {METRICS_FILE}, "
                         "a directory containing one, or a model.tar.gz")
     if path.is_dir():
         return _find_in_dir(path)
     if path.name.endswith((".tar.gz", ".tgz", ".tar")):
         found = _scan_tar(path)
         if found is None:
-            raise UserError(f"metrics not found: {path} contains no {METRICS_NAME}")
+            raise UserError(f"metrics not found: {path} contains no {METRICS_FILE}")
         return found
     if path.stat().st_size > _MAX_METRICS_BYTES:
-        raise UserError(f"{path} is {path.stat().st_size} bytes, too big to be a {METRICS_NAME}")
+        raise UserError(f"{path} is {path.stat().st_size} bytes, too big to be a {METRICS_FILE}")
     return path.read_bytes(), str(path)
 
 
 def _find_in_dir(directory: Path) -> tuple[bytes, str]:
-    files = sorted(p for p in directory.rglob(METRICS_NAME) if p.is_file())
+    files = sorted(p for p in directory.rglob(METRICS_FILE) if p.is_file())
     # The trainer writes the same metrics.json to the model and the output-data
     # folders, so identical copies of one run are not an ambiguity.
     if files and len({_read_metrics_bytes(f)[0] for f in files}) == 1:
@@ -60,25 +59,25 @@ def _find_in_dir(directory: Path) -> tuple[bytes, str]:
             return found[0]
         files = [where for _, where in found]
     if not files:
-        raise UserError(f"metrics not found: no {METRICS_NAME} under {directory} (searched recursively, "
+        raise UserError(f"metrics not found: no {METRICS_FILE} under {directory} (searched recursively, "
                         "model.tar.gz included)")
     listing = ", ".join(str(f) for f in files[:5])
-    raise UserError(f"{directory} holds {len(files)} {METRICS_NAME} files ({listing}); pass the one to evaluate")
+    raise UserError(f"{directory} holds {len(files)} {METRICS_FILE} files ({listing}); pass the one to evaluate")
 
 
 def _scan_tar(tar_path: Path) -> tuple[bytes, str] | None:
     """(bytes, "archive!member") of the one metrics.json inside, None if there is none."""
     try:
         with tarfile.open(tar_path, "r:*") as tar:
-            members = [m for m in tar.getmembers() if m.isfile() and PurePosixPath(m.name).name == METRICS_NAME]
+            members = [m for m in tar.getmembers() if m.isfile() and PurePosixPath(m.name).name == METRICS_FILE]
             if len(members) > 1:
                 names = ", ".join(m.name for m in members[:5])
-                raise UserError(f"{tar_path} holds {len(members)} {METRICS_NAME} files ({names}); "
+                raise UserError(f"{tar_path} holds {len(members)} {METRICS_FILE} files ({names}); "
                                 "pass an extracted one instead")
             if not members:
                 return None
             if members[0].size > _MAX_METRICS_BYTES:
-                raise UserError(f"{tar_path}!{members[0].name} is too big to be a {METRICS_NAME}")
+                raise UserError(f"{tar_path}!{members[0].name} is too big to be a {METRICS_FILE}")
             # Read the member in place: extracting an untrusted archive invites path tricks.
             return tar.extractfile(members[0]).read(), f"{tar_path}!{members[0].name}"
     except (tarfile.TarError, EOFError, OSError) as exc:
@@ -90,8 +89,8 @@ def validate_metrics(doc, source: str) -> dict:
     if not isinstance(doc, dict):
         raise UserError(f"{source}: top level must be a JSON object")
     version = _field(doc, "schema_version", int, source)
-    if version != SCHEMA_VERSION:
-        raise UserError(f"{source}: field 'schema_version' is {version}; this evaluator reads {SCHEMA_VERSION}")
+    if version != METRICS_SCHEMA_VERSION:
+        raise UserError(f"{source}: field 'schema_version' is {version}; this evaluator reads {METRICS_SCHEMA_VERSION}")
     mode = _field(doc, "mode", str, source)
     if mode not in ("heterogeneous", "homogeneous"):
         raise UserError(f"{source}: field 'mode' must be 'heterogeneous' or 'homogeneous', got {mode!r}")

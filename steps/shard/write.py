@@ -15,6 +15,7 @@ import json
 import shutil
 from pathlib import Path
 
+from steps.contract import FAILURE_FILE, MANIFEST_FILE
 from steps.shard.format import sha256_file
 from steps.shard.formats import FORMATS
 from steps.shard.plan import Item
@@ -31,7 +32,7 @@ def clear_previous_output(output_dir: Path) -> None:
             for stale in (output_dir / split_name).glob(f"{split_name}-*{shard_format.suffix}*"):
                 stale.unlink()
     shutil.rmtree(output_dir / "quarantine", ignore_errors=True)
-    for name in ("manifest.json", "report.json", "failure"):
+    for name in (MANIFEST_FILE, "report.json", FAILURE_FILE):
         (output_dir / name).unlink(missing_ok=True)
     output_dir.mkdir(parents=True, exist_ok=True)
 

@@ -133,11 +133,19 @@ class BatchLoader(DataLoader):
     def __iter__(self):
         try:
             yield from super().__iter__()
-        except HeteroError as exc:
-            if "Original Traceback" not in exc.message:
+        except Exception as exc:  # not GeneratorExit: a loop that stops early keeps its workers
+            self._stop_workers()
+            if not isinstance(exc, HeteroError) or "Original Traceback" not in exc.message:
                 raise
             last = [line for line in exc.message.splitlines() if line.strip()][-1]
             raise type(exc)(last.split(": ", 1)[-1], headline=exc.headline) from None
+
+    def _stop_workers(self) -> None:
+        """End the persistent workers now: a failed loader is not iterated again, and
+        left to garbage collection its workers are joined whenever that happens to run."""
+        iterator, self._iterator = getattr(self, "_iterator", None), None
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
 
 
 def batch_loader(dataset: ShardDataset, *, batch_size: int, num_workers: int = 0, pin_memory: bool = False) -> DataLoader:

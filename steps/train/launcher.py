@@ -80,7 +80,19 @@ def main() -> int:
     def step():
         dispatch(environment.Environment())
 
-    return run_step(step, output_dir=environment.output_dir)
+    code = run_step(step, output_dir=environment.output_dir)
+    if code:
+        _end_now(code)
+    return code
+
+
+def _end_now(code: int) -> None:
+    """A failed host ends as soon as its failure is recorded. Interpreter shutdown would first join
+    what may be waiting on a peer that froze: tf.data.service servers drain in-flight calls (holding
+    the GIL, for as long as the peer's call lasts), DataLoader workers are joined one by one."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

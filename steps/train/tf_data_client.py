@@ -28,6 +28,7 @@ from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import DataHostLost, dial, send_stop
 from steps.train.link import Heartbeat, Link, Stopped
+from steps.train.tf_servers import end_server
 from steps.train.wire import Kind, WireError
 
 COMPRESSION = {"none": None, "auto": "AUTO"}
@@ -166,4 +167,4 @@ class TfDataService:
         for link in self.links.values():
             link.close()
         if self.dispatcher is not None:
-            self.dispatcher.stop()
+            end_server(self.dispatcher, clean=status == "completed")

@@ -33,6 +33,7 @@ from steps.train.config import TrainConfig
 from steps.train.control import Trainer, TrainerGone, accept_trainers, trainer_frame, trainer_lost
 from steps.train.link import Heartbeat, Stopped
 from steps.train.tf_cluster import check_single_trainer, local_shards
+from steps.train.tf_servers import end_server
 from steps.train.wire import Kind, WireError
 
 
@@ -47,7 +48,7 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
         (serving / path.name).symlink_to(path.resolve())
     print(f"[data] {me}: {len(files)} TFRecord shards, {samples} samples; tf.data.service worker for trainer "
           f"{cluster.trainer_hosts[0]}", flush=True)
-    worker = None
+    worker, trainer_stopped_it = None, False
     home = os.getcwd()
     try:
         with socket.create_server((address, cfg.data_port), backlog=16) as server:
@@ -62,6 +63,7 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
             trainer.link.send(Kind.START, {"worker": address, "samples_per_epoch": samples})
             print(f"[data] {me}: worker registered with dispatcher {dispatcher}", flush=True)
             _serve_until_stop(trainer, cluster.model_dir, [str(f) for f in files])
+            trainer_stopped_it = True
         except Exception as exc:
             if not isinstance(exc, TrainerGone):  # the trainer learns why, not just that the link closed
                 try:
@@ -74,7 +76,7 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
             trainer.link.close()
     finally:
         if worker is not None:
-            worker.stop()
+            end_server(worker, clean=trainer_stopped_it)
         os.chdir(home)
         shutil.rmtree(serving, ignore_errors=True)
     print(f"[data] {me}: trainer stopped the job; exiting", flush=True)

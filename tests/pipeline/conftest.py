@@ -59,20 +59,24 @@ def children() -> list[psutil.Process]:
     return [p for p in psutil.Process(os.getpid()).children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
-def listening_ports() -> set[int]:
-    return {c.laddr.port for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
-
-
-def job_ports(job_dir: Path) -> set[int]:
-    """The data-plane and rendezvous ports of an emulated job (the training config's, unless its hyperparameters set them)."""
-    from steps.train.config import TrainConfig
-
+def own_listening_ports() -> set[int]:
+    """TCP ports listened on by this process and its descendants: what a test run could leave open
+    (whatever else the machine, or a parallel test worker, listens on is not counted)."""
     ports = set()
-    for config in job_dir.glob("algo-*/input/config/hyperparameters.json"):
-        hp = json.loads(config.read_text())
-        defaults = TrainConfig()
-        ports |= {int(hp.get("data_port", defaults.data_port)), int(hp.get("dist_port", defaults.dist_port))}
+    for process in [psutil.Process(os.getpid()), *children()]:
+        try:
+            ports |= {c.laddr.port for c in process.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+        except psutil.Error:  # exited meanwhile
+            pass
     return ports
+
+
+def listeners_on(jobs) -> set[tuple[str, int]]:
+    """Sockets listening, anywhere on this machine, on an address of the emulated jobs' hosts (each job has its
+    own 127.X.Y.0/24): catches a host process that outlived its job even outside this process tree."""
+    addresses = {h.address for job in jobs for h in job.hosts}
+    return {(c.laddr.ip, c.laddr.port) for c in psutil.net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.ip in addresses}
 
 
 def _cmdline(p: psutil.Process) -> list[str]:

@@ -10,7 +10,7 @@ import torch
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.sagemaker import all_steps
-from tests.pipeline.conftest import job_ports, listening_ports
+from tests.pipeline.conftest import listeners_on, own_listening_ports
 
 pytestmark = pytest.mark.e2e
 
@@ -22,6 +22,7 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
         "Epochs": 2, "BatchSize": 16, "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 1}',
     })
     lines = []
+    ports_before = own_listening_ports()
     runner = LocalRunner(params, LocalOptions(work_dir=tmp_path, grace_s=10, step_timeout_s=300, echo=lines.append))
 
     result = runner.run()
@@ -50,9 +51,9 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
     for job in result.jobs.values():
         assert all(h.exit_code == 0 and not h.stopped_by_emulator for h in job.hosts)
     assert any("step_time_ms=" in line for line in lines)
-    # no port of the job is still open
-    for job in result.jobs.values():
-        assert not job_ports(job.job_dir) & listening_ports()
+    # no port the run opened is still open
+    assert not own_listening_ports() - ports_before
+    assert not listeners_on(result.jobs.values())
     # every data host holds a copy of the results (and trainer rank 0, the first trainer host, the
     # original), so algo-1 has them whatever its role, whichever host's model dir SageMaker packs
     trainer_metrics = (result.jobs["TrainHeterogeneous"].model_dir / "metrics.json").read_bytes()
@@ -68,36 +69,32 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
         assert base.keys() == het.keys() and all(torch.equal(base[k], het[k]) for k in base)
 
 
-def test_without_baseline_the_evaluation_has_no_comparison(tmp_path, tiny_images, no_leftovers):
-    params = resolve_parameters({"InputData": str(tiny_images), "RunBaseline": False, "Epochs": 1, "BatchSize": 32,
-                                 "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 0}'})
-    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, grace_s=10, echo=lambda _: None)).run()
-    assert {"TrainBaseline", "Evaluate", "CheckImprovement"} <= set(result.skipped) and "EvaluateWithoutBaseline" in result.outputs
-    assert result.price_performance["runs"]["baseline"] is None
-    assert result.price_performance["improvement"] is None
-
-
-def test_a_user_workload_runs_on_every_host(tmp_path, tiny_images, no_leftovers):
-    params = resolve_parameters({"InputData": str(tiny_images), "Workload": "tests.fixtures.tiny_workload",
+def test_no_input_no_baseline_and_a_user_workload_in_one_run(tmp_path, no_leftovers):
+    """Three options that change the graph or the hosts' code, one pipeline run: no InputData (the run generates
+    its dataset), RunBaseline=false (the baseline branch is skipped, the evaluation has no comparison) and a
+    user workload module (every host of the job imports it)."""
+    params = resolve_parameters({"RunBaseline": False, "Workload": "tests.fixtures.tiny_workload",
                                  "WorkloadOptions": '{"hidden": 4}', "Epochs": 1, "BatchSize": 32, "ShardSizeMB": 1})
-    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, grace_s=10, echo=lambda _: None)).run()
-    for job in result.jobs.values():
-        metrics = json.loads((job.model_dir / "metrics.json").read_text())
-        assert metrics["config"]["workload"] == "tests.fixtures.tiny_workload"
-        assert metrics["config"]["workload_options"] == {"hidden": 4}
-    state = torch.load(result.jobs["TrainHeterogeneous"].model_dir / "model.pt")
-    assert state["1.weight"].shape == (4, 16 * 16 * 3)
-
-
-def test_with_no_input_the_run_generates_its_own_dataset(tmp_path, no_leftovers):
-    params = resolve_parameters({"Epochs": 1, "BatchSize": 32, "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 0}'})
     assert params["InputData"] == ""
-    options = LocalOptions(work_dir=tmp_path, sample_images=80, grace_s=10, echo=lambda _: None)
-    result = LocalRunner(params, options).run()
+    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, sample_images=80, grace_s=10, echo=lambda _: None)).run()
+
     manifest = json.loads((result.outputs["Shard"] / "manifest.json").read_text())
     assert manifest["splits"]["train"]["samples"] + manifest["splits"]["validation"]["samples"] == 80
     assert len(manifest["classes"]) == 8
     assert (tmp_path / "sample-data").is_dir()
+
+    assert {"TrainBaseline", "Evaluate", "CheckImprovement"} <= set(result.skipped) and "EvaluateWithoutBaseline" in result.outputs
+    assert set(result.jobs) == {"TrainHeterogeneous"}
+    assert result.price_performance["runs"]["baseline"] is None
+    assert result.price_performance["improvement"] is None
+
+    job = result.jobs["TrainHeterogeneous"]
+    metrics = json.loads((job.model_dir / "metrics.json").read_text())
+    assert metrics["config"]["workload"] == "tests.fixtures.tiny_workload"
+    assert metrics["config"]["workload_options"] == {"hidden": 4}
+    state = torch.load(job.model_dir / "model.pt")
+    assert state["1.weight"].shape == (4, 16 * 16 * 3)
+    assert all(h.exit_code == 0 for h in job.hosts)
 
 
 def _same_where_literal(compiled, executed, path="") -> None:

@@ -158,7 +158,7 @@ def test_corrupt_or_truncated_file_is_a_user_error(tmp_path, damage, record):
         assert "shard step" in err.value.message and err.value.headline == "malformed shard"
 
 
-@pytest.mark.parametrize("record, problem", [
+MALFORMED = [
     (_example(image=b"x", id=1, ext=b"jpg"), "lacks feature 'label'"),
     (_example(image=b"x", label=1, ext=b"jpg"), "lacks feature 'id'"),
     (_example(image=b"x", label=b"1", id=1, ext=b"jpg"), "feature 'label' is a bytes_list"),
@@ -166,7 +166,11 @@ def test_corrupt_or_truncated_file_is_a_user_error(tmp_path, damage, record):
     (_example(image=b"x", label=1, id=1, ext=b"gif"), "'gif'"),
     (_example(image=b"x", label=-1, id=1, ext=b"jpg"), "feature 'label' is -1"),
     (b"\xff\xff\xff", "not a serialized tf.train.Example"),
-])
+]
+
+
+# ids by problem: a serialized map's byte order differs between processes (pytest-xdist workers must agree)
+@pytest.mark.parametrize("record, problem", MALFORMED, ids=[problem for _, problem in MALFORMED])
 def test_malformed_record_names_shard_and_index(tmp_path, record, problem):
     shard = _records(tmp_path / "bad.tfrecord", [_example(**GOOD), record])
     with pytest.raises(UserError, match=problem) as err:

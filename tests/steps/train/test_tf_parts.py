@@ -93,8 +93,9 @@ WORKER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("hosts", [1, 2])
-def test_tf_data_service_workers_each_serve_only_their_own_shards_exactly_once_per_epoch(tmp_path, hosts):
+@pytest.mark.e2e
+def test_tf_data_service_workers_each_serve_only_their_own_shards_exactly_once_per_epoch(tmp_path):
+    hosts = 2
     shares = [[list(range(h * 100 + s * 10, h * 100 + s * 10 + 10)) for s in range(2)] for h in range(hosts)]
     folders = [tmp_path / f"host-{h}" for h in range(hosts)]
     for folder, share in zip(folders, shares):
@@ -148,6 +149,7 @@ MIRRORED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_the_training_loop_splits_each_batch_across_replicas(tmp_path):
     files = write_shards(tmp_path, [list(range(0, 20)), list(range(20, 40))])
     run = subprocess.run([sys.executable, "-c", MIRRORED, *map(str, files)], capture_output=True, text=True, timeout=300,
