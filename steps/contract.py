@@ -19,6 +19,8 @@ from steps.common.errors import FAILURE_FILE, UserError  # noqa: F401 - FAILURE_
 # -- environment variables -------------------------------------------------------------------------
 SECRET_ENV = "HETERO_JOB_SECRET"  # per-job secret of the data plane's handshake
 HOSTS_FILE_ENV = "HETERO_HOSTS_FILE"  # emulated cluster DNS: lines "<address> <host>"
+SECRET_FD_ENV = "HETERO_JOB_SECRET_FD"  # the secret handed to a re-executed TensorFlow host through a pipe, not its environment
+BIND_ADDRESS_ENV = "HETERO_BIND_ADDRESS"  # the one address a guarded TensorFlow host listens on (steps/train/bind_guard.c)
 
 # -- files -----------------------------------------------------------------------------------------
 METRICS_FILE = "metrics.json"  # written by trainers into model/ and output/data/

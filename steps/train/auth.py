@@ -16,7 +16,7 @@ import secrets
 import socket
 
 from steps.common.errors import UserError
-from steps.contract import SECRET_ENV  # noqa: F401 (read by importers of auth)
+from steps.contract import SECRET_ENV, SECRET_FD_ENV
 from steps.train.wire import FrameReader, Kind, WireError, send_frame
 
 MIN_SECRET_CHARS = 16
@@ -26,8 +26,16 @@ class AuthError(WireError):
     headline = "data plane authentication failed"
 
 
+_from_pipe: bytes | None = None
+
+
 def job_secret(environ: dict | None = None) -> bytes:
-    value = (environ if environ is not None else os.environ).get(SECRET_ENV, "")
+    """The job's secret: from ``HETERO_JOB_SECRET``, or, in a host that `steps.train.bind_guard` re-executed
+    without it in its environment, read once from the pipe named by ``HETERO_JOB_SECRET_FD``."""
+    environ = environ if environ is not None else os.environ
+    value = environ.get(SECRET_ENV, "")
+    if not value and environ.get(SECRET_FD_ENV):
+        value = _read_secret_pipe(int(environ[SECRET_FD_ENV])).decode()
     if len(value) < MIN_SECRET_CHARS:
         raise UserError(
             f"{SECRET_ENV} must hold a secret of at least {MIN_SECRET_CHARS} characters shared by every host "
@@ -35,6 +43,21 @@ def job_secret(environ: dict | None = None) -> bytes:
             headline="missing job secret",
         )
     return value.encode()
+
+
+def _read_secret_pipe(fd: int) -> bytes:
+    global _from_pipe
+    if _from_pipe is None:
+        chunks = []
+        try:
+            while chunk := os.read(fd, 4096):
+                chunks.append(chunk)
+            os.close(fd)
+        except OSError as exc:
+            raise UserError(f"{SECRET_FD_ENV}={fd} names no readable pipe ({exc}); it is set only by the launcher "
+                            "when it re-executes a TensorFlow host", headline="missing job secret") from None
+        _from_pipe = b"".join(chunks)
+    return _from_pipe
 
 
 def new_secret() -> str:

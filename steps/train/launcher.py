@@ -44,6 +44,8 @@ def dispatch(env) -> None:
 
     cfg = TrainConfig.from_hyperparameters(env.hyperparameters)
     cluster = Cluster.from_environment(env, cfg)
+    if cfg.framework == "tensorflow":
+        _confine(cfg, cluster)  # re-executes this process once, before anything imports TensorFlow
     workload = load_workload(cfg.workload, cfg.workload_options)
     print(f"[launcher] host={cluster.current_host} group={cluster.current_group} role={cluster.role} "
           f"framework={cfg.framework} heterogeneous={cluster.heterogeneous}", flush=True)
@@ -65,6 +67,17 @@ def dispatch(env) -> None:
         from steps.train.trainer import run_trainer
 
         run_trainer(cfg, cluster, workload)
+
+
+def _confine(cfg, cluster) -> None:
+    """Before TensorFlow is imported: re-execute this host with its listeners on its cluster address (steps.train.bind_guard)."""
+    from steps.train import bind_guard
+    from steps.train.cluster import resolve
+
+    if cfg.tf_bind_guard == "on" and not bind_guard.guarded():
+        bind_guard.reexec_guarded(resolve(cluster.current_host))
+    if not bind_guard.guarded():
+        print("[launcher] WARNING tf_bind_guard=off: tf.data.service listens on every interface without authentication", flush=True)
 
 
 def _quiet_tensorflow() -> None:

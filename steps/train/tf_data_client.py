@@ -47,6 +47,7 @@ class TfDataService:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self.dispatcher = None
+        self.address = ""
         self.beat: Heartbeat | None = None
         self._ids: dict[str, np.ndarray] = {}
         self._ids_arrived = threading.Condition()
@@ -60,7 +61,8 @@ class TfDataService:
 
         service = tf.data.experimental.service
         self.dispatcher = service.DispatchServer(service.DispatcherConfig(port=0, protocol="grpc"))
-        address = f"{resolve(self.cluster.current_host)}:{self.dispatcher.target.rsplit(':', 1)[1]}"
+        # its target says localhost; the dispatcher listens only on this host's cluster address (steps.train.bind_guard)
+        address = self.address = f"{resolve(self.cluster.current_host)}:{self.dispatcher.target.rsplit(':', 1)[1]}"
         deadline = time.monotonic() + self.cfg.connect_timeout_s
         for host in self.cluster.data_hosts:
             sock = dial(host, resolve(host), self.cfg.data_port, deadline, self.cfg.connect_timeout_s)
@@ -150,7 +152,7 @@ class TfDataService:
         import tensorflow as tf
 
         return dataset.apply(tf.data.experimental.service.distribute(
-            processing_mode=tf.data.experimental.service.ShardingPolicy.OFF, service=self.dispatcher.target,
+            processing_mode=tf.data.experimental.service.ShardingPolicy.OFF, service=f"grpc://{self.address}",
             compression=COMPRESSION[self.cfg.tf_compression]))
 
     def close(self, status: str = "completed", reason: str = "", files: dict[str, bytes] | None = None) -> None:

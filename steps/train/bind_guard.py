@@ -1,0 +1,81 @@
+"""A TensorFlow host listens only on its cluster address, and keeps the job secret out of its environment.
+
+tf.data.service has no authentication and no bind-address option: its
+dispatcher (on the trainer) and workers (on the data hosts) listen on every
+interface, and whoever reaches them can run dataset graphs there (read files,
+write files, read the environment). So before a TensorFlow host imports
+TensorFlow, the launcher re-executes it (same pid, same arguments) with
+
+- ``LD_PRELOAD`` = `bind_guard.c`, built here with the C compiler, which turns a
+  wildcard ``bind()`` into one on ``HETERO_BIND_ADDRESS``, the host's own
+  cluster address: only hosts of the cluster network can reach the servers;
+- the job secret moved from the environment to a pipe (``HETERO_JOB_SECRET_FD``,
+  read once by `steps.train.auth.job_secret`): a dataset graph that reads
+  ``/proc/self/environ`` finds no secret there.
+
+Without a C compiler the host refuses to start (fail closed) and says how to
+fix it; the hyperparameter ``tf_bind_guard=off`` accepts the exposure instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import NoReturn
+
+from steps.common.errors import UserError
+from steps.contract import BIND_ADDRESS_ENV, SECRET_ENV, SECRET_FD_ENV
+
+SOURCE = Path(__file__).with_name("bind_guard.c")
+
+
+def guarded(environ=os.environ) -> bool:
+    """True in a host this module re-executed (its listeners are confined)."""
+    return bool(environ.get(BIND_ADDRESS_ENV)) and "bind_guard" in environ.get("LD_PRELOAD", "")
+
+
+def build_library(cache_dir: Path | None = None) -> Path:
+    """The compiled library, built once per source version into a cache folder (atomic, so hosts may race)."""
+    source = SOURCE.read_bytes()
+    folder = Path(cache_dir or tempfile.gettempdir()) / f"hetero-bind-guard-{hashlib.sha256(source).hexdigest()[:16]}"
+    library = folder / "bind_guard.so"
+    if library.is_file():
+        return library
+    compiler = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
+    if not compiler:
+        raise UserError("the TensorFlow path confines tf.data.service (no authentication of its own) to the cluster address "
+                        f"with a small preloaded library built from {SOURCE.name}, and this image has no C compiler (cc, gcc). "
+                        "Install gcc in the training image, or set the hyperparameter tf_bind_guard=off to accept that "
+                        "tf.data.service listens on every interface (README: Security)", headline="cannot confine tf.data.service")
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f"bind_guard.{os.getpid()}.so"
+    result = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(SOURCE), "-ldl"],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise UserError(f"{compiler} could not build {SOURCE}: {result.stderr.strip()[-800:]}; install gcc and the C library "
+                        "headers in the training image, or set tf_bind_guard=off", headline="cannot confine tf.data.service")
+    partial.replace(library)
+    return library
+
+
+def reexec_guarded(address: str) -> NoReturn:
+    """Replace this process by itself, listeners confined to ``address`` and the secret moved to a pipe."""
+    env = dict(os.environ)
+    library = build_library()
+    env["LD_PRELOAD"] = ":".join(filter(None, [str(library), env.get("LD_PRELOAD", "")]))
+    env[BIND_ADDRESS_ENV] = address
+    secret = env.pop(SECRET_ENV, "")
+    if secret:
+        read_end, write_end = os.pipe()
+        os.write(write_end, secret.encode())  # far below a pipe's buffer: never blocks
+        os.close(write_end)
+        os.set_inheritable(read_end, True)
+        env[SECRET_FD_ENV] = str(read_end)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)

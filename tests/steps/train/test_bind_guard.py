@@ -1,0 +1,92 @@
+"""The TensorFlow hosts' confinement: wildcard binds land on the cluster address, the secret leaves the environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from steps.common.errors import UserError
+from steps.contract import BIND_ADDRESS_ENV, SECRET_ENV, SECRET_FD_ENV
+from steps.train import bind_guard
+
+ROOT = Path(__file__).resolve().parents[3]
+
+BIND = """
+import json, socket
+out = {}
+for family, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::"), (socket.AF_INET, "127.0.0.1")):
+    with socket.socket(family) as s:
+        if family == socket.AF_INET6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # dual stack, as gRPC binds
+        s.bind((host, 0))
+        out[host] = s.getsockname()[0]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    if not (os.environ.get("CC") or bind_guard.shutil.which("cc") or bind_guard.shutil.which("gcc")):
+        pytest.skip("no C compiler")
+    return bind_guard.build_library(tmp_path_factory.mktemp("cache"))
+
+
+def test_the_library_is_built_once_per_source_version(library):
+    assert library.is_file() and bind_guard.build_library(library.parent.parent) == library
+
+
+def test_wildcard_binds_land_on_the_one_address_and_others_are_untouched(library):
+    env = {**os.environ, "LD_PRELOAD": str(library), BIND_ADDRESS_ENV: "127.0.0.7"}
+    out = json.loads(subprocess.run([sys.executable, "-c", BIND], env=env, capture_output=True, text=True, check=True).stdout)
+    assert out == {"0.0.0.0": "127.0.0.7", "::": "::ffff:127.0.0.7", "127.0.0.1": "127.0.0.1"}
+
+
+def test_without_the_address_the_library_changes_nothing(library):
+    env = {k: v for k, v in os.environ.items() if k != BIND_ADDRESS_ENV} | {"LD_PRELOAD": str(library)}
+    out = json.loads(subprocess.run([sys.executable, "-c", BIND], env=env, capture_output=True, text=True, check=True).stdout)
+    assert out["0.0.0.0"] == "0.0.0.0" and out["::"] == "::"
+
+
+REEXEC = """
+import json, os, sys
+sys.path.insert(0, {root!r})
+from steps.train import bind_guard
+from steps.train.auth import job_secret
+if not bind_guard.guarded():
+    bind_guard.reexec_guarded("127.0.0.9")
+environ = open("/proc/self/environ", "rb").read()
+print(json.dumps({{"pid": os.getpid(), "argv": sys.argv[1:], "secret_in_environ": b"s3cr3t" in environ,
+                  "secret": job_secret().decode(), "address": os.environ[{address!r}]}}))
+"""
+
+
+def test_the_host_reexecutes_itself_confined_with_the_secret_in_a_pipe(library, tmp_path, monkeypatch):
+    monkeypatch.setattr(bind_guard.tempfile, "gettempdir", lambda: str(library.parent.parent))
+    script = tmp_path / "host.py"
+    script.write_text(REEXEC.format(root=str(ROOT), address=BIND_ADDRESS_ENV))
+    env = {**os.environ, SECRET_ENV: "s3cr3t" * 8, "TMPDIR": str(library.parent.parent)}
+    proc = subprocess.Popen([sys.executable, str(script), "--flag", "value"], env=env, stdout=subprocess.PIPE, text=True)
+    out = json.loads(proc.communicate(timeout=60)[0])
+    assert out == {"pid": proc.pid, "argv": ["--flag", "value"], "secret_in_environ": False, "secret": "s3cr3t" * 8,
+                   "address": "127.0.0.9"}
+
+
+def test_a_secret_pipe_that_is_not_there_is_a_clear_error(monkeypatch):
+    from steps.train import auth
+
+    monkeypatch.setattr(auth, "_from_pipe", None)
+    with pytest.raises(UserError, match=f"{SECRET_FD_ENV}=987 names no readable pipe"):
+        auth.job_secret({SECRET_FD_ENV: "987"})
+
+
+def test_without_a_compiler_the_host_refuses_and_names_the_way_out(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CC", raising=False)
+    with pytest.raises(UserError, match="no C compiler .cc, gcc.*tf_bind_guard=off") as caught:
+        bind_guard.build_library(tmp_path / "cache")
+    assert caught.value.headline == "cannot confine tf.data.service"
