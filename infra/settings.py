@@ -48,6 +48,11 @@ class StackSettings:
                             "training then reads shards from it (DataSource=FSx).")
     fsx_storage_gib: int = _key(1200, "FSx for Lustre capacity: 1200, 2400 or a multiple of 2400 GiB.")
     fsx_throughput_per_tib: int = _key(125, "FSx PERSISTENT_2 throughput per TiB (125, 250, 500 or 1000 MB/s).")
+    inter_container_encryption: bool = _key(False, "Encrypt traffic between the hosts of each training job "
+                                                   "(EnableInterContainerTrafficEncryption): batches cross the network encrypted, "
+                                                   "at a cost in step time (README: Security).")
+    network_isolation: bool = _key(False, "Training containers get no network beyond their own cluster "
+                                          "(EnableNetworkIsolation): a workload cannot send data out (README: Security).")
     framework: str = _key("pytorch", f"Training framework, one of {', '.join(FRAMEWORKS)}: picks the shard format and "
                                      "the default images (AWS Deep Learning Containers of that framework).")
     training_image: str = _key("", "Training image, an ECR image URI ('' for the framework's AWS DLC, GPU variant, in the "

@@ -142,8 +142,7 @@ class Compiler:
             sagemaker_session=self.session,
             base_job_name=f"hetero-{step.name.lower()}",
             compute=Compute(instance_groups=groups, volume_size_in_gb=VOLUME_GB),
-            networking=Networking(subnets=list(self.s.fsx.subnets), security_group_ids=list(self.s.fsx.security_group_ids))
-            if self.s.fsx else None,
+            networking=self.networking(Networking),
             stopping_condition=StoppingCondition(max_runtime_in_seconds=MAX_RUNTIME_S),
             output_data_config=OutputDataConfig(s3_output_path=self.s3(self.exec_id, step.name)),
             hyperparameters=hyperparameters,
@@ -156,6 +155,17 @@ class Compiler:
         sm_step = SmTrainingStep(name=step.name, step_args=trainer.train(input_data_config=self.channels(step)))
         self.steps[step.name] = sm_step
         return sm_step
+
+    def networking(self, networking_class):
+        """The training jobs' VPC (with FSx) and the deploy options on traffic between and out of their hosts."""
+        options = {}
+        if self.s.fsx:
+            options.update(subnets=list(self.s.fsx.subnets), security_group_ids=list(self.s.fsx.security_group_ids))
+        if self.s.inter_container_encryption:
+            options["enable_inter_container_traffic_encryption"] = True
+        if self.s.network_isolation:
+            options["enable_network_isolation"] = True
+        return networking_class(**options) if options else None
 
     def check(self, step: CheckStep):
         from sagemaker.core.workflow.conditions import ConditionGreaterThan, ConditionLessThan

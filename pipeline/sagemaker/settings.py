@@ -41,6 +41,10 @@ class DeploySettings:
     training_image: str | None = None  # default: the AWS GPU training image of the framework in the region
     processing_image: str | None = None  # default: the CPU variant of the same image
     fsx: FsxSettings | None = None
+    # training jobs only (Shard and Evaluate call S3 themselves): SageMaker encrypts traffic between the
+    # cluster's hosts (slower steps, see README), and gives the containers no network beyond the cluster
+    inter_container_encryption: bool = False
+    network_isolation: bool = False
 
 
 def check(settings: DeploySettings) -> None:

@@ -349,6 +349,18 @@ def test_fsx_variant_mounts_lustre_in_the_vpc(built):
     assert "VpcConfig" not in fsx_steps["Shard"]["Arguments"]
 
 
+def test_encryption_and_isolation_are_training_job_options_off_by_default(steps):
+    locked = all_steps(build_definition(replace(SETTINGS, inter_container_encryption=True, network_isolation=True)))
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        assert locked[name]["Arguments"]["EnableInterContainerTrafficEncryption"] is True
+        assert locked[name]["Arguments"]["EnableNetworkIsolation"] is True
+        assert not steps[name]["Arguments"].get("EnableInterContainerTrafficEncryption")
+        assert not steps[name]["Arguments"].get("EnableNetworkIsolation")
+        assert "VpcConfig" not in locked[name]["Arguments"]
+    for name in ("Shard", "Evaluate"):  # they call S3 themselves
+        assert "NetworkConfig" not in locked[name]["Arguments"]
+
+
 # -- framework ---------------------------------------------------------------------------------
 
 def image_of(step: dict) -> str:

@@ -18,7 +18,8 @@ SETTINGS = DeploySettings(pipeline_name="hetero-test", region="eu-west-1", role_
                           bucket="my-bucket", code_uri="s3://my-bucket/hetero/code/code.tar.gz")
 FSX = FsxSettings(file_system_id="fs-0123456789abcdef0", directory_path="/fsx/dataset", subnets=("subnet-0123456789abcdef0",),
                   security_group_ids=("sg-0123456789abcdef0",))
-VARIANTS = {"pytorch": SETTINGS, "tensorflow": replace(SETTINGS, framework="tensorflow"), "fsx": replace(SETTINGS, fsx=FSX)}
+VARIANTS = {"pytorch": SETTINGS, "tensorflow": replace(SETTINGS, framework="tensorflow"), "fsx": replace(SETTINGS, fsx=FSX),
+            "locked-down": replace(SETTINGS, fsx=FSX, inter_container_encryption=True, network_isolation=True)}
 OPERATIONS = {"Training": "CreateTrainingJob", "Processing": "CreateProcessingJob"}
 
 
