@@ -12,6 +12,7 @@ whichever host's model directory SageMaker packs.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
@@ -28,7 +29,8 @@ from steps.train.config import TrainConfig
 from steps.train.link import Link, PeerSilent, Stopped
 from steps.train.wire import Kind, WireError
 
-HANDSHAKE_TIMEOUT_S = 10.0
+HANDSHAKE_TIMEOUT_S = 10.0  # in all, for a connection to prove the job secret
+MAX_PENDING = 32  # connections at once that have not proved it yet
 SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
@@ -54,20 +56,27 @@ class Trainer:
 
 def accept_trainers(server: socket.socket, cfg: TrainConfig, me: str, trainer_hosts: tuple[str, ...], secret: bytes,
                     info: dict) -> list[Trainer]:
-    """Accept on ``server`` until every expected trainer has proved the secret; ``info`` goes in the HELLO."""
+    """Accept on ``server`` until every expected trainer has proved the secret; ``info`` goes in the HELLO.
+
+    Whoever reaches the port gets at most `HANDSHAKE_TIMEOUT_S` in all to prove the secret, and at most
+    `MAX_PENDING` unproven connections are held at once (a new one cuts the oldest, so a flood cannot
+    lock out a trainer, which proves the secret within a round trip): a flood or a slow client costs a
+    few threads and file descriptors, never the host. Running out of descriptors
+    (EMFILE) is waited out, not fatal. Refusals are logged at most once a second, with counts."""
     expected = set(trainer_hosts)
     trainers: dict[str, Trainer] = {}
-    pending: set[socket.socket] = set()
+    pending: dict[socket.socket, float] = {}  # unproven connection -> when its handshake must be over
     lock = threading.Lock()
+    log = _RefusalLog(me)
 
     def handshake(sock: socket.socket, address) -> None:
         try:
             peer = serve_handshake(sock, secret, host=me, info=info)
         except (AuthError, WireError, OSError) as exc:
-            print(f"[data] {me}: rejected connection from {address[0]}: {exc}", flush=True)
+            log.refused(f"{address[0]}: {exc}")
             peer = None
         with lock:
-            pending.discard(sock)
+            pending.pop(sock, None)
             if peer in expected and peer not in trainers:
                 trainers[peer] = Trainer(peer, Link(sock, f"trainer {peer}", heartbeat_s=cfg.heartbeat_s,
                                                     silence_timeout_s=cfg.silence_timeout_s))
@@ -78,33 +87,81 @@ def accept_trainers(server: socket.socket, cfg: TrainConfig, me: str, trainer_ho
     deadline = time.monotonic() + cfg.connect_timeout_s
     try:
         while True:
+            now = time.monotonic()
             with lock:
                 if set(trainers) == expected:
                     return list(trainers.values())
-            remaining = deadline - time.monotonic()
+                for sock in [s for s, due in pending.items() if due < now]:  # too slow to prove the secret
+                    _cut(sock)
+                    pending[sock] = float("inf")  # its thread closes it
+            remaining = deadline - now
             if remaining <= 0:
                 missing = ", ".join(sorted(expected - set(trainers)))
                 raise TrainerGone(f"trainer host(s) {missing} did not connect within connect_timeout_s={cfg.connect_timeout_s:g}")
+            log.flush()
             server.settimeout(min(remaining, 0.2))
             try:
                 sock, address = server.accept()
             except TimeoutError:
                 continue
-            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    raise
+                log.refused(f"cannot accept: {os.strerror(exc.errno)}")  # the connection waits in the backlog
+                time.sleep(0.1)
+                continue
             with lock:
-                pending.add(sock)
+                waiting = [s for s, due in pending.items() if due != float("inf")]
+                if len(waiting) >= MAX_PENDING:  # the oldest goes: a real trainer proves the secret within a round trip
+                    oldest = min(waiting, key=pending.__getitem__)
+                    _cut(oldest)
+                    pending[oldest] = float("inf")
+                    log.refused(f"{address[0]}: {MAX_PENDING} connections were waiting to prove the secret; cut the oldest")
+                pending[sock] = time.monotonic() + HANDSHAKE_TIMEOUT_S
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)
             thread = threading.Thread(target=handshake, args=(sock, address), name="handshake", daemon=True)
             thread.start()
             threads.append(thread)
+            threads = [t for t in threads if t.is_alive()]
     finally:
         with lock:
             for sock in pending:  # strangers still mid-handshake: cut them off (shutdown wakes their recv)
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                _cut(sock)
         for thread in threads:
             thread.join(timeout=HANDSHAKE_TIMEOUT_S)
+        log.flush(force=True)
+
+
+def _cut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class _RefusalLog:
+    """Refused connections, printed at most once a second: a flood must not flood the log too."""
+
+    def __init__(self, me: str):
+        self.me = me
+        self.count = 0
+        self.last_reason = ""
+        self.printed_at = 0.0
+        self.lock = threading.Lock()
+
+    def refused(self, reason: str) -> None:
+        with self.lock:
+            self.count += 1
+            self.last_reason = reason
+        self.flush()
+
+    def flush(self, force: bool = False) -> None:
+        with self.lock:
+            if not self.count or (not force and time.monotonic() - self.printed_at < 1.0):
+                return
+            more = f" (and {self.count - 1} more since the last report)" if self.count > 1 else ""
+            print(f"[data] {self.me}: refused connection {self.last_reason}{more}", flush=True)
+            self.count, self.printed_at = 0, time.monotonic()
 
 
 def dial(host: str, address: str, port: int, deadline: float, connect_timeout_s: float) -> socket.socket:
