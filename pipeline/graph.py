@@ -13,7 +13,7 @@ earlier step produced, so each backend can map them to its own terms.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Union
 
 from steps.common.errors import UserError
 from steps.contract import (

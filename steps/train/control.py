@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from steps.common.errors import HeteroError
+from steps.common.errors import HeteroError, describe
 from steps.train.auth import AuthError, serve_handshake
 from steps.train.config import TrainConfig
 from steps.train.link import Link, PeerSilent, Stopped
@@ -40,6 +40,17 @@ class TrainerGone(HeteroError):
 
 class DataHostLost(HeteroError):
     headline = "data host lost"
+
+
+class JobStopped(HeteroError):
+    """A trainer ended the job because something failed; the message leads with what (and who) did."""
+
+    headline = "job stopped"
+
+
+def failure_reason(trainer: str, exc: BaseException) -> str:
+    """What a trainer's STOP says failed: a lost data host by its own name, anything else as the trainer's."""
+    return describe(exc) if isinstance(exc, DataHostLost) else f"trainer {trainer}: {describe(exc)}"
 
 
 class DataHostUnreachable(HeteroError):
@@ -185,13 +196,13 @@ def trainer_lost(host: str, exc: Exception) -> TrainerGone:
     return TrainerGone(f"trainer {host} disconnected without STOP ({exc}); it crashed or was killed")
 
 
-def trainer_frame(trainer: Trainer, kind: Kind, meta: dict, arrays: dict, results_dir: Path | None) -> TrainerGone | None:
+def trainer_frame(trainer: Trainer, kind: Kind, meta: dict, arrays: dict, results_dir: Path | None) -> HeteroError | None:
     """A data host's reading of STOP (its results kept) and ERROR: the error to end with, if any."""
     if kind is Kind.STOP:
         keep_results(results_dir, trainer.host, arrays)
         trainer.stopped = True
         if meta.get("status") != "completed":
-            return TrainerGone(f"trainer {trainer.host} stopped the job: {meta.get('reason', 'no reason given')}")
+            return JobStopped(f"{meta.get('reason', 'no reason given')} (STOP from trainer {trainer.host})")
     elif kind is Kind.ERROR:
         return TrainerGone(f"trainer {trainer.host} failed: {meta.get('reason', 'no reason given')}")
     return None

@@ -95,6 +95,7 @@ class DataServiceClient:
         self._threads: list[threading.Thread] = []
         self._receivers: list[threading.Thread] = []
         self._heartbeat: Heartbeat | None = None
+        self.failure: DataHostLost | None = None  # the first lost host: raised before any batch still queued
 
     # -- lifecycle ---------------------------------------------------------
     def connect(self) -> "DataServiceClient":
@@ -144,6 +145,8 @@ class DataServiceClient:
         ended: set[str] = set()
         while len(ended) < len(self.hosts):
             item = self.queue.get()
+            if self.failure is not None:  # not after the batches still queued: a lost host ends training now
+                raise self.failure
             if isinstance(item, _Failure):
                 raise item.error
             if isinstance(item, _End):
@@ -175,6 +178,11 @@ class DataServiceClient:
             except queue.Full:
                 continue
 
+    def _fail(self, error: DataHostLost) -> None:
+        if self.failure is None:
+            self.failure = error
+        self._post(_Failure(error))  # wakes a consumer waiting on an empty queue
+
     def _receive(self, host: _Host) -> None:
         epoch = 0
         while not self._closing.is_set():
@@ -184,7 +192,7 @@ class DataServiceClient:
                 return
             except (WireError, OSError) as exc:
                 if not self._stopping.is_set():
-                    self._post(_Failure(self._lost(host, epoch, exc)))
+                    self._fail(self._lost(host, epoch, exc))
                 return  # after STOP, the data host hanging up is the expected end
             if frame is None:
                 continue
@@ -193,7 +201,7 @@ class DataServiceClient:
                 try:
                     batch = self._batch(host, meta, arrays)
                 except WireError as exc:
-                    self._post(_Failure(self._lost(host, epoch, exc)))
+                    self._fail(self._lost(host, epoch, exc))
                     return
                 host.received[batch.epoch] = host.received.get(batch.epoch, 0) + len(batch) + len(batch.corrupt)
                 self._post(batch)
@@ -205,7 +213,7 @@ class DataServiceClient:
                         self._gate.wait(self.cfg.heartbeat_s)
                 host.link.touch()
             elif kind is Kind.ERROR:
-                self._post(_Failure(DataHostLost(f"data host {host.name} failed: {meta.get('reason', 'no reason given')}")))
+                self._fail(DataHostLost(f"data host {host.name} failed: {meta.get('reason', 'no reason given')}"))
                 return
 
     def _batch(self, host: _Host, meta: dict, arrays: dict) -> Batch:

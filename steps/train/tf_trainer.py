@@ -19,11 +19,12 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from steps.common.errors import HeteroError, describe
+from steps.common.errors import HeteroError
 from steps.common.files import write_json_atomic
 from steps.shard.tfrecord import list_tfrecord_shards
 from steps.train.cluster import Cluster, available_cpus
 from steps.train.config import TrainConfig
+from steps.train.control import failure_reason
 from steps.train.manifest import read_classes
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
 from steps.train.tf_cluster import check_single_trainer, local_shards
@@ -108,7 +109,7 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
         if source is not None:
-            source.close("failed", f"trainer {cluster.current_host}: {describe(exc)}")
+            source.close("failed", failure_reason(cluster.current_host, exc))
         raise
 
 

@@ -20,11 +20,12 @@ import torch.distributed as dist
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 
-from steps.common.errors import UserError, describe
+from steps.common.errors import UserError
 from steps.shard.format import list_shards
 from steps.train.auth import job_secret
 from steps.train.cluster import Cluster, available_cpus, resolve
 from steps.train.config import TrainConfig
+from steps.train.control import failure_reason
 from steps.train.data_client import DataServiceClient
 from steps.train.dataset import ShardDataset, batch_loader
 from steps.common.files import write_json_atomic
@@ -77,7 +78,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
         if source is not None:
-            source.close("failed", f"trainer {cluster.current_host}: {describe(exc)}")
+            source.close("failed", failure_reason(cluster.current_host, exc))
         raise
     finally:
         if dist.is_initialized():
