@@ -67,5 +67,7 @@ def test_killed_data_host_is_named_with_the_samples_lost(tmp_path, shards, code_
     assert victim.name in trainer.failure and "samples" in trainer.failure and "lost" in trainer.failure
     survivor = by_role(job, "data")[1]
     assert not survivor.stopped_by_emulator and survivor.exit_code != 0
-    assert trainer.name in survivor.failure
+    # the survivor's failure leads with the host that failed, then who stopped the job
+    assert survivor.failure.startswith(f"job stopped: data host lost: data host {victim.name} ")
+    assert f"(STOP from trainer {trainer.name})" in survivor.failure
     assert not result.ok
