@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 import os
 import sys
 import traceback
@@ -25,7 +26,7 @@ from pipeline.graph import PARAMETERS, resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.remote import (DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions, pipeline_parameters,
                              price_performance_of, start_execution)
-from pipeline.summary import render
+from pipeline.summary import EMULATED, render
 from steps.common.errors import HeteroError, UserError
 from steps.evaluate.prices import load_prices
 from steps.contract import FRAMEWORKS, MANIFEST_FILE, METRICS_FILE, PRICE_PERFORMANCE_FILE
@@ -132,6 +133,7 @@ def cmd_run(args) -> int:
     result = LocalRunner(params, options).run()
     print()
     print(render(result.price_performance))
+    print(textwrap.fill(EMULATED, width=110))
     shard = result.outputs["Shard"]
     manifest = json.loads((shard / MANIFEST_FILE).read_text())
     quarantined = manifest.get("quarantined", 0) + manifest.get("skipped", 0)

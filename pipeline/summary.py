@@ -34,6 +34,26 @@ def render(price_performance: dict) -> str:
     speedup, improvement = price_performance.get("speedup"), price_performance.get("improvement")
     if speedup is not None:
         lines.append(f"speedup {speedup:.2f}x   price-performance improvement {improvement:.1%}")
+    lines += _bound_lines(price_performance.get("bound"))
     prices = price_performance.get("prices", {})
     lines.append(f"prices: {prices.get('region', '?')} on-demand, {prices.get('source', '?')} (as of {prices.get('as_of', '?')})")
     return "\n".join(lines)
+
+
+def _bound_lines(bound: dict | None) -> list[str]:
+    """The ideal the measured speedup is judged by (steps/evaluate/bounds.py), and what the numbers are."""
+    if not bound:
+        return []
+    d, s, cpus = bound["decode_s_per_batch"] * 1e3, bound["step_s_per_batch"] * 1e3, bound.get("measured_on_cpus")
+    lines = [f"bound: decode {d:.1f} ms + step {s:.1f} ms per batch, each alone on the trainer's {cpus} CPU(s): "
+             f"no overlap beats {bound['ideal_speedup']:.2f}x"]
+    if bound["measured_speedup"] is not None:
+        verdict = "ABOVE THE BOUND: not a result" if bound["over_bound"] else f"{bound['efficiency']:.0%} of the bound"
+        lines.append(f"measured {bound['measured_speedup']:.2f}x = {verdict}; "
+                     f"baseline step = {bound['baseline_over_back_to_back']:.2f} x (decode + step back to back)")
+    lines += [f"note: {note}" for note in bound["notes"]]
+    return lines
+
+
+EMULATED = ("step times are measured on this machine's CPUs, one emulated host per CPU set; the $ rows apply the "
+            "instance types' cloud prices to those times: a comparison of the two layouts, not a cloud measurement")

@@ -40,6 +40,7 @@ from steps.common.cli import StepArgumentParser, run_step_cli  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
 from steps.common.files import write_json_atomic  # noqa: E402
 from steps.contract import PRICE_PERFORMANCE_FILE, PRICE_PERFORMANCE_SCHEMA_VERSION  # noqa: E402
+from steps.evaluate.bounds import speedup_bound  # noqa: E402
 from steps.evaluate.metrics import load_metrics, validate_metrics  # noqa: E402
 from steps.evaluate.prices import PriceTable, load_prices  # noqa: E402
 from steps.evaluate.store import open_store, validate_execution_id  # noqa: E402
@@ -95,13 +96,15 @@ def price_performance(hetero_metrics: dict, baseline_metrics: dict | None, price
     baseline = None
     if baseline_metrics is not None:
         baseline = _priced(validate_metrics(baseline_metrics, "baseline metrics"), prices, "baseline run")
+    speedup = baseline["step_time_s"] / hetero["step_time_s"] if baseline else None
     return {
         "schema_version": PRICE_PERFORMANCE_SCHEMA_VERSION,
         "execution_id": execution_id,
         "prices": prices.describe(),
         "runs": {"heterogeneous": hetero, "baseline": baseline},
-        "speedup": baseline["step_time_s"] / hetero["step_time_s"] if baseline else None,
+        "speedup": speedup,
         "improvement": 1 - hetero["cost_per_100_steps"] / baseline["cost_per_100_steps"] if baseline else None,
+        "bound": speedup_bound(baseline_metrics, hetero_metrics, speedup),
     }
 
 
@@ -121,9 +124,14 @@ def summary_line(doc: dict) -> str:
     line = f"heterogeneous: {describe(doc['runs']['heterogeneous'])}"
     if doc["runs"]["baseline"] is None:
         return line + "; no baseline"
-    return (f"{line}; baseline: {describe(doc['runs']['baseline'])}; "
+    line = (f"{line}; baseline: {describe(doc['runs']['baseline'])}; "
             f"speedup {doc['speedup']:.2f}x, cost per step {abs(doc['improvement']):.0%} "
             f"{'lower' if doc['improvement'] >= 0 else 'higher'}")
+    bound = doc.get("bound")
+    if bound:
+        line += (f"; bound {bound['ideal_speedup']:.2f}x from decode {bound['decode_s_per_batch'] * 1e3:.0f} ms + step "
+                 f"{bound['step_s_per_batch'] * 1e3:.0f} ms alone{' - ABOVE THE BOUND, not a result' if bound['over_bound'] else ''}")
+    return line
 
 
 # --- the step ---

@@ -26,6 +26,7 @@ from steps.train.auth import job_secret
 from steps.train.cluster import Cluster, available_cpus, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import failure_reason
+from steps.train.costs import isolated_costs
 from steps.train.data_client import DataServiceClient
 from steps.train.dataset import ShardDataset, batch_loader
 from steps.common.files import write_json_atomic
@@ -73,7 +74,8 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         summary = _gather(stats.summary(), len(corrupt))
         files = {}
         if cluster.rank == 0:
-            _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes)
+            costs = _isolated_costs(cfg, cluster, workload, model, device)
+            _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=costs)
             files = {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
@@ -173,6 +175,18 @@ def _validate(cfg, cluster, workload, model, device) -> float | None:
     return accuracy
 
 
+def _isolated_costs(cfg, cluster, workload, model, device) -> dict | None:
+    """Decode alone and the step alone on this host (`steps.train.costs`), on the validation shards."""
+    channel = cluster.channel("validation", required=False)
+    shards = list_shards(channel) if channel else []
+    net = model.module if isinstance(model, DistributedDataParallel) else model
+    costs = isolated_costs(workload, net, device, shards, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate)
+    if costs:
+        print(f"[trainer] {cluster.current_host}: alone on {costs['cpus']} CPU(s): decode {costs['decode_s_per_batch'] * 1e3:.1f} ms, "
+              f"step {costs['step_s_per_batch'] * 1e3:.1f} ms per batch of {costs['batch_size']}", flush=True)
+    return costs
+
+
 def _gather(summary: dict, corrupt: int) -> dict:
     """Sum samples and corrupt counts over trainer hosts; the slowest host sets the time."""
     if not dist.is_initialized():
@@ -185,12 +199,12 @@ def _gather(summary: dict, corrupt: int) -> dict:
             "elapsed_s": float(slowest[0])}
 
 
-def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes) -> None:
+def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=None) -> None:
     net = model.module if isinstance(model, DistributedDataParallel) else model
     cluster.model_dir.mkdir(parents=True, exist_ok=True)
     torch.save(net.state_dict(), cluster.model_dir / "model.pt")
     metrics = training_metrics(cfg=cfg, cluster=cluster, framework="pytorch", summary=summary, accuracy=accuracy,
-                               corrupt=corrupt, corrupt_count=summary["corrupt"], classes=classes)
+                               corrupt=corrupt, corrupt_count=summary["corrupt"], classes=classes, isolated_costs=isolated_costs)
     for directory in (cluster.model_dir, cluster.output_data_dir):
         write_json_atomic(directory / "metrics.json", metrics)
     print(final_line(metrics), flush=True)

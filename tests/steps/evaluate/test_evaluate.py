@@ -90,7 +90,8 @@ def test_samples_per_dollar():
 
 def test_output_schema():
     doc = ev.price_performance(metrics(), metrics("tf_homogeneous"), load_prices(), execution_id="e1")
-    assert set(doc) == {"schema_version", "execution_id", "prices", "runs", "speedup", "improvement"}
+    assert set(doc) == {"schema_version", "execution_id", "prices", "runs", "speedup", "improvement", "bound"}
+    assert doc["bound"] is None  # no isolated_costs in these metrics
     assert doc["schema_version"] == 1 and doc["execution_id"] == "e1"
     assert set(doc["prices"]) == {"source", "as_of", "region"}
     assert set(doc["runs"]) == {"heterogeneous", "baseline"}

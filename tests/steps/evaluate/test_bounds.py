@@ -1,0 +1,55 @@
+"""The bound a speedup must respect: (decode + step) / max(decode, step), from the trainer's isolated costs."""
+
+from __future__ import annotations
+
+import pytest
+
+from steps.evaluate.bounds import speedup_bound
+from steps.evaluate.evaluate import price_performance, summary_line
+from steps.evaluate.prices import load_prices
+from tests.steps.evaluate.test_evaluate import metrics
+
+
+def costs(decode_ms: float, step_ms: float) -> dict:
+    return {"decode_s_per_batch": decode_ms / 1e3, "step_s_per_batch": step_ms / 1e3, "cpus": 1, "device": "cpu",
+            "decode_cpu_s_per_batch": decode_ms / 1e3, "batches": 5, "batch_size": 32}
+
+
+def run(step_ms: float, mode: str, isolated: dict | None) -> dict:
+    case = "pt_homogeneous" if mode == "homogeneous" else "pt_heterogeneous"
+    return metrics(case, step_time_s={"mean": step_ms / 1e3, "p50": step_ms / 1e3, "p90": step_ms / 1e3},
+                   samples_per_second=32 / (step_ms / 1e3), isolated_costs=isolated)
+
+
+def test_a_fair_baseline_and_a_speedup_below_the_bound():
+    # decode 80 + step 100 back to back = 180 ms; overlapped, at best max = 100 ms: bound 1.8x
+    bound = speedup_bound(run(182, "homogeneous", costs(80, 100)), run(110, "heterogeneous", None), 182 / 110)
+    assert bound["ideal_speedup"] == pytest.approx(1.8)
+    assert bound["efficiency"] == pytest.approx((182 / 110) / 1.8)
+    assert bound["baseline_over_back_to_back"] == pytest.approx(182 / 180)
+    assert not bound["over_bound"] and bound["notes"] == []
+
+
+def test_a_speedup_above_the_bound_is_flagged_with_the_slow_baseline_named():
+    # the published-looking 2.70x where decode 64 + step 86 allow at most 1.74x, because the baseline took 240 ms
+    bound = speedup_bound(run(240, "homogeneous", costs(64, 86)), run(89, "heterogeneous", None), 240 / 89)
+    assert bound["over_bound"] and bound["ideal_speedup"] == pytest.approx(150 / 86)
+    assert any("60% slower than decode + step back to back (150 ms)" in n for n in bound["notes"])
+    assert any("above the bound 1.74x" in n and "not a result" in n for n in bound["notes"])
+
+
+def test_a_baseline_faster_than_back_to_back_says_it_overlaps():
+    bound = speedup_bound(run(120, "homogeneous", costs(80, 100)), run(100, "heterogeneous", None), 1.2)
+    assert any("faster than decode + step back to back" in n for n in bound["notes"])
+
+
+def test_without_isolated_costs_there_is_no_bound_and_the_heterogeneous_run_serves_without_a_baseline():
+    assert speedup_bound(run(180, "homogeneous", None), run(100, "heterogeneous", None), 1.8) is None
+    only = speedup_bound(None, run(100, "heterogeneous", costs(80, 100)), None)
+    assert only["ideal_speedup"] == pytest.approx(1.8) and only["measured_speedup"] is None and not only["over_bound"]
+
+
+def test_price_performance_carries_the_bound_and_the_summary_line_flags_it():
+    doc = price_performance(run(89, "heterogeneous", None), run(240, "homogeneous", costs(64, 86)), load_prices())
+    assert doc["bound"]["over_bound"]
+    assert "bound 1.74x from decode 64 ms + step 86 ms alone - ABOVE THE BOUND, not a result" in summary_line(doc)
