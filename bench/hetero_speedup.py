@@ -6,9 +6,15 @@ The trainer host is pinned to one core in both runs (the scarce CPU of a GPU
 instance). The baseline decodes and trains on that core; the heterogeneous
 run adds one data host pinned to another core. The default workload's
 decode + blur costs about as much CPU as its training step, so an ideal data
-plane doubles samples/s; the target is at least 1.8x. Both runs go through
+plane nearly doubles samples/s. Both runs go through
 the real local pipeline (shard step, emulated cluster, evaluate step), and
 the ratio comes from the same run's price_performance.json. Prints JSON.
+
+The ratio is judged against its bound, not a fixed number: each trainer measures decode
+alone and the step alone on its core (``bound`` in price_performance.json), no overlap
+beats (decode + step) / max(decode, step), and the target is a heterogeneous step within
+90% of that bound (``efficiency``: decode + step back to back over the heterogeneous step,
+over the bound). A run above the bound means a wrong measurement, not a fast data plane.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from pipeline.graph import resolve_parameters  # noqa: E402
 from pipeline.local import LocalOptions, LocalRunner  # noqa: E402
 from pipeline.sample_data import generate  # noqa: E402
 from steps.contract import FRAMEWORKS  # noqa: E402
+
+TARGET_EFFICIENCY = 0.9
 
 
 def main() -> None:
@@ -48,7 +56,12 @@ def main() -> None:
         for _ in range(args.repeats):
             pp = LocalRunner(params, options).run().price_performance
             base, het = pp["runs"]["baseline"], pp["runs"]["heterogeneous"]
+            bound = pp.get("bound") or {}
             runs.append({
+                "ideal_speedup": _rounded(bound.get("ideal_speedup")),
+                "speedup_over_back_to_back": _rounded(bound.get("speedup_over_back_to_back")),
+                "efficiency": _rounded(bound.get("efficiency")),
+                "baseline_over_back_to_back": _rounded(bound.get("baseline_over_back_to_back")),
                 "baseline_samples_per_s": round(base["samples_per_second"], 1),
                 "heterogeneous_samples_per_s": round(het["samples_per_second"], 1),
                 "ratio": round(het["samples_per_second"] / base["samples_per_second"], 3),
@@ -56,14 +69,21 @@ def main() -> None:
                 "heterogeneous_data_wait": round(het["data_wait_share"], 3),
             })
     ratios = [r["ratio"] for r in runs]
+    efficiencies = [r["efficiency"] for r in runs if r["efficiency"] is not None]
+    median_efficiency = statistics.median(efficiencies) if efficiencies else None
     print(json.dumps({
         "bench": "hetero_speedup", "framework": args.framework,
         "trainer_cpus": [cpus[0]], "data_host_cpus": [cpus[1]],
         "images": args.images, "epochs": args.epochs,
-        "median_ratio": statistics.median(ratios), "target_ratio": 1.8,
-        "meets_target": statistics.median(ratios) >= 1.8,
+        "median_ratio": statistics.median(ratios), "median_efficiency": median_efficiency, "target_efficiency": TARGET_EFFICIENCY,
+        "meets_target": median_efficiency is not None and median_efficiency >= TARGET_EFFICIENCY,
+        "any_above_bound": any(r["efficiency"] is not None and r["efficiency"] > 1.05 for r in runs),
         "runs": runs,
     }, indent=2))
+
+
+def _rounded(value):
+    return None if value is None else round(value, 3)
 
 
 if __name__ == "__main__":

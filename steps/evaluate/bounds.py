@@ -18,30 +18,41 @@ FAIR_BASELINE = 0.10  # the baseline's step within 10% of decode + step back to 
 
 
 def speedup_bound(baseline: dict | None, heterogeneous: dict, speedup: float | None) -> dict | None:
-    """``baseline`` / ``heterogeneous``: the runs' metrics.json documents."""
-    costs = (baseline or {}).get("isolated_costs") or heterogeneous.get("isolated_costs")
-    if not costs:
+    """``baseline`` / ``heterogeneous``: the runs' metrics.json documents; ``speedup``: baseline step / heterogeneous step.
+
+    ``speedup_over_back_to_back`` divides decode + step back to back by the heterogeneous step: the speedup over
+    an ideal baseline, the figure the bound applies to (the measured one also carries whatever the real baseline
+    lost beyond back to back, which ``baseline_over_back_to_back`` shows). Above the bound by more than
+    noise, the measurement is wrong."""
+    measured = [c for c in ((baseline or {}).get("isolated_costs"), heterogeneous.get("isolated_costs")) if c]
+    if not measured:
         return None
-    d, s = float(costs["decode_s_per_batch"]), float(costs["step_s_per_batch"])
+    # each trainer measured both alone on the same kind of host: the lower of each is the least disturbed
+    d = min(float(c["decode_s_per_batch"]) for c in measured)
+    s = min(float(c["step_s_per_batch"]) for c in measured)
     back_to_back = d + s
     ideal = back_to_back / max(d, s)
-    doc = {"decode_s_per_batch": d, "step_s_per_batch": s, "measured_on_cpus": costs.get("cpus"), "device": costs.get("device"),
-           "back_to_back_s": back_to_back, "ideal_speedup": ideal, "measured_speedup": speedup,
-           "efficiency": speedup / ideal if speedup else None, "baseline_over_back_to_back": None,
-           "over_bound": bool(speedup and speedup > ideal * OVER_BOUND_TOLERANCE), "notes": []}
+    over_back_to_back = back_to_back / heterogeneous["step_time_s"]["mean"]
+    doc = {"decode_s_per_batch": d, "step_s_per_batch": s, "measured_on_cpus": measured[0].get("cpus"),
+           "device": measured[0].get("device"), "back_to_back_s": back_to_back, "ideal_speedup": ideal,
+           "measured_speedup": speedup, "speedup_over_back_to_back": over_back_to_back,
+           "efficiency": over_back_to_back / ideal, "baseline_over_back_to_back": None,
+           "over_bound": over_back_to_back > ideal * OVER_BOUND_TOLERANCE, "notes": []}
     if baseline:
         ratio = baseline["step_time_s"]["mean"] / back_to_back
         doc["baseline_over_back_to_back"] = ratio
         if ratio > 1 + FAIR_BASELINE:
             doc["notes"].append(
                 f"the baseline's step ({baseline['step_time_s']['mean'] * 1e3:.0f} ms) is {ratio - 1:.0%} slower than decode + "
-                f"step back to back ({back_to_back * 1e3:.0f} ms) on its CPUs: it pays for contention between its decode workers "
-                "and its training loop, so the speedup overstates what a data host is worth")
+                f"step back to back ({back_to_back * 1e3:.0f} ms) on its CPUs: it loses time beyond the two stages (its decode "
+                f"workers and training loop contending for its cores, or a busy machine), so the measured {speedup:.2f}x overstates what a data host is worth; "
+                f"{over_back_to_back:.2f}x is the fair figure")
         elif ratio < 1 - FAIR_BASELINE:
             doc["notes"].append(
                 f"the baseline's step is {1 - ratio:.0%} faster than decode + step back to back: it overlaps them on its own "
                 "CPUs, so the bound understates what it already gets without a data host")
     if doc["over_bound"]:
-        doc["notes"].append(f"measured speedup {speedup:.2f}x is above the bound {ideal:.2f}x: the baseline or the measurement "
-                            "is wrong, this is not a result")
+        doc["notes"].append(f"the heterogeneous step ({heterogeneous['step_time_s']['mean'] * 1e3:.0f} ms) beats the slower "
+                            f"stage alone ({max(d, s) * 1e3:.0f} ms): {over_back_to_back:.2f}x is above the bound {ideal:.2f}x, "
+                            "so the isolated costs or the step times are wrong; this is not a result")
     return doc

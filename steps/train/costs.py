@@ -36,7 +36,7 @@ def isolated_costs(workload: Workload, net: torch.nn.Module, device: torch.devic
     """Median seconds per batch of decode (one process, this host's CPUs assumed to split it evenly) and of the
     train step (data resident); None when the shards hold fewer than two batches."""
     rng = np.random.default_rng(0)
-    samples = (s for shard in shards for s in iter_shard(shard))
+    samples = (s for _ in range(batches + 1) for shard in shards for s in iter_shard(shard))  # a few rounds if small
     decode_s, decoded = [], []
     for _ in range(batches + 1):
         started = time.perf_counter()

@@ -148,9 +148,11 @@ class BatchLoader(DataLoader):
             iterator._shutdown_workers()
 
 
-def batch_loader(dataset: ShardDataset, *, batch_size: int, num_workers: int = 0, pin_memory: bool = False) -> DataLoader:
-    """A DataLoader of `Batch` over `dataset`, one worker per available CPU by default."""
-    workers = num_workers or available_cpus()
+def batch_loader(dataset: ShardDataset, *, batch_size: int, num_workers: int = 0, pin_memory: bool = False,
+                 in_process: bool = False) -> DataLoader:
+    """A DataLoader of `Batch` over `dataset`, one worker per available CPU by default; ``in_process``: none,
+    the caller's process decodes between its own steps."""
+    workers = 0 if in_process else num_workers or available_cpus()
     return BatchLoader(
         dataset,
         batch_size=batch_size,
