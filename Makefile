@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 HASH   := $(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 ARGS   ?=
-# pytest-xdist: one worker per core (at most 4); the e2e tests share one worker (tests/conftest.py). PARALLEL= runs serially.
+# pytest-xdist: one worker per core (at most 4); the tests that run emulated clusters share one worker (tests/conftest.py). PARALLEL= runs serially.
 PARALLEL ?= -n auto --maxprocesses 4 --dist loadgroup
 
 .PHONY: setup setup-all run test test-fast bench

@@ -13,11 +13,12 @@ import pytest
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test`: --dist loadgroup) the e2e tests run one after another on one worker:
-    each starts a whole emulated cluster, and two at once on a small machine would starve each other's heartbeats."""
+    """Under pytest-xdist (`make test`: --dist loadgroup) the tests that run emulated clusters (the e2e tests
+    under tests/pipeline/) run one after another on one worker: two clusters at once on a small machine would
+    starve each other's heartbeats. Other e2e tests (the CDK CLI, TensorFlow servers in subprocesses) spread."""
     for item in items:
-        if item.get_closest_marker("e2e"):
-            item.add_marker(pytest.mark.xdist_group("e2e"))
+        if item.get_closest_marker("e2e") and item.nodeid.startswith("tests/pipeline/"):
+            item.add_marker(pytest.mark.xdist_group("clusters"))
 
 
 @pytest.fixture(scope="session")
