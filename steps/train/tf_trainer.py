@@ -99,12 +99,13 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
             optimizer = workload.keras_optimizer(cfg.learning_rate)
         stats, accounting, corrupt = _train(cfg, workload, model, optimizer, source, strategy)
         accuracy = _validate(cfg, cluster, workload, model)
+        costs = _isolated_costs(cfg, cluster, workload, model, strategy)
         missing = sum(a["missing"] for a in accounting)
         summary = stats.summary()  # one trainer host: its totals are the job's
         summary.update(global_samples=summary["samples"], global_seen=summary["seen"])
         metrics = training_metrics(
             cfg=cfg, cluster=cluster, framework="tensorflow", summary=summary, accuracy=accuracy,
-            corrupt=corrupt, corrupt_count=missing, classes=classes, epoch_accounting=accounting)
+            corrupt=corrupt, corrupt_count=missing, classes=classes, epoch_accounting=accounting, isolated_costs=costs)
         files = _write_outputs(cluster, model, metrics)
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
@@ -121,7 +122,8 @@ def device_strategy() -> tf.distribute.Strategy:
     return tf.distribute.get_strategy()
 
 
-def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strategy) -> tuple[StepStats, list[dict], list]:
+def make_train_step(workload: Workload, model, optimizer, strategy):
+    """One training step over a distributed batch (``{"pixels", "labels", ...}``), its loss summed over replicas."""
     with strategy.scope():
         optimizer.build(model.trainable_variables)  # its slots, created once per replica before the first step
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
@@ -139,11 +141,21 @@ def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strat
         losses = strategy.run(replica_step, args=(batch["pixels"], batch["labels"]))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
+    return train_step
+
+
+def distribute(strategy, dataset):
+    """The host's batches split across the replicas; the dataset is already this host's whole share."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return strategy.experimental_distribute_dataset(dataset.with_options(options))
+
+
+def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strategy) -> tuple[StepStats, list[dict], list]:
+    train_step = make_train_step(workload, model, optimizer, strategy)
+
     def dataset(epoch: int):
-        # the host's batch is split across the replicas; the dataset is already this host's whole share
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        return strategy.experimental_distribute_dataset(source.dataset(epoch).with_options(options))
+        return distribute(strategy, source.dataset(epoch))
 
     stats = StepStats(cfg.warmup_steps)
     accounting: list[dict] = []
@@ -232,6 +244,19 @@ def _validate(cfg: TrainConfig, cluster: Cluster, workload: Workload, model) -> 
     accuracy = correct / total if total else None
     print(metric_line(accuracy=accuracy or 0.0, validation_samples=total), flush=True)
     return accuracy
+
+
+def _isolated_costs(cfg: TrainConfig, cluster: Cluster, workload: Workload, model, strategy) -> dict | None:
+    """Decode alone and the step alone on this host (`steps.train.tf_costs`), on the validation shards."""
+    from steps.train.tf_costs import tf_isolated_costs
+
+    channel = cluster.channel("validation", required=False)
+    files = [str(f) for f in list_tfrecord_shards(channel)] if channel else []
+    costs = tf_isolated_costs(cfg, workload, model, strategy, files)
+    if costs:
+        print(f"[trainer] {cluster.current_host}: alone on {costs['cpus']} CPU(s): decode {costs['decode_s_per_batch'] * 1e3:.1f} ms, "
+              f"step {costs['step_s_per_batch'] * 1e3:.1f} ms per batch of {costs['batch_size']}", flush=True)
+    return costs
 
 
 def _write_outputs(cluster: Cluster, model, metrics: dict) -> dict[str, bytes]:

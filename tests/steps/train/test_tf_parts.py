@@ -158,3 +158,19 @@ def test_the_training_loop_splits_each_batch_across_replicas(tmp_path):
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["replicas"] == 2 and result["steps"] == 10  # 40 samples / 8 per step, twice
     assert [(a["received"], a["distinct"], a["missing"]) for a in result["accounting"]] == [(40, 40, 0)] * 2
+
+
+def test_isolated_costs_leave_the_trained_model_untouched(tmp_path):
+    from steps.train.config import TrainConfig
+    from steps.train.tf_costs import tf_isolated_costs
+
+    files = [str(f) for f in write_shards(tmp_path, [list(range(0, 20))])]
+    workload = Shapes({"blur_passes": 0})
+    model = workload.build_keras_model(3)
+    before = [w.copy() for w in model.get_weights()]
+    costs = tf_isolated_costs(TrainConfig(batch_size=4), workload, model, tf.distribute.get_strategy(), files, batches=3)
+    assert costs["batches"] == 3 and costs["batch_size"] == 4 and costs["device"] == "cpu"
+    assert 0 < costs["decode_s_per_batch"] <= costs["decode_s_per_batch_median"]
+    assert 0 < costs["step_s_per_batch"] <= costs["step_s_per_batch_median"]
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    assert tf_isolated_costs(TrainConfig(batch_size=4), workload, model, tf.distribute.get_strategy(), []) is None
