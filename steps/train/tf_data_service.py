@@ -30,7 +30,7 @@ from steps.common.errors import describe
 from steps.train.auth import job_secret
 from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
-from steps.train.control import Trainer, TrainerGone, accept_trainers, trainer_frame, trainer_lost
+from steps.train.control import JobStopped, Trainer, TrainerGone, accept_trainers, trainer_frame, trainer_lost
 from steps.train.link import Heartbeat, Stopped
 from steps.train.tf_cluster import check_single_trainer, local_shards
 from steps.train.tf_servers import end_server
@@ -65,7 +65,7 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
             _serve_until_stop(trainer, cluster.model_dir, [str(f) for f in files])
             trainer_stopped_it = True
         except Exception as exc:
-            if not isinstance(exc, TrainerGone):  # the trainer learns why, not just that the link closed
+            if not isinstance(exc, (TrainerGone, JobStopped)):  # the trainer learns why, not just that the link closed
                 try:
                     trainer.link.send(Kind.ERROR, {"reason": f"data host {me}: {describe(exc)}"[:1000]})
                 except (WireError, OSError, Stopped):
