@@ -84,7 +84,7 @@ def accept_trainers(server: socket.socket, cfg: TrainConfig, me: str, trainer_ho
         try:
             peer = serve_handshake(sock, secret, host=me, info=info)
         except (AuthError, WireError, OSError) as exc:
-            log.refused(f"{address[0]}: {exc}")
+            log.refused(str(exc), address[0])
             peer = None
         with lock:
             pending.pop(sock, None)
@@ -127,7 +127,7 @@ def accept_trainers(server: socket.socket, cfg: TrainConfig, me: str, trainer_ho
                     oldest = min(waiting, key=pending.__getitem__)
                     _cut(oldest)
                     pending[oldest] = float("inf")
-                    log.refused(f"{address[0]}: {MAX_PENDING} connections were waiting to prove the secret; cut the oldest")
+                    log.refused(f"{MAX_PENDING} connections were waiting to prove the secret; cut the oldest", address[0])
                 pending[sock] = time.monotonic() + HANDSHAKE_TIMEOUT_S
             sock.settimeout(HANDSHAKE_TIMEOUT_S)
             thread = threading.Thread(target=handshake, args=(sock, address), name="handshake", daemon=True)
@@ -151,28 +151,30 @@ def _cut(sock: socket.socket) -> None:
 
 
 class _RefusalLog:
-    """Refused connections, printed at most once a second: a flood must not flood the log too."""
+    """Refused connections, counted by reason and printed at most once a second: a flood must not flood the log."""
 
     def __init__(self, me: str):
         self.me = me
-        self.count = 0
-        self.last_reason = ""
+        self.counts: dict[str, int] = {}
+        self.last_peer = ""
         self.printed_at = 0.0
         self.lock = threading.Lock()
 
-    def refused(self, reason: str) -> None:
+    def refused(self, reason: str, peer: str = "") -> None:
         with self.lock:
-            self.count += 1
-            self.last_reason = reason
+            self.counts[reason] = self.counts.get(reason, 0) + 1
+            self.last_peer = peer or self.last_peer
         self.flush()
 
     def flush(self, force: bool = False) -> None:
         with self.lock:
-            if not self.count or (not force and time.monotonic() - self.printed_at < 1.0):
+            if not self.counts or (not force and time.monotonic() - self.printed_at < 1.0):
                 return
-            more = f" (and {self.count - 1} more since the last report)" if self.count > 1 else ""
-            print(f"[data] {self.me}: refused connection {self.last_reason}{more}", flush=True)
-            self.count, self.printed_at = 0, time.monotonic()
+            total = sum(self.counts.values())
+            reasons = "; ".join(f"{n} x {reason}" for reason, n in sorted(self.counts.items(), key=lambda item: -item[1]))
+            peer = f" (last from {self.last_peer})" if self.last_peer else ""
+            print(f"[data] {self.me}: refused {total} connection(s){peer}: {reasons}", flush=True)
+            self.counts, self.printed_at = {}, time.monotonic()
 
 
 def dial(host: str, address: str, port: int, deadline: float, connect_timeout_s: float) -> socket.socket:
