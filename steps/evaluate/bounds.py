@@ -27,9 +27,11 @@ def speedup_bound(baseline: dict | None, heterogeneous: dict, speedup: float | N
     measured = [c for c in ((baseline or {}).get("isolated_costs"), heterogeneous.get("isolated_costs")) if c]
     if not measured:
         return None
-    # each trainer measured both alone on the same kind of host: the lower of each is the least disturbed
-    d = min(float(c["decode_s_per_batch"]) for c in measured)
-    s = min(float(c["step_s_per_batch"]) for c in measured)
+    def lowest(name: str, fallback: str | None = None) -> float:
+        # each trainer measured both alone on the same kind of host: the lower of each is the least disturbed
+        return min(float(c.get(name, c[fallback]) if fallback else c[name]) for c in measured)
+
+    d, s = lowest("decode_s_per_batch"), lowest("step_s_per_batch")
     back_to_back = d + s
     ideal = back_to_back / max(d, s)
     over_back_to_back = back_to_back / heterogeneous["step_time_s"]["mean"]
@@ -40,8 +42,7 @@ def speedup_bound(baseline: dict | None, heterogeneous: dict, speedup: float | N
            "over_bound": over_back_to_back > ideal * OVER_BOUND_TOLERANCE, "notes": []}
     if baseline:
         # typical, not best-case, stage costs: the baseline's mean step carries the same everyday noise
-        typical = min(float(c.get("decode_s_per_batch_median", c["decode_s_per_batch"])) for c in measured) + \
-            min(float(c.get("step_s_per_batch_median", c["step_s_per_batch"])) for c in measured)
+        typical = lowest("decode_s_per_batch_median", "decode_s_per_batch") + lowest("step_s_per_batch_median", "step_s_per_batch")
         ratio = baseline["step_time_s"]["mean"] / typical
         doc["baseline_over_back_to_back"] = ratio
         if ratio > 1 + FAIR_BASELINE:

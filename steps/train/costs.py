@@ -56,15 +56,29 @@ def isolated_costs(workload: Workload, net: torch.nn.Module, device: torch.devic
     if len(decoded) < 2:
         return None
     step_s = _step_seconds(workload, net, device, decoded, learning_rate)
+    return cost_document(decode_s, step_s, batch_size=batch_size, device=device.type, decode_in_one_process=True)
+
+
+def cost_document(decode_s: list[float], step_s: list[float], *, batch_size: int, device: str,
+                  decode_in_one_process: bool) -> dict:
+    """``isolated_costs`` of metrics.json from per-batch timings whose first batch is the warm-up. Decode timed in
+    one process is spread over this host's CPUs; timed through a pipeline that used them all, it is taken as is."""
     cpus = available_cpus()
+    spread = cpus if decode_in_one_process else 1
+    decode, step = decode_s[1:], step_s[1:]
     return {
-        "batches": len(decoded) - 1, "batch_size": batch_size, "cpus": cpus, "device": device.type,
-        "decode_cpu_s_per_batch": min(decode_s[1:]),
-        "decode_s_per_batch": min(decode_s[1:]) / cpus,  # spread over this host's CPUs
-        "step_s_per_batch": min(step_s[1:]),
-        "decode_s_per_batch_median": statistics.median(decode_s[1:]) / cpus,
-        "step_s_per_batch_median": statistics.median(step_s[1:]),
+        "batches": len(decode), "batch_size": batch_size, "cpus": cpus, "device": device,
+        "decode_cpu_s_per_batch": min(decode) * cpus / spread,
+        "decode_s_per_batch": min(decode) / spread,
+        "step_s_per_batch": min(step),
+        "decode_s_per_batch_median": statistics.median(decode) / spread,
+        "step_s_per_batch_median": statistics.median(step),
     }
+
+
+def cost_line(host: str, costs: dict) -> str:
+    return (f"[trainer] {host}: alone on {costs['cpus']} CPU(s): decode {costs['decode_s_per_batch'] * 1e3:.1f} ms, "
+            f"step {costs['step_s_per_batch'] * 1e3:.1f} ms per batch of {costs['batch_size']}")
 
 
 def _step_seconds(workload: Workload, net: torch.nn.Module, device: torch.device, batches: list, learning_rate: float) -> list[float]:

@@ -9,14 +9,12 @@ trained model and a fresh optimizer, so the model written is untouched.
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import tensorflow as tf
 
-from steps.train.cluster import available_cpus
 from steps.train.config import TrainConfig
-from steps.train.costs import MEASURED_BATCHES
+from steps.train.costs import MEASURED_BATCHES, cost_document
 from steps.train.tf_data import training_dataset
 from steps.train.workload import Workload
 
@@ -51,13 +49,5 @@ def tf_isolated_costs(cfg: TrainConfig, workload: Workload, model, strategy, fil
         started = time.perf_counter()
         float(train_step(batch))  # waits for the device
         step_s.append(time.perf_counter() - started)
-    cpus = available_cpus()
-    return {
-        "batches": len(decode_s) - 1, "batch_size": cfg.batch_size, "cpus": cpus,
-        "device": "gpu" if tf.config.list_logical_devices("GPU") else "cpu",
-        "decode_cpu_s_per_batch": min(decode_s[1:]) * cpus,  # the pipeline used every CPU of the host
-        "decode_s_per_batch": min(decode_s[1:]),
-        "decode_s_per_batch_median": statistics.median(decode_s[1:]),
-        "step_s_per_batch": min(step_s[1:]),
-        "step_s_per_batch_median": statistics.median(step_s[1:]),
-    }
+    device = "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+    return cost_document(decode_s, step_s, batch_size=cfg.batch_size, device=device, decode_in_one_process=False)

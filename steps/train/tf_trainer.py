@@ -98,8 +98,9 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
             model = workload.build_keras_model(len(classes))
             optimizer = workload.keras_optimizer(cfg.learning_rate)
         stats, accounting, corrupt = _train(cfg, workload, model, optimizer, source, strategy)
-        accuracy = _validate(cfg, cluster, workload, model)
-        costs = _isolated_costs(cfg, cluster, workload, model, strategy)
+        validation = _validation_files(cluster)
+        accuracy = _validate(cfg, cluster, workload, model, validation)
+        costs = _isolated_costs(cfg, cluster, workload, model, strategy, validation)
         missing = sum(a["missing"] for a in accounting)
         summary = stats.summary()  # one trainer host: its totals are the job's
         summary.update(global_samples=summary["samples"], global_seen=summary["seen"])
@@ -230,9 +231,12 @@ def _name_missing(source, ids: list[np.ndarray]) -> list[tuple[int, str]]:
     return [(int(i), CORRUPT_REASON) for i in missing[:20]]
 
 
-def _validate(cfg: TrainConfig, cluster: Cluster, workload: Workload, model) -> float | None:
+def _validation_files(cluster: Cluster) -> list[str]:
     channel = cluster.channel("validation", required=False)
-    files = [str(f) for f in list_tfrecord_shards(channel)] if channel else []
+    return [str(f) for f in list_tfrecord_shards(channel)] if channel else []
+
+
+def _validate(cfg: TrainConfig, cluster: Cluster, workload: Workload, model, files: list[str]) -> float | None:
     if not files:
         print(f"[trainer] {cluster.current_host}: no validation shards; accuracy not measured", flush=True)
         return None
@@ -246,16 +250,14 @@ def _validate(cfg: TrainConfig, cluster: Cluster, workload: Workload, model) -> 
     return accuracy
 
 
-def _isolated_costs(cfg: TrainConfig, cluster: Cluster, workload: Workload, model, strategy) -> dict | None:
+def _isolated_costs(cfg: TrainConfig, cluster: Cluster, workload: Workload, model, strategy, files: list[str]) -> dict | None:
     """Decode alone and the step alone on this host (`steps.train.tf_costs`), on the validation shards."""
+    from steps.train.costs import cost_line
     from steps.train.tf_costs import tf_isolated_costs
 
-    channel = cluster.channel("validation", required=False)
-    files = [str(f) for f in list_tfrecord_shards(channel)] if channel else []
     costs = tf_isolated_costs(cfg, workload, model, strategy, files)
     if costs:
-        print(f"[trainer] {cluster.current_host}: alone on {costs['cpus']} CPU(s): decode {costs['decode_s_per_batch'] * 1e3:.1f} ms, "
-              f"step {costs['step_s_per_batch'] * 1e3:.1f} ms per batch of {costs['batch_size']}", flush=True)
+        print(cost_line(cluster.current_host, costs), flush=True)
     return costs
 
 

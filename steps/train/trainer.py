@@ -26,7 +26,7 @@ from steps.train.auth import job_secret
 from steps.train.cluster import Cluster, available_cpus, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import failure_reason
-from steps.train.costs import isolated_costs
+from steps.train.costs import cost_line, isolated_costs
 from steps.train.data_client import DataServiceClient
 from steps.train.dataset import ShardDataset, batch_loader
 from steps.common.files import write_json_atomic
@@ -74,11 +74,12 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         if dist.is_initialized():
             model = DistributedDataParallel(model)
         stats, corrupt = _train(cfg, workload, model, source, device)
-        accuracy = _validate(cfg, cluster, workload, model, device) if cluster.rank == 0 else None
+        validation = _validation_shards(cluster) if cluster.rank == 0 else []
+        accuracy = _validate(cfg, cluster, workload, model, device, validation) if cluster.rank == 0 else None
         summary = _gather(stats.summary(), len(corrupt))
         files = {}
         if cluster.rank == 0:
-            costs = _isolated_costs(cfg, cluster, workload, model, device)
+            costs = _isolated_costs(cfg, cluster, workload, model, device, validation)
             _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=costs)
             files = {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
         source.close("completed", files=files)  # every data host keeps a copy of the results
@@ -157,9 +158,12 @@ def _copy_done(device: torch.device):
 
 
 @torch.no_grad()
-def _validate(cfg, cluster, workload, model, device) -> float | None:
+def _validation_shards(cluster) -> list:
     channel = cluster.channel("validation", required=False)
-    shards = list_shards(channel) if channel else []
+    return list_shards(channel) if channel else []
+
+
+def _validate(cfg, cluster, workload, model, device, shards: list) -> float | None:
     if not shards:
         print(f"[trainer] {cluster.current_host}: no validation shards; accuracy not measured", flush=True)
         return None
@@ -179,15 +183,12 @@ def _validate(cfg, cluster, workload, model, device) -> float | None:
     return accuracy
 
 
-def _isolated_costs(cfg, cluster, workload, model, device) -> dict | None:
+def _isolated_costs(cfg, cluster, workload, model, device, shards: list) -> dict | None:
     """Decode alone and the step alone on this host (`steps.train.costs`), on the validation shards."""
-    channel = cluster.channel("validation", required=False)
-    shards = list_shards(channel) if channel else []
     net = model.module if isinstance(model, DistributedDataParallel) else model
     costs = isolated_costs(workload, net, device, shards, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate)
     if costs:
-        print(f"[trainer] {cluster.current_host}: alone on {costs['cpus']} CPU(s): decode {costs['decode_s_per_batch'] * 1e3:.1f} ms, "
-              f"step {costs['step_s_per_batch'] * 1e3:.1f} ms per batch of {costs['batch_size']}", flush=True)
+        print(cost_line(cluster.current_host, costs), flush=True)
     return costs
 
 
