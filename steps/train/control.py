@@ -63,6 +63,7 @@ class Trainer:
     link: Link
     stopped: bool = False
     sent: dict = field(default_factory=dict)  # epoch -> samples sent to this trainer
+    batches: int = 0  # sent to this trainer, all epochs
 
 
 def accept_trainers(server: socket.socket, cfg: TrainConfig, me: str, trainer_hosts: tuple[str, ...], secret: bytes,

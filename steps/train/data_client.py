@@ -26,6 +26,7 @@ from steps.train.config import TrainConfig
 from steps.train.control import DataHostLost, dial, send_stop
 from steps.train.dataset import Batch
 from steps.train.link import Heartbeat, Link, Stopped
+from steps.train.service_meter import data_host_metrics
 from steps.train.wire import Kind, Segment, WireError
 
 
@@ -48,6 +49,8 @@ class _Host:
     link: Link | None = None
     samples_per_epoch: int = 0
     received: dict = field(default_factory=dict)  # epoch -> samples received
+    first_report: dict = field(default_factory=dict)  # the data host's own running measurements, with its first batch
+    report: dict = field(default_factory=dict)  # ... and with its latest frame
 
 
 class BufferPool:
@@ -133,6 +136,13 @@ class DataServiceClient:
         for thread in self._threads:
             thread.join(timeout=5)
 
+    def measurements(self) -> dict:
+        """What the data hosts measured of themselves (`data_host_metrics`) and what arrived here."""
+        received = sum(sum(h.received.values()) for h in self.hosts)
+        read = sum(h.link.bytes_read for h in self.hosts if h.link is not None)
+        return {"data_hosts": [data_host_metrics(h.name, h.report, h.first_report) for h in self.hosts if h.report],
+                "bytes_received": read, "bytes_received_per_sample": read / received if received else 0.0}
+
     def _spawn(self, target, *args) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, daemon=True, name=f"{target.__name__}")
         thread.start()
@@ -204,8 +214,10 @@ class DataServiceClient:
                     self._fail(self._lost(host, epoch, exc))
                     return
                 host.received[batch.epoch] = host.received.get(batch.epoch, 0) + len(batch) + len(batch.corrupt)
+                self._keep_report(host, meta)
                 self._post(batch)
             elif kind is Kind.END:
+                self._keep_report(host, meta)
                 self._post(_End(host.name, int(meta.get("epoch", -1)), int(meta.get("samples", -1))))
                 epoch += 1
                 with self._gate:  # hold this host's next epoch back until the trainer starts it
@@ -215,6 +227,14 @@ class DataServiceClient:
             elif kind is Kind.ERROR:
                 self._fail(DataHostLost(f"data host {host.name} failed: {meta.get('reason', 'no reason given')}"))
                 return
+
+    @staticmethod
+    def _keep_report(host: _Host, meta: dict) -> None:
+        """BATCH and END frames carry the data host's running measurements (`ServiceMeter.report`)."""
+        report = meta.get("host")
+        if isinstance(report, dict):
+            host.report = report
+            host.first_report = host.first_report or report
 
     def _batch(self, host: _Host, meta: dict, arrays: dict) -> Batch:
         pixels, labels, ids = arrays.get("pixels"), arrays.get("labels"), arrays.get("ids")

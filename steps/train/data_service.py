@@ -29,6 +29,7 @@ from steps.train.control import Trainer, accept_trainers, trainer_frame, trainer
 from steps.train.dataset import Batch, ShardDataset, batch_loader
 from steps.train.link import Stopped
 from steps.train.manifest import train_channel
+from steps.train.service_meter import ServiceMeter
 from steps.train.wire import Kind, WireError
 from steps.train.workload import Workload
 
@@ -93,6 +94,7 @@ class DataService:
         self.queue: queue.Queue = queue.Queue(maxsize=2 * len(trainers))
         self.failure: HeteroError | None = None
         self.done = threading.Event()
+        self.meter = ServiceMeter()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
@@ -114,6 +116,7 @@ class DataService:
             self.check()
             try:
                 self.queue.put((epoch, batch), timeout=self.cfg.heartbeat_s)
+                self.meter.count(batch)
                 return
             except queue.Full:
                 continue
@@ -123,9 +126,10 @@ class DataService:
             while self.queue.unfinished_tasks:
                 self.check()
                 self.queue.all_tasks_done.wait(self.cfg.heartbeat_s)
+        report = self.meter.report(self.trainers)
         for t in self.trainers:
             if not t.stopped:
-                self._guarded(t, lambda: t.link.send(Kind.END, {"epoch": epoch, "samples": t.sent.get(epoch, 0)}))
+                self._guarded(t, lambda: t.link.send(Kind.END, {"epoch": epoch, "samples": t.sent.get(epoch, 0), "host": report}))
 
     def wait_for_stop(self) -> None:
         while True:
@@ -192,9 +196,10 @@ class DataService:
                 self._guarded(t, lambda: t.link.send(Kind.PING))
                 continue
             try:
-                meta = {"epoch": epoch, "corrupt": batch.corrupt}
+                meta = {"epoch": epoch, "corrupt": batch.corrupt, "host": self.meter.report(self.trainers)}
                 arrays = [("pixels", batch.pixels.numpy()), ("labels", batch.labels.numpy()), ("ids", batch.ids.numpy())]
                 self._guarded(t, lambda: t.link.send(Kind.BATCH, meta, arrays))
                 t.sent[epoch] = t.sent.get(epoch, 0) + len(batch) + len(batch.corrupt)
+                t.batches += 1
             finally:
                 self.queue.task_done()

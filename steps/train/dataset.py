@@ -10,6 +10,7 @@ batch's ``corrupt`` list (id and reason) and the trainer reports the count.
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -34,6 +35,7 @@ class Batch:
     labels: torch.Tensor
     ids: torch.Tensor
     corrupt: list = field(default_factory=list)  # [(sample_id, reason)]
+    cpu_s: float = 0.0  # CPU seconds its worker spent reading, decoding and batching it
     epoch: int = 0
     source: str = "local"
     release: Callable[..., None] = field(default=lambda event=None: None, repr=False)
@@ -86,13 +88,23 @@ class ShardDataset(IterableDataset):
         stride, offset = count * workers, index * workers + worker
         samples = (s for i, s in enumerate(_chain(shards)) if i % stride == offset)
         decoded = (self._decode(s, rng) for s in samples)
-        yield from _shuffled(decoded, rng) if self.train else decoded
+        yield from _costed(_shuffled(decoded, rng) if self.train else decoded)
 
     def _decode(self, sample, rng):
         try:
             return sample.sample_id, sample.label, self.workload.decode(sample.raw, train=self.train, rng=rng), None
         except Exception as exc:  # noqa: BLE001 - a bad sample must not end the epoch
             return sample.sample_id, sample.label, None, f"{type(exc).__name__}: {exc}"[:200]
+
+
+def _costed(items):
+    """Each item with the CPU seconds this thread spent producing it (read, decode, shuffle) appended:
+    what a data host reports per sample, measured where the work runs."""
+    started = time.thread_time()
+    for item in items:
+        now = time.thread_time()
+        yield (*item, now - started)
+        started = time.thread_time()
 
 
 def _chain(shards):
@@ -111,15 +123,18 @@ def _shuffled(items, rng: np.random.Generator):
 
 
 def collate(items) -> Batch:
-    good = [(sid, label, px) for sid, label, px, err in items if err is None]
-    corrupt = [(sid, err) for sid, _, px, err in items if err is not None]
+    """One `Batch` of ``(sample_id, label, pixels | None, error | None[, cpu_s])`` items."""
+    started = time.thread_time()
+    good = [(sid, label, px) for sid, label, px, err, *_ in items if err is None]
+    corrupt = [(sid, err) for sid, _, px, err, *_ in items if err is not None]
     if good:
         pixels = torch.from_numpy(np.stack([px for _, _, px in good]))
     else:
         pixels = torch.empty((0, 0, 0, 3), dtype=torch.uint8)
     labels = torch.tensor([label for _, label, _ in good], dtype=torch.int64)
     ids = torch.tensor([sid for sid, _, _ in good], dtype=torch.int64)
-    return Batch(pixels=pixels, labels=labels, ids=ids, corrupt=corrupt)
+    cpu_s = sum(item[4] for item in items if len(item) > 4) + time.thread_time() - started
+    return Batch(pixels=pixels, labels=labels, ids=ids, corrupt=corrupt, cpu_s=cpu_s)
 
 
 class BatchLoader(DataLoader):

@@ -44,6 +44,7 @@ class Link:
         self.silence_timeout_s = silence_timeout_s
         self.last_seen = time.monotonic()
         self.closing = threading.Event()
+        self.bytes_sent = 0
         self._send_lock = threading.Lock()
         self._reader = FrameReader(sock, allocator=allocator, on_stall=self._on_stall)
 
@@ -61,7 +62,11 @@ class Link:
 
     def send(self, kind: Kind, meta: dict | None = None, arrays=()) -> None:
         with self._send_lock:
-            send_frame(self.sock, kind, meta, arrays, on_stall=self._on_stall)
+            self.bytes_sent += send_frame(self.sock, kind, meta, arrays, on_stall=self._on_stall)
+
+    @property
+    def bytes_read(self) -> int:
+        return self._reader.bytes_read
 
     def read(self):
         """The next frame, or None when the peer was idle for one heartbeat."""

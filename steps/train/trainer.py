@@ -53,6 +53,9 @@ class LocalSource:
     def batches(self, epoch: int):
         yield from self.loader
 
+    def measurements(self) -> dict:
+        return {"data_hosts": [], "bytes_received": 0, "bytes_received_per_sample": 0.0}
+
     def close(self, status: str = "completed", reason: str = "", files: dict | None = None) -> None:
         pass
 
@@ -80,7 +83,8 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         files = {}
         if cluster.rank == 0:
             costs = _isolated_costs(cfg, cluster, workload, model, device, validation)
-            _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=costs)
+            _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=costs,
+                           **source.measurements())
             files = {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
@@ -204,12 +208,13 @@ def _gather(summary: dict, corrupt: int) -> dict:
             "elapsed_s": float(slowest[0])}
 
 
-def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=None) -> None:
+def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=None, **measured) -> None:
     net = model.module if isinstance(model, DistributedDataParallel) else model
     cluster.model_dir.mkdir(parents=True, exist_ok=True)
     torch.save(net.state_dict(), cluster.model_dir / "model.pt")
     metrics = training_metrics(cfg=cfg, cluster=cluster, framework="pytorch", summary=summary, accuracy=accuracy,
-                               corrupt=corrupt, corrupt_count=summary["corrupt"], classes=classes, isolated_costs=isolated_costs)
+                               corrupt=corrupt, corrupt_count=summary["corrupt"], classes=classes, isolated_costs=isolated_costs,
+                               **measured)
     for directory in (cluster.model_dir, cluster.output_data_dir):
         write_json_atomic(directory / "metrics.json", metrics)
     print(final_line(metrics), flush=True)

@@ -179,8 +179,11 @@ def send_buffers(sock: socket.socket, buffers: list, on_stall: Stall | None = No
                 sent = 0
 
 
-def send_frame(sock: socket.socket, kind: Kind, meta: dict | None = None, arrays: Sequence[tuple[str, np.ndarray]] = (), on_stall: Stall | None = None) -> None:
-    send_buffers(sock, encode_frame(kind, meta, arrays), on_stall)
+def send_frame(sock: socket.socket, kind: Kind, meta: dict | None = None, arrays: Sequence[tuple[str, np.ndarray]] = (), on_stall: Stall | None = None) -> int:
+    """Send one frame; returns its size in bytes."""
+    buffers = encode_frame(kind, meta, arrays)
+    send_buffers(sock, buffers, on_stall)
+    return sum(memoryview(b).nbytes for b in buffers)
 
 
 def recv_exact_into(sock: socket.socket, view: memoryview, on_stall: Stall | None = None, *, frame_start: bool = False,
@@ -218,6 +221,7 @@ class FrameReader:
         self.on_stall = on_stall
         self.max_body = max_body
         self.allocator = allocator
+        self.bytes_read = 0  # of whole frames
         self._header = bytearray(HEADER.size)
 
     def read(self) -> tuple[Kind, dict, dict[str, np.ndarray]]:
@@ -246,4 +250,5 @@ class FrameReader:
             except PeerClosed:
                 raise WireError(f"connection closed inside segment {segment.name!r} of a {header.kind.name} frame") from None
             arrays[segment.name] = array
+        self.bytes_read += HEADER.size + header.meta_len + header.body_len
         return header.kind, meta, arrays

@@ -1,0 +1,143 @@
+"""The planner's model: what a cluster of given instance groups will do, from one measured run.
+
+A heterogeneous step runs three stages at once, and the slowest sets the pace:
+
+- **compute**: the trainer hosts' step with data resident, ``trainers / step_s_per_sample`` samples/s:
+  the training loop's own compute time per step (``compute_s_per_step``: from a batch in host memory
+  to the step done, with the data plane running beside it) when the run had data hosts, else the
+  step measured alone after training (``isolated_costs``);
+- **input**: the data hosts' CPUs, ``count * vcpus / cpu_s_per_sample * scaling`` samples/s,
+  where ``cpu_s_per_sample`` is what the data hosts measured of themselves (decode in their
+  workers plus framing and sending in the service) and ``scaling`` the share of that ideal
+  rate the profiled host reached when it was the bottleneck (1.0, and said so, when it never was);
+- **transport**: each host's network bandwidth over the bytes a sample takes on the wire,
+  ``count * data_gbps`` out of the data hosts and ``trainers * trainer_gbps`` into the trainers.
+
+The predicted rate is the minimum of the three; its stage is the bottleneck. With no data
+host the trainer decodes on its own vCPUs, one left to the training loop
+(``vcpus - 1``), decode only. Prices turn rates into cost per epoch and samples per dollar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from steps.common.errors import UserError
+
+INPUT_BOUND_WAIT_SHARE = 0.05  # a trainer that waits this share of its steps is fed too slowly
+ENOUGH_THROUGHPUT = 0.95  # the planner picks the cheapest candidate within this share of the best rate
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    vcpus: int
+    price_per_hour: float
+    network_gbps: float | None = None  # None: not limiting (one machine's loopback)
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Per-sample costs of one workload, from one measured run."""
+
+    step_s_per_sample: float  # one trainer host, data resident
+    cpu_s_per_sample: float  # a data host: decode workers + service
+    decode_cpu_s_per_sample: float  # decode alone (what a trainer decoding for itself spends)
+    scaling: float  # measured / ideal per-vCPU rate of a saturated data host; 1.0 when not measured
+    scaling_measured: bool
+    bytes_per_sample: float | None  # on the wire; None when the run had no data host
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    trainer: str
+    trainers: int
+    data: str | None
+    data_count: int
+    samples_per_second: float
+    bottleneck: str  # compute | input | transport
+    stage_rates: dict
+    gpu_busy_share: float
+    cluster_price_per_hour: float
+    cost_per_epoch: float
+    samples_per_dollar: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def profile_from_metrics(doc: dict, source: str = "metrics.json") -> Profile:
+    """A `Profile` from a trainer's metrics.json (a heterogeneous run's data hosts measured themselves;
+    a homogeneous run gives decode from ``isolated_costs`` and no transport numbers)."""
+    costs = doc.get("isolated_costs")
+    if not costs:
+        raise UserError(f"{source} has no isolated_costs (step alone with data resident): the planner needs a run "
+                        "whose trainer measured it; rerun with validation shards", headline="cannot plan")
+    batch = float(costs["batch_size"])
+    decode = float(costs["decode_cpu_s_per_batch"]) / batch
+    hosts = doc.get("data_hosts") or []
+    if not hosts:
+        return Profile(float(costs.get("step_s_per_batch_median", costs["step_s_per_batch"])) / batch, decode, decode, 1.0,
+                       False, None, source)
+    step = float(doc["compute_s_per_step"]) / batch
+    samples = sum(h["samples_sent"] for h in hosts) or 1
+    cpu = sum((h["decode_cpu_s_per_sample"] + h["service_cpu_s_per_sample"]) * h["samples_sent"] for h in hosts) / samples
+    decode_hosts = sum(h["decode_cpu_s_per_sample"] * h["samples_sent"] for h in hosts) / samples
+    wire = sum(h["bytes_sent_per_sample"] * h["samples_sent"] for h in hosts) / samples
+    scaling, measured = 1.0, False
+    if doc.get("data_wait_share", 0.0) >= INPUT_BOUND_WAIT_SHARE and doc.get("samples_per_second"):
+        ideal = sum(h["cpus"] for h in hosts) / cpu
+        scaling, measured = min(1.0, float(doc["samples_per_second"]) / ideal), True
+    return Profile(step, cpu, decode_hosts, scaling, measured, wire, source)
+
+
+def predict(profile: Profile, trainer: InstanceType, trainers: int, data: InstanceType | None, count: int,
+            epoch_samples: int) -> Prediction:
+    """What ``trainers`` x ``trainer`` fed by ``count`` x ``data`` (none: decode on the trainers) will do."""
+    rates = {"compute": trainers / profile.step_s_per_sample}
+    if data is None or count == 0:
+        rates["input"] = trainers * max(trainer.vcpus - 1, 1) / profile.decode_cpu_s_per_sample * profile.scaling
+    else:
+        rates["input"] = count * data.vcpus / profile.cpu_s_per_sample * profile.scaling
+        wire = profile.bytes_per_sample
+        links = [(count, data.network_gbps), (trainers, trainer.network_gbps)]
+        limits = [n * gbps * 1e9 / 8 / wire for n, gbps in links if gbps and wire]
+        if limits:
+            rates["transport"] = min(limits)
+    bottleneck = min(rates, key=rates.get)
+    rate = rates[bottleneck]
+    price = trainers * trainer.price_per_hour + (count * data.price_per_hour if data is not None else 0.0)
+    return Prediction(
+        trainer=trainer.name, trainers=trainers, data=data.name if data is not None and count else None,
+        data_count=count if data is not None else 0, samples_per_second=rate, bottleneck=bottleneck, stage_rates=rates,
+        gpu_busy_share=rate / rates["compute"], cluster_price_per_hour=price,
+        cost_per_epoch=price * epoch_samples / rate / 3600, samples_per_dollar=rate * 3600 / price,
+    )
+
+
+def candidates(profile: Profile, trainer: InstanceType, trainers: int, data_types: list[InstanceType], *,
+               max_count: int, epoch_samples: int) -> list[Prediction]:
+    """Staying homogeneous, and every data type at 1..max_count hosts."""
+    found = [predict(profile, trainer, trainers, None, 0, epoch_samples)]
+    for data in data_types:
+        found += [predict(profile, trainer, trainers, data, n, epoch_samples) for n in range(1, max_count + 1)]
+    return found
+
+
+def frontier(predictions: list[Prediction]) -> list[Prediction]:
+    """The candidates no other beats on both rate and cost per epoch, fastest last."""
+    ordered = sorted(predictions, key=lambda p: (p.cost_per_epoch, -p.samples_per_second))
+    best: list[Prediction] = []
+    for p in ordered:
+        if not best or p.samples_per_second > best[-1].samples_per_second:
+            best.append(p)
+    return best
+
+
+def recommend(predictions: list[Prediction], enough: float = ENOUGH_THROUGHPUT) -> Prediction:
+    """The cheapest per epoch among the candidates within ``enough`` of the best predicted rate."""
+    top = max(p.samples_per_second for p in predictions)
+    fast = [p for p in predictions if p.samples_per_second >= enough * top]
+    return min(fast, key=lambda p: (p.cost_per_epoch, -p.samples_per_second))
