@@ -24,7 +24,8 @@ BIND_ADDRESS_ENV = "HETERO_BIND_ADDRESS"  # the one address a guarded TensorFlow
 
 # -- files -----------------------------------------------------------------------------------------
 METRICS_FILE = "metrics.json"  # written by trainers into model/ and output/data/
-METRICS_SCHEMA_VERSION = 1
+METRICS_SCHEMA_VERSION = 2  # 2: data_hosts (each data host's own measurements) and bytes_received_per_sample
+METRICS_READABLE_VERSIONS = (1, 2)  # Evaluate reads runs trained by the previous release too
 MANIFEST_FILE = "manifest.json"  # written by the Shard step
 PRICE_PERFORMANCE_FILE = "price_performance.json"  # written by the Evaluate step
 PRICE_PERFORMANCE_SCHEMA_VERSION = 1

@@ -14,7 +14,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 
 from steps.common.errors import UserError
-from steps.contract import METRICS_FILE, METRICS_SCHEMA_VERSION
+from steps.contract import METRICS_FILE, METRICS_READABLE_VERSIONS
 
 _MAX_METRICS_BYTES = 16 * 1024 * 1024  # metrics are a few KB; refuse to slurp a mislabelled blob
 
@@ -89,8 +89,10 @@ def validate_metrics(doc, source: str) -> dict:
     if not isinstance(doc, dict):
         raise UserError(f"{source}: top level must be a JSON object")
     version = _field(doc, "schema_version", int, source)
-    if version != METRICS_SCHEMA_VERSION:
-        raise UserError(f"{source}: field 'schema_version' is {version}; this evaluator reads {METRICS_SCHEMA_VERSION}")
+    if version not in METRICS_READABLE_VERSIONS:
+        readable = " and ".join(map(str, METRICS_READABLE_VERSIONS))
+        raise UserError(f"{source}: field 'schema_version' is {version}; this evaluator reads versions {readable}: "
+                        "evaluate with the release that trained it, or retrain")
     mode = _field(doc, "mode", str, source)
     if mode not in ("heterogeneous", "homogeneous"):
         raise UserError(f"{source}: field 'mode' must be 'heterogeneous' or 'homogeneous', got {mode!r}")
@@ -112,7 +114,21 @@ def validate_metrics(doc, source: str) -> dict:
         costs = _field(doc, "isolated_costs", dict, source)
         for name in ("decode_s_per_batch", "step_s_per_batch"):
             _field(costs, name, float, source, label=f"isolated_costs.{name}", low=0, low_open=True)
+    if version >= 2:
+        _field(doc, "bytes_received_per_sample", float, source, low=0)
+        for i, host in enumerate(_field(doc, "data_hosts", list, source)):
+            _check_data_host(host, f"data_hosts[{i}]", source)
     return doc
+
+
+def _check_data_host(host, label: str, source: str) -> None:
+    if not isinstance(host, dict):
+        raise UserError(f"{source}: field {label!r} must be an object, got {host!r}")
+    _field(host, "host", str, source, label=f"{label}.host")
+    _field(host, "cpus", int, source, label=f"{label}.cpus", low=1)
+    _field(host, "samples_sent", int, source, label=f"{label}.samples_sent", low=0)
+    for key in ("decode_cpu_s_per_sample", "service_cpu_s_per_sample", "busy_share", "bytes_sent_per_sample"):
+        _field(host, key, float, source, label=f"{label}.{key}", low=0)
 
 
 def _check_group(group, label: str, source: str) -> None:

@@ -29,6 +29,7 @@ class StepStats:
     waits: list = field(default_factory=list)
     computes: list = field(default_factory=list)
     sizes: list = field(default_factory=list)
+    bytes_per_sample: float = 0.0  # what one sample takes as a tensor on arrival (TensorFlow path)
 
     def record(self, *, wait: float, compute: float, samples: int) -> None:
         self.waits.append(wait)
@@ -68,8 +69,10 @@ class StepStats:
 
 
 def training_metrics(*, cfg, cluster, framework: str, summary: dict, accuracy: float | None, corrupt: list,
-                     corrupt_count: int, classes: list[str], **extra) -> dict:
-    """The metrics.json document both trainers write (the Evaluate step reads it)."""
+                     corrupt_count: int, classes: list[str], data_hosts: list[dict], bytes_received: int,
+                     bytes_received_per_sample: float, **extra) -> dict:
+    """The metrics.json document both trainers write (the Evaluate step reads it). ``data_hosts``: what each data
+    host measured of itself (`steps.train.service_meter.data_host_metrics`), empty in a homogeneous run."""
     elapsed = summary["elapsed_s"]
     measured = max(summary["measured_steps"], 1)
     return {
@@ -91,6 +94,9 @@ def training_metrics(*, cfg, cluster, framework: str, summary: dict, accuracy: f
         "samples_seen": summary["global_seen"],  # all trainer hosts, warm-up included: epochs x dataset when complete
         "corrupt_samples": {"count": corrupt_count, "examples": [list(c) for c in corrupt[:20]]},
         "classes": classes,
+        "data_hosts": data_hosts,
+        "bytes_received": bytes_received,
+        "bytes_received_per_sample": bytes_received_per_sample,
         **extra,
         "config": cfg.as_dict(),
     }

@@ -45,6 +45,21 @@ class ServiceMeter:
         }
 
 
+class ProcessMeter:
+    """A tf.data.service data host's measurements: its worker decodes and serves in this process, so the
+    process's CPU time is both (``service_cpu_s`` 0). It cannot count what it served; the trainer, which
+    can, fills in ``samples`` and ``bytes_sent`` (`steps.train.tf_data_client`)."""
+
+    def __init__(self) -> None:
+        self.cpus = available_cpus()
+        self._wall_started = time.perf_counter()
+        self._cpu_started = time.process_time()
+
+    def report(self) -> dict:
+        return {"cpus": self.cpus, "wall_s": round(time.perf_counter() - self._wall_started, 6),
+                "decode_cpu_s": round(time.process_time() - self._cpu_started, 6), "service_cpu_s": 0.0}
+
+
 def data_host_metrics(host: str, report: dict, first: dict | None = None) -> dict:
     """One data host's line in metrics.json (``data_hosts``), per sample, from its latest report.
 

@@ -28,6 +28,7 @@ from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import DataHostLost, dial, send_stop
 from steps.train.link import Heartbeat, Link, Stopped
+from steps.train.service_meter import data_host_metrics
 from steps.train.tf_servers import end_server
 from steps.train.wire import Kind, WireError
 
@@ -50,7 +51,8 @@ class TfDataService:
         self.address = ""
         self.beat: Heartbeat | None = None
         self._ids: dict[str, np.ndarray] = {}
-        self._ids_arrived = threading.Condition()
+        self._reports: dict[str, dict] = {}
+        self._ids_arrived = threading.Condition()  # also REPORT answers
 
     @property
     def samples_per_epoch(self) -> int:
@@ -112,6 +114,11 @@ class TfDataService:
                 with self._ids_arrived:
                     self._ids[host] = frame[2].get("ids", np.empty(0, np.int64))
                     self._ids_arrived.notify_all()
+            if frame is not None and frame[0] is Kind.REPORT:
+                with self._ids_arrived:
+                    report = frame[1].get("host")
+                    self._reports[host] = report if isinstance(report, dict) else {}
+                    self._ids_arrived.notify_all()
 
     def _fail(self, error: HeteroError) -> None:
         if self.failure is None:
@@ -147,6 +154,24 @@ class TfDataService:
                                        timeout=self.cfg.connect_timeout_s)
             self.check()
             return np.concatenate(list(self._ids.values())) if self._ids else np.empty(0, np.int64)
+
+    def measurements(self, samples: int, bytes_per_sample: float) -> dict:
+        """What each data host measured of itself (`ProcessMeter`), with the ``samples`` this trainer received split
+        by each host's share of an epoch (every worker serves its own shards once per epoch), for metrics.json."""
+        with self._ids_arrived:
+            self._reports.clear()
+        for link in self.links.values():
+            link.send(Kind.REPORT)
+        with self._ids_arrived:
+            self._ids_arrived.wait_for(lambda: len(self._reports) == len(self.links) or self.failure is not None,
+                                       timeout=self.cfg.connect_timeout_s)
+            self.check()
+            reports = dict(self._reports)
+        hosts = []
+        for host, report in reports.items():
+            share = round(samples * self.samples_per_host.get(host, 0) / max(self.samples_per_epoch, 1))
+            hosts.append(data_host_metrics(host, {**report, "samples": share, "bytes_sent": share * bytes_per_sample}))
+        return {"data_hosts": hosts, "bytes_received": int(samples * bytes_per_sample), "bytes_received_per_sample": bytes_per_sample}
 
     def distribute(self, dataset):
         import tensorflow as tf

@@ -32,6 +32,7 @@ from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import JobStopped, Trainer, TrainerGone, accept_trainers, trainer_frame, trainer_lost
 from steps.train.link import Heartbeat, Stopped
+from steps.train.service_meter import ProcessMeter
 from steps.train.tf_cluster import check_single_trainer, local_shards
 from steps.train.tf_servers import end_server
 from steps.train.wire import Kind, WireError
@@ -60,9 +61,10 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
             os.chdir(serving)  # where the dataset's relative SERVE_PATTERN resolves
             worker = tf.data.experimental.service.WorkerServer(tf.data.experimental.service.WorkerConfig(
                 dispatcher_address=dispatcher, worker_address=f"{address}:%port%", port=0, protocol="grpc"))
+            meter = ProcessMeter()
             trainer.link.send(Kind.START, {"worker": address, "samples_per_epoch": samples})
             print(f"[data] {me}: worker registered with dispatcher {dispatcher}", flush=True)
-            _serve_until_stop(trainer, cluster.model_dir, [str(f) for f in files])
+            _serve_until_stop(trainer, cluster.model_dir, [str(f) for f in files], meter)
             trainer_stopped_it = True
         except Exception as exc:
             if not isinstance(exc, (TrainerGone, JobStopped)):  # the trainer learns why, not just that the link closed
@@ -93,11 +95,11 @@ def _await_start(trainer: Trainer) -> str:
         _control(trainer, kind, meta, {}, None, [])
 
 
-def _serve_until_stop(trainer: Trainer, results_dir: Path, files: list[str]) -> None:
+def _serve_until_stop(trainer: Trainer, results_dir: Path, files: list[str], meter: ProcessMeter) -> None:
     while not trainer.stopped:
         frame = _read(trainer)
         if frame is not None:
-            _control(trainer, *frame, results_dir, files)
+            _control(trainer, *frame, results_dir, files, meter)
 
 
 def _read(trainer: Trainer):
@@ -107,7 +109,11 @@ def _read(trainer: Trainer):
         raise trainer_lost(trainer.host, exc) from None
 
 
-def _control(trainer: Trainer, kind: Kind, meta: dict, arrays: dict, results_dir: Path | None, files: list[str]) -> None:
+def _control(trainer: Trainer, kind: Kind, meta: dict, arrays: dict, results_dir: Path | None, files: list[str],
+             meter: ProcessMeter | None = None) -> None:
+    if kind is Kind.REPORT:  # training is over: the trainer records what this host measured of itself
+        trainer.link.send(Kind.REPORT, {"host": meter.report() if meter else {}})
+        return
     if kind is Kind.IDS:  # some samples went missing: the trainer asks which ones this host serves
         from steps.train.tf_data import sample_ids
 

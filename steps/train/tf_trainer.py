@@ -57,6 +57,9 @@ class InProcessSource:
     def check(self) -> None:
         pass
 
+    def measurements(self, samples: int, bytes_per_sample: float) -> dict:
+        return {"data_hosts": [], "bytes_received": 0, "bytes_received_per_sample": 0.0}
+
     def close(self, status: str = "completed", reason: str = "", files: dict | None = None) -> None:
         pass
 
@@ -78,6 +81,9 @@ class ServiceSource:
 
     def check(self) -> None:
         self.service.check()
+
+    def measurements(self, samples: int, bytes_per_sample: float) -> dict:
+        return self.service.measurements(samples, bytes_per_sample)
 
     def close(self, status: str = "completed", reason: str = "", files: dict | None = None) -> None:
         self.service.close(status, reason, files)
@@ -106,7 +112,8 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         summary.update(global_samples=summary["samples"], global_seen=summary["seen"])
         metrics = training_metrics(
             cfg=cfg, cluster=cluster, framework="tensorflow", summary=summary, accuracy=accuracy,
-            corrupt=corrupt, corrupt_count=missing, classes=classes, epoch_accounting=accounting, isolated_costs=costs)
+            corrupt=corrupt, corrupt_count=missing, classes=classes, epoch_accounting=accounting, isolated_costs=costs,
+            **source.measurements(summary["seen"], stats.bytes_per_sample))
         files = _write_outputs(cluster, model, metrics)
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
@@ -196,6 +203,8 @@ def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch:
         ready = time.perf_counter()
         ids.append(batch_ids)
         received += len(batch_ids)
+        if not stats.bytes_per_sample and len(batch_ids):
+            stats.bytes_per_sample = _tensor_bytes(batch, strategy) / len(batch_ids)
         loss = float(train_step(batch))  # float() waits for the device: compute time is real
         done = time.perf_counter()
         stats.record(wait=ready - last, compute=done - ready, samples=len(batch_ids))
@@ -207,6 +216,12 @@ def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch:
         last = time.perf_counter()
     source.check()  # an epoch cut short by a lost data host is that host's failure, not corrupt data
     return ids, False
+
+
+def _tensor_bytes(batch: dict, strategy) -> int:
+    """The bytes of a batch's tensors (pixels, labels, ids): what tf.data.service carries per element, framing aside."""
+    return sum(t.shape.num_elements() * t.dtype.size for value in batch.values()
+               for t in strategy.experimental_local_results(value))
 
 
 def _account(epoch: int, ids: list[np.ndarray], expected: int) -> dict:

@@ -50,6 +50,7 @@ class Kind(IntEnum):
     ERROR = 7  # either way: the sender is failing, with a reason
     START = 8  # TensorFlow path: trainer -> data host: the dispatcher's address; data host -> trainer: worker up
     IDS = 9  # TensorFlow path: trainer -> data host: which sample ids do you serve? data host -> trainer: them
+    REPORT = 10  # TensorFlow path: trainer -> data host: your own measurements? data host -> trainer: them
 
 
 class WireError(HeteroError):

@@ -10,7 +10,7 @@ import torch
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.sagemaker import all_steps
-from tests.pipeline.conftest import listeners_on, own_listening_ports
+from tests.pipeline.conftest import assert_data_hosts_measured_themselves, listeners_on, own_listening_ports
 
 pytestmark = pytest.mark.e2e
 
@@ -43,6 +43,10 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
         if mode == "heterogeneous":
             assert groups["data_group"] == {"name": "data_group", "instance_type": "ml.c5.4xlarge", "count": data_hosts, "role": "data"}
         assert metrics["config"]["epochs"] == 2
+        assert_data_hosts_measured_themselves(metrics, data_hosts)
+        if mode == "heterogeneous":
+            assert {t for h in metrics["data_hosts"] for t in h["batches_sent"]} == {
+                h.name for h in result.jobs[step].hosts if h.role == "trainer"}
     pp = result.price_performance
     assert pp["runs"]["baseline"] and pp["runs"]["heterogeneous"]
     assert pp["speedup"] > 0 and pp["execution_id"] == result.execution_id

@@ -18,7 +18,8 @@ from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from steps.contract import SECRET_ENV
 from steps.shard.shard import shard_dataset
-from tests.pipeline.conftest import by_role, listeners_on, own_listening_ports, start_training_job, two_group_request
+from tests.pipeline.conftest import (PIXEL_BYTES, assert_data_hosts_measured_themselves, by_role, listeners_on, own_listening_ports,
+                                     start_training_job, two_group_request)
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.e2e
@@ -47,6 +48,9 @@ def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path
         assert metrics["accuracy"] is not None and 0 <= metrics["accuracy"] <= 1
         assert metrics["config"]["framework"] == "tensorflow"
         assert (result.jobs[step].model_dir / "model.keras").stat().st_size > 0
+        assert_data_hosts_measured_themselves(metrics, data_hosts)
+        if mode == "heterogeneous":  # the tensors of a sample: uint8 pixels, int64 label and id
+            assert metrics["bytes_received_per_sample"] == PIXEL_BYTES + 16
     hetero = result.jobs["TrainHeterogeneous"]
     groups = {g["name"]: g["count"] for g in json.loads((hetero.model_dir / "metrics.json").read_text())["instance_groups"]}
     assert groups == {"data_group": data_hosts, "dnn_group": 1}

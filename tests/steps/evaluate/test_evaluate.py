@@ -27,11 +27,17 @@ BLOG = {
 }
 
 
+DATA_HOST = {"host": "algo-2", "cpus": 4, "samples_sent": 12800, "batches_sent": {"algo-1": 200},
+             "decode_cpu_s_per_sample": 0.0021, "service_cpu_s_per_sample": 0.0001, "busy_share": 0.93,
+             "bytes_sent_per_sample": 12304.0, "samples_per_second": 1700.0, "measured_over_s": 7.5}
+
+
 def metrics(case="tf_heterogeneous", batch=256, **overrides):
     """A metrics.json document as the trainer writes it (the contract in steps/evaluate/evaluate.py)."""
     groups, step_s, _, _ = BLOG[case]
+    hetero = len(groups) > 1
     doc = {
-        "schema_version": 1, "framework": "pytorch",
+        "schema_version": 2, "framework": "pytorch",
         "mode": "heterogeneous" if len(groups) > 1 else "homogeneous",
         "instance_groups": [{"name": f"{role}_group", "instance_type": itype, "count": n, "role": role}
                             for itype, n, role in groups],
@@ -39,6 +45,7 @@ def metrics(case="tf_heterogeneous", batch=256, **overrides):
         "step_time_s": {"mean": step_s, "p50": step_s, "p90": step_s * 1.1},
         "data_wait_share": 0.05, "samples_per_second": batch / step_s, "accuracy": 0.93, "epochs": 2,
         "config": {"lr": 0.1, "batch_size": batch},
+        "data_hosts": [DATA_HOST] if hetero else [], "bytes_received_per_sample": 12304.0 if hetero else 0.0,
     }
     doc.update(overrides)
     return doc

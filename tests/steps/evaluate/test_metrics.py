@@ -8,7 +8,7 @@ import pytest
 
 from steps.common.errors import UserError
 from steps.evaluate.metrics import load_metrics
-from tests.steps.evaluate.test_evaluate import P3, make_model_tar, metrics, write_json
+from tests.steps.evaluate.test_evaluate import DATA_HOST, P3, make_model_tar, metrics, write_json
 
 
 def test_load_from_file_nested_dir_tar_and_dir_with_tar(tmp_path):
@@ -80,7 +80,8 @@ def _without(doc, dotted):
     ("instance_groups.1.instance_type", "instance_groups[1].instance_type"),
     ("step_time_s", "step_time_s"), ("step_time_s.mean", "step_time_s.mean"),
     ("samples_per_second", "samples_per_second"), ("data_wait_share", "data_wait_share"),
-    ("accuracy", "accuracy"),
+    ("accuracy", "accuracy"), ("data_hosts", "data_hosts"), ("bytes_received_per_sample", "bytes_received_per_sample"),
+    ("data_hosts.0.cpus", "data_hosts[0].cpus"), ("data_hosts.0.decode_cpu_s_per_sample", "data_hosts[0].decode_cpu_s_per_sample"),
 ])
 def test_missing_field_names_field_and_file(tmp_path, dotted, label):
     path = write_json(tmp_path / "metrics.json", _without(metrics(), dotted))
@@ -89,7 +90,7 @@ def test_missing_field_names_field_and_file(tmp_path, dotted, label):
 
 
 @pytest.mark.parametrize(("overrides", "label"), [
-    ({"schema_version": 2}, "schema_version"),
+    ({"schema_version": 3}, "schema_version"),
     ({"schema_version": "1"}, "schema_version"),
     ({"mode": "mixed"}, "mode"),
     ({"instance_groups": []}, "instance_groups"),
@@ -103,6 +104,11 @@ def test_missing_field_names_field_and_file(tmp_path, dotted, label):
     ({"data_wait_share": 1.5}, "data_wait_share"),
     ({"accuracy": "93%"}, "accuracy"),
     ({"config": [1]}, "config"),
+    ({"data_hosts": {"algo-2": {}}}, "data_hosts"),
+    ({"data_hosts": ["algo-2"]}, "data_hosts[0]"),
+    ({"data_hosts": [{**DATA_HOST, "cpus": 0}]}, "data_hosts[0].cpus"),
+    ({"data_hosts": [{**DATA_HOST, "busy_share": -0.1}]}, "data_hosts[0].busy_share"),
+    ({"bytes_received_per_sample": "12 KB"}, "bytes_received_per_sample"),
 ])
 def test_ill_typed_field_names_field_and_file(tmp_path, overrides, label):
     path = write_json(tmp_path / "metrics.json", metrics(**overrides))
@@ -114,3 +120,16 @@ def test_ill_typed_field_names_field_and_file(tmp_path, overrides, label):
 def test_null_accuracy_is_allowed(tmp_path):
     path = write_json(tmp_path / "metrics.json", metrics(accuracy=None))
     assert load_metrics(path)["accuracy"] is None
+
+
+def test_a_version_1_document_is_still_read(tmp_path):
+    """Runs trained by the previous release carry no data-host measurements; Evaluate still reads them."""
+    doc = metrics(schema_version=1)
+    del doc["data_hosts"], doc["bytes_received_per_sample"]
+    assert load_metrics(write_json(tmp_path / "metrics.json", doc)) == doc
+
+
+def test_an_unknown_version_names_the_versions_read_and_the_fix(tmp_path):
+    path = write_json(tmp_path / "metrics.json", metrics(schema_version=3))
+    with pytest.raises(UserError, match="reads versions 1 and 2: evaluate with the release that trained it, or retrain"):
+        load_metrics(path)
