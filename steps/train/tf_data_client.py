@@ -52,7 +52,7 @@ class TfDataService:
         self.beat: Heartbeat | None = None
         self._ids: dict[str, np.ndarray] = {}
         self._reports: dict[str, dict] = {}
-        self._ids_arrived = threading.Condition()  # also REPORT answers
+        self._answered = threading.Condition()  # IDS and REPORT answers
 
     @property
     def samples_per_epoch(self) -> int:
@@ -111,22 +111,22 @@ class TfDataService:
                 self._fail(DataHostLost(f"data host {host} failed: {frame[1].get('reason', 'no reason given')}"))
                 return
             if frame is not None and frame[0] is Kind.IDS:
-                with self._ids_arrived:
+                with self._answered:
                     self._ids[host] = frame[2].get("ids", np.empty(0, np.int64))
-                    self._ids_arrived.notify_all()
+                    self._answered.notify_all()
             if frame is not None and frame[0] is Kind.REPORT:
-                with self._ids_arrived:
+                with self._answered:
                     report = frame[1].get("host")
                     self._reports[host] = report if isinstance(report, dict) else {}
-                    self._ids_arrived.notify_all()
+                    self._answered.notify_all()
 
     def _fail(self, error: HeteroError) -> None:
         if self.failure is None:
             self.failure = error
             print(f"[trainer] {error.one_line()}", flush=True)
             threading.Thread(target=self._watchdog, name="watchdog", daemon=True).start()
-            with self._ids_arrived:  # a sample_ids() call waiting on that host ends now
-                self._ids_arrived.notify_all()
+            with self._answered:  # a sample_ids() call waiting on that host ends now
+                self._answered.notify_all()
 
     def _watchdog(self) -> None:
         """The training loop checks for a lost host between batches; if TensorFlow keeps it blocked
@@ -145,28 +145,25 @@ class TfDataService:
 
     def sample_ids(self) -> np.ndarray:
         """Every sample id the workers serve (each data host reads its shards whole to answer)."""
-        with self._ids_arrived:
-            self._ids.clear()
+        ids = self._ask(Kind.IDS, self._ids)
+        return np.concatenate(list(ids.values())) if ids else np.empty(0, np.int64)
+
+    def _ask(self, kind: Kind, answers: dict) -> dict:
+        """Send ``kind`` to every data host; wait until each answered (the watch threads fill ``answers``)."""
+        with self._answered:
+            answers.clear()
         for link in self.links.values():
-            link.send(Kind.IDS)
-        with self._ids_arrived:
-            self._ids_arrived.wait_for(lambda: len(self._ids) == len(self.links) or self.failure is not None,
-                                       timeout=self.cfg.connect_timeout_s)
+            link.send(kind)
+        with self._answered:
+            self._answered.wait_for(lambda: len(answers) == len(self.links) or self.failure is not None,
+                                    timeout=self.cfg.connect_timeout_s)
             self.check()
-            return np.concatenate(list(self._ids.values())) if self._ids else np.empty(0, np.int64)
+            return dict(answers)
 
     def measurements(self, samples: int, bytes_per_sample: float) -> dict:
         """What each data host measured of itself (`ProcessMeter`), with the ``samples`` this trainer received split
         by each host's share of an epoch (every worker serves its own shards once per epoch), for metrics.json."""
-        with self._ids_arrived:
-            self._reports.clear()
-        for link in self.links.values():
-            link.send(Kind.REPORT)
-        with self._ids_arrived:
-            self._ids_arrived.wait_for(lambda: len(self._reports) == len(self.links) or self.failure is not None,
-                                       timeout=self.cfg.connect_timeout_s)
-            self.check()
-            reports = dict(self._reports)
+        reports = self._ask(Kind.REPORT, self._reports)
         hosts = []
         for host, report in reports.items():
             share = round(samples * self.samples_per_host.get(host, 0) / max(self.samples_per_epoch, 1))

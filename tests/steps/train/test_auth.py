@@ -267,6 +267,14 @@ def test_strangers_cannot_stop_the_service_and_the_trainer_gets_every_batch(monk
             assert sorted(ids) == list(range(BATCHES_PER_EPOCH * BATCH))  # every sample exactly once
             assert corrupt == CORRUPT
             assert client.hosts[0].received[epoch] == samples  # what END said (batches() checks they agree)
+        # the data host's own measurements rode along with its batches
+        measured = client.measurements()
+        (host,) = measured["data_hosts"]
+        assert host["host"] == "127.0.0.1" and host["samples_sent"] == cfg.epochs * samples
+        assert host["batches_sent"] == {"trainer-a": cfg.epochs * BATCHES_PER_EPOCH}
+        assert host["decode_cpu_s_per_sample"] == 0  # these batches were built, not decoded
+        assert measured["bytes_received"] == client.hosts[0].link.bytes_read
+        assert 8 * 8 * 3 < measured["bytes_received_per_sample"] < 2 * host["bytes_sent_per_sample"]
         client.close()
         service.join(timeout=30)
         assert not service.is_alive(), "serve() did not return after the trainer's STOP"

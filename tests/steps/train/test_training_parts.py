@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 import types
 
 import numpy as np
@@ -139,3 +140,20 @@ def test_a_malformed_shard_in_a_worker_keeps_its_message(tmp_path):
         list(loader)
     assert str(shard) in caught.value.message
     assert "Caught" not in caught.value.message and "Traceback" not in caught.value.message
+
+
+class Costly(FailsOnOddIds):
+    def decode(self, raw, *, train, rng):
+        deadline = time.thread_time() + 0.002  # CPU, not sleep: what a data host reports is CPU time
+        while time.thread_time() < deadline:
+            pass
+        return super().decode(raw, train=train, rng=rng)
+
+
+def test_each_batch_carries_the_cpu_seconds_its_worker_spent_on_it(tmp_path):
+    shard = tmp_path / "train-00000.tar"
+    write_shard(shard, [(i, 0, "jpg", str(2 * i).encode()) for i in range(24)])
+    batches = list(batch_loader(ShardDataset([shard], Costly(), train=True), batch_size=6, num_workers=2))
+    total = sum(b.cpu_s for b in batches)
+    assert len(batches) == 4 and all(b.cpu_s > 0 for b in batches)
+    assert 24 * 0.002 <= total < 24 * 0.002 + 1.0

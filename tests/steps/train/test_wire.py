@@ -444,3 +444,13 @@ def test_non_native_byte_order_arrives_with_the_right_values():
         send_frame(a, Kind.BATCH, {}, [("x", big_endian)])
         _, _, arrays = FrameReader(b).read()
     assert arrays["x"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_frames_are_counted_in_bytes_on_both_ends(pair):
+    a, b = pair
+    reader = FrameReader(b)
+    pixels = np.zeros((4, 8, 8, 3), np.uint8)
+    sent = send_frame(a, Kind.BATCH, {"epoch": 0}, [("pixels", pixels)]) + send_frame(a, Kind.PING)
+    reader.read()
+    reader.read()
+    assert reader.bytes_read == sent > pixels.nbytes + 2 * HEADER.size
