@@ -20,6 +20,7 @@ ROWS = (
     ("cost / 100 steps ($)", lambda r: _fmt(r["cost_per_100_steps"], ".4f")),
     ("samples per $", lambda r: _fmt(r["samples_per_dollar"], ",.0f")),
     ("accuracy", lambda r: _fmt(r.get("accuracy"), ".1%")),
+    ("bottleneck", lambda r: r["bottleneck"]["label"] if r.get("bottleneck") else "-"),
 )
 
 
@@ -35,6 +36,9 @@ def render(price_performance: dict) -> str:
     if speedup is not None:
         lines.append(f"speedup {speedup:.2f}x   price-performance improvement {improvement:.1%}")
     lines += _bound_lines(price_performance.get("bound"))
+    bottleneck = (runs.get("heterogeneous") or {}).get("bottleneck")
+    if bottleneck:
+        lines.append(f"heterogeneous run {bottleneck['label']}: {bottleneck['reason']}")
     prices = price_performance.get("prices", {})
     lines.append(f"prices: {prices.get('region', '?')} on-demand, {prices.get('source', '?')} (as of {prices.get('as_of', '?')})")
     return "\n".join(lines)

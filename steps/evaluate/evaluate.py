@@ -41,6 +41,7 @@ from steps.common.errors import UserError  # noqa: E402
 from steps.common.files import write_json_atomic  # noqa: E402
 from steps.contract import PRICE_PERFORMANCE_FILE, PRICE_PERFORMANCE_SCHEMA_VERSION  # noqa: E402
 from steps.evaluate.bounds import speedup_bound  # noqa: E402
+from steps.evaluate.diagnosis import diagnose  # noqa: E402
 from steps.evaluate.metrics import load_metrics, validate_metrics  # noqa: E402
 from steps.evaluate.prices import PriceTable, load_prices  # noqa: E402
 from steps.evaluate.store import open_store, validate_execution_id  # noqa: E402
@@ -86,6 +87,7 @@ def run_summary(metrics: dict, prices: PriceTable) -> dict:
         "samples_per_dollar": samples_per_dollar(sps, usd_per_hour),
         "data_wait_share": metrics["data_wait_share"],
         "accuracy": metrics["accuracy"],
+        "bottleneck": diagnose(metrics),
     }
 
 
@@ -121,7 +123,7 @@ def summary_line(doc: dict) -> str:
         return (f"{cluster} ${run['cluster_usd_per_hour']:.3f}/h, {run['step_time_s'] * 1000:.0f} ms/step, "
                 f"${run['cost_per_100_steps']:.3f}/100 steps")
 
-    line = f"heterogeneous: {describe(doc['runs']['heterogeneous'])}"
+    line = f"heterogeneous: {describe(doc['runs']['heterogeneous'])}, {doc['runs']['heterogeneous']['bottleneck']['label']}"
     if doc["runs"]["baseline"] is None:
         return line + "; no baseline"
     line = (f"{line}; baseline: {describe(doc['runs']['baseline'])}; "

@@ -99,12 +99,13 @@ def test_output_schema():
     doc = ev.price_performance(metrics(), metrics("tf_homogeneous"), load_prices(), execution_id="e1")
     assert set(doc) == {"schema_version", "execution_id", "prices", "runs", "speedup", "improvement", "bound"}
     assert doc["bound"] is None  # no isolated_costs in these metrics
-    assert doc["schema_version"] == 1 and doc["execution_id"] == "e1"
+    assert doc["schema_version"] == 2 and doc["execution_id"] == "e1"
     assert set(doc["prices"]) == {"source", "as_of", "region"}
     assert set(doc["runs"]) == {"heterogeneous", "baseline"}
     run = doc["runs"]["heterogeneous"]
     assert set(run) == {"instance_groups", "cluster_usd_per_hour", "step_time_s", "samples_per_second",
-                        "cost_per_100_steps", "samples_per_dollar", "data_wait_share", "accuracy"}
+                        "cost_per_100_steps", "samples_per_dollar", "data_wait_share", "accuracy", "bottleneck"}
+    assert run["bottleneck"]["label"] == "input-bound"  # waited 5% on data hosts busy 93%
     assert run["instance_groups"][0] == {"name": "data_group", "instance_type": C5_18, "count": 2,
                                          "role": "data", "instance_usd_per_hour": 3.672}
     json.dumps(doc, allow_nan=False)

@@ -1,0 +1,48 @@
+"""Which stage set a run's pace: input-bound, compute-bound or transport-bound, with the numbers that decided it.
+
+- **compute-bound**: the trainers waited for data less than `WAIT_SHARE` of their steps; the step sets
+  the pace, and more input capacity buys nothing.
+- **input-bound**: they waited more, and the hosts that decode were busy (a data host's busy share, its
+  CPU seconds over wall time and CPUs, at least `BUSY_SHARE`; a homogeneous trainer decodes for itself):
+  more CPUs for decode (another data host, a bigger type) raise the rate.
+- **transport-bound**: they waited more while the data hosts had CPU to spare: the batches are ready but
+  do not arrive fast enough (the network, or the trainers' receiving), so more decode buys nothing.
+
+The numbers come from `metrics.json` (schema 2: each data host measured itself, `steps.train.service_meter`).
+A schema-1 document has no data-host measurements, so input and transport are not told apart there.
+"""
+
+from __future__ import annotations
+
+WAIT_SHARE = 0.05
+BUSY_SHARE = 0.80
+
+
+def diagnose(metrics: dict) -> dict:
+    wait = float(metrics["data_wait_share"])
+    hosts = metrics.get("data_hosts") or []
+    busy = [round(float(h["busy_share"]), 4) for h in hosts]
+    wire = float(metrics.get("bytes_received_per_sample") or 0.0) * float(metrics["samples_per_second"])
+    doc = {"label": "", "data_wait_share": wait, "data_host_busy_share": busy,
+           "wire_mb_per_s": round(wire / 1e6, 3) if hosts else None, "reason": ""}
+    if wait < WAIT_SHARE:
+        return {**doc, "label": "compute-bound",
+                "reason": f"the trainers waited for data {wait:.1%} of their step time (under {WAIT_SHARE:.0%}): the training "
+                          "step sets the pace; more input capacity would not raise it"}
+    if metrics["mode"] == "homogeneous":
+        return {**doc, "label": "input-bound",
+                "reason": f"the trainers waited for data {wait:.1%} of their step time while decoding on their own CPUs: "
+                          "data hosts (or more CPUs) would raise the rate"}
+    if not hosts:
+        return {**doc, "label": "input-bound",
+                "reason": f"the trainers waited for data {wait:.1%} of their step time; the data hosts did not measure "
+                          "themselves (metrics schema 1), so input and transport are not told apart"}
+    mean = sum(busy) / len(busy)
+    if mean >= BUSY_SHARE:
+        return {**doc, "label": "input-bound",
+                "reason": f"the trainers waited for data {wait:.1%} of their step time and the data hosts were busy "
+                          f"{mean:.0%} of their CPUs (at least {BUSY_SHARE:.0%}): more data-host CPUs would raise the rate"}
+    return {**doc, "label": "transport-bound",
+            "reason": f"the trainers waited for data {wait:.1%} of their step time while the data hosts were busy only "
+                      f"{mean:.0%} of their CPUs: batches were ready but arrived too slowly ({wire / 1e6:.1f} MB/s into "
+                      "the trainers); more decode would not help, more network (or fewer bytes per sample) would"}
