@@ -26,10 +26,11 @@ from pipeline.graph import PARAMETERS, resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.remote import (DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions, pipeline_parameters,
                              price_performance_of, start_execution)
+from pipeline.plan_view import plan_for, render_plan, stored_plan_parameters
 from pipeline.summary import EMULATED, render
 from steps.common.errors import HeteroError, UserError
 from steps.evaluate.prices import load_prices
-from steps.contract import FRAMEWORKS, MANIFEST_FILE, METRICS_FILE, PRICE_PERFORMANCE_FILE
+from steps.contract import FRAMEWORKS, MANIFEST_FILE, METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE
 
 ENV_PREFIX = "HETERO_PARAM_"
 FLAGS = {p.flag.replace("-", "_"): p.name for p in PARAMETERS if p.flag}  # argparse dest -> pipeline parameter
@@ -85,6 +86,17 @@ def _remote_parsers(sub) -> None:
     start.add_argument("--config", type=Path, help="JSON file of pipeline parameters")
     start.add_argument("--display-name", help="execution display name shown in SageMaker Studio")
     start.set_defaults(no_baseline=False, **dict.fromkeys(FLAGS))  # so `_layers` reads --param, env and --config alike
+    start.add_argument("--apply-plan", metavar="EXECUTION_ID",
+                       help="run with the data group the plan of that execution recommends (its plan.json in --results)")
+    start.add_argument("--results", default=os.environ.get("HETERO_RESULTS_URI"),
+                       help="results store, s3://bucket/prefix (default: env HETERO_RESULTS_URI)")
+    plan = sub.add_parser("plan", help="the data group a run's measurements recommend: predicted rate, $/h, cost per epoch")
+    plan.add_argument("execution_id", nargs="?", metavar="EXECUTION_ID", help="a local run's or a deployed execution's id")
+    plan.add_argument("--results", default=os.environ.get("HETERO_RESULTS_URI") or "runs/results",
+                      help="results store: s3://bucket/prefix or a local folder (default: env HETERO_RESULTS_URI, else runs/results)")
+    plan.add_argument("--metrics", metavar="PATH", help="plan from this metrics.json (or folder, or model.tar.gz) instead")
+    plan.add_argument("--prices", type=Path, help="JSON price overrides (schema: steps/evaluate/prices.py)")
+    plan.add_argument("--json", action="store_true", help="print plan.json instead of the table")
     executions = sub.add_parser("executions", help="recent executions of the deployed pipeline with their price-performance")
     executions.add_argument("--pipeline-name", **pipeline_name)
     executions.add_argument("--results", default=os.environ.get("HETERO_RESULTS_URI"),
@@ -134,6 +146,10 @@ def cmd_run(args) -> int:
     print()
     print(render(result.price_performance))
     print(textwrap.fill(EMULATED, width=110))
+    plan_file = result.evaluation_dir / PLAN_FILE
+    if plan_file.is_file():
+        print(f"plan for the next run: {json.loads(plan_file.read_text())['reason']}")
+        print(f"           (from this machine's step times; `hetero plan {result.execution_id}` for the frontier)")
     shard = result.outputs["Shard"]
     manifest = json.loads((shard / MANIFEST_FILE).read_text())
     quarantined = manifest.get("quarantined", 0) + manifest.get("skipped", 0)
@@ -157,6 +173,14 @@ def cmd_start(args) -> int:
     overrides = {}
     for layer in _layers(args):
         overrides.update(layer)
+    if args.apply_plan:
+        if not args.results:
+            raise UserError("--apply-plan needs --results s3://bucket/prefix (or env HETERO_RESULTS_URI)", headline="bad option")
+        planned = stored_plan_parameters(args.results, args.apply_plan)
+        clash = {k for k in planned if k in overrides and str(overrides[k]) != planned[k]}
+        if clash:
+            raise UserError(f"--apply-plan sets {', '.join(sorted(clash))}, which you also set: drop one", headline="bad option")
+        overrides.update(planned)
     arn = start_execution(pipeline_name=args.pipeline_name, overrides=overrides, display_name=args.display_name)
     print(f"started execution {execution_id(arn)} of {args.pipeline_name}")
     print(f"  arn:        {arn}")
@@ -164,6 +188,12 @@ def cmd_start(args) -> int:
     print(f"  parameters: {sent or 'the deployed defaults'}")
     print(f"  watch:      hetero executions --pipeline-name {args.pipeline_name}")
     return 0
+
+
+def cmd_plan(args) -> int:
+    plan = plan_for(execution_id=args.execution_id, results=args.results, metrics_path=args.metrics, prices_file=args.prices)
+    print(json.dumps(plan, indent=2) if args.json else render_plan(plan))
+    return 0 if plan.get("recommendation") is not None else 2
 
 
 def cmd_executions(args) -> int:
@@ -215,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"run": cmd_run, "params": cmd_params, "start": cmd_start, "executions": cmd_executions,
-                "definition": cmd_definition}[args.command](args)
+                "definition": cmd_definition, "plan": cmd_plan}[args.command](args)
     except StepFailed as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 1

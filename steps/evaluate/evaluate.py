@@ -3,7 +3,8 @@
 Reads the ``metrics.json`` the trainer writes (a file, a directory holding
 one, or SageMaker's ``model.tar.gz``; checked by `steps.evaluate.metrics`),
 prices each cluster with the on-demand table in ``prices.py`` and writes
-``price_performance.json``. "Cost per 100 steps" is the figure the AWS
+``price_performance.json``, and beside it ``plan.json``, the data group the next run should use
+(`steps.evaluate.plan`). "Cost per 100 steps" is the figure the AWS
 heterogeneous-clusters blog tables call cost per step.
 
 Locally::
@@ -39,10 +40,12 @@ if not __package__:
 from steps.common.cli import StepArgumentParser, run_step_cli  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
 from steps.common.files import write_json_atomic  # noqa: E402
-from steps.contract import PRICE_PERFORMANCE_FILE, PRICE_PERFORMANCE_SCHEMA_VERSION  # noqa: E402
+from steps.contract import PLAN_FILE, PRICE_PERFORMANCE_FILE, PRICE_PERFORMANCE_SCHEMA_VERSION  # noqa: E402
 from steps.evaluate.bounds import speedup_bound  # noqa: E402
+from steps.evaluate.catalogue import load_catalogue  # noqa: E402
 from steps.evaluate.diagnosis import diagnose  # noqa: E402
 from steps.evaluate.metrics import load_metrics, validate_metrics  # noqa: E402
+from steps.evaluate.plan import plan_document  # noqa: E402
 from steps.evaluate.prices import PriceTable, load_prices  # noqa: E402
 from steps.evaluate.store import open_store, validate_execution_id  # noqa: E402
 
@@ -151,8 +154,11 @@ def evaluate(*, heterogeneous: str | Path, baseline: str | Path | None, output: 
     hetero_metrics = load_metrics(heterogeneous)
     baseline_metrics = load_metrics(baseline) if baseline is not None else None
     doc = price_performance(hetero_metrics, baseline_metrics, prices, execution_id=execution_id)
+    plan = plan_document(hetero_metrics, prices, load_catalogue(), execution_id=execution_id)
+    write_json_atomic(Path(output) / PLAN_FILE, plan)
     write_json_atomic(Path(output) / PRICE_PERFORMANCE_FILE, doc)
     print(summary_line(doc), flush=True)
+    print(f"plan for the next run: {plan['reason']}", flush=True)
     if store_uri:
         store = open_store(store_uri)
         # Metrics and config sit next to the verdict so a result can be audited later.
@@ -161,6 +167,7 @@ def evaluate(*, heterogeneous: str | Path, baseline: str | Path | None, output: 
             store.put_json(execution_id, "baseline_metrics.json", baseline_metrics)
         if "config" in hetero_metrics:
             store.put_json(execution_id, "config.json", hetero_metrics["config"])
+        store.put_json(execution_id, PLAN_FILE, plan)
         # Written last: its presence means the whole set is there.
         print(f"stored {store.put_json(execution_id, PRICE_PERFORMANCE_FILE, doc)}", flush=True)
     return doc

@@ -35,6 +35,7 @@ class InstanceType:
     price_per_hour: float
     network_gbps: float | None = None  # None: not limiting (one machine's loopback)
     gpus: int = 0
+    network_burst: bool = False  # the bandwidth is AWS's "up to" figure: sustained is lower
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Prediction:
     cluster_price_per_hour: float
     cost_per_epoch: float
     samples_per_dollar: float
+    notes: tuple = ()
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -102,18 +104,22 @@ def predict(profile: Profile, trainer: InstanceType, trainers: int, data: Instan
     else:
         rates["input"] = count * data.vcpus / profile.cpu_s_per_sample * profile.scaling
         wire = profile.bytes_per_sample
-        links = [(count, data.network_gbps), (trainers, trainer.network_gbps)]
-        limits = [n * gbps * 1e9 / 8 / wire for n, gbps in links if gbps and wire]
+        links = [(count, data), (trainers, trainer)]
+        limits = [(n * t.network_gbps * 1e9 / 8 / wire, t) for n, t in links if t.network_gbps and wire]
         if limits:
-            rates["transport"] = min(limits)
+            rates["transport"], narrowest = min(limits, key=lambda limit: limit[0])
     bottleneck = min(rates, key=rates.get)
     rate = rates[bottleneck]
+    notes = []
+    if "transport" in rates and narrowest.network_burst:
+        notes.append(f"transport uses {narrowest.name}'s 'up to' {narrowest.network_gbps:g} Gbps, a burst figure: "
+                     "sustained bandwidth is lower")
     price = trainers * trainer.price_per_hour + (count * data.price_per_hour if data is not None else 0.0)
     return Prediction(
         trainer=trainer.name, trainers=trainers, data=data.name if data is not None and count else None,
         data_count=count if data is not None else 0, samples_per_second=rate, bottleneck=bottleneck, stage_rates=rates,
         gpu_busy_share=rate / rates["compute"], cluster_price_per_hour=price,
-        cost_per_epoch=price * epoch_samples / rate / 3600, samples_per_dollar=rate * 3600 / price,
+        cost_per_epoch=price * epoch_samples / rate / 3600, samples_per_dollar=rate * 3600 / price, notes=tuple(notes),
     )
 
 

@@ -92,3 +92,15 @@ def test_a_prices_file_makes_a_new_instance_type_known(tmp_path):
     params = resolve_parameters(*cli._layers(args))
     assert json.loads(params["PriceOverrides"]) == {"prices": {"ml.p9.mega": 99.0}}  # the Evaluate step prices with it
     _validate(params)  # known now: no error
+
+
+def test_plan_needs_an_execution_or_metrics_and_says_why_it_cannot_plan(tmp_path, capsys):
+    from tests.steps.evaluate.test_evaluate import metrics, write_json
+
+    assert main(["plan", "--results", str(tmp_path)]) == 2
+    assert "name an execution id" in capsys.readouterr().err
+    homogeneous = write_json(tmp_path / "m" / "metrics.json", metrics(case="tf_homogeneous"))
+    assert main(["plan", "--metrics", str(homogeneous)]) == 2
+    assert capsys.readouterr().out.startswith("no plan: the plan is made from a heterogeneous run")
+    assert main(["plan", "nope", "--results", str(tmp_path)]) == 2
+    assert "no heterogeneous_metrics.json for execution 'nope'" in capsys.readouterr().err

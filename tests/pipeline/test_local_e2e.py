@@ -50,6 +50,14 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
     pp = result.price_performance
     assert pp["runs"]["baseline"] and pp["runs"]["heterogeneous"]
     assert pp["speedup"] > 0 and pp["execution_id"] == result.execution_id
+    for run in pp["runs"].values():
+        assert run["bottleneck"]["label"] in ("input-bound", "compute-bound", "transport-bound")
+        assert run["bottleneck"]["reason"]
+    # the plan for the next run, made from this run's own measurements, predicts this run too
+    plan = json.loads((result.evaluation_dir / "plan.json").read_text())
+    assert plan["recommendation"] is not None, plan["reason"]
+    hetero_metrics = json.loads((result.jobs["TrainHeterogeneous"].model_dir / "metrics.json").read_text())
+    assert plan["current"]["measured_samples_per_second"] == hetero_metrics["samples_per_second"]
     assert (tmp_path / "results" / result.execution_id / "price_performance.json").is_file()
     # every host exited cleanly, and metric lines were streamed while it ran
     for job in result.jobs.values():

@@ -265,3 +265,59 @@ def test_overrides_api_is_pure():
         {"Name": "RunBaseline", "Value": "true"}, {"Name": "ImprovementThreshold", "Value": "0.2"}]
     with pytest.raises(UserError, match="unknown parameter 'epochs'"):
         pipeline_parameters({"epochs": "2"})
+
+
+# --- planning from an execution, and starting with its plan ---
+
+@pytest.fixture
+def planned_execution(sagemaker, capsys, tmp_path):
+    """An execution whose Evaluate step stored a plan: one c5.xlarge fed a g5.xlarge that waited 40% of its steps."""
+    from tests.steps.evaluate.test_plan import _run
+
+    boto3.client("s3").create_bucket(Bucket=BUCKET)
+    exec_id = execution_id(start(capsys, "Epochs=1"))
+    hetero = write_json(tmp_path / "hetero" / "metrics.json", _run())
+    ev.evaluate(heterogeneous=hetero, baseline=None, output=tmp_path / "e", execution_id=exec_id, store_uri=RESULTS)
+    capsys.readouterr()
+    return exec_id, json.loads((tmp_path / "e" / "plan.json").read_text())
+
+
+def test_plan_prints_the_frontier_and_how_to_apply_it(planned_execution, capsys):
+    exec_id, stored = planned_execution
+    code, out, err = run_cli(capsys, "plan", exec_id, "--results", RESULTS)
+    assert code == 0, err
+    pick = stored["recommendation"]
+    assert out.startswith(f"plan: {pick['data_count']} x {pick['data']}: ")
+    assert re.search(r"^1 x ml\.c5\.xlarge \(this run\) +1,200 +input ", out, re.M), out
+    assert f"apply: --param DataInstanceType={pick['data']} --param DataInstanceCount={pick['data_count']}" in out
+    code, out, _ = run_cli(capsys, "plan", exec_id, "--results", RESULTS, "--json")
+    assert code == 0 and json.loads(out)["recommendation"] == pick  # today's prices: the same as stored
+
+
+def test_start_apply_plan_sends_the_planned_data_group(planned_execution, sagemaker, capsys):
+    exec_id, stored = planned_execution
+    code, out, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", exec_id,
+                             "--param", "Epochs=2")
+    assert code == 0, err
+    arn = re.search(r"arn: +(\S+)", out)[1]
+    sent = {p["Name"]: p["Value"] for p in sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]}
+    assert sent == {"Epochs": "2", "DataInstanceType": stored["recommendation"]["data"],
+                    "DataInstanceCount": str(stored["recommendation"]["data_count"])}
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--param", "DataInstanceCount=7"], "--apply-plan sets DataInstanceCount, which you also set: drop one"),
+    ([], None),
+])
+def test_apply_plan_refuses_a_clash_and_an_unknown_execution(planned_execution, capsys, argv, expected):
+    exec_id, _ = planned_execution
+    target = exec_id if expected else "no-such-execution"
+    code, _, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", target, *argv)
+    assert code == 2
+    assert (expected or "no plan: no plan.json for execution 'no-such-execution'") in err
+
+
+def test_apply_plan_needs_a_results_store(sagemaker, capsys, monkeypatch):
+    monkeypatch.delenv("HETERO_RESULTS_URI", raising=False)
+    code, _, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--apply-plan", "x")
+    assert code == 2 and "--apply-plan needs --results" in err

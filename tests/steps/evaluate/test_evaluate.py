@@ -140,8 +140,12 @@ def test_evaluate_writes_output_and_local_store(tmp_path):
                       execution_id="exec-1", store_uri=str(tmp_path / "store"))
     assert json.loads((tmp_path / "out" / "price_performance.json").read_text()) == doc
     stored = sorted(p.name for p in (tmp_path / "store" / "exec-1").iterdir())
-    assert stored == ["baseline_metrics.json", "config.json", "heterogeneous_metrics.json", "price_performance.json"]
+    assert stored == ["baseline_metrics.json", "config.json", "heterogeneous_metrics.json", "plan.json", "price_performance.json"]
     assert json.loads((tmp_path / "store" / "exec-1" / "config.json").read_text()) == metrics()["config"]
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert plan == json.loads((tmp_path / "store" / "exec-1" / "plan.json").read_text())
+    # these metrics carry no isolated_costs: no plan, and the reason says what to do
+    assert plan["recommendation"] is None and "rerun with validation shards" in plan["reason"]
 
 
 @pytest.mark.parametrize(("kwargs", "expected"), [
@@ -248,7 +252,7 @@ def test_script_writes_to_s3_store(tmp_path, aws_env):
     assert "stored s3://evals/results/exec-9/price_performance.json" in proc.stdout
     listed = boto3.client("s3").list_objects_v2(Bucket="evals", Prefix="results/exec-9/")["Contents"]
     assert sorted(o["Key"].rsplit("/", 1)[1] for o in listed) == [
-        "baseline_metrics.json", "config.json", "heterogeneous_metrics.json", "price_performance.json"]
+        "baseline_metrics.json", "config.json", "heterogeneous_metrics.json", "plan.json", "price_performance.json"]
     body = boto3.client("s3").get_object(Bucket="evals", Key="results/exec-9/price_performance.json")["Body"]
     assert round(json.loads(body.read())["improvement"] * 100) == 46
 

@@ -1,0 +1,68 @@
+"""`hetero plan`: a run's plan.json (steps/evaluate/plan.py) as text, and reading it back for `hetero start --apply-plan`."""
+
+from __future__ import annotations
+
+from steps.common.errors import UserError
+from steps.contract import PLAN_FILE
+from steps.evaluate.catalogue import load_catalogue
+from steps.evaluate.metrics import load_metrics, validate_metrics
+from steps.evaluate.plan import plan_document
+from steps.evaluate.prices import load_prices
+from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id
+
+HETEROGENEOUS_METRICS = "heterogeneous_metrics.json"  # what Evaluate stores beside its verdict
+
+
+def plan_for(*, execution_id: str | None, results: str, metrics_path: str | None = None, prices_file=None) -> dict:
+    """The plan of an execution (from the metrics Evaluate stored) or of a metrics.json, with today's prices."""
+    if metrics_path:
+        metrics = load_metrics(metrics_path)
+    else:
+        if not execution_id:
+            raise UserError("name an execution id (see `hetero executions`) or pass --metrics PATH", headline="bad option")
+        try:
+            metrics = open_store(results).get_json(validate_execution_id(execution_id), HETEROGENEOUS_METRICS)
+        except DocumentNotFound as exc:
+            raise UserError(f"no {HETEROGENEOUS_METRICS} for execution {execution_id!r} in {results} ({exc.message}): "
+                            "Evaluate stores it when the execution gets that far", headline="no results") from None
+        metrics = validate_metrics(metrics, f"{results}/{execution_id}/{HETEROGENEOUS_METRICS}")
+    return plan_document(metrics, load_prices(prices_file), load_catalogue(), execution_id=execution_id)
+
+
+def stored_plan_parameters(results: str, execution_id: str) -> dict:
+    """The pipeline parameters of the plan Evaluate stored for ``execution_id``, for `hetero start --apply-plan`."""
+    try:
+        plan = open_store(results).get_json(validate_execution_id(execution_id), PLAN_FILE)
+    except DocumentNotFound as exc:
+        raise UserError(f"no {PLAN_FILE} for execution {execution_id!r} in {results} ({exc.message}): Evaluate writes it; "
+                        "check the id with `hetero executions`", headline="no plan") from None
+    if plan.get("recommendation") is None:
+        raise UserError(f"execution {execution_id} has no plan to apply: {plan.get('reason')}", headline="no plan")
+    if plan.get("parameters") is None:
+        raise UserError(f"execution {execution_id}'s plan is to stay homogeneous ({plan['reason']}): there is no data "
+                        "group to apply; run the baseline alone", headline="no plan")
+    return {k: str(v) for k, v in plan["parameters"].items()}
+
+
+def render_plan(plan: dict) -> str:
+    if plan.get("recommendation") is None:
+        return f"no plan: {plan['reason']}"
+    rows = [("data group", "samples/s", "bound by", "GPU busy", "$/h", "$/epoch", "samples per $")]
+    shown = plan["frontier"] + ([{**plan["current"], "this_run": True}] if plan.get("current") else [])
+    for p in shown:
+        group = "none (homogeneous)" if p["data"] is None else f"{p['data_count']} x {p['data']}"
+        group += " (this run)" if p.get("this_run") else ""
+        rows.append((group, f"{p['samples_per_second']:,.0f}", p["bottleneck"], f"{p['gpu_busy_share']:.0%}",
+                     f"{p['cluster_price_per_hour']:.3f}", f"{p['cost_per_epoch']:.4f}", f"{p['samples_per_dollar']:,.0f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    table = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    table.insert(1, "  ".join("-" * w for w in widths))
+    lines = [f"plan: {plan['reason']}", f"cost/throughput frontier ({plan['epoch_samples']:,} samples per epoch, "
+             f"{plan['trainer']['count']} x {plan['trainer']['instance_type']} training):", *table]
+    notes = sorted({n for p in plan["frontier"] for n in p.get("notes", [])})
+    lines += [f"note: {n}" for n in notes]
+    if plan.get("parameters"):
+        lines.append("apply: " + " ".join(f"--param {k}={v}" for k, v in plan["parameters"].items()))
+    lines.append(f"unpriced (known hardware, no price: add one with --prices): {len(plan['unpriced'])} "
+                 "types")
+    return "\n".join(lines)

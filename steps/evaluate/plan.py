@@ -1,0 +1,87 @@
+"""plan.json: the data group the next run should use, from this run's measurements, in one step.
+
+Evaluate writes it beside price_performance.json; ``hetero plan`` prints it for any run. The model is
+`steps.evaluate.planner`'s (the minimum of compute, input and transport rates), profiled from the
+heterogeneous run's metrics.json; the candidates are every CPU instance type of the catalogue that has
+a price, at 1..`MAX_DATA_HOSTS` hosts, and staying homogeneous. The recommendation is the cheapest per
+epoch among those within 95% of the best predicted rate; ``parameters`` are the pipeline parameters
+that start it (``hetero start --apply-plan``). The plan also predicts the run it was made from, so
+the model's error on a configuration it has seen is stated beside its advice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from steps.common.errors import UserError
+from steps.evaluate.catalogue import Catalogue
+from steps.evaluate.planner import ENOUGH_THROUGHPUT, candidates, frontier, predict, profile_from_metrics, recommend
+from steps.evaluate.prices import PriceTable
+
+PLAN_SCHEMA_VERSION = 1
+MAX_DATA_HOSTS = 16
+
+
+def plan_document(metrics: dict, prices: PriceTable, catalogue: Catalogue, *, execution_id: str | None = None) -> dict:
+    """The plan for the run ``metrics`` describes; ``recommendation`` None (with ``reason``) when it cannot plan."""
+    doc = {"schema_version": PLAN_SCHEMA_VERSION, "execution_id": execution_id, "prices": prices.describe(),
+           "catalogue": catalogue.describe(), "enough_throughput": ENOUGH_THROUGHPUT, "recommendation": None,
+           "parameters": None, "reason": None}
+    try:
+        return {**doc, **_plan(metrics, prices, catalogue)}
+    except UserError as exc:
+        return {**doc, "reason": exc.message}
+
+
+def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue) -> dict:
+    if metrics["mode"] != "heterogeneous":
+        raise UserError("the plan is made from a heterogeneous run, whose data hosts measure themselves")
+    profile = profile_from_metrics(metrics)
+    groups = {g["role"]: g for g in metrics["instance_groups"]}
+    dnn, data = groups.get("trainer"), groups.get("data")
+    if dnn is None or data is None:
+        raise UserError(f"instance_groups {[g['name'] for g in metrics['instance_groups']]} lack a trainer or a data group")
+    trainer = catalogue.priced(dnn["instance_type"], prices)
+    if trainer is None:
+        raise UserError(f"no price for the trainer type {dnn['instance_type']}: add it with a price override")
+    epoch_samples = max(1, round(metrics.get("samples_seen", 0) / max(metrics.get("epochs", 1), 1)))
+    priced = [t for t in (catalogue.priced(s.name, prices) for s in catalogue.cpu_types()) if t is not None]
+    unpriced = sorted(s.name for s in catalogue.cpu_types() if s.name not in prices.usd_per_hour)
+    found = candidates(profile, trainer, dnn["count"], priced, max_count=MAX_DATA_HOSTS, epoch_samples=epoch_samples)
+    pick = recommend(found)
+    current_type = catalogue.priced(data["instance_type"], prices)
+    current = None
+    if current_type is not None:
+        predicted = predict(profile, trainer, dnn["count"], current_type, data["count"], epoch_samples)
+        current = {**predicted.as_dict(), "measured_samples_per_second": metrics["samples_per_second"],
+                   "model_error": predicted.samples_per_second / metrics["samples_per_second"] - 1}
+    return {
+        "profile": asdict(profile),
+        "epoch_samples": epoch_samples,
+        "trainer": {"instance_type": trainer.name, "count": dnn["count"]},
+        "current": current,
+        "recommendation": pick.as_dict(),
+        "parameters": _parameters(pick),
+        "reason": _reason(pick, current),
+        "frontier": [p.as_dict() for p in frontier(found)],
+        "candidates": [p.as_dict() for p in found],
+        "unpriced": unpriced,
+    }
+
+
+def _parameters(pick) -> dict | None:
+    """Pipeline parameters that run the recommendation (the heterogeneous step needs a data host)."""
+    if pick.data is None:
+        return None
+    return {"DataInstanceType": pick.data, "DataInstanceCount": pick.data_count}
+
+
+def _reason(pick, current: dict | None) -> str:
+    what = ("stay homogeneous: the trainers' own vCPUs decode fast enough" if pick.data is None
+            else f"{pick.data_count} x {pick.data}")
+    line = (f"{what}: {pick.samples_per_second:,.0f} samples/s predicted ({pick.bottleneck}-bound), "
+            f"${pick.cluster_price_per_hour:.3f}/h, ${pick.cost_per_epoch:.4f} per epoch")
+    if current:
+        line += (f"; this run: {current['data_count']} x {current['data']}, {current['measured_samples_per_second']:,.0f} "
+                 f"samples/s measured, {current['samples_per_second']:,.0f} predicted ({current['model_error']:+.1%})")
+    return line
