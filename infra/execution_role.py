@@ -86,7 +86,7 @@ class ExecutionRole(Construct):
         """One cdk-nag acknowledgment per wildcard resource, named as cdk-nag names the finding."""
         for resource, reason in reasons.items():
             Validations.of(self.policy).acknowledge(
-                Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{_nag_form(Stack.of(self), resource)}]", reason=reason))
+                Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_form(Stack.of(self), resource)}]", reason=reason))
 
     def allow_vpc_jobs(self, *, subnet_arns: list[str], security_group_arns: list[str]) -> None:
         """What SageMaker needs to run jobs in the VPC (elastic network interfaces) with an FSx channel."""
@@ -108,7 +108,7 @@ class ExecutionRole(Construct):
                                           "in advance (creation is limited to this stack's subnet and security groups)."})
 
 
-def _nag_form(stack: Stack, value: str) -> str:
+def nag_form(stack: Stack, value: str) -> str:
     """`value` as cdk-nag prints it in finding ids: Ref -> <Name>, Fn::GetAtt -> <Name.Attr>, joins concatenated."""
     def render(v) -> str:
         if isinstance(v, str):

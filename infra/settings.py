@@ -39,6 +39,9 @@ class StackSettings:
     schedule_timezone: str = _key("UTC", "Time zone of a cron() schedule.")
     retrain_parameters: dict = _key({"RunBaseline": False},
                                     "Pipeline parameter overrides for scheduled and triggered executions.")
+    retrain_adopts_plan: bool = _key(False, "Scheduled retraining runs with the data group (DataInstanceType, DataInstanceCount) "
+                                            "the latest execution's plan.json recommends, when CreateTrainingJob would accept "
+                                            "it; a function started by the schedule reads it (README: The planner).")
     new_data_trigger: bool = _key(True, "Start the pipeline when the new-data marker object lands under inputPrefix.")
     new_data_marker: str = _key("_READY", "Object name (after inputPrefix) that starts a triggered execution; "
                                           "'' starts one per object created (one execution per uploaded file!).")

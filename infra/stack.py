@@ -14,12 +14,14 @@ from infra.artifact_bucket import ArtifactBucket
 from infra.execution_role import ExecutionRole
 from infra.lustre import LustreDataset
 from infra.new_data_trigger import NewDataTrigger
+from infra.plan_adoption import PlanAdoption
 from infra.retrain_schedule import RetrainSchedule
 from infra.sagemaker_pipeline import SageMakerPipeline
 from infra.settings import StackSettings
 from infra.training_code import TrainingCode
 from pipeline.images import pipeline_images
 from pipeline.sagemaker import FsxSettings
+from steps.contract import RESULTS_FOLDER
 
 
 class HeteroStack(Stack):
@@ -52,8 +54,13 @@ class HeteroStack(Stack):
 
         parameters = settings.scheduled_parameters(bucket=store.bucket.bucket_name)
         if settings.schedule:
+            adoption = None
+            if settings.retrain_adopts_plan:
+                adoption = PlanAdoption(self, "PlanAdoption", pipeline_name=settings.pipeline_name, pipeline_arn=pipeline.pipeline_arn,
+                                        bucket=store.bucket, results_prefix=f"{settings.prefix}/{RESULTS_FOLDER}", parameters=parameters)
             schedule = RetrainSchedule(self, "Retrain", pipeline=pipeline.ref, expression=settings.schedule,
-                                       time_zone=settings.schedule_timezone, parameters=parameters)
+                                       time_zone=settings.schedule_timezone, parameters=parameters,
+                                       adopt_plan=adoption.function if adoption else None)
             schedule.node.add_dependency(pipeline.pipeline)
         if settings.new_data_trigger:
             trigger = NewDataTrigger(self, "NewData", bucket=store.bucket, input_prefix=settings.input_prefix,

@@ -13,7 +13,7 @@ from pipeline.graph import CheckStep, ExecutionId, Graph, Output, Param, Process
 from pipeline.images import default_processing_image, default_training_image
 from pipeline.sagemaker.offline import session
 from pipeline.sagemaker.settings import CODE_DIR, MAX_RUNTIME_S, PROCESSING_ROOT, PROPERTY_FILE, VOLUME_GB, DeploySettings
-from steps.contract import METRIC_DEFINITIONS, SECRET_ENV
+from steps.contract import METRIC_DEFINITIONS, RESULTS_FOLDER, SECRET_ENV
 
 
 class Compiler:
@@ -87,7 +87,7 @@ class Compiler:
         for flag, ref in step.arguments.items():
             args += [flag, self.value(ref, string=True)]
         if step.results_store:  # the results store lives in the artifact bucket
-            args += ["--store", f"s3://{self.s.bucket}/{self.s.prefix}/results"]
+            args += ["--store", f"s3://{self.s.bucket}/{self.s.prefix}/{RESULTS_FOLDER}"]
         outputs = [ProcessingOutput(output_name="output", s3_output=ProcessingS3Output(
             s3_uri=self.s3(self.exec_id, name), local_path=f"{PROCESSING_ROOT}/output", s3_upload_mode="EndOfJob"))]
         # Processing has no script mode: unpack the code (a gzipped tar, whatever its object name: CDK
