@@ -26,8 +26,9 @@ from pipeline.graph import PARAMETERS, resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.remote import (DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions, pipeline_parameters,
                              price_performance_of, start_execution)
-from pipeline.plan_view import plan_for, render_plan, stored_plan_parameters
+from pipeline.plan_view import execution_report, plan_for, render_plan, stored_plan_parameters
 from pipeline.summary import EMULATED, render
+from steps.evaluate.report import REPORT_FILE
 from steps.common.errors import HeteroError, UserError
 from steps.evaluate.prices import load_prices
 from steps.contract import FRAMEWORKS, MANIFEST_FILE, METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE
@@ -97,6 +98,11 @@ def _remote_parsers(sub) -> None:
     plan.add_argument("--metrics", metavar="PATH", help="plan from this metrics.json (or folder, or model.tar.gz) instead")
     plan.add_argument("--prices", type=Path, help="JSON price overrides (schema: steps/evaluate/prices.py)")
     plan.add_argument("--json", action="store_true", help="print plan.json instead of the table")
+    report = sub.add_parser("report", help="one HTML page with charts: an execution's results, its plan, and the history")
+    report.add_argument("execution_id", nargs="?", metavar="EXECUTION_ID", help="(default: the newest execution in the store)")
+    report.add_argument("--results", default=os.environ.get("HETERO_RESULTS_URI") or "runs/results",
+                        help="results store: s3://bucket/prefix or a local folder (default: env HETERO_RESULTS_URI, else runs/results)")
+    report.add_argument("--output", type=Path, help="where to write it (default: hetero-report-<execution id>.html)")
     executions = sub.add_parser("executions", help="recent executions of the deployed pipeline with their price-performance")
     executions.add_argument("--pipeline-name", **pipeline_name)
     executions.add_argument("--results", default=os.environ.get("HETERO_RESULTS_URI"),
@@ -158,6 +164,8 @@ def cmd_run(args) -> int:
               f"{shard / 'report.json'}")
     print(f"\nmetrics:   {result.run_dir}/jobs/*/model/{METRICS_FILE}")
     print(f"results:   {result.evaluation_dir / PRICE_PERFORMANCE_FILE}")
+    if (result.evaluation_dir / REPORT_FILE).is_file():
+        print(f"report:    {result.evaluation_dir / REPORT_FILE}")
     print(f"store:     {result.store_uri}/{result.execution_id}/")
     return 0
 
@@ -194,6 +202,14 @@ def cmd_plan(args) -> int:
     plan = plan_for(execution_id=args.execution_id, results=args.results, metrics_path=args.metrics, prices_file=args.prices)
     print(json.dumps(plan, indent=2) if args.json else render_plan(plan))
     return 0 if plan.get("recommendation") is not None else 2
+
+
+def cmd_report(args) -> int:
+    execution, page = execution_report(results=args.results, execution_id=args.execution_id)
+    output = args.output or Path(f"hetero-report-{execution}.html")
+    output.write_text(page, encoding="utf-8")
+    print(f"report: {output.resolve()}")
+    return 0
 
 
 def cmd_executions(args) -> int:
@@ -245,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"run": cmd_run, "params": cmd_params, "start": cmd_start, "executions": cmd_executions,
-                "definition": cmd_definition, "plan": cmd_plan}[args.command](args)
+                "definition": cmd_definition, "plan": cmd_plan, "report": cmd_report}[args.command](args)
     except StepFailed as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 1

@@ -11,10 +11,12 @@ from steps.evaluate.prices import load_prices
 from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id
 
 HETEROGENEOUS_METRICS = "heterogeneous_metrics.json"  # what Evaluate stores beside its verdict
+BASELINE_METRICS = "baseline_metrics.json"
 
 
 def plan_for(*, execution_id: str | None, results: str, metrics_path: str | None = None, prices_file=None) -> dict:
     """The plan of an execution (from the metrics Evaluate stored) or of a metrics.json, with today's prices."""
+    baseline = None
     if metrics_path:
         metrics = load_metrics(metrics_path)
     else:
@@ -26,7 +28,12 @@ def plan_for(*, execution_id: str | None, results: str, metrics_path: str | None
             raise UserError(f"no {HETEROGENEOUS_METRICS} for execution {execution_id!r} in {results} ({exc.message}): "
                             "Evaluate stores it when the execution gets that far", headline="no results") from None
         metrics = validate_metrics(metrics, f"{results}/{execution_id}/{HETEROGENEOUS_METRICS}")
-    return plan_document(metrics, load_prices(prices_file), load_catalogue(), execution_id=execution_id)
+        try:
+            baseline = validate_metrics(open_store(results).get_json(execution_id, BASELINE_METRICS),
+                                        f"{results}/{execution_id}/{BASELINE_METRICS}")
+        except DocumentNotFound:
+            pass  # no baseline run: staying homogeneous is modelled
+    return plan_document(metrics, load_prices(prices_file), load_catalogue(), execution_id=execution_id, baseline=baseline)
 
 
 def stored_plan_parameters(results: str, execution_id: str) -> dict:
@@ -66,3 +73,33 @@ def render_plan(plan: dict) -> str:
     lines.append(f"unpriced (known hardware, no price: add one with --prices): {len(plan['unpriced'])} "
                  "types")
     return "\n".join(lines)
+
+
+def execution_report(*, results: str, execution_id: str | None) -> tuple[str, str]:
+    """(execution id, report.html) of ``execution_id``, or of the newest execution, with the history of all of them."""
+    from steps.contract import PRICE_PERFORMANCE_FILE
+    from steps.evaluate.evaluate import history
+    from steps.evaluate.report import report_html
+
+    store = open_store(results)
+    past = history(store, {}) if execution_id is None else None
+    past = [d for d in (past or []) if d]
+    if execution_id is None:
+        if not past:
+            raise UserError(f"no executions with results in {results}: run `hetero run` (or give --results)", headline="no results")
+        execution_id = past[-1]["execution_id"]
+    validate_execution_id(execution_id)
+
+    def optional(name: str):
+        try:
+            return store.get_json(execution_id, name)
+        except DocumentNotFound:
+            return None
+
+    doc = optional(PRICE_PERFORMANCE_FILE)
+    if doc is None:
+        raise UserError(f"no {PRICE_PERFORMANCE_FILE} for execution {execution_id!r} in {results}", headline="no results")
+    page = report_html(execution_id=execution_id, price_performance=doc, plan=optional(PLAN_FILE),
+                       heterogeneous=optional(HETEROGENEOUS_METRICS), baseline=optional(BASELINE_METRICS),
+                       history=[d for d in history(store, doc) if d])
+    return execution_id, page

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 if not __package__:
@@ -46,8 +47,9 @@ from steps.evaluate.catalogue import load_catalogue  # noqa: E402
 from steps.evaluate.diagnosis import diagnose  # noqa: E402
 from steps.evaluate.metrics import load_metrics, validate_metrics  # noqa: E402
 from steps.evaluate.plan import plan_document  # noqa: E402
+from steps.evaluate.report import REPORT_FILE, report_html  # noqa: E402
 from steps.evaluate.prices import PriceTable, load_prices  # noqa: E402
-from steps.evaluate.store import open_store, validate_execution_id  # noqa: E402
+from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id  # noqa: E402
 
 DEFAULT_HETEROGENEOUS = "/opt/ml/processing/input/heterogeneous"
 DEFAULT_BASELINE = "/opt/ml/processing/input/baseline"
@@ -105,6 +107,7 @@ def price_performance(hetero_metrics: dict, baseline_metrics: dict | None, price
     return {
         "schema_version": PRICE_PERFORMANCE_SCHEMA_VERSION,
         "execution_id": execution_id,
+        "evaluated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "prices": prices.describe(),
         "runs": {"heterogeneous": hetero, "baseline": baseline},
         "speedup": speedup,
@@ -154,13 +157,16 @@ def evaluate(*, heterogeneous: str | Path, baseline: str | Path | None, output: 
     hetero_metrics = load_metrics(heterogeneous)
     baseline_metrics = load_metrics(baseline) if baseline is not None else None
     doc = price_performance(hetero_metrics, baseline_metrics, prices, execution_id=execution_id)
-    plan = plan_document(hetero_metrics, prices, load_catalogue(), execution_id=execution_id)
+    plan = plan_document(hetero_metrics, prices, load_catalogue(), execution_id=execution_id, baseline=baseline_metrics)
     write_json_atomic(Path(output) / PLAN_FILE, plan)
     write_json_atomic(Path(output) / PRICE_PERFORMANCE_FILE, doc)
     print(summary_line(doc), flush=True)
     print(f"plan for the next run: {plan['reason']}", flush=True)
-    if store_uri:
-        store = open_store(store_uri)
+    store = open_store(store_uri) if store_uri else None
+    report = _report(doc, plan, hetero_metrics, baseline_metrics, history(store, doc) if store else [doc])
+    if report is not None:
+        (Path(output) / REPORT_FILE).write_text(report, encoding="utf-8")
+    if store:
         # Metrics and config sit next to the verdict so a result can be audited later.
         store.put_json(execution_id, "heterogeneous_metrics.json", hetero_metrics)
         if baseline_metrics is not None:
@@ -168,9 +174,34 @@ def evaluate(*, heterogeneous: str | Path, baseline: str | Path | None, output: 
         if "config" in hetero_metrics:
             store.put_json(execution_id, "config.json", hetero_metrics["config"])
         store.put_json(execution_id, PLAN_FILE, plan)
+        if report is not None:
+            store.put_text(execution_id, REPORT_FILE, report)
         # Written last: its presence means the whole set is there.
         print(f"stored {store.put_json(execution_id, PRICE_PERFORMANCE_FILE, doc)}", flush=True)
     return doc
+
+
+def history(store, current: dict) -> list[dict]:
+    """Every execution's price_performance.json in ``store`` (``current`` in place of its own), oldest first."""
+    docs = {}
+    for execution in store.list_executions():
+        try:
+            docs[execution] = store.get_json(execution, PRICE_PERFORMANCE_FILE)
+        except DocumentNotFound:
+            continue  # an execution that stopped before Evaluate
+    if current:
+        docs[current.get("execution_id")] = current
+    return sorted(docs.values(), key=lambda d: (d.get("evaluated_at") or "", str(d.get("execution_id"))))
+
+
+def _report(doc, plan, hetero_metrics, baseline_metrics, past: list[dict]) -> str | None:
+    try:
+        import matplotlib  # noqa: F401 - the report's charts
+    except ImportError:
+        print(f"{REPORT_FILE} not written: this image has no matplotlib (pip install matplotlib)", flush=True)
+        return None
+    return report_html(execution_id=doc.get("execution_id"), price_performance=doc, plan=plan, heterogeneous=hetero_metrics,
+                       baseline=baseline_metrics, history=past)
 
 
 def resolve_baseline(arg: str | None) -> Path | None:

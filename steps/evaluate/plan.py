@@ -15,25 +15,29 @@ from dataclasses import asdict
 
 from steps.common.errors import UserError
 from steps.evaluate.catalogue import Catalogue
-from steps.evaluate.planner import ENOUGH_THROUGHPUT, candidates, frontier, predict, profile_from_metrics, recommend
+from steps.evaluate.diagnosis import diagnose
+from steps.evaluate.planner import ENOUGH_THROUGHPUT, candidates, frontier, measured, predict, profile_from_metrics, recommend
 from steps.evaluate.prices import PriceTable
 
 PLAN_SCHEMA_VERSION = 1
 MAX_DATA_HOSTS = 16
 
 
-def plan_document(metrics: dict, prices: PriceTable, catalogue: Catalogue, *, execution_id: str | None = None) -> dict:
-    """The plan for the run ``metrics`` describes; ``recommendation`` None (with ``reason``) when it cannot plan."""
+def plan_document(metrics: dict, prices: PriceTable, catalogue: Catalogue, *, execution_id: str | None = None,
+                  baseline: dict | None = None) -> dict:
+    """The plan for the run ``metrics`` describes; ``recommendation`` None (with ``reason``) when it cannot plan.
+    ``baseline``: the same execution's homogeneous run, whose measured rate replaces the model's for staying
+    homogeneous when it trained on the same trainer group."""
     doc = {"schema_version": PLAN_SCHEMA_VERSION, "execution_id": execution_id, "prices": prices.describe(),
            "catalogue": catalogue.describe(), "enough_throughput": ENOUGH_THROUGHPUT, "recommendation": None,
            "parameters": None, "reason": None}
     try:
-        return {**doc, **_plan(metrics, prices, catalogue)}
+        return {**doc, **_plan(metrics, prices, catalogue, baseline)}
     except UserError as exc:
         return {**doc, "reason": exc.message}
 
 
-def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue) -> dict:
+def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue, baseline: dict | None) -> dict:
     if metrics["mode"] != "heterogeneous":
         raise UserError("the plan is made from a heterogeneous run, whose data hosts measure themselves")
     profile = profile_from_metrics(metrics)
@@ -48,6 +52,10 @@ def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue) -> dict:
     priced = [t for t in (catalogue.priced(s.name, prices) for s in catalogue.cpu_types()) if t is not None]
     unpriced = sorted(s.name for s in catalogue.cpu_types() if s.name not in prices.usd_per_hour)
     found = candidates(profile, trainer, dnn["count"], priced, max_count=MAX_DATA_HOSTS, epoch_samples=epoch_samples)
+    if baseline is not None and _trainer_group(baseline) == (dnn["instance_type"], dnn["count"]):
+        found[0] = measured(trainer, dnn["count"], baseline["samples_per_second"], baseline["data_wait_share"],
+                            diagnose(baseline)["label"].split("-")[0], epoch_samples,
+                            "measured: this execution's baseline trained on the same trainer group")
     pick = recommend(found)
     current_type = catalogue.priced(data["instance_type"], prices)
     current = None
@@ -69,6 +77,11 @@ def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue) -> dict:
     }
 
 
+def _trainer_group(metrics: dict) -> tuple[str, int] | None:
+    group = next((g for g in metrics["instance_groups"] if g["role"] == "trainer"), None)
+    return (group["instance_type"], group["count"]) if group else None
+
+
 def _parameters(pick) -> dict | None:
     """Pipeline parameters that run the recommendation (the heterogeneous step needs a data host)."""
     if pick.data is None:
@@ -77,8 +90,12 @@ def _parameters(pick) -> dict | None:
 
 
 def _reason(pick, current: dict | None) -> str:
-    what = ("stay homogeneous: the trainers' own vCPUs decode fast enough" if pick.data is None
-            else f"{pick.data_count} x {pick.data}")
+    if pick.data is not None:
+        what = f"{pick.data_count} x {pick.data}"
+    elif pick.notes and pick.notes[0].startswith("measured"):
+        what = "stay homogeneous: the measured baseline is the cheapest configuration fast enough"
+    else:
+        what = "stay homogeneous: the trainers' own vCPUs decode fast enough"
     line = (f"{what}: {pick.samples_per_second:,.0f} samples/s predicted ({pick.bottleneck}-bound), "
             f"${pick.cluster_price_per_hour:.3f}/h, ${pick.cost_per_epoch:.4f} per epoch")
     if current:

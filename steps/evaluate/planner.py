@@ -123,6 +123,17 @@ def predict(profile: Profile, trainer: InstanceType, trainers: int, data: Instan
     )
 
 
+def measured(trainer: InstanceType, trainers: int, samples_per_second: float, data_wait_share: float, bottleneck: str,
+             epoch_samples: int, note: str) -> Prediction:
+    """A homogeneous configuration that was run: its measured rate stands in for the model's (the trainer
+    computed for the share of its steps it did not wait)."""
+    price = trainers * trainer.price_per_hour
+    return Prediction(trainer=trainer.name, trainers=trainers, data=None, data_count=0, samples_per_second=samples_per_second,
+                      bottleneck=bottleneck, stage_rates={}, gpu_busy_share=1 - data_wait_share, cluster_price_per_hour=price,
+                      cost_per_epoch=price * epoch_samples / samples_per_second / 3600,
+                      samples_per_dollar=samples_per_second * 3600 / price, notes=(note,))
+
+
 def candidates(profile: Profile, trainer: InstanceType, trainers: int, data_types: list[InstanceType], *,
                max_count: int, epoch_samples: int) -> list[Prediction]:
     """Staying homogeneous, and every data type at 1..max_count hosts."""

@@ -88,6 +88,14 @@ class LocalStore:
         write_json_atomic(path, obj)
         return path.as_uri()
 
+    def put_text(self, execution_id: str, name: str, text: str, content_type: str = "text/html") -> str:
+        path = self._path(execution_id, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+        return path.as_uri()
+
     def get_json(self, execution_id: str, name: str):
         path = self._path(execution_id, name)
         try:
@@ -134,6 +142,12 @@ class S3Store:
         # One PUT is atomic in S3: readers get the old object or the new one.
         with _s3_errors(f"s3://{self.bucket}/{key}"):
             self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json")
+        return f"s3://{self.bucket}/{key}"
+
+    def put_text(self, execution_id: str, name: str, text: str, content_type: str = "text/html") -> str:
+        key = self._key(execution_id, name)
+        with _s3_errors(f"s3://{self.bucket}/{key}"):
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=text.encode("utf-8"), ContentType=f"{content_type}; charset=utf-8")
         return f"s3://{self.bucket}/{key}"
 
     def get_json(self, execution_id: str, name: str):

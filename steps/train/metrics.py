@@ -7,11 +7,15 @@ scrape them. Statistics leave out the warm-up steps.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from steps.contract import METRICS_SCHEMA_VERSION
+
+
+SERIES_POINTS = 300  # step-time points kept in metrics.json for the report's charts
 
 
 def metric_line(**values) -> str:
@@ -46,6 +50,15 @@ class StepStats:
         return metric_line(epoch=epoch, step=self.steps, step_time_ms=step_time * 1e3, samples_per_sec=self.sizes[-1] / step_time,
                            data_wait_pct=100 * wait / step_time, loss=loss)
 
+    def series(self, points: int = SERIES_POINTS) -> dict:
+        """Step and data-wait times over the whole run (warm-up included), each the mean of ``window_steps``
+        consecutive steps, at most ``points`` of them: what the report plots."""
+        window = max(1, math.ceil(self.steps / points))
+        waits, times = np.asarray(self.waits), np.asarray(self.waits) + np.asarray(self.computes)
+        chunks = range(0, self.steps, window)
+        return {"window_steps": window, "step_time_s": [float(times[i:i + window].mean()) for i in chunks],
+                "data_wait_s": [float(waits[i:i + window].mean()) for i in chunks]}
+
     def summary(self) -> dict:
         skip = self.warmup_steps if self.steps > self.warmup_steps else 0
         waits, computes = np.asarray(self.waits[skip:]), np.asarray(self.computes[skip:])
@@ -65,6 +78,7 @@ class StepStats:
             "compute_s": float(computes.sum()),
             "elapsed_s": float(times.sum()),
             "samples": int(sum(self.sizes[skip:])),
+            "series": self.series(),
         }
 
 
@@ -94,6 +108,7 @@ def training_metrics(*, cfg, cluster, framework: str, summary: dict, accuracy: f
         "samples_seen": summary["global_seen"],  # all trainer hosts, warm-up included: epochs x dataset when complete
         "corrupt_samples": {"count": corrupt_count, "examples": [list(c) for c in corrupt[:20]]},
         "classes": classes,
+        "step_series": summary.get("series"),
         "data_hosts": data_hosts,
         "bytes_received": bytes_received,
         "bytes_received_per_sample": bytes_received_per_sample,

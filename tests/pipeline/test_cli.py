@@ -104,3 +104,21 @@ def test_plan_needs_an_execution_or_metrics_and_says_why_it_cannot_plan(tmp_path
     assert capsys.readouterr().out.startswith("no plan: the plan is made from a heterogeneous run")
     assert main(["plan", "nope", "--results", str(tmp_path)]) == 2
     assert "no heterogeneous_metrics.json for execution 'nope'" in capsys.readouterr().err
+
+
+def test_report_writes_the_newest_executions_page_or_the_one_named(tmp_path, capsys):
+    from steps.evaluate import evaluate as ev
+    from tests.steps.evaluate.test_evaluate import metrics, write_json
+
+    store = tmp_path / "store"
+    hetero = write_json(tmp_path / "h" / "metrics.json", metrics())
+    for execution in ("first", "second"):
+        ev.evaluate(heterogeneous=hetero, baseline=None, output=tmp_path / execution, execution_id=execution, store_uri=str(store))
+    capsys.readouterr()
+    assert main(["report", "--results", str(store), "--output", str(tmp_path / "newest.html")]) == 0
+    assert "hetero report: second" in (tmp_path / "newest.html").read_text()
+    assert main(["report", "first", "--results", str(store), "--output", str(tmp_path / "first.html")]) == 0
+    assert "hetero report: first" in (tmp_path / "first.html").read_text()
+    assert capsys.readouterr().out == f"report: {tmp_path / 'newest.html'}\nreport: {tmp_path / 'first.html'}\n"
+    assert main(["report", "--results", str(tmp_path / "empty")]) == 2
+    assert "no executions with results" in capsys.readouterr().err

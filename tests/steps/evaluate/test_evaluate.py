@@ -97,7 +97,7 @@ def test_samples_per_dollar():
 
 def test_output_schema():
     doc = ev.price_performance(metrics(), metrics("tf_homogeneous"), load_prices(), execution_id="e1")
-    assert set(doc) == {"schema_version", "execution_id", "prices", "runs", "speedup", "improvement", "bound"}
+    assert set(doc) == {"schema_version", "execution_id", "evaluated_at", "prices", "runs", "speedup", "improvement", "bound"}
     assert doc["bound"] is None  # no isolated_costs in these metrics
     assert doc["schema_version"] == 2 and doc["execution_id"] == "e1"
     assert set(doc["prices"]) == {"source", "as_of", "region"}
@@ -140,7 +140,8 @@ def test_evaluate_writes_output_and_local_store(tmp_path):
                       execution_id="exec-1", store_uri=str(tmp_path / "store"))
     assert json.loads((tmp_path / "out" / "price_performance.json").read_text()) == doc
     stored = sorted(p.name for p in (tmp_path / "store" / "exec-1").iterdir())
-    assert stored == ["baseline_metrics.json", "config.json", "heterogeneous_metrics.json", "plan.json", "price_performance.json"]
+    assert stored == ["baseline_metrics.json", "config.json", "heterogeneous_metrics.json", "plan.json", "price_performance.json",
+                      "report.html"]
     assert json.loads((tmp_path / "store" / "exec-1" / "config.json").read_text()) == metrics()["config"]
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert plan == json.loads((tmp_path / "store" / "exec-1" / "plan.json").read_text())
@@ -252,7 +253,7 @@ def test_script_writes_to_s3_store(tmp_path, aws_env):
     assert "stored s3://evals/results/exec-9/price_performance.json" in proc.stdout
     listed = boto3.client("s3").list_objects_v2(Bucket="evals", Prefix="results/exec-9/")["Contents"]
     assert sorted(o["Key"].rsplit("/", 1)[1] for o in listed) == [
-        "baseline_metrics.json", "config.json", "heterogeneous_metrics.json", "plan.json", "price_performance.json"]
+        "baseline_metrics.json", "config.json", "heterogeneous_metrics.json", "plan.json", "price_performance.json", "report.html"]
     body = boto3.client("s3").get_object(Bucket="evals", Key="results/exec-9/price_performance.json")["Body"]
     assert round(json.loads(body.read())["improvement"] * 100) == 46
 

@@ -1,0 +1,179 @@
+"""report.html: one self-contained page per execution, with charts, for people who decide.
+
+Step time over training (baseline against heterogeneous), the data-wait share, the planner's
+cost/throughput frontier with its pick, and price-performance across every execution in the
+results store. Charts are matplotlib PNGs inlined as data URIs, so the file opens anywhere with
+nothing beside it. Evaluate writes it beside price_performance.json; ``hetero report`` writes it
+for any execution or the whole history.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+
+REPORT_FILE = "report.html"
+
+
+def report_html(*, execution_id: str | None, price_performance: dict | None, plan: dict | None,
+                heterogeneous: dict | None, baseline: dict | None, history: list[dict]) -> str:
+    """The page. ``history``: price_performance.json documents of all executions, oldest first."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: render to memory
+    sections = [f"<h1>hetero report{': ' + html.escape(execution_id) if execution_id else ''}</h1>"]
+    if price_performance:
+        sections.append(_summary(price_performance))
+    if heterogeneous or baseline:
+        sections.append(_figure("Step time over training", _step_chart(heterogeneous, baseline),
+                                "Mean of consecutive steps; the first ones include start-up."))
+        sections.append(_figure("Data-wait share", _wait_chart(heterogeneous, baseline),
+                                "Share of each step the trainer spent waiting for its batch."))
+    if plan and plan.get("recommendation"):
+        sections.append(_figure("The planner's frontier", _frontier_chart(plan), html.escape(plan["reason"])))
+    elif plan:
+        sections.append(f"<p>No plan: {html.escape(str(plan.get('reason')))}</p>")
+    if history:
+        sections.append(_figure("Price-performance across executions", _history_chart(history),
+                                f"{len(history)} execution(s) in the results store, oldest first."))
+    return _PAGE.format(body="\n".join(sections))
+
+
+def _summary(doc: dict) -> str:
+    runs = doc["runs"]
+    names = [n for n in ("baseline", "heterogeneous") if runs.get(n)]
+    rows = [
+        ("cluster", lambda r: " + ".join(f"{g['count']} x {g['instance_type']}" for g in r["instance_groups"])),
+        ("step time (ms)", lambda r: f"{r['step_time_s'] * 1e3:.1f}"),
+        ("samples/s", lambda r: f"{r['samples_per_second']:,.1f}"),
+        ("data wait", lambda r: f"{r['data_wait_share']:.1%}"),
+        ("cluster $/h", lambda r: f"{r['cluster_usd_per_hour']:.3f}"),
+        ("samples per $", lambda r: f"{r['samples_per_dollar']:,.0f}"),
+        ("bottleneck", lambda r: (r.get("bottleneck") or {}).get("label", "-")),
+    ]
+    head = "".join(f"<th>{n}</th>" for n in names)
+    body = "".join(f"<tr><th>{label}</th>{''.join(f'<td>{html.escape(fn(runs[n]))}</td>' for n in names)}</tr>"
+                   for label, fn in rows)
+    lines = []
+    if doc.get("speedup") is not None:
+        lines.append(f"speedup {doc['speedup']:.2f}x, price-performance improvement {doc['improvement']:.1%}")
+    bound = doc.get("bound")
+    if bound:
+        verdict = "ABOVE THE BOUND: not a result" if bound["over_bound"] else f"{bound['efficiency']:.0%} of the bound"
+        lines.append(f"bound {bound['ideal_speedup']:.2f}x (decode {bound['decode_s_per_batch'] * 1e3:.1f} ms + step "
+                     f"{bound['step_s_per_batch'] * 1e3:.1f} ms alone); heterogeneous vs back to back "
+                     f"{bound['speedup_over_back_to_back']:.2f}x = {verdict}")
+    hetero = runs.get("heterogeneous") or {}
+    if hetero.get("bottleneck"):
+        lines.append(f"{hetero['bottleneck']['label']}: {hetero['bottleneck']['reason']}")
+    prices = doc.get("prices", {})
+    lines.append(f"prices: {prices.get('region')} on-demand, {prices.get('source')} (as of {prices.get('as_of')})")
+    notes = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    return f"<table><tr><th></th>{head}</tr>{body}</table><ul>{notes}</ul>"
+
+
+def _figure(title: str, png: bytes, caption: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (f"<h2>{html.escape(title)}</h2><img alt=\"{html.escape(title)}\" src=\"data:image/png;base64,{data}\">"
+            f"<p class=\"caption\">{caption}</p>")
+
+
+def _png(fig) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _runs(heterogeneous, baseline):
+    return [(name, doc) for name, doc in (("baseline", baseline), ("heterogeneous", heterogeneous)) if doc]
+
+
+def _step_chart(heterogeneous, baseline) -> bytes:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    for name, doc in _runs(heterogeneous, baseline):
+        series = doc.get("step_series")
+        if series:
+            window = series["window_steps"]
+            ax.plot([i * window for i in range(len(series["step_time_s"]))], [t * 1e3 for t in series["step_time_s"]], label=name)
+        else:
+            ax.axhline(doc["step_time_s"]["mean"] * 1e3, label=f"{name} (mean only)", linestyle="--")
+    ax.set_xlabel("step")
+    ax.set_ylabel("step time (ms)")
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    return _png(fig)
+
+
+def _wait_chart(heterogeneous, baseline) -> bytes:
+    import matplotlib.pyplot as plt
+
+    runs = _runs(heterogeneous, baseline)
+    fig, ax = plt.subplots(figsize=(5, 2.6))
+    shares = [doc["data_wait_share"] * 100 for _, doc in runs]
+    ax.barh([name for name, _ in runs], shares, color=["#999999", "#1f77b4"][-len(runs):])
+    for y, share in enumerate(shares):
+        ax.text(share, y, f" {share:.1f}%", va="center")
+    ax.set_xlabel("data wait (% of step time)")
+    ax.set_xlim(0, max(100, *shares))
+    return _png(fig)
+
+
+def _frontier_chart(plan: dict) -> bytes:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    candidates = plan["candidates"]
+    ax.scatter([c["cost_per_epoch"] for c in candidates], [c["samples_per_second"] for c in candidates], s=10, color="#bbbbbb",
+               label="candidates")
+    frontier = sorted(plan["frontier"], key=lambda c: c["cost_per_epoch"])
+    ax.plot([c["cost_per_epoch"] for c in frontier], [c["samples_per_second"] for c in frontier], marker="o", label="frontier")
+    pick = plan["recommendation"]
+    ax.scatter([pick["cost_per_epoch"]], [pick["samples_per_second"]], marker="*", s=250, color="#d62728", zorder=5,
+               label=f"pick: {_group(pick)}")
+    current = plan.get("current")
+    if current:
+        ax.scatter([current["cost_per_epoch"]], [current["measured_samples_per_second"]], marker="x", s=80, color="black",
+                   zorder=5, label=f"this run (measured): {_group(current)}")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"cost per epoch of {plan['epoch_samples']:,} samples ($, log)")
+    ax.set_ylabel("samples/s (predicted)")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _group(p: dict) -> str:
+    return "no data host" if p["data"] is None else f"{p['data_count']} x {p['data']}"
+
+
+def _history_chart(history: list[dict]) -> bytes:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    x = range(len(history))
+    for name in ("baseline", "heterogeneous"):
+        points = [(i, doc["runs"][name]["samples_per_dollar"]) for i, doc in zip(x, history) if doc["runs"].get(name)]
+        if points:
+            ax.plot([i for i, _ in points], [v for _, v in points], marker="o", label=f"{name} samples per $")
+    ax.set_xticks(list(x), [str(doc.get("execution_id") or i)[-12:] for i, doc in zip(x, history)], rotation=30, ha="right",
+                  fontsize=7)
+    ax.set_ylabel("samples per $")
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    return _png(fig)
+
+
+_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>hetero report</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.25rem .6rem;text-align:right}}
+th:first-child{{text-align:left}}img{{max-width:100%}}.caption{{color:#555;font-size:.9rem}}</style></head>
+<body>
+{body}
+</body></html>
+"""

@@ -1,0 +1,58 @@
+"""report.html: one self-contained page with the execution's table, its charts, its plan and the history."""
+
+import base64
+import re
+
+from steps.evaluate import evaluate as ev
+from steps.evaluate.catalogue import load_catalogue
+from steps.evaluate.plan import plan_document
+from steps.evaluate.prices import load_prices
+from steps.evaluate.report import report_html
+from steps.evaluate.store import open_store
+from tests.steps.evaluate.test_evaluate import metrics, write_json
+from tests.steps.evaluate.test_plan import _run
+
+SERIES = {"window_steps": 2, "step_time_s": [0.4, 0.1, 0.1], "data_wait_s": [0.3, 0.0, 0.0]}
+
+
+def _images(page: str) -> dict[str, bytes]:
+    return {alt: base64.b64decode(data) for alt, data in re.findall(r'alt="([^"]+)" src="data:image/png;base64,([^"]+)"', page)}
+
+
+def test_the_page_holds_every_chart_inline_and_escapes_what_it_quotes():
+    hetero = _run(step_series=SERIES)
+    baseline = metrics(case="tf_homogeneous", step_series=SERIES)
+    doc = ev.price_performance(hetero, baseline, load_prices(), execution_id="<e1>")
+    plan = plan_document(hetero, load_prices(), load_catalogue(), baseline=baseline)
+    page = report_html(execution_id="<e1>", price_performance=doc, plan=plan, heterogeneous=hetero, baseline=baseline,
+                       history=[doc, doc])
+    images = _images(page)
+    assert set(images) == {"Step time over training", "Data-wait share", "The planner&#x27;s frontier",
+                           "Price-performance across executions"}
+    assert all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in images.values())
+    assert "<h1>hetero report: &lt;e1&gt;</h1>" in page and "<e1>" not in page
+    assert "speedup" in page and "input-bound" in page and "src=\"http" not in page  # nothing fetched from elsewhere
+
+
+def test_a_run_without_a_plan_or_series_still_reports_what_it_has():
+    doc = ev.price_performance(metrics(), None, load_prices(), execution_id="e1")
+    plan = plan_document(metrics(), load_prices(), load_catalogue())
+    page = report_html(execution_id="e1", price_performance=doc, plan=plan, heterogeneous=metrics(), baseline=None, history=[])
+    assert "No plan: " in page and set(_images(page)) == {"Step time over training", "Data-wait share"}
+
+
+def test_history_is_every_stored_execution_oldest_first(tmp_path):
+    store = open_store(tmp_path)
+    for execution, when in (("b", "2026-11-02T00:00:00+00:00"), ("a", "2026-11-03T00:00:00+00:00")):
+        store.put_json(execution, "price_performance.json", {"execution_id": execution, "evaluated_at": when, "runs": {}})
+    (tmp_path / "c").mkdir()  # an execution that stopped before Evaluate
+    current = {"execution_id": "d", "evaluated_at": "2026-11-04T00:00:00+00:00", "runs": {}}
+    assert [d["execution_id"] for d in ev.history(store, current)] == ["b", "a", "d"]
+
+
+def test_evaluate_writes_the_report_beside_the_json_and_into_the_store(tmp_path):
+    hetero = write_json(tmp_path / "h" / "metrics.json", _run(step_series=SERIES))
+    ev.evaluate(heterogeneous=hetero, baseline=None, output=tmp_path / "out", execution_id="e9", store_uri=str(tmp_path / "store"))
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert page == (tmp_path / "store" / "e9" / "report.html").read_text()
+    assert "The planner&#x27;s frontier" in page
