@@ -27,6 +27,7 @@ from pipeline.local import LocalOptions, LocalRunner
 from pipeline.remote import (DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions, pipeline_parameters,
                              price_performance_of, start_execution)
 from pipeline.plan_view import execution_report, plan_for, render_plan, stored_plan_parameters
+from pipeline.price_refresh import refresh as refresh_prices
 from pipeline.summary import EMULATED, render
 from steps.evaluate.report import REPORT_FILE
 from steps.common.errors import HeteroError, UserError
@@ -98,6 +99,11 @@ def _remote_parsers(sub) -> None:
     plan.add_argument("--metrics", metavar="PATH", help="plan from this metrics.json (or folder, or model.tar.gz) instead")
     plan.add_argument("--prices", type=Path, help="JSON price overrides (schema: steps/evaluate/prices.py)")
     plan.add_argument("--json", action="store_true", help="print plan.json instead of the table")
+    prices = sub.add_parser("prices", help="price tables: `hetero prices refresh` fetches current SageMaker training prices")
+    prices_sub = prices.add_subparsers(dest="prices_command", required=True)
+    refresh = prices_sub.add_parser("refresh", help="write an override file from the AWS Price List API (pricing:GetProducts)")
+    refresh.add_argument("--region", default="us-east-1", help="the region whose prices to fetch (default %(default)s)")
+    refresh.add_argument("--output", type=Path, default=Path("prices-override.json"), help="(default %(default)s)")
     report = sub.add_parser("report", help="one HTML page with charts: an execution's results, its plan, and the history")
     report.add_argument("execution_id", nargs="?", metavar="EXECUTION_ID", help="(default: the newest execution in the store)")
     report.add_argument("--results", default=os.environ.get("HETERO_RESULTS_URI") or "runs/results",
@@ -204,6 +210,13 @@ def cmd_plan(args) -> int:
     return 0 if plan.get("recommendation") is not None else 2
 
 
+def cmd_prices(args) -> int:
+    doc = refresh_prices(region=args.region, output=args.output)
+    print(f"{len(doc['prices'])} training instance types priced for {doc['region']} as of {doc['as_of']}: {args.output}")
+    print(f"use it with --prices {args.output} (hetero run, hetero plan) or the PriceOverrides pipeline parameter")
+    return 0
+
+
 def cmd_report(args) -> int:
     execution, page = execution_report(results=args.results, execution_id=args.execution_id)
     output = args.output or Path(f"hetero-report-{execution}.html")
@@ -261,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"run": cmd_run, "params": cmd_params, "start": cmd_start, "executions": cmd_executions,
-                "definition": cmd_definition, "plan": cmd_plan, "report": cmd_report}[args.command](args)
+                "definition": cmd_definition, "plan": cmd_plan, "report": cmd_report,
+                "prices": cmd_prices}[args.command](args)
     except StepFailed as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 1

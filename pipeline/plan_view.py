@@ -70,7 +70,7 @@ def render_plan(plan: dict) -> str:
     lines += [f"note: {n}" for n in notes]
     if plan.get("parameters"):
         lines.append("apply: " + " ".join(f"--param {k}={v}" for k, v in plan["parameters"].items()))
-    lines.append(f"unpriced (known hardware, no price: add one with --prices): {len(plan['unpriced'])} "
+    lines.append(f"unpriced (known hardware, no price: `hetero prices refresh`, then --prices): {len(plan['unpriced'])} "
                  "types")
     return "\n".join(lines)
 

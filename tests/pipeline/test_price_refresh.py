@@ -1,0 +1,94 @@
+"""`hetero prices refresh` over HTTP: boto3's pricing client against a local endpoint that answers
+GetProducts in the Price List API's wire format (JSON 1.1, PriceList of JSON strings, NextToken pages)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from pipeline.cli import main
+from steps.evaluate.prices import load_prices
+
+
+def _product(instance_type: str, usd: str, *, component: str = "Training", region: str = "us-east-1", unit: str = "Hrs") -> str:
+    """One PriceList entry as the API returns it (abridged to the fields a SageMaker ML Instance row carries)."""
+    sku = f"SKU{abs(hash((instance_type, component, region))) % 10**8:08d}"
+    return json.dumps({
+        "product": {"productFamily": "ML Instance", "sku": sku, "attributes": {
+            "servicecode": "AmazonSageMaker", "location": "US East (N. Virginia)", "locationType": "AWS Region",
+            "regionCode": region, "instanceType": instance_type, "vCpu": "4", "memory": "8 GiB", "physicalGpu": "N/A",
+            "gpuMemory": "N/A", "platoinstancetype": component, "usagetype": f"USE1-{component[:5]}:{instance_type}",
+            "operation": "RunInstance", "servicename": "Amazon SageMaker"}},
+        "serviceCode": "AmazonSageMaker",
+        "terms": {"OnDemand": {f"{sku}.JRTCKXETXF": {
+            "offerTermCode": "JRTCKXETXF", "sku": sku, "effectiveDate": "2026-11-01T00:00:00Z", "termAttributes": {},
+            "priceDimensions": {f"{sku}.JRTCKXETXF.6YS6EN2CT7": {
+                "rateCode": f"{sku}.JRTCKXETXF.6YS6EN2CT7", "unit": unit, "beginRange": "0", "endRange": "Inf",
+                "description": f"${usd} per {component} {instance_type} instance hour", "appliesTo": [],
+                "pricePerUnit": {"USD": usd}}}}}},
+        "version": "20261101000000", "publicationDate": "2026-11-01T00:00:00Z",
+    })
+
+
+PAGES = [
+    [_product("ml.c7i.xlarge", "0.2142000000"), _product("ml.c5.xlarge", "0.2040000000"),
+     _product("ml.c5.xlarge", "0.2300000000", component="Hosting")],  # another component: not a training price
+    [_product("ml.g6.xlarge-Training", "1.1670000000"), _product("ml.m5.large", "0.0000000000"),  # $0: free-tier row
+     _product("ml.p5.48xlarge", "55.0400000000", unit="Quantity")],  # not an hourly dimension
+]
+
+
+@pytest.fixture
+def price_list(aws_env, monkeypatch):
+    requests = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            requests.append((self.headers["X-Amz-Target"], body))
+            page = int(body.get("NextToken", "0"))
+            reply = {"FormatVersion": "aws_v1", "PriceList": PAGES[page]}
+            if page + 1 < len(PAGES):
+                reply["NextToken"] = str(page + 1)
+            data = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-amz-json-1.1")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", f"http://127.0.0.1:{server.server_address[1]}")
+    yield requests
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+def test_refresh_writes_the_training_prices_of_the_region_as_an_override_file(price_list, tmp_path, capsys):
+    output = tmp_path / "prices.json"
+    assert main(["prices", "refresh", "--region", "us-east-1", "--output", str(output)]) == 0
+    doc = json.loads(output.read_text())
+    assert doc["prices"] == {"ml.c5.xlarge": 0.204, "ml.c7i.xlarge": 0.2142, "ml.g6.xlarge": 1.167}
+    assert doc["region"] == "us-east-1" and "AWS Price List API" in doc["source"] and doc["as_of"]
+    target, body = price_list[0]
+    assert target == "AWSPriceListService.GetProducts" and body["ServiceCode"] == "AmazonSageMaker"
+    assert {"Type": "TERM_MATCH", "Field": "platoinstancetype", "Value": "Training"} in body["Filters"]
+    assert [b.get("NextToken") for _, b in price_list] == [None, "1"]  # every page read
+    assert "3 training instance types priced for us-east-1" in capsys.readouterr().out
+    # the file is a price override the rest of the tool takes as is
+    assert load_prices(output).hourly("ml.c7i.xlarge") == 0.2142
+
+
+def test_a_region_without_prices_is_a_clear_error(price_list, tmp_path, capsys):
+    assert main(["prices", "refresh", "--region", "eu-west-9", "--output", str(tmp_path / "p.json")]) == 2
+    assert "no SageMaker training prices for region 'eu-west-9'" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()
