@@ -26,9 +26,12 @@ def diagnose(metrics: dict) -> dict:
     doc = {"label": "", "data_wait_share": wait, "data_host_busy_share": busy,
            "wire_mb_per_s": round(wire / 1e6, 3) if hosts else None, "reason": ""}
     if wait < WAIT_SHARE:
-        return {**doc, "label": "compute-bound",
-                "reason": f"the trainers waited for data {wait:.1%} of their step time (under {WAIT_SHARE:.0%}): the training "
-                          "step sets the pace; more input capacity would not raise it"}
+        reason = (f"the trainers waited for data {wait:.1%} of their step time (under {WAIT_SHARE:.0%}): the training "
+                  "step sets the pace; more input capacity would not raise it")
+        if busy and sum(busy) / len(busy) >= BUSY_SHARE:
+            reason += (f"; the data hosts were busy {sum(busy) / len(busy):.0%} of their CPUs too, so a faster step would "
+                       "make the run input-bound")
+        return {**doc, "label": "compute-bound", "reason": reason}
     if metrics["mode"] == "homogeneous":
         return {**doc, "label": "input-bound",
                 "reason": f"the trainers waited for data {wait:.1%} of their step time while decoding on their own CPUs: "

@@ -7,9 +7,14 @@ from tests.steps.evaluate.test_evaluate import DATA_HOST, metrics
 
 
 def test_a_trainer_that_hardly_waits_is_compute_bound():
-    verdict = diagnose(metrics(data_wait_share=0.02))
-    assert verdict["label"] == "compute-bound" and "2.0%" in verdict["reason"]
-    assert verdict["data_host_busy_share"] == [DATA_HOST["busy_share"]]
+    verdict = diagnose(metrics(data_wait_share=0.02, data_hosts=[{**DATA_HOST, "busy_share": 0.5}]))
+    assert verdict["label"] == "compute-bound" and "2.0%" in verdict["reason"] and "busy" not in verdict["reason"]
+    assert verdict["data_host_busy_share"] == [0.5]
+
+
+def test_a_compute_bound_run_whose_data_hosts_are_nearly_saturated_says_so():
+    verdict = diagnose(metrics(data_wait_share=0.003, data_hosts=[{**DATA_HOST, "busy_share": 0.97}]))
+    assert verdict["label"] == "compute-bound" and "busy 97% of their CPUs too" in verdict["reason"]
 
 
 def test_waiting_on_busy_data_hosts_is_input_bound():
