@@ -66,7 +66,7 @@ def render_plan(plan: dict) -> str:
     table.insert(1, "  ".join("-" * w for w in widths))
     lines = [f"plan: {plan['reason']}", f"cost/throughput frontier ({plan['epoch_samples']:,} samples per epoch, "
              f"{plan['trainer']['count']} x {plan['trainer']['instance_type']} training):", *table]
-    notes = sorted({n for p in plan["frontier"] for n in p.get("notes", [])})
+    notes = list(plan.get("notes", [])) + sorted({n for p in plan["frontier"] for n in p.get("notes", [])})
     lines += [f"note: {n}" for n in notes]
     if plan.get("parameters"):
         lines.append("apply: " + " ".join(f"--param {k}={v}" for k, v in plan["parameters"].items()))

@@ -11,7 +11,7 @@ the model's error on a configuration it has seen is stated beside its advice.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from steps.common.errors import UserError
 from steps.evaluate.catalogue import Catalogue
@@ -58,7 +58,13 @@ def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue, baseline: dic
                             "measured: this execution's baseline trained on the same trainer group")
     pick = recommend(found)
     current_type = catalogue.priced(data["instance_type"], prices)
-    current = None
+    current, notes = None, []
+    ran_on = sorted({h["cpus"] for h in metrics.get("data_hosts") or []})
+    if current_type is not None and ran_on and ran_on != [current_type.vcpus]:
+        # an emulated run: its hosts had fewer CPUs than the type; the model predicts the run as it ran
+        notes.append(f"the data hosts ran on {'/'.join(map(str, ran_on))} CPU(s), not the {current_type.vcpus} vCPUs of "
+                     f"{current_type.name} (an emulated run): candidates scale the measured per-CPU rate to each type's vCPUs")
+        current_type = replace(current_type, vcpus=ran_on[0])
     if current_type is not None:
         predicted = predict(profile, trainer, dnn["count"], current_type, data["count"], epoch_samples)
         current = {**predicted.as_dict(), "measured_samples_per_second": metrics["samples_per_second"],
@@ -74,6 +80,7 @@ def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue, baseline: dic
         "frontier": [p.as_dict() for p in frontier(found)],
         "candidates": [p.as_dict() for p in found],
         "unpriced": unpriced,
+        "notes": notes,
     }
 
 

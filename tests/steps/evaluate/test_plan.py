@@ -66,3 +66,13 @@ def test_every_catalogue_type_has_its_hardware_and_the_families_users_pick():
         assert (spec.gpus > 0) == (spec.gpu_model is not None) == (spec.gpu_memory_gib > 0), spec
     assert set(load_prices().usd_per_hour) <= set(catalogue.specs)  # every priced type has its hardware
     assert catalogue.describe()["as_of"].startswith("2026-11-24")
+
+
+def test_an_emulated_run_is_predicted_as_it_ran_and_the_plan_says_its_hosts_were_smaller():
+    """Locally a data host named ml.c5.xlarge (4 vCPUs) runs on 1 CPU: the model's self-check uses the 1 CPU."""
+    host = {**DATA_HOST, "cpus": 1, "decode_cpu_s_per_sample": 0.0024, "service_cpu_s_per_sample": 0.0001}
+    plan = plan_document(_run(rate=300.0, host=host), load_prices(), load_catalogue())
+    assert plan["current"]["stage_rates"]["input"] == pytest.approx(300.0)  # 1 CPU / 2.5 ms x the measured scaling
+    assert plan["current"]["model_error"] == pytest.approx(0.0, abs=1e-9)
+    assert plan["notes"] == ["the data hosts ran on 1 CPU(s), not the 4 vCPUs of ml.c5.xlarge (an emulated run): candidates "
+                             "scale the measured per-CPU rate to each type's vCPUs"]
