@@ -50,7 +50,7 @@ def _bound_lines(bound: dict | None) -> list[str]:
         return []
     d, s, cpus = bound["decode_s_per_batch"] * 1e3, bound["step_s_per_batch"] * 1e3, bound.get("measured_on_cpus")
     host = bound.get("data_host_decode_s_per_batch")
-    where = f"; the data hosts decode a batch in {host * 1e3:.1f} ms on their own CPUs" if host is not None else ""
+    where = f" (the data hosts: {host * 1e3:.1f} ms on their own CPUs during the run)" if host is not None else ""
     lines = [f"bound: decode {d:.1f} ms + step {s:.1f} ms per batch, each alone on the trainer's {cpus} CPU(s){where}: "
              f"no overlap beats {bound['ideal_speedup']:.2f}x"]
     verdict = "ABOVE THE BOUND: not a result" if bound["over_bound"] else f"{bound['efficiency']:.0%} of the bound"

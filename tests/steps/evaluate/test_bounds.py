@@ -86,3 +86,13 @@ def test_the_data_hosts_own_decode_sets_the_heterogeneous_stage_where_they_measu
     two = dict(host, cpus=2)  # two CPUs on the data host halve its time per batch; then the step (50 ms) is slower
     assert speedup_bound(run(182, "homogeneous", costs(80, 50)), run(52, "heterogeneous", None, [two]), 3.5)["ideal_speedup"] == \
         pytest.approx(130 / 50)
+
+
+def test_a_data_host_slower_under_load_than_decode_alone_does_not_tighten_the_bound():
+    """Its in-run cost carries its service and contention, and batches buffered at epoch boundaries let steps run ahead
+    of it for a while: the bound keeps the lower decode cost, so it stays a bound."""
+    host = {"host": "algo-2", "cpus": 1, "samples_sent": 3200, "decode_cpu_s_per_sample": 0.090 / 32,
+            "service_cpu_s_per_sample": 0.0, "busy_share": 0.97, "bytes_sent_per_sample": 12304.0, "batches_sent": {}}
+    bound = speedup_bound(run(160, "homogeneous", costs(75, 60)), run(82, "heterogeneous", None, [host]), 160 / 82)
+    assert bound["data_host_decode_s_per_batch"] == pytest.approx(0.090)
+    assert bound["ideal_speedup"] == pytest.approx(135 / 75) and not bound["over_bound"]
