@@ -30,7 +30,7 @@ from pipeline.plan_view import execution_report, plan_for, render_plan, stored_p
 from pipeline.price_refresh import refresh as refresh_prices
 from pipeline.summary import EMULATED, render
 from steps.evaluate.report import REPORT_FILE
-from steps.common.errors import HeteroError, UserError
+from steps.common.errors import HeteroError, UserError, storage_error
 from steps.evaluate.prices import load_prices
 from steps.contract import FRAMEWORKS, MANIFEST_FILE, METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE
 
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 "prices": cmd_prices}[args.command](args)
     except StepFailed as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
-        return 1
+        return 2 if exc.user_error else 1
     except HeteroError as exc:
         if isinstance(exc, UserError):
             print(f"error: {exc.one_line()}", file=sys.stderr)
@@ -288,6 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; all hosts stopped", file=sys.stderr)
         return 130
+    except OSError as exc:
+        storage = storage_error(exc)
+        if storage is None:
+            raise
+        print(f"error: {storage.one_line()}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

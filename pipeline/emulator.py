@@ -45,7 +45,13 @@ HOMOGENEOUS_GROUP = "homogeneousCluster"  # the group SageMaker names when a req
 
 
 class StepFailed(HeteroError):
+    """A step's job failed; ``user_error``: a host of it exited with the user-error code (the run exits 2 too)."""
+
     headline = "step failed"
+
+    def __init__(self, message: str, *, user_error: bool = False):
+        super().__init__(message)
+        self.user_error = user_error
 
 
 @dataclass(frozen=True)

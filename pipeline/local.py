@@ -30,7 +30,7 @@ from pipeline.graph import PIPELINE_NAME
 from pipeline.processing import run_processing_job
 from pipeline.sample_data import generate
 from pipeline.validation import validate_request
-from steps.common.errors import InternalError, UserError
+from steps.common.errors import EXIT_USER_ERROR, InternalError, UserError
 from steps.contract import PRICE_PERFORMANCE_FILE
 
 LOCAL_REGION = "us-east-1"
@@ -200,7 +200,7 @@ class LocalRunner:
             result = job.wait()
         self.result.jobs[name] = result
         if not result.ok:
-            raise StepFailed(result.failure)
+            raise StepFailed(result.failure, user_error=any(h.exit_code == EXIT_USER_ERROR for h in result.hosts))
         self.scope.steps[name] = {"TrainingJobName": job.name, "TrainingJobStatus": "Completed",
                                   "ModelArtifacts": {"S3ModelArtifacts": result.model_artifacts}, **request}
 
@@ -211,7 +211,7 @@ class LocalRunner:
         result = run_processing_job(name=job_name, request=request, job_dir=self.run_dir / "jobs" / name, step=name,
                                     echo=lambda line: self.options.echo(f"  {name:<18} {line}"), timeout_s=self.options.step_timeout_s)
         if not result.ok:
-            raise StepFailed(result.failure)
+            raise StepFailed(result.failure, user_error=result.exit_code == EXIT_USER_ERROR)
         self.scope.steps[name] = {"ProcessingJobName": job_name, "ProcessingJobStatus": "Completed", **request}
         self.scope.property_files[name] = {f["PropertyFileName"]: f for f in step.get("PropertyFiles", [])}
         for output in request.get("ProcessingOutputConfig", {}).get("Outputs", []):

@@ -8,6 +8,7 @@ characters as the job's FailureReason) and a non-zero exit code.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -50,6 +51,30 @@ class InternalError(HeteroError):
     headline = "internal error"
 
 
+# Storage the user must fix, not a bug: errno -> (cause, fix)
+_STORAGE_CAUSES = {
+    errno.ENOSPC: ("no space left on the device", "free space there, or point the run at a bigger disk"),
+    errno.EDQUOT: ("the disk quota is exceeded", "free space there, or point the run at another folder"),
+    errno.EROFS: ("the file system is read-only", "choose a writable folder (e.g. --work-dir)"),
+    errno.EACCES: ("permission denied", "choose a folder this user may write, or change its permissions"),
+    errno.EPERM: ("operation not permitted", "choose a folder this user may write, or change its permissions"),
+}
+
+
+def storage_error(exc: BaseException) -> UserError | None:
+    """A full disk or a read-only or forbidden folder anywhere in ``exc``'s chain, as one line naming the path
+    and the cause; None for anything else."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _STORAGE_CAUSES:
+            cause, fix = _STORAGE_CAUSES[exc.errno]
+            where = exc.filename if exc.filename is not None else "a file"
+            return UserError(f"cannot write {where}: {cause} ({errno.errorcode[exc.errno]}); {fix}", headline="storage")
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def describe(exc: BaseException) -> str:
     """One line for any exception: ours carry a headline, others their type."""
     text = exc.one_line() if isinstance(exc, HeteroError) else f"{type(exc).__name__}: {exc}"
@@ -85,9 +110,14 @@ def run_step(main, *, output_dir: str | os.PathLike, exit_message: Path | None =
     except KeyboardInterrupt:
         reason, code = "interrupted", 130
     except BaseException as exc:  # noqa: BLE001 - the process boundary
-        traceback.print_exc()
-        reason = describe(exc) if isinstance(exc, HeteroError) else f"internal error: {describe(exc)}"
-        code = EXIT_INTERNAL_ERROR
+        storage = storage_error(exc)
+        if storage is not None:
+            reason, code = storage.one_line(), EXIT_USER_ERROR
+            print(f"ERROR {reason}", file=sys.stderr, flush=True)
+        else:
+            traceback.print_exc()
+            reason = describe(exc) if isinstance(exc, HeteroError) else f"internal error: {describe(exc)}"
+            code = EXIT_INTERNAL_ERROR
     write_failure(output_dir, reason)
     if exit_message is not None:
         exit_message.write_text(reason[:FAILURE_REASON_LIMIT] + "\n", encoding="utf-8")

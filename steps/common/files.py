@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike):
+    """Name ``path`` in an OSError raised inside that lacks a file name (a full disk surfaces in write() or
+    close(), which do not say which file), so the error the user reads says where."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def write_json_atomic(path: str | os.PathLike, obj) -> Path:
@@ -16,7 +29,7 @@ def write_json_atomic(path: str | os.PathLike, obj) -> Path:
     # Same directory as the target so os.replace is a rename, not a copy.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with writing(path), os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

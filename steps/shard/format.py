@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple
 
 from steps.common.errors import UserError
+from steps.common.files import writing
 
 IMAGE_EXTS = ("jpg", "jpeg", "png")
 LABEL_EXT = "cls"
@@ -59,7 +60,7 @@ def write_shard(path: str | os.PathLike, samples: Iterable[tuple[int, int, str, 
     tmp = path.with_name(path.name + ".partial")
     count = 0
     try:
-        with tarfile.open(tmp, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        with writing(path), tarfile.open(tmp, mode="w", format=tarfile.USTAR_FORMAT) as tar:
             for sample_id, label, ext, raw in samples:
                 ext = _checked_ext(ext, path)
                 if not isinstance(sample_id, int) or sample_id < 0:

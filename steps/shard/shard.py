@@ -72,6 +72,12 @@ def shard_dataset(input_dir, output_dir, *, target_shard_mb: float = 64, data_ho
     if not items:
         raise UserError(f"no readable images in {input_dir} ({len(quarantined)} corrupt, "
                         f"{len(skipped)} skipped); {LAYOUT_HINT}", headline="empty dataset")
+    present = sorted({classes[item.label] for item in items})
+    if len(present) < 2:
+        raise UserError(f"{input_dir} holds readable images of {len(present)} class ({', '.join(present)}): a classifier needs "
+                        f"at least two, or it trains to 100% accuracy and learns nothing; add one folder per class "
+                        f"({len(classes)} class folder(s) found, {len(quarantined)} corrupt image(s) quarantined)",
+                        headline="too few classes")
     train, validation = split(items, validation_fraction, seed)
     if len(train) < data_hosts:
         raise UserError(f"{data_hosts} data hosts but only {len(train)} training samples; "

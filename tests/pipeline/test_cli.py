@@ -58,7 +58,7 @@ def test_empty_dataset_fails_in_the_shard_step_with_the_path(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--input", str(empty))
-    assert code == 1
+    assert code == 2  # a user error, wherever it happens
     assert "Traceback" not in err
     assert "step Shard" in err and str(empty) in err
 
@@ -71,7 +71,7 @@ def test_more_data_hosts_than_samples_fails_in_the_shard_step(tmp_path, capsys, 
         for image in sorted(cls.iterdir())[:2]:
             shutil.copy(image, few / cls.name / image.name)
     code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--input", str(few), "--data-hosts", "9")
-    assert code == 1 and "Traceback" not in err
+    assert code == 2 and "Traceback" not in err
     assert "9 data hosts" in err
 
 
@@ -122,3 +122,16 @@ def test_report_writes_the_newest_executions_page_or_the_one_named(tmp_path, cap
     assert capsys.readouterr().out == f"report: {tmp_path / 'newest.html'}\nreport: {tmp_path / 'first.html'}\n"
     assert main(["report", "--results", str(tmp_path / "empty")]) == 2
     assert "no executions with results" in capsys.readouterr().err
+
+
+def test_a_read_only_work_folder_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    import errno
+
+    def read_only(self):
+        raise OSError(errno.EROFS, "Read-only file system", str(tmp_path / "runs" / "local-1"))
+
+    monkeypatch.setattr(cli.LocalRunner, "run", read_only)
+    assert main(["run", "--work-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: storage: cannot write {tmp_path / 'runs' / 'local-1'}: the file system is read-only (EROFS)")
+    assert "Traceback" not in err

@@ -1,4 +1,9 @@
-from steps.common.errors import EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, UserError, run_step
+import errno
+import os
+
+import pytest
+
+from steps.common.errors import EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, UserError, run_step, storage_error
 
 
 def fail(exc):
@@ -27,3 +32,29 @@ def test_internal_error_keeps_the_traceback(tmp_path, capsys):
 def test_success_writes_nothing(tmp_path):
     assert run_step(lambda: None, output_dir=tmp_path) == 0
     assert not (tmp_path / "failure").exists()
+
+
+@pytest.mark.parametrize("code,cause", [(errno.ENOSPC, "no space left on the device (ENOSPC)"),
+                                        (errno.EROFS, "the file system is read-only (EROFS)"),
+                                        (errno.EACCES, "permission denied (EACCES)")])
+def test_a_full_disk_or_read_only_folder_is_one_line_naming_the_path_and_cause(tmp_path, capsys, code, cause):
+    def step():
+        try:
+            raise OSError(code, os.strerror(code), "/data/out/shard-00001.tar")
+        except OSError as exc:
+            raise RuntimeError("writer thread failed") from exc  # wrapped, as a thread pool or a library does
+
+    assert run_step(step, output_dir=tmp_path) == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert err == f"ERROR storage: cannot write /data/out/shard-00001.tar: {cause}; {err.split('; ', 1)[1]}"
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert (tmp_path / "failure").read_text().startswith("storage: cannot write /data/out/shard-00001.tar")
+
+
+def test_other_os_errors_stay_internal_with_their_traceback(tmp_path, capsys):
+    def step():
+        raise OSError(errno.ECONNRESET, "reset")
+
+    assert run_step(step, output_dir=tmp_path) == EXIT_INTERNAL_ERROR
+    assert "Traceback" in capsys.readouterr().err
+    assert storage_error(ValueError("x")) is None

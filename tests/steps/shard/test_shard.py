@@ -271,3 +271,16 @@ def test_cli_help_is_not_a_failure(tmp_path):
     result = _run(["--help", "--output", tmp_path / "out"], cwd=tmp_path)
     assert result.returncode == 0 and "--target-shard-mb" in result.stdout
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("counts,corrupt_only", [({"cats": 6}, None), ({"cats": 6, "dogs": 0}, "dogs")])
+def test_fewer_than_two_classes_with_readable_images_are_refused(tmp_path, counts, corrupt_only):
+    """One class trains to 100% and learns nothing: refused at Shard, naming what was found."""
+    raw = make_raw(tmp_path / "raw", {k: v for k, v in counts.items() if v})
+    if corrupt_only:
+        (raw / corrupt_only).mkdir()
+        (raw / corrupt_only / "bad.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(UserError, match=r"readable images of 1 class \(cats\): a classifier needs at least two") as err:
+        shard_dataset(raw, tmp_path / "out")
+    assert err.value.headline == "too few classes" and str(raw) in err.value.message
+    assert not (tmp_path / "out" / "manifest.json").exists()
