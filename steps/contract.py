@@ -139,6 +139,9 @@ TUNABLES: tuple[Tunable, ...] = (
             hyperparameter="max_steps"),
     Tunable("BatchSize", int, 64, "Samples per step per trainer host.", minimum=1, flag="batch-size",
             hyperparameter="batch_size"),
+    Tunable("MaxCorruptShare", float, 0.01, "Fail training when more than this share of an epoch's samples does not "
+            "decode (0: none may; 1: never fail on corrupt data).", minimum=0, maximum=1, flag="max-corrupt-share",
+            hyperparameter="max_corrupt_share"),
     Tunable("PriceOverrides", str, "{}", "JSON price table entries replacing or extending the bundled on-demand prices, "
             "e.g. {\"prices\": {\"ml.g6.xlarge\": 0.98}} (hetero run --prices FILE reads it from a file).", json_object=True),
     Tunable("RunBaseline", bool, True, "Also train homogeneously (dnn group alone) for the price-performance comparison."),

@@ -136,6 +136,11 @@ class DataServiceClient:
         for thread in self._threads:
             thread.join(timeout=5)
 
+    @property
+    def samples_per_epoch(self) -> int:
+        """Every data host's share of an epoch, as their HELLOs said."""
+        return sum(h.samples_per_epoch for h in self.hosts)
+
     def measurements(self) -> dict:
         """What the data hosts measured of themselves (`data_host_metrics`) and what arrived here."""
         received = sum(sum(h.received.values()) for h in self.hosts)

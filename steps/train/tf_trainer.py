@@ -25,6 +25,7 @@ from steps.shard.tfrecord import list_tfrecord_shards
 from steps.train.cluster import Cluster, available_cpus
 from steps.train.config import TrainConfig
 from steps.train.control import failure_reason
+from steps.train.corrupt import CorruptBudget
 from steps.train.manifest import read_classes
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
 from steps.train.tf_cluster import check_single_trainer, local_shards
@@ -166,6 +167,7 @@ def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strat
         return distribute(strategy, source.dataset(epoch))
 
     stats = StepStats(cfg.warmup_steps)
+    budget = CorruptBudget(cfg.max_corrupt_share, source.samples_per_epoch)
     accounting: list[dict] = []
     corrupt: list[tuple[int, str]] = []
     upcoming = iter(dataset(0))
@@ -186,6 +188,7 @@ def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strat
         accounting.append(_account(epoch, ids, source.samples_per_epoch))
         if accounting[-1]["missing"] and not corrupt:
             corrupt = _name_missing(source, ids)
+        budget.check_epoch(epoch, accounting[-1]["missing"], corrupt)
     return stats, accounting, corrupt
 
 

@@ -21,11 +21,12 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 
 from steps.common.errors import UserError
-from steps.shard.format import list_shards
+from steps.shard.format import count_samples, list_shards
 from steps.train.auth import job_secret
 from steps.train.cluster import Cluster, available_cpus, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import failure_reason
+from steps.train.corrupt import CorruptBudget
 from steps.train.costs import cost_line, isolated_costs
 from steps.train.data_client import DataServiceClient
 from steps.train.dataset import ShardDataset, batch_loader
@@ -49,6 +50,8 @@ class LocalSource:
         # the default workload), and the data host would then seem to remove more than the decode itself.
         self.loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers, pin_memory=pinned,
                                    in_process=cfg.num_workers == 0 and available_cpus() == 1)
+        part = cluster.part("train", cluster.trainer_hosts)
+        self.samples_per_epoch = sum(count_samples(s) for s in shards) // part[1]
 
     def batches(self, epoch: int):
         yield from self.loader
@@ -112,6 +115,8 @@ def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) 
 
 
 def _train(cfg, workload, model, source, device):
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    budget = CorruptBudget(cfg.max_corrupt_share, source.samples_per_epoch // world)  # this trainer's share of an epoch
     loss_fn = workload.loss().to(device)
     optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
     stats = StepStats(cfg.warmup_steps)
@@ -120,17 +125,18 @@ def _train(cfg, workload, model, source, device):
     for epoch in range(cfg.epochs):
         join = Join([model]) if dist.is_initialized() else contextlib.nullcontext()
         with join:
-            stopped = _epoch(cfg, workload, model, source, device, loss_fn, optimizer, stats, corrupt, epoch)
+            stopped = _epoch(cfg, workload, model, source, device, loss_fn, optimizer, stats, corrupt, epoch, budget)
         if stopped:
             break
     return stats, corrupt
 
 
-def _epoch(cfg, workload, model, source, device, loss_fn, optimizer, stats, corrupt, epoch) -> bool:
+def _epoch(cfg, workload, model, source, device, loss_fn, optimizer, stats, corrupt, epoch, budget) -> bool:
     last = time.perf_counter()
     for batch in source.batches(epoch):
         ready = time.perf_counter()
         corrupt.extend(batch.corrupt)
+        budget.add(epoch, batch.corrupt)
         if len(batch) == 0:
             batch.release()
             continue

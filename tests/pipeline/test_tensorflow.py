@@ -74,19 +74,29 @@ def assert_every_sample_once_per_epoch(metrics: dict, train_samples: int, *, epo
     assert metrics["samples_seen"] == epochs * train_samples
 
 
-@pytest.mark.parametrize("data_hosts,distribution", [(1, "ShardedByS3Key"), (2, "FullyReplicated")])
+@pytest.mark.parametrize("data_hosts,distribution,max_corrupt_share", [(1, "ShardedByS3Key", 0.0), (2, "FullyReplicated", 0.05)])
 def test_a_tensorflow_job_serves_every_sample_once_whatever_the_channel_layout(tmp_path, tf_shards_with_a_corrupt_sample,
-                                                                              code_uri, no_leftovers, data_hosts, distribution):
+                                                                              code_uri, no_leftovers, data_hosts, distribution,
+                                                                              max_corrupt_share):
     """FullyReplicated: every data host sees every shard and must serve only its share. One sample does not
-    decode: it is counted and named once per epoch (by whichever host owns it), never fatal, never served."""
+    decode: within max_corrupt_share it is counted and named once per epoch (by whichever host owns it), never
+    served; over it (0: none may fail), the first epoch's accounting ends the job as a user error naming it."""
     shards = tf_shards_with_a_corrupt_sample
     request = two_group_request(tmp_path, shards, code_uri, data=data_hosts, distribution=distribution, hyperparameters={
-        "framework": "tensorflow", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0}})
+        "framework": "tensorflow", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0},
+        "max_corrupt_share": max_corrupt_share})
     with EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=10, timeout_s=300) as job:
         job.start()
         result = job.wait()
-    assert result.ok, result.failure
     samples = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
+    if max_corrupt_share == 0:
+        assert not result.ok  # whichever host the emulator saw exit first, the reason is the trainer's
+        assert f"corrupt data: epoch 0: 1 of its {samples} samples" in result.failure
+        assert f"sample {CORRUPT_ID}: " in result.failure and "raise MaxCorruptShare" in result.failure
+        assert [h.exit_code for h in result.hosts if h.role == "trainer"] == [2]
+        assert all(h.exit_code != 0 and not h.stopped_by_emulator for h in result.hosts)
+        return
+    assert result.ok, result.failure
     metrics = json.loads((result.model_dir / "metrics.json").read_text())
     assert [(a["epoch"], a["received"], a["distinct"], a["missing"]) for a in metrics["epoch_accounting"]] == \
         [(e, samples - 1, samples - 1, 1) for e in range(2)]
