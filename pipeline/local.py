@@ -162,7 +162,7 @@ class LocalRunner:
             self.options.echo(f"[{name}] {'true' if taken else 'false'}")
             return {s["Name"] for s in args["IfSteps" if taken else "ElseSteps"]}
         if kind == "Fail":
-            raise StepFailed(f"step {name}: {expressions.evaluate(step['Arguments'].get('ErrorMessage', ''), self.scope)}")
+            raise StepFailed(f"step {name}: {expressions.evaluate(step['Arguments'].get('ErrorMessage', ''), self.scope)}", user_error=True)
         operation = {"Training": "CreateTrainingJob", "Processing": "CreateProcessingJob"}.get(kind)
         if operation is None:
             raise UserError(f"step {name} is a {kind} step, which the local runner does not run", headline="unsupported step")
@@ -176,7 +176,7 @@ class LocalRunner:
             else:
                 self._processing(step, job_name, request)
         except UserError as exc:  # accepted by the service, failed when the job ran (no objects under a prefix, ...)
-            raise StepFailed(f"step {name}: {exc.one_line()}") from None
+            raise StepFailed(f"step {name}: {exc.one_line()}", user_error=True) from None
         return set()
 
     def _job_name(self, step: str) -> str:
