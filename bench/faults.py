@@ -37,7 +37,7 @@ from pipeline import storage  # noqa: E402
 from pipeline.code import STEPS_DIR, build_code_tarball  # noqa: E402
 from pipeline.sample_data import generate  # noqa: E402
 from steps.shard.shard import shard_dataset  # noqa: E402
-from tests.pipeline.conftest import by_role, children, listeners_on, start_training_job  # noqa: E402
+from pipeline.harness import by_role, children, listeners_on, start_training_job  # noqa: E402
 
 FIRST_HOST = re.compile(r"algo-\d+")
 

@@ -12,7 +12,7 @@ import pytest
 from pipeline.emulator import EmulatedJob
 from steps.common.errors import UserError
 from steps.contract import SHARDED
-from tests.pipeline.conftest import s3_channel, training_request
+from pipeline.harness import s3_channel, training_request
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from steps.shard.shard import shard_dataset
-from tests.pipeline.conftest import by_role, start_training_job
+from pipeline.harness import by_role, start_training_job
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,8 @@ import torch
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.sagemaker import all_steps
-from tests.pipeline.conftest import assert_data_hosts_measured_themselves, listeners_on, own_listening_ports
+from pipeline.harness import listeners_on, own_listening_ports
+from tests.pipeline.conftest import assert_data_hosts_measured_themselves
 
 pytestmark = pytest.mark.e2e
 

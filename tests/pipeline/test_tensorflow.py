@@ -18,8 +18,8 @@ from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from steps.contract import SECRET_ENV
 from steps.shard.shard import shard_dataset
-from tests.pipeline.conftest import (PIXEL_BYTES, assert_data_hosts_measured_themselves, by_role, listeners_on, own_listening_ports,
-                                     start_training_job, two_group_request)
+from pipeline.harness import by_role, listeners_on, own_listening_ports, start_training_job, two_group_request
+from tests.pipeline.conftest import PIXEL_BYTES, assert_data_hosts_measured_themselves
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.e2e
