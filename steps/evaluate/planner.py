@@ -111,7 +111,7 @@ def predict(profile: Profile, trainer: InstanceType, trainers: int, data: Instan
     bottleneck = min(rates, key=rates.get)
     rate = rates[bottleneck]
     notes = []
-    if "transport" in rates and narrowest.network_burst:
+    if bottleneck == "transport" and narrowest.network_burst:
         notes.append(f"transport uses {narrowest.name}'s 'up to' {narrowest.network_gbps:g} Gbps, a burst figure: "
                      "sustained bandwidth is lower")
     price = trainers * trainer.price_per_hour + (count * data.price_per_hour if data is not None else 0.0)

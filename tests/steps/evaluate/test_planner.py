@@ -87,3 +87,11 @@ def test_the_pick_is_the_cheapest_per_epoch_within_95_percent_of_the_best_rate()
 def test_staying_homogeneous_is_picked_when_the_trainers_own_vcpus_suffice():
     found = candidates(_profile(step=1 / 500, decode=4e-3), GPU, 1, [CPU], max_count=4, epoch_samples=1000)
     assert recommend(found).data is None  # 7 vCPUs decode 1750 samples/s; the trainer takes 500
+
+
+def test_a_prediction_bound_by_a_burst_bandwidth_says_so_and_others_do_not():
+    burst = InstanceType("ml.c5.xlarge", vcpus=4, price_per_hour=0.204, network_gbps=0.1, network_burst=True)
+    bound = predict(_profile(cpu=1e-4, wire=1_000_000.0), GPU, 1, burst, 1, epoch_samples=1000)
+    assert bound.bottleneck == "transport" and "'up to' 0.1 Gbps, a burst figure" in bound.notes[0]
+    fast = InstanceType("ml.c5.xlarge", vcpus=4, price_per_hour=0.204, network_gbps=10, network_burst=True)
+    assert predict(_profile(), GPU, 1, fast, 1, epoch_samples=1000).notes == ()
