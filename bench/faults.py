@@ -50,7 +50,11 @@ def fault_run(work: Path, shards: Path, code_uri: str, framework: str, action: s
         others = [h for h in job.hosts if h is not victim]
         faulted_at = time.monotonic()
         os.killpg(victim.process.pid, signal.SIGKILL if action == "kill" else signal.SIGSTOP)
-        while any(h.process.poll() is None for h in others) and time.monotonic() - faulted_at < 120:
+        ended: dict[str, float] = {}
+        while len(ended) < len(others) and time.monotonic() - faulted_at < 120:
+            for h in others:
+                if h.name not in ended and h.process.poll() is not None:
+                    ended[h.name] = round(time.monotonic() - faulted_at, 2)
             time.sleep(0.05)
         all_ended_s = time.monotonic() - faulted_at
         if action == "freeze":
@@ -61,6 +65,7 @@ def fault_run(work: Path, shards: Path, code_uri: str, framework: str, action: s
     bound = silence + 10 if action == "freeze" else 5.0
     return {
         "all_others_ended_s": round(all_ended_s, 2), "bound_s": bound, "within_bound": all_ended_s <= bound,
+        "ended_s": {h.name: ended.get(h.name) for h in others}, "roles": {h.name: h.role for h in job.hosts},
         "exit_codes": {h.name: h.exit_code for h in others}, "all_nonzero": all(h.exit_code not in (0, None) for h in others),
         "victim": victim.name, "blamed": blamed, "blames_victim": all(b == victim.name for b in blamed.values()),
         "stopped_by_emulator": [h.name for h in others if h.stopped_by_emulator], "job_ok": result.ok,
