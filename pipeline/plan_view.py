@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from steps.common.errors import UserError
-from steps.contract import PLAN_FILE
+from steps.contract import BASELINE_METRICS_FILE, HETEROGENEOUS_METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE
 from steps.evaluate.catalogue import load_catalogue
+from steps.evaluate.evaluate import history
 from steps.evaluate.metrics import load_metrics, validate_metrics
 from steps.evaluate.plan import plan_document
 from steps.evaluate.prices import load_prices
+from steps.evaluate.report import report_html
 from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id
-
-HETEROGENEOUS_METRICS = "heterogeneous_metrics.json"  # what Evaluate stores beside its verdict
-BASELINE_METRICS = "baseline_metrics.json"
 
 
 def plan_for(*, execution_id: str | None, results: str, metrics_path: str | None = None, prices_file=None) -> dict:
@@ -22,17 +21,16 @@ def plan_for(*, execution_id: str | None, results: str, metrics_path: str | None
     else:
         if not execution_id:
             raise UserError("name an execution id (see `hetero executions`) or pass --metrics PATH", headline="bad option")
+        store = open_store(results)
         try:
-            metrics = open_store(results).get_json(validate_execution_id(execution_id), HETEROGENEOUS_METRICS)
+            metrics = store.get_json(validate_execution_id(execution_id), HETEROGENEOUS_METRICS_FILE)
         except DocumentNotFound as exc:
-            raise UserError(f"no {HETEROGENEOUS_METRICS} for execution {execution_id!r} in {results} ({exc.message}): "
+            raise UserError(f"no {HETEROGENEOUS_METRICS_FILE} for execution {execution_id!r} in {results} ({exc.message}): "
                             "Evaluate stores it when the execution gets that far", headline="no results") from None
-        metrics = validate_metrics(metrics, f"{results}/{execution_id}/{HETEROGENEOUS_METRICS}")
-        try:
-            baseline = validate_metrics(open_store(results).get_json(execution_id, BASELINE_METRICS),
-                                        f"{results}/{execution_id}/{BASELINE_METRICS}")
-        except DocumentNotFound:
-            pass  # no baseline run: staying homogeneous is modelled
+        metrics = validate_metrics(metrics, f"{results}/{execution_id}/{HETEROGENEOUS_METRICS_FILE}")
+        baseline = _optional(store, execution_id, BASELINE_METRICS_FILE)  # none: staying homogeneous is modelled
+        if baseline is not None:
+            baseline = validate_metrics(baseline, f"{results}/{execution_id}/{BASELINE_METRICS_FILE}")
     return plan_document(metrics, load_prices(prices_file), load_catalogue(), execution_id=execution_id, baseline=baseline)
 
 
@@ -77,29 +75,24 @@ def render_plan(plan: dict) -> str:
 
 def execution_report(*, results: str, execution_id: str | None) -> tuple[str, str]:
     """(execution id, report.html) of ``execution_id``, or of the newest execution, with the history of all of them."""
-    from steps.contract import PRICE_PERFORMANCE_FILE
-    from steps.evaluate.evaluate import history
-    from steps.evaluate.report import report_html
-
     store = open_store(results)
-    past = history(store, {}) if execution_id is None else None
-    past = [d for d in (past or []) if d]
+    past = history(store, {})  # every stored verdict, oldest first: read once, for the page and to find the newest
     if execution_id is None:
         if not past:
             raise UserError(f"no executions with results in {results}: run `hetero run` (or give --results)", headline="no results")
         execution_id = past[-1]["execution_id"]
     validate_execution_id(execution_id)
-
-    def optional(name: str):
-        try:
-            return store.get_json(execution_id, name)
-        except DocumentNotFound:
-            return None
-
-    doc = optional(PRICE_PERFORMANCE_FILE)
+    doc = next((d for d in past if d.get("execution_id") == execution_id), None)
     if doc is None:
         raise UserError(f"no {PRICE_PERFORMANCE_FILE} for execution {execution_id!r} in {results}", headline="no results")
-    page = report_html(execution_id=execution_id, price_performance=doc, plan=optional(PLAN_FILE),
-                       heterogeneous=optional(HETEROGENEOUS_METRICS), baseline=optional(BASELINE_METRICS),
-                       history=[d for d in history(store, doc) if d])
+    page = report_html(execution_id=execution_id, price_performance=doc, plan=_optional(store, execution_id, PLAN_FILE),
+                       heterogeneous=_optional(store, execution_id, HETEROGENEOUS_METRICS_FILE),
+                       baseline=_optional(store, execution_id, BASELINE_METRICS_FILE), history=past)
     return execution_id, page
+
+
+def _optional(store, execution_id: str, name: str) -> dict | None:
+    try:
+        return store.get_json(execution_id, name)
+    except DocumentNotFound:
+        return None

@@ -29,7 +29,9 @@ METRICS_READABLE_VERSIONS = (1, 2)  # Evaluate reads runs trained by the previou
 MANIFEST_FILE = "manifest.json"  # written by the Shard step
 PRICE_PERFORMANCE_FILE = "price_performance.json"  # written by the Evaluate step
 RESULTS_FOLDER = "results"  # the results store of a deployed pipeline: s3://<bucket>/<prefix>/results/<execution id>/
-PLAN_FILE = "plan.json"  # written by the Evaluate step beside price_performance.json: the next run's data group
+PLAN_FILE = "plan.json"
+HETEROGENEOUS_METRICS_FILE = "heterogeneous_metrics.json"  # in the results store: the runs' metrics beside the verdict
+BASELINE_METRICS_FILE = "baseline_metrics.json"  # written by the Evaluate step beside price_performance.json: the next run's data group
 PRICE_PERFORMANCE_SCHEMA_VERSION = 2  # 2: each run's bottleneck (steps/evaluate/diagnosis.py)
 
 # -- the job's shape -------------------------------------------------------------------------------

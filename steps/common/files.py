@@ -23,9 +23,13 @@ def writing(path: str | os.PathLike):
 
 def write_json_atomic(path: str | os.PathLike, obj) -> Path:
     """Write ``obj`` as JSON so that readers see the old file or the new one, never half."""
+    return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def write_text_atomic(path: str | os.PathLike, data: str) -> Path:
+    """Write ``data`` so that readers see the old file or the new one, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
     # Same directory as the target so os.replace is a rename, not a copy.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

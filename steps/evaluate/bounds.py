@@ -15,6 +15,8 @@ as a result.
 
 from __future__ import annotations
 
+from steps.evaluate.metrics import per_sample
+
 OVER_BOUND_TOLERANCE = 1.05  # measurement noise on a shared machine
 FAIR_BASELINE = 0.10  # the baseline's step within 10% of decode + step back to back
 
@@ -23,10 +25,9 @@ def data_host_decode_s_per_batch(heterogeneous: dict) -> float | None:
     """Seconds the data hosts need per global batch: their own CPU per sample (decode and service, measured on
     them during the run), times the batch, over all their CPUs. None when they did not measure themselves."""
     hosts = heterogeneous.get("data_hosts") or []
-    sent = sum(h["samples_sent"] for h in hosts)
-    if not sent:
+    cpu = per_sample(hosts, "decode_cpu_s_per_sample", "service_cpu_s_per_sample")
+    if cpu is None:
         return None
-    cpu = sum((h["decode_cpu_s_per_sample"] + h["service_cpu_s_per_sample"]) * h["samples_sent"] for h in hosts) / sent
     return heterogeneous["global_batch_size"] * cpu / sum(h["cpus"] for h in hosts)
 
 

@@ -41,13 +41,14 @@ if not __package__:
 from steps.common.cli import StepArgumentParser, run_step_cli  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
 from steps.common.files import write_json_atomic  # noqa: E402
-from steps.contract import PLAN_FILE, PRICE_PERFORMANCE_FILE, PRICE_PERFORMANCE_SCHEMA_VERSION  # noqa: E402
+from steps.contract import (BASELINE_METRICS_FILE, HETEROGENEOUS_METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE,  # noqa: E402
+                            PRICE_PERFORMANCE_SCHEMA_VERSION)
 from steps.evaluate.bounds import speedup_bound  # noqa: E402
 from steps.evaluate.catalogue import load_catalogue  # noqa: E402
 from steps.evaluate.diagnosis import diagnose  # noqa: E402
 from steps.evaluate.metrics import load_metrics, validate_metrics  # noqa: E402
 from steps.evaluate.plan import plan_document  # noqa: E402
-from steps.evaluate.report import REPORT_FILE, report_html  # noqa: E402
+from steps.evaluate.report import REPORT_CONTENT_TYPE, REPORT_FILE, report_html  # noqa: E402
 from steps.evaluate.prices import PriceTable, load_prices  # noqa: E402
 from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id  # noqa: E402
 
@@ -168,14 +169,14 @@ def evaluate(*, heterogeneous: str | Path, baseline: str | Path | None, output: 
         (Path(output) / REPORT_FILE).write_text(report, encoding="utf-8")
     if store:
         # Metrics and config sit next to the verdict so a result can be audited later.
-        store.put_json(execution_id, "heterogeneous_metrics.json", hetero_metrics)
+        store.put_json(execution_id, HETEROGENEOUS_METRICS_FILE, hetero_metrics)
         if baseline_metrics is not None:
-            store.put_json(execution_id, "baseline_metrics.json", baseline_metrics)
+            store.put_json(execution_id, BASELINE_METRICS_FILE, baseline_metrics)
         if "config" in hetero_metrics:
             store.put_json(execution_id, "config.json", hetero_metrics["config"])
         store.put_json(execution_id, PLAN_FILE, plan)
         if report is not None:
-            store.put_text(execution_id, REPORT_FILE, report)
+            store.put_text(execution_id, REPORT_FILE, report, REPORT_CONTENT_TYPE)
         # Written last: its presence means the whole set is there.
         print(f"stored {store.put_json(execution_id, PRICE_PERFORMANCE_FILE, doc)}", flush=True)
     return doc

@@ -121,6 +121,15 @@ def validate_metrics(doc, source: str) -> dict:
     return doc
 
 
+def per_sample(hosts: list[dict], *keys: str) -> float | None:
+    """Over ``data_hosts`` lines, the sum of their per-sample ``keys`` averaged by the samples each sent;
+    None when none sent any."""
+    sent = sum(h["samples_sent"] for h in hosts)
+    if not sent:
+        return None
+    return sum(sum(h[k] for k in keys) * h["samples_sent"] for h in hosts) / sent
+
+
 def _check_data_host(host, label: str, source: str) -> None:
     if not isinstance(host, dict):
         raise UserError(f"{source}: field {label!r} must be an object, got {host!r}")

@@ -20,6 +20,7 @@ from steps.evaluate.planner import ENOUGH_THROUGHPUT, candidates, frontier, meas
 from steps.evaluate.prices import PriceTable
 
 PLAN_SCHEMA_VERSION = 1
+MEASURED_BASELINE = "measured: this execution's baseline trained on the same trainer group"
 MAX_DATA_HOSTS = 16
 
 
@@ -41,8 +42,7 @@ def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue, baseline: dic
     if metrics["mode"] != "heterogeneous":
         raise UserError("the plan is made from a heterogeneous run, whose data hosts measure themselves")
     profile = profile_from_metrics(metrics)
-    groups = {g["role"]: g for g in metrics["instance_groups"]}
-    dnn, data = groups.get("trainer"), groups.get("data")
+    dnn, data = _group(metrics, "trainer"), _group(metrics, "data")
     if dnn is None or data is None:
         raise UserError(f"instance_groups {[g['name'] for g in metrics['instance_groups']]} lack a trainer or a data group")
     trainer = catalogue.priced(dnn["instance_type"], prices)
@@ -52,10 +52,11 @@ def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue, baseline: dic
     priced = [t for t in (catalogue.priced(s.name, prices) for s in catalogue.cpu_types()) if t is not None]
     unpriced = sorted(s.name for s in catalogue.cpu_types() if s.name not in prices.usd_per_hour)
     found = candidates(profile, trainer, dnn["count"], priced, max_count=MAX_DATA_HOSTS, epoch_samples=epoch_samples)
-    if baseline is not None and _trainer_group(baseline) == (dnn["instance_type"], dnn["count"]):
+    same = ("instance_type", "count")  # the same trainer group, whatever its name
+    base = _group(baseline, "trainer") if baseline is not None else None
+    if base is not None and [base[k] for k in same] == [dnn[k] for k in same]:
         found[0] = measured(trainer, dnn["count"], baseline["samples_per_second"], baseline["data_wait_share"],
-                            diagnose(baseline)["label"].split("-")[0], epoch_samples,
-                            "measured: this execution's baseline trained on the same trainer group")
+                            diagnose(baseline)["label"].split("-")[0], epoch_samples, MEASURED_BASELINE)
     pick = recommend(found)
     current_type = catalogue.priced(data["instance_type"], prices)
     current, notes = None, []
@@ -84,9 +85,8 @@ def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue, baseline: dic
     }
 
 
-def _trainer_group(metrics: dict) -> tuple[str, int] | None:
-    group = next((g for g in metrics["instance_groups"] if g["role"] == "trainer"), None)
-    return (group["instance_type"], group["count"]) if group else None
+def _group(metrics: dict, role: str) -> dict | None:
+    return next((g for g in metrics["instance_groups"] if g["role"] == role), None)
 
 
 def _parameters(pick) -> dict | None:
@@ -99,7 +99,7 @@ def _parameters(pick) -> dict | None:
 def _reason(pick, current: dict | None) -> str:
     if pick.data is not None:
         what = f"{pick.data_count} x {pick.data}"
-    elif pick.notes and pick.notes[0].startswith("measured"):
+    elif MEASURED_BASELINE in pick.notes:
         what = "stay homogeneous: the measured baseline is the cheapest configuration fast enough"
     else:
         what = "stay homogeneous: the trainers' own vCPUs decode fast enough"

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from steps.common.errors import UserError
+from steps.evaluate.metrics import per_sample
 
 INPUT_BOUND_WAIT_SHARE = 0.05  # a trainer that waits this share of its steps is fed too slowly
 ENOUGH_THROUGHPUT = 0.95  # the planner picks the cheapest candidate within this share of the best rate
@@ -84,10 +85,9 @@ def profile_from_metrics(doc: dict, source: str = "metrics.json") -> Profile:
         return Profile(float(costs.get("step_s_per_batch_median", costs["step_s_per_batch"])) / batch, decode, decode, 1.0,
                        False, None, source)
     step = float(doc["compute_s_per_step"]) / batch
-    samples = sum(h["samples_sent"] for h in hosts) or 1
-    cpu = sum((h["decode_cpu_s_per_sample"] + h["service_cpu_s_per_sample"]) * h["samples_sent"] for h in hosts) / samples
-    decode_hosts = sum(h["decode_cpu_s_per_sample"] * h["samples_sent"] for h in hosts) / samples
-    wire = sum(h["bytes_sent_per_sample"] * h["samples_sent"] for h in hosts) / samples
+    cpu = per_sample(hosts, "decode_cpu_s_per_sample", "service_cpu_s_per_sample") or 0.0
+    decode_hosts = per_sample(hosts, "decode_cpu_s_per_sample") or 0.0
+    wire = per_sample(hosts, "bytes_sent_per_sample") or 0.0
     scaling, measured = 1.0, False
     if doc.get("data_wait_share", 0.0) >= INPUT_BOUND_WAIT_SHARE and doc.get("samples_per_second"):
         ideal = sum(h["cpus"] for h in hosts) / cpu

@@ -14,6 +14,7 @@ import html
 import io
 
 REPORT_FILE = "report.html"
+REPORT_CONTENT_TYPE = "text/html; charset=utf-8"
 
 
 def report_html(*, execution_id: str | None, price_performance: dict | None, plan: dict | None,

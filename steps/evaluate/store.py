@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from steps.common.errors import UserError
-from steps.common.files import write_json_atomic
+from steps.common.files import write_json_atomic, write_text_atomic
 
 # SageMaker pipeline execution ids are alphanumeric; we also allow '.', '_' and
 # '-' for local runs. No '/' and no leading '.', so an id can never climb out
@@ -88,12 +88,9 @@ class LocalStore:
         write_json_atomic(path, obj)
         return path.as_uri()
 
-    def put_text(self, execution_id: str, name: str, text: str, content_type: str = "text/html") -> str:
+    def put_text(self, execution_id: str, name: str, text: str, content_type: str) -> str:
         path = self._path(execution_id, name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, path)
+        write_text_atomic(path, text)
         return path.as_uri()
 
     def get_json(self, execution_id: str, name: str):
@@ -137,17 +134,14 @@ class S3Store:
         return "/".join(p for p in parts if p)
 
     def put_json(self, execution_id: str, name: str, obj) -> str:
+        return self.put_text(execution_id, name, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n",
+                             "application/json")
+
+    def put_text(self, execution_id: str, name: str, text: str, content_type: str) -> str:
         key = self._key(execution_id, name)
-        body = (json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
         # One PUT is atomic in S3: readers get the old object or the new one.
         with _s3_errors(f"s3://{self.bucket}/{key}"):
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json")
-        return f"s3://{self.bucket}/{key}"
-
-    def put_text(self, execution_id: str, name: str, text: str, content_type: str = "text/html") -> str:
-        key = self._key(execution_id, name)
-        with _s3_errors(f"s3://{self.bucket}/{key}"):
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=text.encode("utf-8"), ContentType=f"{content_type}; charset=utf-8")
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=text.encode("utf-8"), ContentType=content_type)
         return f"s3://{self.bucket}/{key}"
 
     def get_json(self, execution_id: str, name: str):

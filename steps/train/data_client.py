@@ -26,7 +26,7 @@ from steps.train.config import TrainConfig
 from steps.train.control import DataHostLost, dial, send_stop
 from steps.train.dataset import Batch
 from steps.train.link import Heartbeat, Link, Stopped
-from steps.train.service_meter import data_host_metrics
+from steps.train.service_meter import arrived, data_host_metrics
 from steps.train.wire import Kind, Segment, WireError
 
 
@@ -145,8 +145,7 @@ class DataServiceClient:
         """What the data hosts measured of themselves (`data_host_metrics`) and what arrived here."""
         received = sum(sum(h.received.values()) for h in self.hosts)
         read = sum(h.link.bytes_read for h in self.hosts if h.link is not None)
-        return {"data_hosts": [data_host_metrics(h.name, h.report, h.first_report) for h in self.hosts if h.report],
-                "bytes_received": read, "bytes_received_per_sample": read / received if received else 0.0}
+        return arrived([data_host_metrics(h.name, h.report, h.first_report) for h in self.hosts if h.report], read, received)
 
     def _spawn(self, target, *args) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, daemon=True, name=f"{target.__name__}")

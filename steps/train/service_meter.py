@@ -60,6 +60,13 @@ class ProcessMeter:
                 "decode_cpu_s": round(time.process_time() - self._cpu_started, 6), "service_cpu_s": 0.0}
 
 
+def arrived(data_hosts: list[dict], bytes_received: int, samples: int) -> dict:
+    """The measurement fields of metrics.json: each data host's own line and what arrived at this trainer
+    (``arrived([], 0, 0)``: a homogeneous run, which has neither)."""
+    return {"data_hosts": data_hosts, "bytes_received": bytes_received,
+            "bytes_received_per_sample": bytes_received / samples if samples else 0.0}
+
+
 def data_host_metrics(host: str, report: dict, first: dict | None = None) -> dict:
     """One data host's line in metrics.json (``data_hosts``), per sample, from its latest report.
 

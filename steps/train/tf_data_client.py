@@ -28,7 +28,7 @@ from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import DataHostLost, dial, send_stop
 from steps.train.link import Heartbeat, Link, Stopped
-from steps.train.service_meter import data_host_metrics
+from steps.train.service_meter import arrived, data_host_metrics
 from steps.train.tf_servers import end_server
 from steps.train.wire import Kind, WireError
 
@@ -168,7 +168,7 @@ class TfDataService:
         for host, report in reports.items():
             share = round(samples * self.samples_per_host.get(host, 0) / max(self.samples_per_epoch, 1))
             hosts.append(data_host_metrics(host, {**report, "samples": share, "bytes_sent": share * bytes_per_sample}))
-        return {"data_hosts": hosts, "bytes_received": int(samples * bytes_per_sample), "bytes_received_per_sample": bytes_per_sample}
+        return arrived(hosts, int(samples * bytes_per_sample), samples)
 
     def distribute(self, dataset):
         import tensorflow as tf

@@ -28,6 +28,7 @@ from steps.train.control import failure_reason
 from steps.train.corrupt import CorruptBudget
 from steps.train.manifest import read_classes
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
+from steps.train.service_meter import arrived
 from steps.train.tf_cluster import check_single_trainer, local_shards
 from steps.train.tf_data import SERVE_PATTERN, sample_ids, training_dataset, validation_dataset
 from steps.train.tf_data_client import TfDataService
@@ -59,7 +60,7 @@ class InProcessSource:
         pass
 
     def measurements(self, samples: int, bytes_per_sample: float) -> dict:
-        return {"data_hosts": [], "bytes_received": 0, "bytes_received_per_sample": 0.0}
+        return arrived([], 0, 0)
 
     def close(self, status: str = "completed", reason: str = "", files: dict | None = None) -> None:
         pass

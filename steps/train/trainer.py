@@ -33,6 +33,7 @@ from steps.train.dataset import ShardDataset, batch_loader
 from steps.common.files import write_json_atomic
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
 from steps.train.manifest import read_classes, train_channel
+from steps.train.service_meter import arrived
 from steps.train.workload import Workload
 
 
@@ -57,7 +58,7 @@ class LocalSource:
         yield from self.loader
 
     def measurements(self) -> dict:
-        return {"data_hosts": [], "bytes_received": 0, "bytes_received_per_sample": 0.0}
+        return arrived([], 0, 0)
 
     def close(self, status: str = "completed", reason: str = "", files: dict | None = None) -> None:
         pass
