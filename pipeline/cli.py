@@ -53,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--work-dir", type=Path, default=Path("runs"), help="where runs and the local results store live (default runs/)")
     run.add_argument("--sample-images", type=int, default=3000, help="size of the generated dataset when no --input is given")
     run.add_argument("--no-pin", action="store_true", help="do not pin hosts to CPU sets")
+    run.add_argument("--spot", action="store_true",
+                     help="compile as deployed with hetero:spot (managed spot training; emulated runs have no spot market)")
+    run.add_argument("--interrupt-after-steps", type=int, metavar="N",
+                     help="interrupt each training job once at step N as a spot interruption does (SIGTERM to every host), "
+                          "then restart it from its checkpoints")
     run.add_argument("--prices", type=Path, help='JSON price overrides, e.g. {"prices": {"ml.g6.xlarge": 1.0}}')
     sub.add_parser("params", help="list pipeline parameters")
     _remote_parsers(sub)
@@ -152,8 +157,10 @@ def cmd_run(args) -> int:
     _validate(params)
     if args.sample_images < 10:
         raise UserError(f"--sample-images {args.sample_images}: use at least 10", headline="bad option")
+    if args.interrupt_after_steps is not None and args.interrupt_after_steps < 1:
+        raise UserError(f"--interrupt-after-steps {args.interrupt_after_steps}: use a step number >= 1", headline="bad option")
     options = LocalOptions(work_dir=args.work_dir, framework=args.framework, sample_images=args.sample_images,
-                           pin_cpus=not args.no_pin)
+                           pin_cpus=not args.no_pin, spot=args.spot, interrupt_after_steps=args.interrupt_after_steps)
     result = LocalRunner(params, options).run()
     print()
     print(render(result.price_performance))

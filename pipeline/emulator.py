@@ -14,6 +14,13 @@ set, the request's ``Environment``, its own loopback address (127.X.Y.N, one /24
 fixed ports never collide across jobs) and optionally its own CPU set, standing in for its
 instance's vCPUs.
 
+``CheckpointConfig`` works as in SageMaker: its ``S3Uri`` is copied into every host's ``LocalPath``
+(``/opt/ml/checkpoints``, under the host's folder) when the job starts, and what the hosts wrote
+there is copied back when it ends, however it ends. ``interrupt_after_steps`` emulates a spot
+interruption: once a trainer logs that step, every host gets SIGTERM (its entry process, as the
+container's does), has ``grace_s`` to exit, and the job starts again on fresh hosts from its
+checkpoints; the first attempt's folders stay beside, as ``<job_dir>.attempt-1``.
+
 Like SageMaker, the job ends when every host has exited, or when
 ``StoppingCondition.MaxRuntimeInSeconds`` has passed. When one host fails, the others get
 ``grace_s`` to exit on their own (the step code must make them) before the emulator stops
@@ -25,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -39,9 +47,11 @@ from typing import Callable
 
 from pipeline import storage
 from steps.common.errors import HeteroError, UserError
-from steps.contract import DATA_GROUP, FAILURE_FILE, HOSTS_FILE_ENV, SHARDED
+from steps.contract import CHECKPOINT_LOCAL_PATH, DATA_GROUP, FAILURE_FILE, HOSTS_FILE_ENV, SHARDED
 
 HOMOGENEOUS_GROUP = "homogeneousCluster"  # the group SageMaker names when a request has no InstanceGroups
+CONTAINER_ROOT = "/opt/ml/"  # what a host's base folder stands for
+STEP_LINE = re.compile(r"^\[metrics\] .*\bstep=(\d+)\b")  # a trainer's metric line (steps.train.metrics)
 
 
 class StepFailed(HeteroError):
@@ -111,7 +121,8 @@ class JobResult:
     model_dir: Path | None = None
     output_data_dir: Path | None = None
     model_artifacts: str | None = None  # S3ModelArtifacts
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # every attempt: TrainingTimeInSeconds (BillableTimeInSeconds too: no spot market here)
+    interruptions: int = 0
 
     @property
     def ok(self) -> bool:
@@ -157,14 +168,21 @@ class EmulatedJob:
     grace_s: float = 30.0
     timeout_s: float | None = None  # None: the request's StoppingCondition
     seed: int | None = None
+    interrupt_after_steps: int | None = None  # a spot interruption once a trainer logs this step, then a restart
     hosts: list[Host] = field(default_factory=list)
+    interruptions: int = 0
     _readers: list = field(default_factory=list)
+    _interrupt: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self):
         self.groups = _groups(self.request, self.cpus)
         self.channels = [Channel.from_request(c) for c in self.request.get("InputDataConfig", [])]
         self.hyperparameters = dict(self.request.get("HyperParameters", {}))
         self.environment = dict(self.request.get("Environment", {}))
+        self.checkpoints = self.request.get("CheckpointConfig")
+        if self.checkpoints and not self.checkpoints.get("LocalPath", CHECKPOINT_LOCAL_PATH).startswith(CONTAINER_ROOT):
+            raise UserError(f"CheckpointConfig.LocalPath {self.checkpoints['LocalPath']!r}: the emulator lays out only "
+                            f"{CONTAINER_ROOT}; use {CHECKPOINT_LOCAL_PATH}", headline="unsupported request")
         if self.timeout_s is None:
             self.timeout_s = self.request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
         self.step = self.step or self.name
@@ -178,7 +196,7 @@ class EmulatedJob:
             shutil.rmtree(self.job_dir)
         total = sum(g.count for g in self.groups)
         names = [f"algo-{i}" for i in range(1, total + 1)]
-        rng = random.Random(self.seed)
+        rng = random.Random(None if self.seed is None else self.seed + self.interruptions)
         rng.shuffle(names)  # SageMaker deals names randomly across groups
         subnet = f"127.{rng.randint(1, 254)}.{rng.randint(0, 255)}"
         dealt = iter(names)
@@ -195,6 +213,35 @@ class EmulatedJob:
         for host in self.hosts:
             self._write_config(host, provisioned[host.name])
             self._unpack_code(code, host.base_dir / "code")
+            self._restore_checkpoints(host)
+
+    # -- checkpoints ---------------------------------------------------------
+    def _checkpoint_dir(self, host: Host) -> Path:
+        local = self.checkpoints.get("LocalPath", CHECKPOINT_LOCAL_PATH)
+        return host.base_dir / local[len(CONTAINER_ROOT):]
+
+    def _restore_checkpoints(self, host: Host) -> None:
+        """S3Uri -> every host's LocalPath, as SageMaker does when a job (re)starts."""
+        if not self.checkpoints:
+            return
+        stored = storage.path(self.checkpoints["S3Uri"])
+        local = self._checkpoint_dir(host)
+        local.mkdir(parents=True, exist_ok=True)
+        if stored.is_dir():
+            shutil.copytree(stored, local, dirs_exist_ok=True)
+
+    def _save_checkpoints(self) -> None:
+        """Every host's LocalPath -> S3Uri (SageMaker uploads while the job runs; whole files, as the trainer renames them in)."""
+        if not self.checkpoints:
+            return
+        stored = storage.path(self.checkpoints["S3Uri"])
+        for host in self.hosts:
+            local = self._checkpoint_dir(host)
+            for path in sorted(local.rglob("*")) if local.is_dir() else []:
+                if path.is_file() and not path.name.startswith("."):  # not a file still being written
+                    target = stored / path.relative_to(local)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, target)
 
     def _provision_channels(self) -> dict[str, dict]:
         provisioned: dict[str, dict] = {h.name: {} for h in self.hosts}
@@ -289,12 +336,18 @@ class EmulatedJob:
                 log.write(line + "\n")
                 if self.on_line:
                     self.on_line(host, line)
+                if self.interrupt_after_steps and not self.interruptions and host.role == "trainer":
+                    step = STEP_LINE.match(line)
+                    if step and int(step.group(1)) >= self.interrupt_after_steps:
+                        self._interrupt.set()
 
     def wait(self) -> JobResult:
         started = time.monotonic()
         failed_at = None
         failure = None
         while True:
+            if self._interrupt.is_set() and not self.interruptions:
+                self._interrupt_and_restart()
             now = time.monotonic()
             for host in self.hosts:
                 if host.exit_code is None and host.process.poll() is not None:
@@ -311,7 +364,31 @@ class EmulatedJob:
                 self._stop(running)
             time.sleep(0.05)
         self.close()
+        self._save_checkpoints()
         return self._result(failure, time.monotonic() - started)
+
+    def _interrupt_and_restart(self) -> None:
+        """A spot interruption: SIGTERM to every host's entry process, ``grace_s`` to exit, then the same job again
+        on fresh hosts (names dealt anew) that find the checkpoints where the first ones left them."""
+        self.interruptions += 1
+        live = [h for h in self.hosts if h.process.poll() is None]
+        for host in live:
+            try:
+                host.process.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline and any(h.process.poll() is None for h in live):
+            time.sleep(0.05)
+        self.close()  # what did not exit in time, and every host's leftover children
+        self._save_checkpoints()
+        attempt = self.job_dir.with_name(f"{self.job_dir.name}.attempt-{self.interruptions}")
+        if attempt.exists():
+            shutil.rmtree(attempt)
+        self.job_dir.rename(attempt)
+        self.hosts, self._readers = [], []
+        self.prepare()
+        self.start()
 
     def _describe(self, host: Host) -> str:
         code = host.exit_code
@@ -355,7 +432,7 @@ class EmulatedJob:
             _pack(merged, storage.path(f"{prefix}/model.tar.gz"))
             _pack(output, storage.path(f"{prefix}/output.tar.gz"))
             artifacts = f"{prefix}/model.tar.gz"
-        return JobResult(self.name, self.job_dir, self.hosts, failure, merged, output, artifacts, wall_s)
+        return JobResult(self.name, self.job_dir, self.hosts, failure, merged, output, artifacts, wall_s, self.interruptions)
 
     def __enter__(self) -> "EmulatedJob":
         return self

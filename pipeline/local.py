@@ -47,6 +47,8 @@ class LocalOptions:
     grace_s: float = 30.0
     step_timeout_s: float | None = 1800.0  # besides each request's own MaxRuntimeInSeconds
     cpus: dict | None = None  # {"trainer": (...), "data": (...)}: overrides cpu_plan()
+    spot: bool = False  # compile as deployed with managed spot (there is no spot market here: billable = training time)
+    interrupt_after_steps: int | None = None  # each training job is interrupted once, at this step, and restarted
     echo: Callable[[str], None] = print
 
 
@@ -78,21 +80,21 @@ def cpu_plan(pin: bool) -> dict[str, tuple[int, ...]] | None:
     return {"trainer": tuple(cpus[:k]), "data": tuple(cpus[k:])}
 
 
-def local_settings(work_dir: Path, framework: str, code_uri: str):
+def local_settings(work_dir: Path, framework: str, code_uri: str, *, spot: bool = False):
     """Deploy settings that bind the pipeline to this machine: the artifact "bucket" is the work folder."""
     from pipeline.sagemaker import DeploySettings
 
     prefix = storage.uri(work_dir)[len(storage.SCHEME):]
     return DeploySettings(pipeline_name=PIPELINE_NAME, region=LOCAL_REGION, role_arn=LOCAL_ROLE, bucket=storage.LOCAL_BUCKET,
-                          code_uri=code_uri, prefix=prefix, framework=framework)
+                          code_uri=code_uri, prefix=prefix, framework=framework, spot=spot)
 
 
-def compile_local(work_dir: Path, framework: str) -> dict:
+def compile_local(work_dir: Path, framework: str, *, spot: bool = False) -> dict:
     """The pipeline definition the local runner executes (the code packed under ``<work_dir>/code/``)."""
     from pipeline.sagemaker import build_definition
 
     code = build_code_tarball(source=STEPS_DIR, destination=Path(work_dir).resolve() / "code" / "code.tar.gz")
-    return build_definition(local_settings(Path(work_dir), framework, storage.uri(code)))
+    return build_definition(local_settings(Path(work_dir), framework, storage.uri(code), spot=spot))
 
 
 class LocalRunner:
@@ -102,7 +104,7 @@ class LocalRunner:
         self.execution_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
         self.run_dir = self.work_dir / self.execution_id
         _check_input(parameters.get("InputData") or "")
-        self.definition = compile_local(self.work_dir, options.framework)
+        self.definition = compile_local(self.work_dir, options.framework, spot=options.spot)
         self.params = self._bind_parameters(parameters)
         self.result = RunResult(self.execution_id, self.run_dir, self.definition)
         self.scope = expressions.Scope(
@@ -189,7 +191,7 @@ class LocalRunner:
             self.options.echo(f"  {name:<18} {host.name:<7} {host.group.name:<10} {line}")
 
         job = EmulatedJob(name=job_name, request=request, job_dir=self.run_dir / "jobs" / name, step=name, cpus=plan,
-                          on_line=on_line, grace_s=self.options.grace_s)
+                          on_line=on_line, grace_s=self.options.grace_s, interrupt_after_steps=self.options.interrupt_after_steps)
         if self.options.step_timeout_s is not None:
             job.timeout_s = min(filter(None, [job.timeout_s, self.options.step_timeout_s]))
         shape = " + ".join(f"{g.count} x {g.instance_type} ({g.name}{', CPUs ' + ','.join(map(str, g.cpus)) if g.cpus else ''})"
@@ -199,10 +201,14 @@ class LocalRunner:
             job.start()
             result = job.wait()
         self.result.jobs[name] = result
+        if result.interruptions:
+            self.options.echo(f"[{name}] interrupted {result.interruptions} time(s) and resumed from its checkpoints")
         if not result.ok:
             raise StepFailed(result.failure, user_error=any(h.exit_code == EXIT_USER_ERROR for h in result.hosts))
+        seconds = max(1, round(result.wall_s))  # no spot market here: billable time is the training time
         self.scope.steps[name] = {"TrainingJobName": job.name, "TrainingJobStatus": "Completed",
-                                  "ModelArtifacts": {"S3ModelArtifacts": result.model_artifacts}, **request}
+                                  "ModelArtifacts": {"S3ModelArtifacts": result.model_artifacts},
+                                  "TrainingTimeInSeconds": seconds, "BillableTimeInSeconds": seconds, **request}
 
     def _processing(self, step: dict, job_name: str, request: dict) -> None:
         name = step["Name"]

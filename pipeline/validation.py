@@ -178,9 +178,18 @@ def hyperparameter_sizes(request: dict) -> Iterator[str]:
             yield f"hyperparameter {key!r} is {len(value)} characters long; at most 2500 are allowed"
 
 
+def spot_wait(request: dict) -> Iterator[str]:
+    stopping = request.get("StoppingCondition", {})
+    wait, runtime = stopping.get("MaxWaitTimeInSeconds"), stopping.get("MaxRuntimeInSeconds")
+    if wait is not None and not request.get("EnableManagedSpotTraining"):
+        yield "Invalid MaxWaitTimeInSeconds. It is only supported when EnableManagedSpotTraining is set to true"
+    if wait is not None and runtime is not None and wait < runtime:
+        yield f"MaxWaitTimeInSeconds ({wait}) must be greater than or equal to MaxRuntimeInSeconds ({runtime})"
+
+
 TRAINING_RULES: tuple[Callable[[dict], Iterator[str]], ...] = (
     instance_groups_unique_and_few, channel_names_unique, channel_groups_all_or_nothing, file_system_channels_assign_no_group,
-    channel_groups_exist, hyperparameter_sizes,
+    channel_groups_exist, hyperparameter_sizes, spot_wait,
 )
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 from pipeline.graph import CheckStep, ExecutionId, Graph, Output, Param, ProcessingStep, TrainingStep
 from pipeline.images import default_processing_image, default_training_image
 from pipeline.sagemaker.offline import session
-from pipeline.sagemaker.settings import CODE_DIR, MAX_RUNTIME_S, PROCESSING_ROOT, PROPERTY_FILE, VOLUME_GB, DeploySettings
-from steps.contract import METRIC_DEFINITIONS, RESULTS_FOLDER, SECRET_ENV
+from pipeline.sagemaker.settings import (
+    CODE_DIR, MAX_RUNTIME_S, MAX_WAIT_S, PROCESSING_ROOT, PROPERTY_FILE, TRAINING_RETRY_ATTEMPTS, VOLUME_GB, DeploySettings,
+)
+from steps.contract import CHECKPOINT_FOLDER, CHECKPOINT_LOCAL_PATH, METRIC_DEFINITIONS, RESULTS_FOLDER, SECRET_ENV
 
 
 class Compiler:
@@ -125,8 +127,9 @@ class Compiler:
         return channels
 
     def training(self, step: TrainingStep):
-        from sagemaker.core.shapes import InstanceGroup, MetricDefinition, OutputDataConfig, StoppingCondition
+        from sagemaker.core.shapes import CheckpointConfig, InstanceGroup, MetricDefinition, OutputDataConfig, StoppingCondition
         from sagemaker.core.training.configs import Compute, Networking
+        from sagemaker.mlops.workflow.retry import SageMakerJobExceptionTypeEnum, SageMakerJobStepRetryPolicy
         from sagemaker.mlops.workflow.steps import TrainingStep as SmTrainingStep
         from sagemaker.train import ModelTrainer
 
@@ -141,10 +144,15 @@ class Compiler:
             role=self.s.role_arn,
             sagemaker_session=self.session,
             base_job_name=f"hetero-{step.name.lower()}",
-            compute=Compute(instance_groups=groups, volume_size_in_gb=VOLUME_GB),
+            # Managed spot is a deploy option, not a pipeline parameter: CreateTrainingJob rejects MaxWaitTimeInSeconds
+            # unless EnableManagedSpotTraining is true, and a request member cannot be left out by a parameter's value
+            compute=Compute(instance_groups=groups, volume_size_in_gb=VOLUME_GB, **({"enable_managed_spot_training": True} if self.s.spot else {})),
             networking=self.networking(Networking),
-            stopping_condition=StoppingCondition(max_runtime_in_seconds=MAX_RUNTIME_S),
+            stopping_condition=StoppingCondition(max_runtime_in_seconds=MAX_RUNTIME_S,
+                                                 **({"max_wait_time_in_seconds": MAX_WAIT_S} if self.s.spot else {})),
             output_data_config=OutputDataConfig(s3_output_path=self.s3(self.exec_id, step.name)),
+            # per execution and step: a spot restart and a retry of the step (RetryPolicies) resume from it
+            checkpoint_config=CheckpointConfig(s3_uri=self.s3(self.exec_id, step.name, CHECKPOINT_FOLDER), local_path=CHECKPOINT_LOCAL_PATH),
             hyperparameters=hyperparameters,
             # Threat model of the data-plane secret: it keeps out network peers (other jobs or hosts in the
             # VPC, port scans) that lack IAM read access to this pipeline. The execution ARN is unguessable
@@ -152,7 +160,11 @@ class Compiler:
             # DescribeTrainingJob (the environment is shown there): such principals are trusted here.
             environment={SECRET_ENV: _join("", self.exec_arn, "/", step.name)},
         ).with_metric_definitions([MetricDefinition(name=m["Name"], regex=m["Regex"]) for m in METRIC_DEFINITIONS])
-        sm_step = SmTrainingStep(name=step.name, step_args=trainer.train(input_data_config=self.channels(step)))
+        # no capacity (spot or on-demand) or a SageMaker-side error: start the job again; it resumes from its checkpoint
+        retry = SageMakerJobStepRetryPolicy(failure_reason_types=[SageMakerJobExceptionTypeEnum.CAPACITY_ERROR,
+                                                                  SageMakerJobExceptionTypeEnum.INTERNAL_ERROR],
+                                            max_attempts=TRAINING_RETRY_ATTEMPTS, interval_seconds=60, backoff_rate=2.0)
+        sm_step = SmTrainingStep(name=step.name, step_args=trainer.train(input_data_config=self.channels(step)), retry_policies=[retry])
         self.steps[step.name] = sm_step
         return sm_step
 

@@ -9,6 +9,8 @@ from steps.common.errors import UserError
 from steps.contract import FRAMEWORKS
 
 MAX_RUNTIME_S = 6 * 3600  # a stuck job bills every host of the cluster until this cap
+MAX_WAIT_S = 2 * MAX_RUNTIME_S  # managed spot: running plus waiting for capacity, interruptions included
+TRAINING_RETRY_ATTEMPTS = 3  # a training step started again on capacity and SageMaker-internal errors
 VOLUME_GB = 100
 PROCESSING_INSTANCE_TYPE = "ml.m5.xlarge"
 PROCESSING_ROOT = "/opt/ml/processing"
@@ -45,6 +47,8 @@ class DeploySettings:
     # cluster's hosts (slower steps, see README), and gives the containers no network beyond the cluster
     inter_container_encryption: bool = False
     network_isolation: bool = False
+    # training jobs on managed spot capacity (up to 90% cheaper, may be interrupted: they resume from their checkpoint)
+    spot: bool = False
 
 
 def check(settings: DeploySettings) -> None:

@@ -21,6 +21,7 @@ PROCESSING_EXIT_MESSAGE = Path("/opt/ml/output/message")
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 1
+EXIT_TERMINATED = 128 + 15  # SIGTERM: what a process ended by it exits with
 
 
 class HeteroError(Exception):
@@ -51,6 +52,20 @@ class InternalError(HeteroError):
     headline = "internal error"
 
 
+class Terminated(SystemExit):
+    """SIGTERM arrived (StopTrainingJob, a spot interruption): the process unwinds, so peers learn why, and exits
+    `EXIT_TERMINATED` with a one-line reason and no traceback. A SystemExit, so no ``except Exception`` swallows it."""
+
+    headline = "terminated"
+
+    def __init__(self, message: str = "SIGTERM (a stop or a spot interruption)"):
+        super().__init__(EXIT_TERMINATED)
+        self.message = message
+
+    def one_line(self) -> str:
+        return f"{self.headline}: {self.message}".replace("\n", " ")
+
+
 # Storage the user must fix, not a bug: errno -> (cause, fix)
 _STORAGE_CAUSES = {
     errno.ENOSPC: ("no space left on the device", "free space there, or point the run at a bigger disk"),
@@ -77,7 +92,7 @@ def storage_error(exc: BaseException) -> UserError | None:
 
 def describe(exc: BaseException) -> str:
     """One line for any exception: ours carry a headline, others their type."""
-    text = exc.one_line() if isinstance(exc, HeteroError) else f"{type(exc).__name__}: {exc}"
+    text = exc.one_line() if isinstance(exc, (HeteroError, Terminated)) else f"{type(exc).__name__}: {exc}"
     return text.replace("\n", " ")
 
 
@@ -109,6 +124,9 @@ def run_step(main, *, output_dir: str | os.PathLike, exit_message: Path | None =
         print(f"ERROR {reason}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         reason, code = "interrupted", 130
+    except Terminated as exc:
+        reason, code = exc.one_line(), EXIT_TERMINATED
+        print(f"ERROR {reason}", file=sys.stderr, flush=True)
     except BaseException as exc:  # noqa: BLE001 - the process boundary
         storage = storage_error(exc)
         if storage is not None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from steps.common.errors import UserError
-from steps.contract import HOSTS_FILE_ENV
+from steps.contract import CHECKPOINT_FOLDER, HOSTS_FILE_ENV
 from steps.train.config import TrainConfig
 
 DATA, TRAINER = "data", "trainer"
@@ -46,6 +46,7 @@ class Cluster:
     output_dir: Path
     output_data_dir: Path
     network_interface: str
+    checkpoint_dir: Path  # CheckpointConfig.LocalPath: /opt/ml/checkpoints, under the emulator's base folder locally
 
     @property
     def rank(self) -> int:
@@ -106,6 +107,7 @@ class Cluster:
             output_dir=Path(env.output_dir),
             output_data_dir=Path(env.output_data_dir),
             network_interface=env.network_interface_name,
+            checkpoint_dir=Path(env.model_dir).parent / CHECKPOINT_FOLDER,
         )
 
 

@@ -60,6 +60,10 @@ class TrainConfig:
     connect_timeout_s: float = _param(600.0, "How long hosts wait for their peers to come up.", minimum=1.0)
     silence_timeout_s: float = _param(60.0, "A peer silent this long is taken as gone.", minimum=1.0)
     heartbeat_s: float = _param(2.0, "Interval of keep-alive frames between peers.", minimum=0.05)
+    checkpoint_every_steps: int = _param(0, "Write a checkpoint every N training steps (0: not by step count). Checkpoints are "
+                                         "also written at the end of every epoch and on SIGTERM.", minimum=0)
+    checkpoint_every_s: float = _param(600.0, "Write a checkpoint when this many seconds have passed since the last one "
+                                       "(0: not by time).", minimum=0.0)
     log_every: int = _param(10, "Print a metric line every N steps.", minimum=1)
     seed: int = _param(0, "Seed for shuffling and initialisation.")
 

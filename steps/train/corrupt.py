@@ -25,6 +25,10 @@ class CorruptBudget:
         self._epoch = -1
         self._seen: list = []
 
+    def restore(self, epoch: int, seen: list) -> None:
+        """What a checkpoint says ``epoch`` already counted (a resumed run)."""
+        self._epoch, self._seen = epoch, list(seen)
+
     def add(self, epoch: int, corrupt: list) -> None:
         """Count this batch's ``(sample_id, reason)`` pairs; raise `CorruptData` once the epoch is over its budget."""
         if epoch != self._epoch:

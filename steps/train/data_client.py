@@ -101,7 +101,10 @@ class DataServiceClient:
         self.failure: DataHostLost | None = None  # the first lost host: raised before any batch still queued
 
     # -- lifecycle ---------------------------------------------------------
-    def connect(self) -> "DataServiceClient":
+    def connect(self, epoch: int = 0, consumed: np.ndarray | None = None) -> "DataServiceClient":
+        """Dial every data host, prove the secret, and say where to start: ``epoch``, without the sample ids
+        ``consumed`` of it (a checkpoint's input position)."""
+        consumed = np.empty(0, dtype=np.int64) if consumed is None else np.asarray(consumed, dtype=np.int64)
         deadline = time.monotonic() + self.cfg.connect_timeout_s
         for host in self.hosts:
             sock = dial(host.name, host.address, self.cfg.data_port, deadline, self.cfg.connect_timeout_s)
@@ -110,6 +113,8 @@ class DataServiceClient:
             host.samples_per_epoch = int(hello.get("samples_per_epoch", 0))
             host.link = Link(sock, f"data host {host.name}", heartbeat_s=self.cfg.heartbeat_s,
                              silence_timeout_s=self.cfg.silence_timeout_s, allocator=self._allocate)
+            host.link.send(Kind.RESUME, {"epoch": epoch}, [("consumed", consumed)])
+        self._epoch = epoch
         for host in self.hosts:
             self._receivers.append(self._spawn(self._receive, host))
         self._heartbeat = Heartbeat([h.link for h in self.hosts], self.cfg.heartbeat_s)
@@ -198,7 +203,7 @@ class DataServiceClient:
         self._post(_Failure(error))  # wakes a consumer waiting on an empty queue
 
     def _receive(self, host: _Host) -> None:
-        epoch = 0
+        epoch = self._epoch  # the epoch the job starts (or resumes) at
         while not self._closing.is_set():
             try:
                 frame = host.link.read()

@@ -17,15 +17,18 @@ from __future__ import annotations
 import queue
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterable
+
+import numpy as np
 
 from steps.common.errors import HeteroError, UserError, describe
 from steps.shard.format import count_samples, list_shards
 from steps.train.auth import job_secret
 from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
-from steps.train.control import Trainer, accept_trainers, trainer_frame, trainer_lost
+from steps.train.control import Trainer, TrainerGone, accept_trainers, trainer_frame, trainer_lost
 from steps.train.dataset import Batch, ShardDataset, batch_loader
 from steps.train.link import Stopped
 from steps.train.manifest import train_channel
@@ -54,23 +57,34 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> 
           f"serving {len(cluster.trainer_hosts)} trainer(s)", flush=True)
     with socket.create_server((resolve(cluster.current_host), cfg.data_port), backlog=64) as server:
         serve(cfg, server, me=cluster.current_host, trainer_hosts=cluster.trainer_hosts, secret=job_secret(),
-              samples_per_epoch=samples // part[1], epoch_batches=lambda epoch: loader, results_dir=cluster.model_dir)
+              samples_per_epoch=samples // part[1], epoch_batches=lambda epoch: loader, results_dir=cluster.model_dir,
+              resume=dataset.resume)
     print(f"[data] {cluster.current_host}: all trainers stopped; exiting", flush=True)
 
 
 def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tuple[str, ...], secret: bytes,
-          samples_per_epoch: int, epoch_batches: Callable[[int], Iterable[Batch]], results_dir: Path | None = None) -> None:
+          samples_per_epoch: int, epoch_batches: Callable[[int], Iterable[Batch]], results_dir: Path | None = None,
+          resume: Callable[[int, np.ndarray], None] | None = None) -> None:
     """Accept the trainers on ``server``, stream ``epoch_batches(e)`` for every epoch, return when all said STOP.
+
+    Each trainer's first frame is RESUME: the epoch to start at and the sample ids of it already consumed
+    (a checkpoint's input position; epoch 0 and none on a fresh start). ``resume(epoch, ids)`` hands them
+    to the dataset before its first iteration.
 
     Files a trainer hands over with its STOP (its metrics and model) are written to ``results_dir``:
     every host of the job then holds the job's results, whichever host's model directory
     SageMaker packs into the model artifact.
     """
     trainers = accept_trainers(server, cfg, me, trainer_hosts, secret, {"samples_per_epoch": samples_per_epoch, "epochs": cfg.epochs})
+    start, consumed = receive_resume(trainers, cfg)
+    if start or consumed.size:
+        print(f"[data] {me}: resuming at epoch {start}, {consumed.size} sample(s) of it already consumed", flush=True)
+    if resume is not None:
+        resume(start, consumed)
     service = DataService(trainers, cfg, results_dir)
     service.start()
     try:
-        for epoch in range(cfg.epochs):
+        for epoch in range(start, cfg.epochs):
             for batch in epoch_batches(epoch):
                 service.put(epoch, batch)
             service.end_epoch(epoch)
@@ -82,6 +96,36 @@ def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tu
         raise
     finally:
         service.close()
+
+
+def receive_resume(trainers: list[Trainer], cfg: TrainConfig) -> tuple[int, np.ndarray]:
+    """Every trainer's RESUME: the epoch they all start at, and the union of the ids they consumed in it."""
+    epochs, ids = {}, []
+    deadline = time.monotonic() + cfg.connect_timeout_s
+    for t in trainers:
+        while True:
+            try:
+                frame = t.link.read()
+            except (WireError, OSError) as exc:
+                raise trainer_lost(t.host, exc) from None
+            if frame is not None and frame[0] is Kind.RESUME:
+                break
+            if frame is not None and frame[0] is not Kind.PING:
+                raise TrainerGone(f"trainer {t.host} sent {frame[0].name} before RESUME: run the same code on every host")
+            if time.monotonic() > deadline:
+                raise TrainerGone(f"trainer {t.host} sent no RESUME within connect_timeout_s={cfg.connect_timeout_s:g}")
+        _, meta, arrays = frame
+        epoch = meta.get("epoch")
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch <= cfg.epochs:
+            raise TrainerGone(f"trainer {t.host} asked to resume at epoch {epoch!r}; this job has {cfg.epochs}")
+        epochs[t.host] = epoch
+        consumed = arrays.get("consumed")
+        if consumed is not None:
+            ids.append(consumed.astype(np.int64, copy=False).ravel())
+    if len(set(epochs.values())) > 1:
+        raise TrainerGone(f"trainers resume at different epochs ({epochs}): they read different checkpoints")
+    start = next(iter(epochs.values()), 0)
+    return start, np.unique(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64)
 
 
 class DataService:

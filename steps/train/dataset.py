@@ -74,6 +74,13 @@ class ShardDataset(IterableDataset):
         self.seed = seed
         self.stream = stream
         self._epoch = -1  # persistent workers keep their copy: counting calls tracks the epoch
+        self._resumed: tuple[int, frozenset] = (-1, frozenset())
+
+    def resume(self, epoch: int, consumed) -> None:
+        """Start at ``epoch``, leaving out of it the sample ids in ``consumed`` (a checkpoint's input position).
+        Before the first iteration: DataLoader workers take their copy of the dataset then."""
+        self._epoch = epoch - 1
+        self._resumed = (epoch, frozenset(int(i) for i in consumed))
 
     def __iter__(self) -> Iterator:
         self._epoch += 1
@@ -87,6 +94,9 @@ class ShardDataset(IterableDataset):
         index, count = self.part
         stride, offset = count * workers, index * workers + worker
         samples = (s for i, s in enumerate(_chain(shards)) if i % stride == offset)
+        if self._epoch == self._resumed[0] and self._resumed[1]:
+            consumed = self._resumed[1]
+            samples = (s for s in samples if s.sample_id not in consumed)
         decoded = (self._decode(s, rng) for s in samples)
         yield from _costed(_shuffled(decoded, rng) if self.train else decoded)
 

@@ -22,7 +22,6 @@ trainer host, a worker on every data host).
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -30,11 +29,6 @@ if __package__ in (None, ""):  # SageMaker runs the entry point by path, not as 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from steps.common.errors import run_step  # noqa: E402
-
-
-def _terminate(signum, frame):
-    # SageMaker stops a job with SIGTERM: unwind so peers get STOP and the failure file is written
-    raise SystemExit(128 + signum)
 
 
 def dispatch(env) -> None:
@@ -86,7 +80,11 @@ def _quiet_tensorflow() -> None:
 
 
 def main() -> int:
-    signal.signal(signal.SIGTERM, _terminate)
+    # SageMaker stops a job (StopTrainingJob, a spot interruption) with SIGTERM: unwind so peers get STOP and the failure
+    # file is written; a training loop first finishes its step and saves a checkpoint (steps.train.checkpoint)
+    from steps.train.checkpoint import TERMINATE
+
+    TERMINATE.install()
     # the toolkit reads SAGEMAKER_BASE_DIR once, at import: import it only now
     from sagemaker_training import environment
 

@@ -44,6 +44,13 @@ class StepStats:
     def steps(self) -> int:
         return len(self.waits)
 
+    def state(self) -> dict:
+        """What a checkpoint keeps, so a resumed run reports the whole run."""
+        return {"waits": list(self.waits), "computes": list(self.computes), "sizes": list(self.sizes)}
+
+    def restore(self, state: dict) -> None:
+        self.waits, self.computes, self.sizes = list(state["waits"]), list(state["computes"]), list(state["sizes"])
+
     def last_step_line(self, *, epoch: int, loss: float) -> str:
         """The metric line of the step recorded last."""
         wait, step_time = self.waits[-1], self.waits[-1] + self.computes[-1]

@@ -22,6 +22,7 @@ import tensorflow as tf
 from steps.common.errors import HeteroError
 from steps.common.files import write_json_atomic
 from steps.shard.tfrecord import list_tfrecord_shards
+from steps.train.checkpoint import TERMINATE, Interrupted
 from steps.train.cluster import Cluster, available_cpus
 from steps.train.config import TrainConfig
 from steps.train.control import failure_reason
@@ -31,6 +32,7 @@ from steps.train.metrics import StepStats, final_line, metric_line, training_met
 from steps.train.service_meter import arrived
 from steps.train.tf_cluster import check_single_trainer, local_shards
 from steps.train.tf_data import SERVE_PATTERN, sample_ids, training_dataset, validation_dataset
+from steps.train.tf_checkpoint import TfCheckpoints
 from steps.train.tf_data_client import TfDataService
 from steps.train.workload import Workload
 
@@ -105,7 +107,8 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         with strategy.scope():
             model = workload.build_keras_model(len(classes))
             optimizer = workload.keras_optimizer(cfg.learning_rate)
-        stats, accounting, corrupt = _train(cfg, workload, model, optimizer, source, strategy)
+        checkpoints = TfCheckpoints(cluster.checkpoint_dir)
+        stats, accounting, corrupt = _train(cfg, workload, model, optimizer, source, strategy, checkpoints)
         validation = _validation_files(cluster)
         accuracy = _validate(cfg, cluster, workload, model, validation)
         costs = _isolated_costs(cfg, cluster, workload, model, strategy, validation)
@@ -115,6 +118,7 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         metrics = training_metrics(
             cfg=cfg, cluster=cluster, framework="tensorflow", summary=summary, accuracy=accuracy,
             corrupt=corrupt, corrupt_count=missing, classes=classes, epoch_accounting=accounting, isolated_costs=costs,
+            resumes=checkpoints.resumes,
             **source.measurements(summary["seen"], stats.bytes_per_sample))
         files = _write_outputs(cluster, model, metrics)
         source.close("completed", files=files)  # every data host keeps a copy of the results
@@ -161,7 +165,10 @@ def distribute(strategy, dataset):
     return strategy.experimental_distribute_dataset(dataset.with_options(options))
 
 
-def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strategy) -> tuple[StepStats, list[dict], list]:
+def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strategy,
+           checkpoints: TfCheckpoints) -> tuple[StepStats, list[dict], list]:
+    """Every epoch from the last checkpoint's (`steps.train.tf_checkpoint`: saved at each epoch end; a SIGTERM ends
+    the job at the next step, and the restarted job redoes that epoch)."""
     train_step = make_train_step(workload, model, optimizer, strategy)
 
     def dataset(epoch: int):
@@ -171,33 +178,72 @@ def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strat
     budget = CorruptBudget(cfg.max_corrupt_share, source.samples_per_epoch)
     accounting: list[dict] = []
     corrupt: list[tuple[int, str]] = []
-    upcoming = iter(dataset(0))
-    for epoch in range(cfg.epochs):
-        batches, upcoming = upcoming, None
+    start = 0
+    state = checkpoints.load(model, optimizer)
+    if state is not None:
+        start, accounting, corrupt = state["epoch"], state["accounting"], [tuple(c) for c in state["corrupt"]]
+        stats.restore(state["stats"])
+        stats.bytes_per_sample = state["bytes_per_sample"]
+        checkpoints.resumes = state["resumes"] + 1
+        print(f"[checkpoint] resuming from {checkpoints.folder}: epoch {start}, step {stats.steps} (resume "
+              f"{checkpoints.resumes}); an interrupted epoch is redone whole", flush=True)
+    if start >= cfg.epochs or (cfg.max_steps and stats.steps >= cfg.max_steps):
+        return stats, accounting, corrupt
+    TERMINATE.armed = True
+    try:
+        upcoming = iter(dataset(start))
+        for epoch in range(start, cfg.epochs):
+            batches, upcoming = upcoming, None
 
-        def open_next(received: int, epoch=epoch):
-            # the next epoch's job starts on the workers in the last few batches of this one, so the pipelines
-            # are full at the boundary; earlier, both epochs would share the workers' CPUs
-            nonlocal upcoming
-            tail = cfg.prefetch_batches * cfg.batch_size
-            if epoch + 1 < cfg.epochs and upcoming is None and received >= source.samples_per_epoch - tail:
-                upcoming = iter(dataset(epoch + 1))
+            def open_next(received: int, epoch=epoch):
+                # the next epoch's job starts on the workers in the last few batches of this one, so the pipelines
+                # are full at the boundary; earlier, both epochs would share the workers' CPUs
+                nonlocal upcoming
+                tail = cfg.prefetch_batches * cfg.batch_size
+                if epoch + 1 < cfg.epochs and upcoming is None and received >= source.samples_per_epoch - tail:
+                    upcoming = iter(dataset(epoch + 1))
 
-        ids, stopped = _epoch(cfg, source, batches, open_next, train_step, stats, epoch, strategy)
-        if stopped:
-            break
-        accounting.append(_account(epoch, ids, source.samples_per_epoch))
-        if accounting[-1]["missing"] and not corrupt:
-            corrupt = _name_missing(source, ids)
-        budget.check_epoch(epoch, accounting[-1]["missing"], corrupt)
+            ids, stopped = _epoch(cfg, source, batches, open_next, train_step, stats, epoch, strategy, checkpoints)
+            if stopped:
+                break
+            accounting.append(_account(epoch, ids, source.samples_per_epoch))
+            if accounting[-1]["missing"] and not corrupt:
+                corrupt = _name_missing(source, ids)
+            budget.check_epoch(epoch, accounting[-1]["missing"], corrupt)
+            _save(checkpoints, model, optimizer, epoch + 1, stats, accounting, corrupt)
+            if TERMINATE.requested:
+                raise _interrupted(checkpoints, epoch + 1, 0)
+    finally:
+        TERMINATE.armed = False
     return stats, accounting, corrupt
 
 
-def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch: int, strategy) -> tuple[list, bool]:
+def _save(checkpoints: TfCheckpoints, model, optimizer, epoch: int, stats: StepStats, accounting, corrupt) -> None:
+    started = time.perf_counter()
+    path = checkpoints.save(model, optimizer, {
+        "epoch": epoch, "steps": stats.steps, "stats": stats.state(), "bytes_per_sample": stats.bytes_per_sample,
+        "accounting": accounting, "corrupt": [list(c) for c in corrupt], "resumes": checkpoints.resumes})
+    if path is not None:
+        print(f"[checkpoint] saved (end of epoch): epoch {epoch}, step {stats.steps}, in {time.perf_counter() - started:.2f} s "
+              f"-> {path}", flush=True)
+
+
+def _interrupted(checkpoints: TfCheckpoints, epoch: int, steps_lost: int) -> Interrupted:
+    where = f"checkpoint at epoch {checkpoints.saved_epoch}" if checkpoints.saved_epoch >= 0 else "no checkpoint yet"
+    redo = f"; the {steps_lost} step(s) of epoch {epoch} done so far are redone" if steps_lost else ""
+    return Interrupted(f"SIGTERM (a stop or a spot interruption) during training: {where} in {checkpoints.folder}{redo}; "
+                       "a job restarted on the same checkpoint location resumes there")
+
+
+def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch: int, strategy,
+           checkpoints: TfCheckpoints) -> tuple[list, bool]:
     ids: list[np.ndarray] = []
     received = 0
+    first_step = stats.steps
     last = time.perf_counter()
     while True:
+        if TERMINATE.requested:
+            raise _interrupted(checkpoints, epoch, stats.steps - first_step)
         source.check()
         try:
             batch = next(batches)

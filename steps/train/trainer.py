@@ -14,15 +14,18 @@ import contextlib
 import datetime
 import os
 import time
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 
-from steps.common.errors import UserError
+from steps.common.errors import UserError, describe
 from steps.shard.format import count_samples, list_shards
 from steps.train.auth import job_secret
+from steps.train.checkpoint import TERMINATE, Checkpoints, Interrupted, Ledger, restore_rng, rng_state
 from steps.train.cluster import Cluster, available_cpus, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import failure_reason
@@ -44,8 +47,8 @@ class LocalSource:
         shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
         if not shards:
             raise UserError(f"trainer {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards")
-        dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=cluster.rank,
-                               part=cluster.part("train", cluster.trainer_hosts))
+        self.dataset = dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=cluster.rank,
+                                              part=cluster.part("train", cluster.trainer_hosts))
         # One CPU: decode in this process between steps, back to back as the one core runs them anyway. A worker
         # process on the same core would add the cost of two processes contending for it (measured 20-30% on
         # the default workload), and the data host would then seem to remove more than the decode itself.
@@ -53,6 +56,9 @@ class LocalSource:
                                    in_process=cfg.num_workers == 0 and available_cpus() == 1)
         part = cluster.part("train", cluster.trainer_hosts)
         self.samples_per_epoch = sum(count_samples(s) for s in shards) // part[1]
+
+    def resume(self, epoch: int, consumed) -> None:
+        self.dataset.resume(epoch, consumed)
 
     def batches(self, epoch: int):
         yield from self.loader
@@ -72,15 +78,24 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     _init_distributed(cfg, cluster, device)
     source = None
     try:
+        model = workload.build_model(len(classes)).to(device)
+        optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
+        checkpoints = Checkpoints(cluster.checkpoint_dir, every_steps=cfg.checkpoint_every_steps, every_s=cfg.checkpoint_every_s,
+                                  writer=cluster.rank == 0)
+        progress = _Progress.fresh(cfg)
+        resumed = checkpoints.load()
+        if resumed is not None:
+            progress = _Progress.resume(resumed, cluster, model, optimizer, checkpoints.path)
         if cluster.heterogeneous:
             source = DataServiceClient(cfg, me=cluster.current_host, data_hosts=cluster.data_hosts, secret=job_secret(),
-                                       pinned=device.type == "cuda").connect()
+                                       pinned=device.type == "cuda").connect(progress.epoch, progress.consumed)
         else:
             source = LocalSource(cfg, cluster, workload, pinned=device.type == "cuda")
-        model = workload.build_model(len(classes)).to(device)
+            source.resume(progress.epoch, progress.consumed)
         if dist.is_initialized():
             model = DistributedDataParallel(model)
-        stats, corrupt = _train(cfg, workload, model, source, device)
+        _train(cfg, workload, model, optimizer, source, device, progress, checkpoints)
+        stats, corrupt = progress.stats, progress.corrupt
         validation = _validation_shards(cluster) if cluster.rank == 0 else []
         accuracy = _validate(cfg, cluster, workload, model, device, validation) if cluster.rank == 0 else None
         summary = _gather(stats.summary(), len(corrupt))
@@ -88,7 +103,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         if cluster.rank == 0:
             costs = _isolated_costs(cfg, cluster, workload, model, device, validation)
             _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=costs,
-                           **source.measurements())
+                           sample_ledger=progress.ledger_report(), **source.measurements())
             files = {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
@@ -98,6 +113,62 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+@dataclass
+class _Progress:
+    """Everything a checkpoint restores besides the model and optimizer: one trainer's run so far."""
+
+    stats: StepStats
+    corrupt: list
+    ledger: Ledger
+    budget_seen: list = field(default_factory=list)  # corrupt samples of the current epoch, for the budget
+    consumed: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # every trainer's ids of the epoch
+    resumes: int = 0
+    in_step: bool = False
+
+    @property
+    def epoch(self) -> int:
+        return self.ledger.epoch
+
+    @classmethod
+    def fresh(cls, cfg) -> "_Progress":
+        return cls(StepStats(cfg.warmup_steps), [], Ledger())
+
+    @classmethod
+    def resume(cls, state: dict, cluster: Cluster, model, optimizer, path) -> "_Progress":
+        ranks = state["ranks"]
+        if len(ranks) != cluster.world_size:
+            raise UserError(f"checkpoint {path} was written by {len(ranks)} trainer host(s); this job has {cluster.world_size}. "
+                            "Resume with the same DnnInstanceCount, or delete the checkpoint to start over", headline="bad checkpoint")
+        mine = ranks[cluster.rank]
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        restore_rng(mine["rng"])
+        stats = StepStats(state["warmup_steps"])
+        stats.restore(mine["stats"])
+        ledger = Ledger.from_state(mine["ledger"])
+        consumed = np.unique(np.concatenate([np.asarray(r["ledger"]["ids"], dtype=np.int64) for r in ranks] or [np.empty(0, np.int64)]))
+        progress = cls(stats, list(mine["corrupt"]), ledger, list(mine["budget_seen"]), consumed, state.get("resumes", 0) + 1)
+        print(f"[checkpoint] resuming from {path}: epoch {ledger.epoch}, step {stats.steps}, {consumed.size} sample(s) of the "
+              f"epoch already consumed (resume {progress.resumes})", flush=True)
+        return progress
+
+    def state(self, model, optimizer) -> dict:
+        """The checkpoint, every trainer's part gathered (a collective when distributed)."""
+        mine = {"stats": self.stats.state(), "corrupt": self.corrupt, "ledger": self.ledger.state(), "rng": rng_state(),
+                "budget_seen": self.budget_seen}
+        ranks = [None] * dist.get_world_size() if dist.is_initialized() else [mine]
+        if dist.is_initialized():
+            dist.all_gather_object(ranks, mine)
+        net = model.module if isinstance(model, DistributedDataParallel) else model
+        return {"epoch": self.ledger.epoch, "steps": self.stats.steps, "warmup_steps": self.stats.warmup_steps,
+                "model": net.state_dict(), "optimizer": optimizer.state_dict(), "ranks": ranks, "resumes": self.resumes}
+
+    def ledger_report(self) -> dict:
+        partial = self.ledger.ids
+        return {"epochs": self.ledger.epochs, "resumes": self.resumes,
+                "partial_epoch": {"epoch": self.ledger.epoch, "samples": int(partial.size)} if partial.size else None}
 
 
 def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) -> None:
@@ -115,48 +186,110 @@ def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) 
     )
 
 
-def _train(cfg, workload, model, source, device):
+def _train(cfg, workload, model, optimizer, source, device, progress: _Progress, checkpoints: Checkpoints) -> None:
+    """Every epoch from where ``progress`` stands; checkpoints as `steps.train.checkpoint` says (mid-epoch with one
+    trainer host; with several only at epoch ends, where they all meet)."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     budget = CorruptBudget(cfg.max_corrupt_share, source.samples_per_epoch // world)  # this trainer's share of an epoch
+    budget.restore(progress.epoch, progress.budget_seen)
     loss_fn = workload.loss().to(device)
-    optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
-    stats = StepStats(cfg.warmup_steps)
-    corrupt: list = []
     model.train()
-    for epoch in range(cfg.epochs):
-        join = Join([model]) if dist.is_initialized() else contextlib.nullcontext()
-        with join:
-            stopped = _epoch(cfg, workload, model, source, device, loss_fn, optimizer, stats, corrupt, epoch, budget)
-        if stopped:
-            break
-    return stats, corrupt
+    TERMINATE.armed = True
+    try:
+        if cfg.max_steps and progress.stats.steps >= cfg.max_steps:
+            return
+        for epoch in range(progress.epoch, cfg.epochs):
+            join = Join([model]) if dist.is_initialized() else contextlib.nullcontext()
+            with join:
+                stopped = _epoch(cfg, workload, model, optimizer, source, device, loss_fn, progress, epoch, budget,
+                                 checkpoints if world == 1 else None)
+            if stopped:
+                break
+            progress.ledger.close_epoch(epoch, _all_ids(progress.ledger.ids))
+            progress.budget_seen = []
+            _checkpoint(checkpoints, progress, model, optimizer, "end of epoch")
+            if TERMINATE.requested:
+                raise _interrupted(progress, checkpoints)
+    except BaseException as exc:
+        # between steps the state is whole: save it, so a retried or restarted job resumes here
+        if world == 1 and not progress.in_step and not isinstance(exc, (Interrupted, UserError)):
+            _checkpoint(checkpoints, progress, model, optimizer, f"after {type(exc).__name__}", quiet_failure=True)
+        raise
+    finally:
+        TERMINATE.armed = False
 
 
-def _epoch(cfg, workload, model, source, device, loss_fn, optimizer, stats, corrupt, epoch, budget) -> bool:
+def _epoch(cfg, workload, model, optimizer, source, device, loss_fn, progress: _Progress, epoch, budget, checkpoints) -> bool:
+    stats = progress.stats
     last = time.perf_counter()
     for batch in source.batches(epoch):
         ready = time.perf_counter()
-        corrupt.extend(batch.corrupt)
+        progress.in_step = True
+        progress.corrupt.extend(batch.corrupt)
+        progress.budget_seen.extend(batch.corrupt)
         budget.add(epoch, batch.corrupt)
-        if len(batch) == 0:
+        if len(batch):
+            x = workload.normalize(batch.pixels.to(device, non_blocking=True))
+            y = batch.labels.to(device, non_blocking=True)
+            ids = batch.ids.tolist()
+            batch.release(_copy_done(device))
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            loss_value = loss.item()  # also waits for the device, so compute time is real
+            done = time.perf_counter()
+            stats.record(wait=ready - last, compute=done - ready, samples=len(batch))
+        else:
+            ids = []
             batch.release()
+        progress.ledger.add(epoch, ids + [sid for sid, _ in batch.corrupt])
+        progress.in_step = False
+        if not len(batch):
             continue
-        x = workload.normalize(batch.pixels.to(device, non_blocking=True))
-        y = batch.labels.to(device, non_blocking=True)
-        batch.release(_copy_done(device))
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
-        loss_value = loss.item()  # also waits for the device, so compute time is real
-        done = time.perf_counter()
-        stats.record(wait=ready - last, compute=done - ready, samples=len(batch))
         if stats.steps % cfg.log_every == 0:
             print(stats.last_step_line(epoch=epoch, loss=loss_value), flush=True)
+        if checkpoints is not None and (TERMINATE.requested or checkpoints.due(stats.steps)):
+            _checkpoint(checkpoints, progress, model, optimizer, "SIGTERM" if TERMINATE.requested else "interval")
+        if TERMINATE.requested:
+            raise _interrupted(progress, checkpoints)
         last = done
         if cfg.max_steps and stats.steps >= cfg.max_steps:
             return True
     return False
+
+
+def _checkpoint(checkpoints: Checkpoints, progress: _Progress, model, optimizer, why: str, *, quiet_failure: bool = False) -> None:
+    """Save (the trainer parts are gathered on every host; the first trainer writes). ``quiet_failure``: a save that
+    itself fails is reported, not raised, so the error that led here stays the one the job ends with."""
+    started = time.perf_counter()
+    try:
+        path = checkpoints.save(progress.state(model, optimizer))
+    except Exception as exc:  # noqa: BLE001
+        if not quiet_failure:
+            raise
+        print(f"[checkpoint] could not save ({why}): {describe(exc)}", flush=True)
+        return
+    if path is not None:
+        print(f"[checkpoint] saved ({why}): epoch {progress.epoch}, step {progress.stats.steps}, "
+              f"{progress.ledger.ids.size} sample(s) of the epoch consumed, in {time.perf_counter() - started:.2f} s -> {path}",
+              flush=True)
+
+
+def _interrupted(progress: _Progress, checkpoints: Checkpoints) -> Interrupted:
+    where = (f"checkpoint at epoch {progress.epoch}, step {progress.stats.steps} in {checkpoints.folder}"
+             if checkpoints.saved_step >= 0 else "no checkpoint written by this trainer")
+    return Interrupted(f"SIGTERM (a stop or a spot interruption) during training: {where}; a job restarted on the same "
+                       "checkpoint location resumes there")
+
+
+def _all_ids(ids: np.ndarray) -> np.ndarray:
+    """Every trainer host's sample ids of the epoch just ended."""
+    if not dist.is_initialized():
+        return ids
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, ids)
+    return np.concatenate(gathered)
 
 
 def _copy_done(device: torch.device):

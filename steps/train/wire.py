@@ -51,6 +51,7 @@ class Kind(IntEnum):
     START = 8  # TensorFlow path: trainer -> data host: the dispatcher's address; data host -> trainer: worker up
     IDS = 9  # TensorFlow path: trainer -> data host: which sample ids do you serve? data host -> trainer: them
     REPORT = 10  # TensorFlow path: trainer -> data host: your own measurements? data host -> trainer: them
+    RESUME = 11  # PyTorch path: trainer -> data host, first after the handshake: the epoch to start at and the ids it consumed
 
 
 class WireError(HeteroError):

@@ -242,9 +242,14 @@ def test_job_secret_is_per_execution_and_outputs_are_keyed_by_it(steps):
         a = steps[name]["Arguments"]
         secret = a["Environment"]["HETERO_JOB_SECRET"]["Std:Join"]["Values"]
         assert {"Get": "Execution.PipelineExecutionArn"} in secret
-        assert "CheckpointConfig" not in a  # nothing writes checkpoints
         assert a["OutputDataConfig"]["S3OutputPath"]["Std:Join"]["Values"] == [
             f"s3://{BUCKET}/hetero", {"Get": "Execution.PipelineExecutionId"}, name]
+        # checkpoints per execution and step: a spot restart or a retry of the step resumes from them
+        assert a["CheckpointConfig"] == {"LocalPath": "/opt/ml/checkpoints", "S3Uri": {"Std:Join": {"On": "/", "Values": [
+            f"s3://{BUCKET}/hetero", {"Get": "Execution.PipelineExecutionId"}, name, "checkpoints"]}}}
+        assert "EnableManagedSpotTraining" not in a and "MaxWaitTimeInSeconds" not in a["StoppingCondition"]
+        assert steps[name]["RetryPolicies"] == [{"ExceptionType": ["SageMaker.CAPACITY_ERROR", "SageMaker.JOB_INTERNAL_ERROR"],
+                                                 "MaxAttempts": 3, "IntervalSeconds": 60, "BackoffRate": 2.0}]
         assert "VpcConfig" not in a
 
 
@@ -359,6 +364,17 @@ def test_encryption_and_isolation_are_training_job_options_off_by_default(steps)
         assert "VpcConfig" not in locked[name]["Arguments"]
     for name in ("Shard", "Evaluate"):  # they call S3 themselves
         assert "NetworkConfig" not in locked[name]["Arguments"]
+
+
+def test_spot_is_a_training_job_option_with_its_wait_and_the_service_accepts_both_shapes(steps):
+    spot = all_steps(build_definition(replace(SETTINGS, spot=True)))
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        a = spot[name]["Arguments"]
+        assert a["EnableManagedSpotTraining"] is True
+        assert a["StoppingCondition"] == {"MaxRuntimeInSeconds": 21600, "MaxWaitTimeInSeconds": 43200}
+        assert a["CheckpointConfig"] == steps[name]["Arguments"]["CheckpointConfig"]
+    for name in ("Shard", "Evaluate"):
+        assert spot[name]["Arguments"] == steps[name]["Arguments"]
 
 
 # -- framework ---------------------------------------------------------------------------------

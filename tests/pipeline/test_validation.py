@@ -19,7 +19,8 @@ SETTINGS = DeploySettings(pipeline_name="hetero-test", region="eu-west-1", role_
 FSX = FsxSettings(file_system_id="fs-0123456789abcdef0", directory_path="/fsx/dataset", subnets=("subnet-0123456789abcdef0",),
                   security_group_ids=("sg-0123456789abcdef0",))
 VARIANTS = {"pytorch": SETTINGS, "tensorflow": replace(SETTINGS, framework="tensorflow"), "fsx": replace(SETTINGS, fsx=FSX),
-            "locked-down": replace(SETTINGS, fsx=FSX, inter_container_encryption=True, network_isolation=True)}
+            "locked-down": replace(SETTINGS, fsx=FSX, inter_container_encryption=True, network_isolation=True),
+            "spot": replace(SETTINGS, spot=True)}
 OPERATIONS = {"Training": "CreateTrainingJob", "Processing": "CreateProcessingJob"}
 
 
@@ -162,6 +163,15 @@ def test_a_channel_names_only_groups_the_job_has(training):
 def test_instance_groups_exclude_a_top_level_instance_type(training):
     training["ResourceConfig"]["InstanceType"] = "ml.m5.xlarge"
     rejected("CreateTrainingJob", training, "InstanceGroups or InstanceType/InstanceCount, not both")
+
+
+def test_a_spot_wait_without_spot_is_rejected_as_the_service_does(training):
+    training["StoppingCondition"]["MaxWaitTimeInSeconds"] = 43200
+    rejected("CreateTrainingJob", training, "Invalid MaxWaitTimeInSeconds. It is only supported when EnableManagedSpotTraining is set to true")
+    training["EnableManagedSpotTraining"] = True
+    validate_request("CreateTrainingJob", training, step="TrainHeterogeneous")
+    training["StoppingCondition"]["MaxWaitTimeInSeconds"] = 60
+    rejected("CreateTrainingJob", training, r"MaxWaitTimeInSeconds \(60\) must be greater than or equal to MaxRuntimeInSeconds")
 
 
 def test_processing_paths_live_under_opt_ml_processing(processing):

@@ -6,7 +6,8 @@ import torch
 from steps.train.config import TrainConfig
 from steps.train.corrupt import CorruptBudget, CorruptData
 from steps.train.dataset import Batch
-from steps.train.trainer import _train
+from steps.train.checkpoint import Checkpoints
+from steps.train.trainer import _Progress, _train
 from steps.train.workloads.shapes import Shapes
 
 
@@ -48,5 +49,7 @@ def test_a_workload_whose_decode_always_fails_ends_training_at_once_not_after_th
     cfg = TrainConfig(epochs=2, batch_size=4, max_corrupt_share=0.01)
     workload = Shapes({})
     with pytest.raises(CorruptData, match=r"epoch 0: already 8 of its 400 samples .*sample 4: OSError: broken data stream"):
-        _train(cfg, workload, workload.build_model(3), source, torch.device("cpu"))
+        model = workload.build_model(3)
+        _train(cfg, workload, model, workload.optimizer(model.parameters(), 0.01), source, torch.device("cpu"),
+               _Progress.fresh(cfg), Checkpoints(None))
     assert source.served == 3  # 4 samples allowed; the 2nd all-corrupt batch brings 8
