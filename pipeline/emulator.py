@@ -105,6 +105,7 @@ class Host:
     exit_code: int | None = None
     ended_at: float | None = None
     stopped_by_emulator: bool = False
+    checkpoints_restored: dict = field(default_factory=dict)  # relative path -> (mtime, size) as restored
 
     @property
     def failure(self) -> str:
@@ -229,19 +230,21 @@ class EmulatedJob:
         local.mkdir(parents=True, exist_ok=True)
         if stored.is_dir():
             shutil.copytree(stored, local, dirs_exist_ok=True)
+        host.checkpoints_restored = _files(local)
 
     def _save_checkpoints(self) -> None:
-        """Every host's LocalPath -> S3Uri (SageMaker uploads while the job runs; whole files, as the trainer renames them in)."""
+        """What each host wrote to its LocalPath -> S3Uri: new and changed files only, as SageMaker's sync uploads
+        them (a host that only holds the restored copy must not put it back over a newer one)."""
         if not self.checkpoints:
             return
         stored = storage.path(self.checkpoints["S3Uri"])
         for host in self.hosts:
             local = self._checkpoint_dir(host)
-            for path in sorted(local.rglob("*")) if local.is_dir() else []:
-                if path.is_file() and not path.name.startswith("."):  # not a file still being written
-                    target = stored / path.relative_to(local)
+            for relative, stamp in _files(local).items():
+                if host.checkpoints_restored.get(relative) != stamp:
+                    target = stored / relative
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(path, target)
+                    shutil.copy2(local / relative, target)
 
     def _provision_channels(self) -> dict[str, dict]:
         provisioned: dict[str, dict] = {h.name: {} for h in self.hosts}
@@ -439,6 +442,16 @@ class EmulatedJob:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    """Whole files under ``folder`` (not one still being written: dot-named) -> (mtime_ns, size)."""
+    found = {}
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+        if path.is_file() and not path.name.startswith("."):
+            stat = path.stat()
+            found[path.relative_to(folder).as_posix()] = (stat.st_mtime_ns, stat.st_size)
+    return found
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

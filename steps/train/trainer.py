@@ -210,9 +210,16 @@ def _train(cfg, workload, model, optimizer, source, device, progress: _Progress,
             _checkpoint(checkpoints, progress, model, optimizer, "end of epoch")
             if TERMINATE.requested:
                 raise _interrupted(progress, checkpoints)
+    except Interrupted:
+        raise
     except BaseException as exc:
         # between steps the state is whole: save it, so a retried or restarted job resumes here
-        if world == 1 and not progress.in_step and not isinstance(exc, (Interrupted, UserError)):
+        whole = world == 1 and not progress.in_step
+        if TERMINATE.requested:  # the data hosts got SIGTERM too, and one said so first: still an interruption
+            if whole:
+                _checkpoint(checkpoints, progress, model, optimizer, "SIGTERM", quiet_failure=True)
+            raise _interrupted(progress, checkpoints) from exc
+        if whole and not isinstance(exc, UserError):
             _checkpoint(checkpoints, progress, model, optimizer, f"after {type(exc).__name__}", quiet_failure=True)
         raise
     finally:

@@ -146,3 +146,33 @@ def test_each_host_gets_its_own_loopback_address(tmp_path, shards, code_uri):
     hosts_file = (job.job_dir / "hosts").read_text()
     for host in job.hosts:
         assert f"{host.address} {host.name}" in hosts_file
+
+
+def test_checkpoints_come_from_the_s3_uri_on_start_and_go_back_when_the_job_ends(tmp_path, shards, code_uri):
+    from pipeline import storage
+
+    job = make_job(tmp_path, shards, code_uri, dnn=2)
+    stored = tmp_path / "ckpt"
+    (stored / "sub").mkdir(parents=True)
+    (stored / "checkpoint.pt").write_bytes(b"saved by the first attempt")
+    (stored / "sub" / "part").write_text("kept")
+    job.request["CheckpointConfig"] = {"S3Uri": storage.uri(stored), "LocalPath": "/opt/ml/checkpoints"}
+    job.__post_init__()
+    job.prepare()
+    for host in job.hosts:  # every host gets the checkpoint folder, as SageMaker downloads it to each instance
+        assert (host.base_dir / "checkpoints" / "checkpoint.pt").read_bytes() == b"saved by the first attempt"
+        assert (host.base_dir / "checkpoints" / "sub" / "part").read_text() == "kept"
+    writer = job.hosts[1].base_dir / "checkpoints"
+    (writer / "checkpoint.pt").write_bytes(b"newer")
+    (writer / ".checkpoint.pt.123.tmp").write_bytes(b"half")  # still being written: not uploaded
+    job._save_checkpoints()
+    # only what a host changed goes back: the others' restored copies do not overwrite the newer file
+    assert (stored / "checkpoint.pt").read_bytes() == b"newer"
+    assert not list(stored.glob(".*"))
+
+
+def test_a_checkpoint_path_outside_opt_ml_is_refused_with_the_one_that_works(tmp_path, shards, code_uri):
+    job = make_job(tmp_path, shards, code_uri)
+    job.request["CheckpointConfig"] = {"S3Uri": "s3://local/tmp/x", "LocalPath": "/checkpoints"}
+    with pytest.raises(UserError, match="use /opt/ml/checkpoints"):
+        job.__post_init__()

@@ -133,3 +133,17 @@ def test_the_ledger_digest_is_the_set_not_the_order():
     b.add(0, [1])
     assert a.close_epoch(0, a.ids) == b.close_epoch(0, b.ids)
     assert digest(np.array([1, 2])) != digest(np.array([1, 3]))
+
+
+def test_a_data_host_that_reports_its_own_sigterm_first_still_ends_as_an_interruption(tmp_path):
+    cfg = TrainConfig(epochs=1, batch_size=4, warmup_steps=0, max_corrupt_share=0.5, log_every=1000)
+
+    def everyone_gets_sigterm(n):
+        if n == 4:
+            TERMINATE.event.set()  # the trainer's own SIGTERM, noted ...
+            raise ConnectionError("data host algo-2 failed: terminated: SIGTERM")  # ... as its data host's ERROR arrives
+
+    with pytest.raises(Interrupted) as interrupted:
+        _run(cfg, tmp_path, _Source(on_batch=everyone_gets_sigterm))
+    assert "checkpoint at epoch 0, step 4" in interrupted.value.message
+    assert torch.load(tmp_path / CHECKPOINT_FILE, weights_only=False)["ranks"][0]["ledger"]["ids"].size == 4 * 4
