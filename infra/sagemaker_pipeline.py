@@ -24,14 +24,14 @@ class SageMakerPipeline(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, role: iam.IRole, bucket: s3.IBucket,
                  code_url: str, prefix: str, framework: str = "pytorch", training_image: str | None = None,
                  processing_image: str | None = None, fsx: FsxSettings | None = None,
-                 inter_container_encryption: bool = False, network_isolation: bool = False) -> None:
+                 inter_container_encryption: bool = False, network_isolation: bool = False, spot: bool = False) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         definition = build_definition(DeploySettings(
             pipeline_name=pipeline_name, region=stack.region, role_arn=role.role_arn, bucket=bucket.bucket_name,
             code_uri=code_url, prefix=prefix, framework=framework, training_image=training_image or None,
             processing_image=processing_image or None, fsx=fsx,
-            inter_container_encryption=inter_container_encryption, network_isolation=network_isolation))
+            inter_container_encryption=inter_container_encryption, network_isolation=network_isolation, spot=spot))
         self.pipeline = sagemaker.CfnPipeline(
             self, "Pipeline", pipeline_name=pipeline_name, role_arn=role.role_arn,
             pipeline_description="Shard -> baseline / heterogeneous training -> priced evaluation -> improvement check",

@@ -56,6 +56,9 @@ class StackSettings:
                                                    "at a cost in step time (README: Security).")
     network_isolation: bool = _key(False, "Training containers get no network beyond their own cluster "
                                           "(EnableNetworkIsolation): a workload cannot send data out (README: Security).")
+    spot: bool = _key(False, "Training jobs on managed spot capacity (EnableManagedSpotTraining, MaxWaitTimeInSeconds twice the "
+                             "runtime cap): cheaper, may be interrupted; an interrupted job resumes from its checkpoint "
+                             "(README: Checkpoints and spot).")
     framework: str = _key("pytorch", f"Training framework, one of {', '.join(FRAMEWORKS)}: picks the shard format and "
                                      "the default images (AWS Deep Learning Containers of that framework).")
     training_image: str = _key("", "Training image, an ECR image URI ('' for the framework's AWS DLC, GPU variant, in the "

@@ -49,7 +49,8 @@ class HeteroStack(Stack):
             self, "Pipeline", pipeline_name=settings.pipeline_name, role=role.role, bucket=store.bucket,
             code_url=code.s3_url, prefix=settings.prefix, framework=settings.framework,
             training_image=training_image, processing_image=processing_image, fsx=fsx,
-            inter_container_encryption=settings.inter_container_encryption, network_isolation=settings.network_isolation)
+            inter_container_encryption=settings.inter_container_encryption, network_isolation=settings.network_isolation,
+            spot=settings.spot)
         pipeline.node.add_dependency(role.policy)  # the role can run jobs before the first execution can start
 
         parameters = settings.scheduled_parameters(bucket=store.bucket.bucket_name)

@@ -165,6 +165,9 @@ def cmd_run(args) -> int:
     print()
     print(render(result.price_performance))
     print(textwrap.fill(EMULATED, width=110))
+    if args.spot:
+        print("spot: compiled with managed spot; an emulated job has no spot market, so it is billed its whole training "
+              "time (in SageMaker, Evaluate prices each run from its BillableTimeInSeconds)")
     plan_file = result.evaluation_dir / PLAN_FILE
     if plan_file.is_file():
         print(f"plan for the next run: {json.loads(plan_file.read_text())['reason']}")

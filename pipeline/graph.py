@@ -59,11 +59,19 @@ class Output:
 
 
 @dataclass(frozen=True)
+class Billing:
+    """A training step's ``BillableTimeInSeconds/TrainingTimeInSeconds`` as text: what a managed spot job was
+    billed for against how long it trained (SageMaker's own measure of the spot saving)."""
+
+    step: str
+
+
+@dataclass(frozen=True)
 class ExecutionId:
     """The execution's id (SageMaker: ExecutionVariables.PIPELINE_EXECUTION_ID)."""
 
 
-Value = Union[str, int, float, bool, Param, Output, ExecutionId]
+Value = Union[str, int, float, bool, Param, Output, Billing, ExecutionId]
 
 
 @dataclass(frozen=True)
@@ -171,7 +179,8 @@ def build_graph(framework: str = "pytorch") -> Graph:
         "Evaluate", EVALUATE_SCRIPT,
         inputs={"heterogeneous": Output("TrainHeterogeneous", "model"), "baseline": Output("TrainBaseline", "model")},
         outputs={"evaluation": "."},
-        arguments={"--execution-id": ExecutionId(), "--price-overrides": Param("PriceOverrides")},
+        arguments={"--execution-id": ExecutionId(), "--price-overrides": Param("PriceOverrides"),
+                   "--billing-heterogeneous": Billing("TrainHeterogeneous"), "--billing-baseline": Billing("TrainBaseline")},
         depends_on=("TrainBaseline", "TrainHeterogeneous"),
         results_store=True,
     )

@@ -9,7 +9,7 @@ upstream branch was not taken).
 
 from __future__ import annotations
 
-from pipeline.graph import CheckStep, ExecutionId, Graph, Output, Param, ProcessingStep, TrainingStep
+from pipeline.graph import Billing, CheckStep, ExecutionId, Graph, Output, Param, ProcessingStep, TrainingStep
 from pipeline.images import default_processing_image, default_training_image
 from pipeline.sagemaker.offline import session
 from pipeline.sagemaker.settings import (
@@ -50,6 +50,9 @@ class Compiler:
             return self.exec_id
         if isinstance(v, Output):
             return self.output_uri(v)
+        if isinstance(v, Billing):
+            job = self.steps[v.step].properties
+            return _join("/", job.BillableTimeInSeconds, job.TrainingTimeInSeconds)
         return str(v).lower() if string and isinstance(v, bool) else (str(v) if string else v)
 
     def graph_param(self, ref: Param):
@@ -67,7 +70,7 @@ class Compiler:
         return base if rel in (".", "") else _join("/", base, rel)
 
     # -- steps ---------------------------------------------------------------
-    def processing(self, step: ProcessingStep, *, name: str | None = None, skip_inputs=(), property_files=()):
+    def processing(self, step: ProcessingStep, *, name: str | None = None, skip=(), property_files=()):
         from sagemaker.core.processing import Processor
         from sagemaker.core.shapes import ProcessingInput, ProcessingOutput, ProcessingS3Input, ProcessingS3Output
         from sagemaker.mlops.workflow.steps import ProcessingStep as SmProcessingStep
@@ -81,13 +84,14 @@ class Compiler:
         inputs = [s3_input("code", self.s.code_uri, CODE_DIR)]
         args = ["--output", f"{PROCESSING_ROOT}/output"]
         for input_name, ref in step.inputs.items():
-            if input_name in skip_inputs:
+            if _reads(ref, skip):
                 continue
             local = f"{PROCESSING_ROOT}/input/{input_name}"
             inputs.append(s3_input(input_name, self.value(ref), local))
             args += [f"--{input_name}", local]
         for flag, ref in step.arguments.items():
-            args += [flag, self.value(ref, string=True)]
+            if not _reads(ref, skip):
+                args += [flag, self.value(ref, string=True)]
         if step.results_store:  # the results store lives in the artifact bucket
             args += ["--store", f"s3://{self.s.bucket}/{self.s.prefix}/{RESULTS_FOLDER}"]
         outputs = [ProcessingOutput(output_name="output", s3_output=ProcessingS3Output(
@@ -195,7 +199,7 @@ class Compiler:
                                                          ConditionLessThan(left=value, right=threshold)],
                              if_steps=[fail], else_steps=[])
 
-    def compile_step(self, step, *, name: str | None = None, skip_inputs=()):
+    def compile_step(self, step, *, name: str | None = None, skip=()):
         from sagemaker.core.workflow.properties import PropertyFile
 
         if isinstance(step, TrainingStep):
@@ -204,7 +208,7 @@ class Compiler:
             return self.check(step)
         checked = [c for c in self.graph.steps if isinstance(c, CheckStep) and c.source.step == step.name]
         files = [PropertyFile(name=PROPERTY_FILE, output_name="output", path=c.file) for c in checked] if name is None else []
-        return self.processing(step, name=name, skip_inputs=skip_inputs, property_files=files)
+        return self.processing(step, name=name, skip=skip, property_files=files)
 
     # -- the pipeline --------------------------------------------------------
     def pipeline(self):
@@ -222,8 +226,7 @@ class Compiler:
         if gated:
             skipped = gated[0]
             if_steps = [self.compile_step(skipped)] + [self.compile_step(s) for s in g.steps if s.name in downstream]
-            else_steps = [self.compile_step(s, name=f"{s.name}Without{skipped.name.removeprefix('Train')}",
-                                            skip_inputs=[n for n, ref in s.inputs.items() if isinstance(ref, Output) and ref.step == skipped.name])
+            else_steps = [self.compile_step(s, name=f"{s.name}Without{skipped.name.removeprefix('Train')}", skip=(skipped.name,))
                           for s in g.steps if s.name in downstream and isinstance(s, ProcessingStep)]
             top.append(ConditionStep(name=f"{skipped.condition.name}Gate", if_steps=if_steps, else_steps=else_steps,
                                      conditions=[ConditionEquals(left=self.params[skipped.condition.name], right=True)]))
@@ -277,7 +280,12 @@ def _refs(step) -> list[Output]:
         values = [c.source for c in step.channels]
     elif isinstance(step, CheckStep):
         values = [step.source]
-    return [v for v in values if isinstance(v, Output)]
+    return [v for v in values if isinstance(v, (Output, Billing))]
+
+
+def _reads(value, steps) -> bool:
+    """Whether ``value`` is something one of ``steps`` produces (left out where that step does not run)."""
+    return isinstance(value, (Output, Billing)) and value.step in steps
 
 
 def _join(on: str, *values):

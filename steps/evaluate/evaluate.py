@@ -74,9 +74,25 @@ def samples_per_dollar(samples_per_second: float, price_per_hour: float) -> floa
     return samples_per_second * 3600 / price_per_hour
 
 
-def run_summary(metrics: dict, prices: PriceTable) -> dict:
-    """One RUN entry of price_performance.json from one validated metrics document."""
-    usd_per_hour = cluster_price_per_hour(metrics["instance_groups"], prices)
+def parse_billing(text: str | None, label: str) -> dict | None:
+    """``BILLABLE/TRAINING`` seconds (DescribeTrainingJob's BillableTimeInSeconds and TrainingTimeInSeconds) -> what
+    share of the on-demand price the job paid: below 1 on managed spot, 1 on demand."""
+    if not text:
+        return None
+    try:
+        billable, training = (int(float(part)) for part in text.split("/"))
+    except ValueError:
+        raise UserError(f"--billing-{label} {text!r} is not BILLABLE/TRAINING seconds, e.g. 1800/3600", headline="bad argument") from None
+    if training <= 0 or not 0 <= billable:
+        raise UserError(f"--billing-{label} {text!r}: training seconds must be > 0 and billable >= 0", headline="bad argument")
+    share = min(billable / training, 1.0)
+    return {"billable_s": billable, "training_s": training, "billed_share": share, "spot_saving": 1 - share}
+
+
+def run_summary(metrics: dict, prices: PriceTable, billing: dict | None = None) -> dict:
+    """One RUN entry of price_performance.json from one validated metrics document. ``billing`` (`parse_billing`):
+    the cluster's price is what the job paid per hour it trained, so a managed spot run is priced at its discount."""
+    usd_per_hour = cluster_price_per_hour(metrics["instance_groups"], prices) * (billing["billed_share"] if billing else 1.0)
     step_s = metrics["step_time_s"]["mean"]
     sps = metrics["samples_per_second"]
     groups = [
@@ -94,16 +110,19 @@ def run_summary(metrics: dict, prices: PriceTable) -> dict:
         "data_wait_share": metrics["data_wait_share"],
         "accuracy": metrics["accuracy"],
         "bottleneck": diagnose(metrics),
+        "billing": billing,
     }
 
 
 def price_performance(hetero_metrics: dict, baseline_metrics: dict | None, prices: PriceTable,
-                      *, execution_id: str | None = None) -> dict:
-    """The price_performance.json document; speedup and improvement are null without a baseline."""
-    hetero = _priced(validate_metrics(hetero_metrics, "heterogeneous metrics"), prices, "heterogeneous run")
+                      *, execution_id: str | None = None, billing: dict | None = None) -> dict:
+    """The price_performance.json document; speedup and improvement are null without a baseline.
+    ``billing``: run ("heterogeneous", "baseline") -> `parse_billing`, where SageMaker reported it."""
+    billing = billing or {}
+    hetero = _priced(validate_metrics(hetero_metrics, "heterogeneous metrics"), prices, "heterogeneous run", billing.get("heterogeneous"))
     baseline = None
     if baseline_metrics is not None:
-        baseline = _priced(validate_metrics(baseline_metrics, "baseline metrics"), prices, "baseline run")
+        baseline = _priced(validate_metrics(baseline_metrics, "baseline metrics"), prices, "baseline run", billing.get("baseline"))
     speedup = baseline["step_time_s"] / hetero["step_time_s"] if baseline else None
     return {
         "schema_version": PRICE_PERFORMANCE_SCHEMA_VERSION,
@@ -117,9 +136,9 @@ def price_performance(hetero_metrics: dict, baseline_metrics: dict | None, price
     }
 
 
-def _priced(metrics: dict, prices: PriceTable, label: str) -> dict:
+def _priced(metrics: dict, prices: PriceTable, label: str, billing: dict | None) -> dict:
     try:
-        return run_summary(metrics, prices)
+        return run_summary(metrics, prices, billing)
     except UserError as exc:
         raise UserError(f"{label}: {exc.message}") from None
 
@@ -127,7 +146,9 @@ def _priced(metrics: dict, prices: PriceTable, label: str) -> dict:
 def summary_line(doc: dict) -> str:
     def describe(run):
         cluster = " + ".join(f"{g['count']}x {g['instance_type']}" for g in run["instance_groups"])
-        return (f"{cluster} ${run['cluster_usd_per_hour']:.3f}/h, {run['step_time_s'] * 1000:.0f} ms/step, "
+        billing = run.get("billing") or {}
+        spot = f" (billed {billing['billed_share']:.0%} of on-demand: spot)" if billing.get("spot_saving") else ""
+        return (f"{cluster} ${run['cluster_usd_per_hour']:.3f}/h{spot}, {run['step_time_s'] * 1000:.0f} ms/step, "
                 f"${run['cost_per_100_steps']:.3f}/100 steps")
 
     line = f"heterogeneous: {describe(doc['runs']['heterogeneous'])}, {doc['runs']['heterogeneous']['bottleneck']['label']}"
@@ -148,7 +169,7 @@ def summary_line(doc: dict) -> str:
 
 def evaluate(*, heterogeneous: str | Path, baseline: str | Path | None, output: str | Path,
              prices_file: str | Path | None = None, price_overrides: str | None = None, execution_id: str | None = None,
-             store_uri: str | None = None) -> dict:
+             store_uri: str | None = None, billing: dict | None = None) -> dict:
     """Write price_performance.json to ``output`` (and to the store if given); return it."""
     if execution_id is not None:
         validate_execution_id(execution_id)
@@ -157,7 +178,7 @@ def evaluate(*, heterogeneous: str | Path, baseline: str | Path | None, output: 
     prices = load_prices(prices_file, override_json=price_overrides)
     hetero_metrics = load_metrics(heterogeneous)
     baseline_metrics = load_metrics(baseline) if baseline is not None else None
-    doc = price_performance(hetero_metrics, baseline_metrics, prices, execution_id=execution_id)
+    doc = price_performance(hetero_metrics, baseline_metrics, prices, execution_id=execution_id, billing=billing)
     plan = plan_document(hetero_metrics, prices, load_catalogue(), execution_id=execution_id, baseline=baseline_metrics)
     write_json_atomic(Path(output) / PLAN_FILE, plan)
     write_json_atomic(Path(output) / PRICE_PERFORMANCE_FILE, doc)
@@ -226,12 +247,17 @@ def build_parser() -> StepArgumentParser:
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="where price_performance.json goes (default: %(default)s)")
     parser.add_argument("--execution-id", default=None, help="pipeline execution id; required with --store")
     parser.add_argument("--store", default=None, help="results store: s3://bucket/prefix, file:///dir or a path")
+    for run in ("heterogeneous", "baseline"):
+        parser.add_argument(f"--billing-{run}", default=None, metavar="BILLABLE/TRAINING",
+                            help=f"the {run} job's BillableTimeInSeconds/TrainingTimeInSeconds: a managed spot run is priced at "
+                                 "what it was billed")
     return parser
 
 
 def _step(args) -> None:
     evaluate(heterogeneous=args.heterogeneous, baseline=resolve_baseline(args.baseline), output=args.output,
-             prices_file=args.prices, price_overrides=args.price_overrides, execution_id=args.execution_id, store_uri=args.store)
+             prices_file=args.prices, price_overrides=args.price_overrides, execution_id=args.execution_id, store_uri=args.store,
+             billing={run: parse_billing(getattr(args, f"billing_{run}"), run) for run in ("heterogeneous", "baseline")})
 
 
 def main(argv: list[str] | None = None) -> int:

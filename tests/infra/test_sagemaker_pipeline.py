@@ -116,3 +116,22 @@ def test_tensorflow_context_deploys_the_tensorflow_containers(synth_default, syn
     train = all_steps(default)["TrainHeterogeneous"]["Arguments"]
     assert train["AlgorithmSpecification"]["TrainingImage"] == default_training_image("us-east-1", "pytorch")
     assert train["HyperParameters"]["framework"] == "pytorch"
+
+
+def test_spot_context_puts_every_training_job_on_managed_spot_with_its_checkpoints():
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_iam as iam
+    from aws_cdk import aws_s3 as s3
+    from aws_cdk.assertions import Template
+
+    from infra.sagemaker_pipeline import SageMakerPipeline
+
+    stack = Stack(App(), "Spot", env={"region": "us-east-1", "account": "123456789012"})
+    role = iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
+    SageMakerPipeline(stack, "Pipeline", pipeline_name="HeteroTraining", role=role, bucket=s3.Bucket(stack, "Bucket"),
+                      code_url="s3://b/code.tar.gz", prefix="hetero", spot=True)
+    body = Template.from_stack(stack).to_json()["Resources"]
+    (pipeline,) = [r for r in body.values() if r["Type"] == "AWS::SageMaker::Pipeline"]
+    text = json.dumps(pipeline["Properties"]["PipelineDefinition"]["PipelineDefinitionBody"])
+    assert text.count('\\"EnableManagedSpotTraining\\":true') == 2  # TrainHeterogeneous and TrainBaseline
+    assert text.count('\\"MaxWaitTimeInSeconds\\":43200') == 2 and text.count('\\"LocalPath\\":\\"/opt/ml/checkpoints\\"') == 2

@@ -279,6 +279,9 @@ def test_evaluate_reads_both_models_and_exposes_price_performance(steps):
     flags = args_of(evaluate)
     assert flags["--execution-id"] == {"Get": "Execution.PipelineExecutionId"}
     assert flags["--store"] == f"s3://{BUCKET}/hetero/results"
+    for run, step in (("heterogeneous", "TrainHeterogeneous"), ("baseline", "TrainBaseline")):  # a spot run is priced as billed
+        assert flags[f"--billing-{run}"] == {"Std:Join": {"On": "/", "Values": [
+            {"Get": f"Steps.{step}.BillableTimeInSeconds"}, {"Get": f"Steps.{step}.TrainingTimeInSeconds"}]}}
     assert "python3 steps/evaluate/evaluate.py" in evaluate["Arguments"]["AppSpecification"]["ContainerEntrypoint"][2]
 
 
@@ -296,6 +299,7 @@ def test_baseline_is_skipped_by_a_condition_with_evaluation_in_both_branches(def
     assert names(gate["ElseSteps"]) == ["EvaluateWithoutBaseline"]
     without = steps["EvaluateWithoutBaseline"]
     assert "TrainBaseline" not in json.dumps(without) and "--baseline" not in args_of(without)
+    assert "--billing-baseline" not in args_of(without) and "--billing-heterogeneous" in args_of(without)
     assert args_of(without)["--heterogeneous"] == "/opt/ml/processing/input/heterogeneous"
 
 

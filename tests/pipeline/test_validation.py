@@ -36,7 +36,8 @@ def requests_of(definition: dict, overrides: dict | None = None) -> dict:
             continue
         request = expressions.evaluate(step["Arguments"], scope)
         found[step["Name"]] = (OPERATIONS[step["Type"]], request)
-        scope.steps[step["Name"]] = {**request, "ModelArtifacts": {"S3ModelArtifacts": "s3://my-bucket/job/output/model.tar.gz"}}
+        scope.steps[step["Name"]] = {**request, "ModelArtifacts": {"S3ModelArtifacts": "s3://my-bucket/job/output/model.tar.gz"},
+                                     "BillableTimeInSeconds": 1200, "TrainingTimeInSeconds": 3600}
     return found
 
 

@@ -104,11 +104,31 @@ def test_output_schema():
     assert set(doc["runs"]) == {"heterogeneous", "baseline"}
     run = doc["runs"]["heterogeneous"]
     assert set(run) == {"instance_groups", "cluster_usd_per_hour", "step_time_s", "samples_per_second",
-                        "cost_per_100_steps", "samples_per_dollar", "data_wait_share", "accuracy", "bottleneck"}
+                        "cost_per_100_steps", "samples_per_dollar", "data_wait_share", "accuracy", "bottleneck", "billing"}
+    assert run["billing"] is None  # no BillableTimeInSeconds given: priced on demand
     assert run["bottleneck"]["label"] == "input-bound"  # waited 5% on data hosts busy 93%
     assert run["instance_groups"][0] == {"name": "data_group", "instance_type": C5_18, "count": 2,
                                          "role": "data", "instance_usd_per_hour": 3.672}
     json.dumps(doc, allow_nan=False)
+
+
+def test_a_spot_run_is_priced_from_its_billable_time():
+    billing = {"heterogeneous": ev.parse_billing("1200/4000", "heterogeneous"), "baseline": ev.parse_billing("4000/4000", "baseline")}
+    on_demand = ev.price_performance(metrics(), metrics("tf_homogeneous"), load_prices())
+    spot = ev.price_performance(metrics(), metrics("tf_homogeneous"), load_prices(), billing=billing)
+    hetero, baseline = spot["runs"]["heterogeneous"], spot["runs"]["baseline"]
+    assert hetero["billing"] == {"billable_s": 1200, "training_s": 4000, "billed_share": 0.3, "spot_saving": 0.7}
+    assert hetero["cluster_usd_per_hour"] == pytest.approx(0.3 * on_demand["runs"]["heterogeneous"]["cluster_usd_per_hour"])
+    assert hetero["samples_per_dollar"] == pytest.approx(on_demand["runs"]["heterogeneous"]["samples_per_dollar"] / 0.3)
+    assert baseline["cluster_usd_per_hour"] == on_demand["runs"]["baseline"]["cluster_usd_per_hour"]  # billed in full
+    assert spot["improvement"] > on_demand["improvement"] and spot["speedup"] == on_demand["speedup"]
+    assert "(billed 30% of on-demand: spot)" in ev.summary_line(spot)
+
+
+@pytest.mark.parametrize("text", ["1200", "a/b", "10/0", "-1/10"])
+def test_billing_that_is_not_two_second_counts_is_refused_naming_it(text):
+    with pytest.raises(UserError, match=r"--billing-heterogeneous"):
+        ev.parse_billing(text, "heterogeneous")
 
 
 def test_without_baseline_comparisons_are_null():
