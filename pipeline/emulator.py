@@ -124,6 +124,7 @@ class JobResult:
     model_artifacts: str | None = None  # S3ModelArtifacts
     wall_s: float = 0.0  # every attempt: TrainingTimeInSeconds (BillableTimeInSeconds too: no spot market here)
     interruptions: int = 0
+    interrupted: dict | None = None  # the interruption: how long the hosts took to exit after SIGTERM, their exit codes
 
     @property
     def ok(self) -> bool:
@@ -172,6 +173,7 @@ class EmulatedJob:
     interrupt_after_steps: int | None = None  # a spot interruption once a trainer logs this step, then a restart
     hosts: list[Host] = field(default_factory=list)
     interruptions: int = 0
+    interrupted: dict | None = None
     _readers: list = field(default_factory=list)
     _interrupt: threading.Event = field(default_factory=threading.Event)
 
@@ -315,6 +317,7 @@ class EmulatedJob:
             code = host.base_dir / "code"
             if not (code / program).is_file():
                 raise UserError(f"sagemaker_program {program!r} is not in the code at {self._code()}", headline="no entry point")
+            command = self._command(program)
             # the toolkit runs the program from /opt/ml/code; the caller's folder stays importable for local workloads
             pythonpath = os.pathsep.join(filter(None, [str(code), os.getcwd(), base_env.get("PYTHONPATH")]))
             env = {**base_env, **self.environment, "SAGEMAKER_BASE_DIR": str(host.base_dir),
@@ -322,7 +325,7 @@ class EmulatedJob:
                    "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath}
             cpus = host.group.cpus
             host.process = subprocess.Popen(
-                [sys.executable, program], cwd=code, env=env,
+                command, cwd=code, env=env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 preexec_fn=(lambda cpus=cpus: os.sched_setaffinity(0, cpus)) if cpus else None,
@@ -330,6 +333,21 @@ class EmulatedJob:
             reader = threading.Thread(target=self._pump, args=(host,), daemon=True)
             reader.start()
             self._readers.append(reader)
+
+    def _command(self, program: str) -> list[str]:
+        """The container's first process: ``AlgorithmSpecification.ContainerEntrypoint`` + ``ContainerArguments`` (with
+        this interpreter for the image's python3), or, in plain script mode, the entry point as the toolkit runs it."""
+        spec = self.request.get("AlgorithmSpecification", {})
+        entry = spec.get("ContainerEntrypoint")
+        if not entry:
+            return [sys.executable, program]
+        return [sys.executable if entry[0] in ("python", "python3") else entry[0], *entry[1:], *spec.get("ContainerArguments", [])]
+
+    @property
+    def signals_reach_entry_point(self) -> bool:
+        """A container's first process gets SIGTERM. In plain script mode that is the toolkit, which does not pass it
+        on to the entry point (aws/sagemaker-training-toolkit#125); with a ContainerEntrypoint it can be the entry point."""
+        return bool(self.request.get("AlgorithmSpecification", {}).get("ContainerEntrypoint"))
 
     def _pump(self, host: Host) -> None:
         log = (host.base_dir / "output" / "host.log").open("w")
@@ -375,15 +393,24 @@ class EmulatedJob:
         on fresh hosts (names dealt anew) that find the checkpoints where the first ones left them."""
         self.interruptions += 1
         live = [h for h in self.hosts if h.process.poll() is None]
+        signalled = time.monotonic()
         for host in live:
-            try:
-                host.process.send_signal(signal.SIGTERM)
+            try:  # script mode: the toolkit holds the signal, and the instance goes when the notice runs out
+                host.process.send_signal(signal.SIGTERM) if self.signals_reach_entry_point else _signal_group(host.process, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + self.grace_s
-        while time.monotonic() < deadline and any(h.process.poll() is None for h in live):
+        deadline = signalled + self.grace_s
+        exited: dict[str, float] = {}
+        while time.monotonic() < deadline and len(exited) < len(live):
+            for host in live:
+                if host.name not in exited and host.process.poll() is not None:
+                    exited[host.name] = round(time.monotonic() - signalled, 2)
             time.sleep(0.05)
         self.close()  # what did not exit in time, and every host's leftover children
+        self.interrupted = {"signal": "SIGTERM" if self.signals_reach_entry_point else "none (script mode): killed",
+                            "hosts_exited_s": exited, "all_exited_s": max(exited.values(), default=0.0),
+                            "stopped_by_emulator": [h.name for h in live if h.name not in exited],
+                            "exit_codes": {h.name: h.exit_code for h in live}, "roles": {h.name: h.role for h in live}}
         self._save_checkpoints()
         attempt = self.job_dir.with_name(f"{self.job_dir.name}.attempt-{self.interruptions}")
         if attempt.exists():
@@ -435,7 +462,8 @@ class EmulatedJob:
             _pack(merged, storage.path(f"{prefix}/model.tar.gz"))
             _pack(output, storage.path(f"{prefix}/output.tar.gz"))
             artifacts = f"{prefix}/model.tar.gz"
-        return JobResult(self.name, self.job_dir, self.hosts, failure, merged, output, artifacts, wall_s, self.interruptions)
+        return JobResult(self.name, self.job_dir, self.hosts, failure, merged, output, artifacts, wall_s, self.interruptions,
+                         self.interrupted)
 
     def __enter__(self) -> "EmulatedJob":
         return self

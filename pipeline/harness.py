@@ -17,6 +17,7 @@ import psutil
 
 from pipeline import storage
 from pipeline.emulator import EmulatedJob
+from pipeline.sagemaker.settings import TRAINING_ENTRYPOINT
 from steps.contract import DATA_GROUP, DNN_GROUP, REPLICATED, SECRET_ENV, SHARDED, TRAIN_ENTRY_POINT
 from steps.train.auth import new_secret
 
@@ -35,7 +36,7 @@ def training_request(*, code_uri: str, output: Path, groups: list[tuple[str, str
     hp = {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()}
     return {
         "AlgorithmSpecification": {"TrainingImage": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker",
-                                   "TrainingInputMode": "File"},
+                                   "TrainingInputMode": "File", "ContainerEntrypoint": list(TRAINING_ENTRYPOINT)},
         "RoleArn": "arn:aws:iam::000000000000:role/hetero-local",
         "ResourceConfig": {"InstanceGroups": [{"InstanceGroupName": n, "InstanceType": t, "InstanceCount": c} for n, t, c in groups],
                            "VolumeSizeInGB": 100},

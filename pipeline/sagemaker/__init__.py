@@ -36,6 +36,9 @@ What the cloud does differently from the local runner, by name:
 * FSx for Lustre channels are always read in File mode; InputMode applies to S3.
 * ``InstanceGroup.instance_count`` is an int in SDK v3: the counts are built as
   placeholders and replaced by ``{"Get": "Parameters.<name>"}`` in the JSON.
+* Training jobs carry ``AlgorithmSpecification.ContainerEntrypoint`` (``settings.TRAINING_BOOTSTRAP``):
+  the script-mode hyperparameters stay, but the entry point runs as the container's
+  first process, so it receives SIGTERM.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from pipeline.graph import build_graph
 from pipeline.sagemaker.compiler import Compiler
 from pipeline.sagemaker.offline import offline_sdk
 from pipeline.sagemaker.placeholders import all_steps, parameterise_instance_counts, placeholder_settings, substitute, substitutions
-from pipeline.sagemaker.settings import DeploySettings, FsxSettings, check
+from pipeline.sagemaker.settings import TRAINING_ENTRYPOINT, DeploySettings, FsxSettings, check
 
 __all__ = ["DeploySettings", "FsxSettings", "all_steps", "build_definition", "definition_json"]
 
@@ -65,4 +68,7 @@ def build_definition(settings: DeploySettings) -> dict:
         raw = Compiler(graph, placeholders).pipeline().definition()
     definition = json.loads(raw)
     parameterise_instance_counts(definition, graph)
+    for step in all_steps(definition).values():  # ModelTrainer has no option for it (settings.TRAINING_BOOTSTRAP says why)
+        if step["Type"] == "Training":
+            step["Arguments"]["AlgorithmSpecification"]["ContainerEntrypoint"] = list(TRAINING_ENTRYPOINT)
     return substitute(definition, substitutions(settings, placeholders))

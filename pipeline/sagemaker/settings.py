@@ -9,6 +9,15 @@ from steps.common.errors import UserError
 from steps.contract import FRAMEWORKS
 
 MAX_RUNTIME_S = 6 * 3600  # a stuck job bills every host of the cluster until this cap
+# Training jobs start the entry point through this, not through the toolkit's script-mode runner: it fetches the code
+# as script mode would (the toolkit's own download_and_extract: skipped when /opt/ml/code already holds it), then
+# becomes the entry point (exec: the same process, the container's first), so SIGTERM from StopTrainingJob or a spot
+# interruption reaches the trainer. Script mode runs the entry point as a child that never gets the signal
+# (aws/sagemaker-training-toolkit#125), and the trainer could not save its checkpoint in the notice period.
+TRAINING_BOOTSTRAP = ("import os,sys;from sagemaker_training import environment as e,files as f;v=e.Environment();"
+                      "f.download_and_extract(v.module_dir,e.code_dir);os.chdir(e.code_dir);"
+                      "os.execv(sys.executable,[sys.executable,v.user_entry_point])")
+TRAINING_ENTRYPOINT = ["python3", "-c", TRAINING_BOOTSTRAP]
 MAX_WAIT_S = 2 * MAX_RUNTIME_S  # managed spot: running plus waiting for capacity, interruptions included
 TRAINING_RETRY_ATTEMPTS = 3  # a training step started again on capacity and SageMaker-internal errors
 VOLUME_GB = 100

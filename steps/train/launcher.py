@@ -101,6 +101,10 @@ def _end_now(code: int) -> None:
     """A failed host ends as soon as its failure is recorded. Interpreter shutdown would first join
     what may be waiting on a peer that froze: tf.data.service servers drain in-flight calls (holding
     the GIL, for as long as the peer's call lasts), DataLoader workers are joined one by one."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():  # DataLoader workers: gone now, not tracing back over a broken pipe
+        child.kill()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

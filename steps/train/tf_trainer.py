@@ -150,7 +150,9 @@ def make_train_step(workload: Workload, model, optimizer, strategy):
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
-    @tf.function(reduce_retracing=True)  # the last batch of an epoch may be short
+    # reduce_retracing: the last batch of an epoch may be short. No AutoGraph: the step has no tensor-dependent Python
+    # control flow, and converting what Keras calls inside it logged a warning that printed os.environ whole
+    @tf.function(reduce_retracing=True, autograph=False)
     def train_step(batch):
         losses = strategy.run(replica_step, args=(batch["pixels"], batch["labels"]))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)

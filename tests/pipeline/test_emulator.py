@@ -176,3 +176,12 @@ def test_a_checkpoint_path_outside_opt_ml_is_refused_with_the_one_that_works(tmp
     job.request["CheckpointConfig"] = {"S3Uri": "s3://local/tmp/x", "LocalPath": "/checkpoints"}
     with pytest.raises(UserError, match="use /opt/ml/checkpoints"):
         job.__post_init__()
+
+
+def test_the_first_process_is_the_container_entrypoint_and_only_it_would_get_sigterm(tmp_path, shards, code_uri):
+    job = make_job(tmp_path, shards, code_uri)
+    entry = job.request["AlgorithmSpecification"]["ContainerEntrypoint"]
+    assert job._command("steps/train/launcher.py") == [sys.executable, *entry[1:]] and job.signals_reach_entry_point
+    del job.request["AlgorithmSpecification"]["ContainerEntrypoint"]  # plain script mode: the toolkit runs the entry point
+    assert job._command("steps/train/launcher.py") == [sys.executable, "steps/train/launcher.py"]
+    assert not job.signals_reach_entry_point  # the toolkit does not pass SIGTERM on: an interruption kills the hosts

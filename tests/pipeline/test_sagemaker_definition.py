@@ -224,6 +224,13 @@ def test_gpu_image_is_passed_explicitly(steps, built):
     assert fsx_steps["Evaluate"]["Arguments"]["AppSpecification"]["ImageUri"] == FSX_SETTINGS.processing_image
 
 
+def test_the_entry_point_runs_as_the_containers_first_process_so_sigterm_reaches_it(steps):
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        entry = steps[name]["Arguments"]["AlgorithmSpecification"]["ContainerEntrypoint"]
+        assert entry[:2] == ["python3", "-c"] and all(len(part) <= 256 for part in entry)  # the service's limit per item
+        assert "download_and_extract(v.module_dir" in entry[2] and "os.execv(" in entry[2]  # script mode's code, then exec
+
+
 def test_script_mode_hyperparameters_and_the_graphs_own(steps):
     hp = steps["TrainHeterogeneous"]["Arguments"]["HyperParameters"]
     assert hp["sagemaker_program"] == "steps/train/launcher.py"
