@@ -114,7 +114,10 @@ class Checkpoints:
         self.every_steps = every_steps
         self.every_s = every_s
         self.saved_at = time.monotonic()
-        self.saved_step = -1
+        self.saved_step = -1  # the last save's step and epoch (-1: none by this trainer)
+        self.saved_epoch = -1
+        self.saves = 0
+        self.seconds = 0.0  # spent saving, left out of the step times
 
     @property
     def path(self) -> Path | None:
@@ -144,7 +147,8 @@ class Checkpoints:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self.saved_at, self.saved_step = time.monotonic(), state.get("steps", -1)
+        self.saved_at, self.saved_step, self.saved_epoch = time.monotonic(), state["steps"], state["epoch"]
+        self.saves += 1
         return self.path
 
     def load(self) -> dict | None:

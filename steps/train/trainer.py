@@ -103,7 +103,9 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         if cluster.rank == 0:
             costs = _isolated_costs(cfg, cluster, workload, model, device, validation)
             _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=costs,
-                           sample_ledger=progress.ledger_report(), **source.measurements())
+                           sample_ledger=progress.ledger_report(), checkpoints={"saved": checkpoints.saves,
+                                                                                "seconds": round(checkpoints.seconds, 3)},
+                           **source.measurements())
             files = {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
@@ -258,6 +260,7 @@ def _epoch(cfg, workload, model, optimizer, source, device, loss_fn, progress: _
             print(stats.last_step_line(epoch=epoch, loss=loss_value), flush=True)
         if checkpoints is not None and (TERMINATE.requested or checkpoints.due(stats.steps)):
             _checkpoint(checkpoints, progress, model, optimizer, "SIGTERM" if TERMINATE.requested else "interval")
+            done = time.perf_counter()  # saving is not waiting for data: the next step's wait starts now
         if TERMINATE.requested:
             raise _interrupted(progress, checkpoints)
         last = done
@@ -277,6 +280,8 @@ def _checkpoint(checkpoints: Checkpoints, progress: _Progress, model, optimizer,
             raise
         print(f"[checkpoint] could not save ({why}): {describe(exc)}", flush=True)
         return
+    finally:
+        checkpoints.seconds += time.perf_counter() - started
     if path is not None:
         print(f"[checkpoint] saved ({why}): epoch {progress.epoch}, step {progress.stats.steps}, "
               f"{progress.ledger.ids.size} sample(s) of the epoch consumed, in {time.perf_counter() - started:.2f} s -> {path}",
@@ -284,8 +289,12 @@ def _checkpoint(checkpoints: Checkpoints, progress: _Progress, model, optimizer,
 
 
 def _interrupted(progress: _Progress, checkpoints: Checkpoints) -> Interrupted:
-    where = (f"checkpoint at epoch {progress.epoch}, step {progress.stats.steps} in {checkpoints.folder}"
-             if checkpoints.saved_step >= 0 else "no checkpoint written by this trainer")
+    if checkpoints.saved_step < 0:
+        where = "no checkpoint written by this trainer" + ("" if checkpoints.writer else " (the first trainer host writes them)")
+    else:
+        where = f"checkpoint at epoch {checkpoints.saved_epoch}, step {checkpoints.saved_step} in {checkpoints.folder}"
+        if progress.stats.steps > checkpoints.saved_step:
+            where += f"; the {progress.stats.steps - checkpoints.saved_step} step(s) since are redone"
     return Interrupted(f"SIGTERM (a stop or a spot interruption) during training: {where}; a job restarted on the same "
                        "checkpoint location resumes there")
 
