@@ -122,13 +122,14 @@ def test_tf_data_service_workers_each_serve_only_their_own_shards_exactly_once_p
 
 
 MIRRORED = textwrap.dedent("""
-    import json, os, sys
+    import json, os, pathlib, sys
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from steps.train.config import TrainConfig
     from steps.train.tf_data import training_dataset
+    from steps.train.tf_checkpoint import TfCheckpoints
     from steps.train.tf_trainer import _train
     from steps.train.workloads.shapes import Shapes
 
@@ -144,7 +145,10 @@ MIRRORED = textwrap.dedent("""
     with strategy.scope():
         model = workload.build_keras_model(3)
         optimizer = workload.keras_optimizer(0.003)
-    stats, accounting, _ = _train(TrainConfig(epochs=2, batch_size=8, warmup_steps=1), workload, model, optimizer, Source(), strategy)
+    checkpoints = TfCheckpoints(pathlib.Path(sys.argv[1]).parent / "checkpoints")
+    stats, accounting, _ = _train(TrainConfig(epochs=2, batch_size=8, warmup_steps=1), workload, model, optimizer, Source(), strategy,
+                                  checkpoints)
+    assert checkpoints.saved_epoch == 2  # saved at each epoch end
     print(json.dumps({"replicas": strategy.num_replicas_in_sync, "steps": stats.steps, "accounting": accounting}))
 """)
 
