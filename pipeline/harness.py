@@ -69,11 +69,11 @@ def listeners_on(jobs) -> set[tuple[str, int]]:
             if c.status == psutil.CONN_LISTEN and c.laddr.ip in addresses}
 
 def two_group_request(tmp_path: Path, shards: Path, code_uri: str, *, data: int, hyperparameters: dict,
-                      distribution: str = SHARDED) -> dict:
+                      distribution: str = SHARDED, dnn: int = 1) -> dict:
     """A heterogeneous job on the shard step's output, its channels assigned as the pipeline assigns them."""
     return training_request(
         code_uri=code_uri, output=tmp_path / "output",
-        groups=[(DATA_GROUP, "ml.c5.4xlarge", data), (DNN_GROUP, "ml.g5.xlarge", 1)],
+        groups=[(DATA_GROUP, "ml.c5.4xlarge", data), (DNN_GROUP, "ml.g5.xlarge", dnn)],
         channels=[s3_channel("train", shards / "train", distribution=distribution, groups=(DATA_GROUP,)),
                   s3_channel("validation", shards / "validation", groups=(DNN_GROUP,)),
                   s3_channel("manifest", shards / "manifest.json", groups=(DATA_GROUP, DNN_GROUP))],

@@ -2,22 +2,23 @@
 
 SageMaker syncs ``/opt/ml/checkpoints`` (``CheckpointConfig.LocalPath``) to ``CheckpointConfig.S3Uri``
 while a job runs and copies it back when a job restarts there (a managed-spot interruption, a retried
-step). The trainer writes one file, atomically (`save`: written beside, fsynced, renamed), holding
-the model, the optimizer, every RNG, the epoch and step, the step statistics and the *input
-position*: the ids of every sample consumed in the current epoch (trained, or counted corrupt).
-On resume the data hosts are told that epoch and those ids (`Kind.RESUME`) and serve the rest of
-the epoch only, so across an interruption each sample is consumed exactly once per epoch; the
-`Ledger` proves it in metrics.json (per epoch: samples, distinct ids, a digest of the id set).
+step). Each trainer host writes its part atomically (`Checkpoints.save`: written beside, fsynced,
+renamed): every RNG, the epoch, the step statistics and the *input position*, the ids of every
+sample it consumed in the current epoch (trained, or counted corrupt); the first trainer's part also
+holds the model and the optimizer. On resume the data hosts are told that epoch and the ids of every
+trainer (`Kind.RESUME`) and serve the rest of the epoch only, so across an interruption each sample
+is consumed exactly once per epoch; the `Ledger` proves it in metrics.json (per epoch: samples,
+distinct ids, a digest of the id set).
 
-When: every ``checkpoint_every_steps`` steps, every ``checkpoint_every_s`` seconds, at the end of
-every epoch, and on SIGTERM (SageMaker's stop and spot-interruption signal) or any failure between
-steps. A SIGTERM during a step is noted (`Terminate`) and acted on once the step is over, so the
-saved state is always that of a whole number of steps.
+When: at the end of every epoch; inside an epoch as `Checkpoints` says (with one trainer host also on
+SIGTERM, SageMaker's stop and spot-interruption signal, and after any failure between steps). A
+SIGTERM during a step is noted (`Terminate`) and acted on once the step is over, so the saved state
+is always that of a whole number of steps.
 """
-
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import signal
@@ -31,8 +32,7 @@ import numpy as np
 from steps.common.errors import Terminated, UserError
 from steps.common.files import writing
 
-CHECKPOINT_FILE = "checkpoint.pt"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 
 
 class Interrupted(Terminated):
@@ -106,65 +106,119 @@ def digest(ids: np.ndarray) -> str:
 
 
 class Checkpoints:
-    """Where and when trainers save: every trainer host reads ``folder`` on start, only the ``writer`` (the first) saves."""
+    """Every trainer host saves its own part, at the same points: ``trainer-<rank>.<slot>.pt`` (the first trainer's
+    also holds the model and optimizer), then a small ``.json`` beside it naming the point, the tag
+    ``(epoch, iteration within the epoch)``. A resume takes the newest tag that every trainer's part carries.
 
-    def __init__(self, folder: Path | None, *, every_steps: int = 0, every_s: float = 0.0, writer: bool = True):
+    Slots: ``end`` for the checkpoint at an epoch's end (where all trainers meet), ``a`` and ``b`` in turn for the
+    ones inside an epoch. With one trainer host those come every ``every_steps`` steps, every ``every_s`` seconds,
+    on SIGTERM and after a failure between steps. With several, only every ``every_steps`` iterations of an epoch
+    (a point every host reaches in DistributedDataParallel's lockstep; a host that ran out of batches early writes
+    alone, and its lone tags are never complete, so they are never resumed from), and the slot follows the
+    iteration, so the hosts' slots hold the same tags."""
+
+    def __init__(self, folder: Path | None, *, rank: int = 0, world: int = 1, every_steps: int = 0, every_s: float = 0.0):
         self.folder = folder
-        self.writer = writer
+        self.rank, self.world = rank, world
         self.every_steps = every_steps
-        self.every_s = every_s
+        self.every_s = every_s if world == 1 else 0.0  # time differs between hosts: not a point they share
         self.saved_at = time.monotonic()
-        self.saved_step = -1  # the last save's step and epoch (-1: none by this trainer)
-        self.saved_epoch = -1
+        self.saved_tag: tuple[int, int] | None = None  # (epoch, iteration) of this host's last save
+        self.saved_step = -1
         self.saves = 0
         self.seconds = 0.0  # spent saving, left out of the step times
 
     @property
-    def path(self) -> Path | None:
-        return self.folder / CHECKPOINT_FILE if self.folder else None
+    def writer(self) -> bool:
+        return self.rank == 0
 
-    def due(self, step: int) -> bool:
-        if self.folder is None or not self.writer or step == self.saved_step:
+    def due(self, iteration: int, step: int) -> bool:
+        """After ``iteration`` (of this epoch; ``step`` of the run) is done: is a checkpoint due?"""
+        if self.folder is None or step == self.saved_step:
             return False
+        if self.world > 1:
+            return bool(self.every_steps) and iteration % self.every_steps == 0
         by_steps = self.every_steps and step % self.every_steps == 0
         by_time = self.every_s and time.monotonic() - self.saved_at >= self.every_s
         return bool(by_steps or by_time)
 
-    def save(self, state: dict) -> Path | None:
-        """Write ``state`` so that a reader (or SageMaker's upload) sees the old checkpoint or the new one, never half."""
+    def save(self, tag: tuple[int, int], part: dict, *, steps: int, end_of_epoch: bool = False) -> Path | None:
+        """Write this host's ``part`` at ``tag`` so that a reader (or SageMaker's upload) sees a whole file or the
+        previous one, never half; the JSON beside it, written last, is the commit."""
         import torch
 
-        if self.folder is None or not self.writer:
+        if self.folder is None:
             return None
+        if end_of_epoch:
+            slot = "end"
+        elif self.world > 1:
+            slot = "ab"[(tag[1] // max(self.every_steps, 1)) % 2]
+        else:
+            slot = "ab"[self.saves % 2]
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{CHECKPOINT_FILE}.", suffix=".tmp")
-        try:
-            with writing(self.path), os.fdopen(fd, "wb") as fh:
-                torch.save({"version": CHECKPOINT_VERSION, **state}, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        self.saved_at, self.saved_step, self.saved_epoch = time.monotonic(), state["steps"], state["epoch"]
+        path = self.folder / f"trainer-{self.rank}.{slot}.pt"
+        document = {"version": CHECKPOINT_VERSION, "tag": list(tag), "world_size": self.world, "steps": steps, **part}
+        _atomic(path, lambda fh: torch.save(document, fh))
+        _atomic(path.with_suffix(".json"), lambda fh: fh.write(json.dumps({"tag": list(tag), "world_size": self.world}).encode()))
+        self.saved_at, self.saved_tag, self.saved_step = time.monotonic(), tuple(tag), steps
         self.saves += 1
-        return self.path
+        return path
 
-    def load(self) -> dict | None:
+    def load(self) -> tuple[tuple[int, int], list[dict]] | None:
+        """The newest tag every trainer saved, and every trainer's part there (the first trainer's with the model)."""
         import torch
 
-        if self.path is None or not self.path.is_file():
+        if self.folder is None or not self.folder.is_dir():
             return None
+        tags: dict[tuple, dict] = {}  # tag -> rank -> slot
+        worlds = set()
+        for marker in self.folder.glob("trainer-*.json"):
+            try:
+                rank, slot = marker.stem.removeprefix("trainer-").split(".")
+                meta = json.loads(marker.read_text())
+                tag, world = tuple(meta["tag"]), int(meta["world_size"])
+            except (ValueError, KeyError, TypeError):
+                continue  # not one of ours, or torn: never committed
+            worlds.add(world)
+            tags.setdefault(tag, {})[int(rank)] = slot
+        if not tags:
+            return None
+        if worlds != {self.world}:
+            raise UserError(f"checkpoints in {self.folder} were written by {sorted(worlds)} trainer host(s); this job has "
+                            f"{self.world}. Resume with the same DnnInstanceCount, or delete them to start over",
+                            headline="bad checkpoint")
+        for tag in sorted(tags, reverse=True):
+            slots = tags[tag]
+            if set(slots) != set(range(self.world)):
+                continue  # a host that trained on alone after the others ran out: not a point they all reached
+            parts = [self._read(self.folder / f"trainer-{r}.{slots[r]}.pt", torch) for r in range(self.world)]
+            if all(p.get("tag") == list(tag) for p in parts):
+                return tag, parts
+        return None
+
+    def _read(self, path: Path, torch) -> dict:
         try:
-            state = torch.load(self.path, map_location="cpu", weights_only=False)
+            state = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as exc:  # noqa: BLE001 - a torn or foreign file: say which and what to do
-            raise UserError(f"checkpoint {self.path} cannot be read ({type(exc).__name__}: {exc}); delete it (and its copy "
-                            "under the job's CheckpointConfig.S3Uri) to start from scratch", headline="bad checkpoint") from None
+            raise UserError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); delete the checkpoint folder "
+                            "(and its copy under the job's CheckpointConfig.S3Uri) to start from scratch", headline="bad checkpoint") from None
         if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
-            raise UserError(f"checkpoint {self.path} is not a version-{CHECKPOINT_VERSION} checkpoint of this project; delete "
-                            "it to start from scratch", headline="bad checkpoint")
+            raise UserError(f"checkpoint {path} is not a version-{CHECKPOINT_VERSION} checkpoint of this project; delete "
+                            "the checkpoint folder to start from scratch", headline="bad checkpoint")
         return state
+
+
+def _atomic(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with writing(path), os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def rng_state() -> dict:

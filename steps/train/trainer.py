@@ -80,12 +80,12 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     try:
         model = workload.build_model(len(classes)).to(device)
         optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
-        checkpoints = Checkpoints(cluster.checkpoint_dir, every_steps=cfg.checkpoint_every_steps, every_s=cfg.checkpoint_every_s,
-                                  writer=cluster.rank == 0)
+        checkpoints = Checkpoints(cluster.checkpoint_dir, rank=cluster.rank, world=cluster.world_size,
+                                  every_steps=cfg.checkpoint_every_steps, every_s=cfg.checkpoint_every_s)
         progress = _Progress.fresh(cfg)
         resumed = checkpoints.load()
         if resumed is not None:
-            progress = _Progress.resume(resumed, cluster, model, optimizer, checkpoints.path)
+            progress = _Progress.resume(*resumed, cluster, model, optimizer, checkpoints.folder)
         if cluster.heterogeneous:
             source = DataServiceClient(cfg, me=cluster.current_host, data_hosts=cluster.data_hosts, secret=job_secret(),
                                        pinned=device.type == "cuda").connect(progress.epoch, progress.consumed)
@@ -126,6 +126,7 @@ class _Progress:
     ledger: Ledger
     budget_seen: list = field(default_factory=list)  # corrupt samples of the current epoch, for the budget
     consumed: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # every trainer's ids of the epoch
+    iteration: int = 0  # steps trained in the current epoch: DistributedDataParallel's lockstep count
     resumes: int = 0
     in_step: bool = False
 
@@ -133,39 +134,39 @@ class _Progress:
     def epoch(self) -> int:
         return self.ledger.epoch
 
+    @property
+    def tag(self) -> tuple[int, int]:
+        return self.ledger.epoch, self.iteration
+
     @classmethod
     def fresh(cls, cfg) -> "_Progress":
         return cls(StepStats(cfg.warmup_steps), [], Ledger())
 
     @classmethod
-    def resume(cls, state: dict, cluster: Cluster, model, optimizer, path) -> "_Progress":
-        ranks = state["ranks"]
-        if len(ranks) != cluster.world_size:
-            raise UserError(f"checkpoint {path} was written by {len(ranks)} trainer host(s); this job has {cluster.world_size}. "
-                            "Resume with the same DnnInstanceCount, or delete the checkpoint to start over", headline="bad checkpoint")
-        mine = ranks[cluster.rank]
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+    def resume(cls, tag, parts: list[dict], cluster: Cluster, model, optimizer, folder) -> "_Progress":
+        """From every trainer's part at ``tag`` (`Checkpoints.load`): this host's own, the model from the first's."""
+        mine, first = parts[cluster.rank], parts[0]
+        model.load_state_dict(first["model"])
+        optimizer.load_state_dict(first["optimizer"])
         restore_rng(mine["rng"])
-        stats = StepStats(state["warmup_steps"])
+        stats = StepStats(first["warmup_steps"])
         stats.restore(mine["stats"])
         ledger = Ledger.from_state(mine["ledger"])
-        consumed = np.unique(np.concatenate([np.asarray(r["ledger"]["ids"], dtype=np.int64) for r in ranks] or [np.empty(0, np.int64)]))
-        progress = cls(stats, list(mine["corrupt"]), ledger, list(mine["budget_seen"]), consumed, state.get("resumes", 0) + 1)
-        print(f"[checkpoint] resuming from {path}: epoch {ledger.epoch}, step {stats.steps}, {consumed.size} sample(s) of the "
-              f"epoch already consumed (resume {progress.resumes})", flush=True)
+        consumed = np.unique(np.concatenate([np.asarray(p["ledger"]["ids"], dtype=np.int64) for p in parts]))
+        progress = cls(stats, list(mine["corrupt"]), ledger, list(mine["budget_seen"]), consumed, tag[1], first["resumes"] + 1)
+        print(f"[checkpoint] resuming from {folder}: epoch {tag[0]}, iteration {tag[1]} of it, step {stats.steps}, "
+              f"{consumed.size} sample(s) of the epoch already consumed by {len(parts)} trainer(s) (resume {progress.resumes})",
+              flush=True)
         return progress
 
-    def state(self, model, optimizer) -> dict:
-        """The checkpoint, every trainer's part gathered (a collective when distributed)."""
-        mine = {"stats": self.stats.state(), "corrupt": self.corrupt, "ledger": self.ledger.state(), "rng": rng_state(),
-                "budget_seen": self.budget_seen}
-        ranks = [None] * dist.get_world_size() if dist.is_initialized() else [mine]
-        if dist.is_initialized():
-            dist.all_gather_object(ranks, mine)
-        net = model.module if isinstance(model, DistributedDataParallel) else model
-        return {"epoch": self.ledger.epoch, "steps": self.stats.steps, "warmup_steps": self.stats.warmup_steps,
-                "model": net.state_dict(), "optimizer": optimizer.state_dict(), "ranks": ranks, "resumes": self.resumes}
+    def part(self, model, optimizer, *, first: bool) -> dict:
+        """This trainer's part of a checkpoint; the first trainer's also holds the model and optimizer."""
+        part = {"stats": self.stats.state(), "corrupt": self.corrupt, "ledger": self.ledger.state(), "rng": rng_state(),
+                "budget_seen": self.budget_seen, "resumes": self.resumes}
+        if first:
+            net = model.module if isinstance(model, DistributedDataParallel) else model
+            part.update(model=net.state_dict(), optimizer=optimizer.state_dict(), warmup_steps=self.stats.warmup_steps)
+        return part
 
     def ledger_report(self) -> dict:
         partial = self.ledger.ids
@@ -189,8 +190,7 @@ def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) 
 
 
 def _train(cfg, workload, model, optimizer, source, device, progress: _Progress, checkpoints: Checkpoints) -> None:
-    """Every epoch from where ``progress`` stands; checkpoints as `steps.train.checkpoint` says (mid-epoch with one
-    trainer host; with several only at epoch ends, where they all meet)."""
+    """Every epoch from where ``progress`` stands, saving checkpoints as `steps.train.checkpoint.Checkpoints` says."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     budget = CorruptBudget(cfg.max_corrupt_share, source.samples_per_epoch // world)  # this trainer's share of an epoch
     budget.restore(progress.epoch, progress.budget_seen)
@@ -203,13 +203,12 @@ def _train(cfg, workload, model, optimizer, source, device, progress: _Progress,
         for epoch in range(progress.epoch, cfg.epochs):
             join = Join([model]) if dist.is_initialized() else contextlib.nullcontext()
             with join:
-                stopped = _epoch(cfg, workload, model, optimizer, source, device, loss_fn, progress, epoch, budget,
-                                 checkpoints if world == 1 else None)
+                stopped = _epoch(cfg, workload, model, optimizer, source, device, loss_fn, progress, epoch, budget, checkpoints)
             if stopped:
                 break
             progress.ledger.close_epoch(epoch, _all_ids(progress.ledger.ids))
-            progress.budget_seen = []
-            _checkpoint(checkpoints, progress, model, optimizer, "end of epoch")
+            progress.budget_seen, progress.iteration = [], 0
+            _checkpoint(checkpoints, progress, model, optimizer, "end of epoch", end_of_epoch=True)
             if TERMINATE.requested:
                 raise _interrupted(progress, checkpoints)
     except Interrupted:
@@ -249,6 +248,7 @@ def _epoch(cfg, workload, model, optimizer, source, device, loss_fn, progress: _
             loss_value = loss.item()  # also waits for the device, so compute time is real
             done = time.perf_counter()
             stats.record(wait=ready - last, compute=done - ready, samples=len(batch))
+            progress.iteration += 1
         else:
             ids = []
             batch.release()
@@ -258,8 +258,9 @@ def _epoch(cfg, workload, model, optimizer, source, device, loss_fn, progress: _
             continue
         if stats.steps % cfg.log_every == 0:
             print(stats.last_step_line(epoch=epoch, loss=loss_value), flush=True)
-        if checkpoints is not None and (TERMINATE.requested or checkpoints.due(stats.steps)):
-            _checkpoint(checkpoints, progress, model, optimizer, "SIGTERM" if TERMINATE.requested else "interval")
+        sigterm = TERMINATE.requested and checkpoints.world == 1  # with several trainers only at points they all reach
+        if sigterm or checkpoints.due(progress.iteration, stats.steps):
+            _checkpoint(checkpoints, progress, model, optimizer, "SIGTERM" if sigterm else "interval")
             done = time.perf_counter()  # saving is not waiting for data: the next step's wait starts now
         if TERMINATE.requested:
             raise _interrupted(progress, checkpoints)
@@ -269,12 +270,14 @@ def _epoch(cfg, workload, model, optimizer, source, device, loss_fn, progress: _
     return False
 
 
-def _checkpoint(checkpoints: Checkpoints, progress: _Progress, model, optimizer, why: str, *, quiet_failure: bool = False) -> None:
-    """Save (the trainer parts are gathered on every host; the first trainer writes). ``quiet_failure``: a save that
-    itself fails is reported, not raised, so the error that led here stays the one the job ends with."""
+def _checkpoint(checkpoints: Checkpoints, progress: _Progress, model, optimizer, why: str, *, end_of_epoch: bool = False,
+                quiet_failure: bool = False) -> None:
+    """Save this trainer's part. ``quiet_failure``: a save that itself fails is reported, not raised, so the error
+    that led here stays the one the job ends with."""
     started = time.perf_counter()
     try:
-        path = checkpoints.save(progress.state(model, optimizer))
+        path = checkpoints.save(progress.tag, progress.part(model, optimizer, first=checkpoints.writer),
+                                steps=progress.stats.steps, end_of_epoch=end_of_epoch)
     except Exception as exc:  # noqa: BLE001
         if not quiet_failure:
             raise
@@ -289,10 +292,11 @@ def _checkpoint(checkpoints: Checkpoints, progress: _Progress, model, optimizer,
 
 
 def _interrupted(progress: _Progress, checkpoints: Checkpoints) -> Interrupted:
-    if checkpoints.saved_step < 0:
-        where = "no checkpoint written by this trainer" + ("" if checkpoints.writer else " (the first trainer host writes them)")
+    if checkpoints.saved_tag is None:
+        where = "no checkpoint written yet"
     else:
-        where = f"checkpoint at epoch {checkpoints.saved_epoch}, step {checkpoints.saved_step} in {checkpoints.folder}"
+        epoch, iteration = checkpoints.saved_tag
+        where = f"checkpoint at epoch {epoch}, iteration {iteration} (step {checkpoints.saved_step}) in {checkpoints.folder}"
         if progress.stats.steps > checkpoints.saved_step:
             where += f"; the {progress.stats.steps - checkpoints.saved_step} step(s) since are redone"
     return Interrupted(f"SIGTERM (a stop or a spot interruption) during training: {where}; a job restarted on the same "

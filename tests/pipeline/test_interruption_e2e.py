@@ -4,12 +4,17 @@ checkpoints, and the same accounting as an uninterrupted run (each sample once p
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
+from pipeline import storage
+from pipeline.emulator import EmulatedJob
 from pipeline.graph import resolve_parameters
-from pipeline.harness import listeners_on
+from pipeline.harness import listeners_on, two_group_request
 from pipeline.local import LocalOptions, LocalRunner
+from steps.contract import CHECKPOINT_LOCAL_PATH
+from steps.shard.shard import shard_dataset
 
 pytestmark = pytest.mark.e2e
 
@@ -67,3 +72,30 @@ def test_tensorflow_job_resumes_at_the_epoch_boundary_and_says_what_it_redoes(tm
     assert metrics["samples_seen"] == 2 * train
     assert not (failure / "output" / "failure").exists()
     assert all(h.exit_code == 0 for h in job.hosts)
+
+
+def test_two_trainer_hosts_resume_from_the_newest_point_both_reached(tmp_path, tiny_images, code_uri, no_leftovers):
+    shards = tmp_path / "shards"
+    shard_dataset(tiny_images, shards, target_shard_mb=1, data_hosts=2)
+    train = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
+    request = two_group_request(tmp_path, shards, code_uri, data=2, dnn=2, hyperparameters={
+        "epochs": 3, "batch_size": 8, "log_every": 1, "checkpoint_every_steps": 2, "workload_options": {"blur_passes": 0},
+        "heartbeat_s": 0.5, "silence_timeout_s": 10, "connect_timeout_s": 60})
+    request["CheckpointConfig"] = {"S3Uri": storage.uri(tmp_path / "checkpoints"), "LocalPath": CHECKPOINT_LOCAL_PATH}
+    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=20, timeout_s=300,
+                      # the first trainer's step count: its share of epoch 0 (half or more of the batches) and a few more
+                      interrupt_after_steps=train // 16 + 11)
+    with job:
+        job.start()
+        result = job.wait()
+
+    assert result.ok, result.failure
+    assert result.interruptions == 1 and set(result.interrupted["exit_codes"].values()) == {143}
+    logs = "".join(p.read_text() for p in (tmp_path / "job").glob("algo-*/output/host.log"))
+    resumed = re.search(r"\[checkpoint\] resuming from \S+: epoch 1, iteration (\d+) of it, .* by 2 trainer\(s\)", logs)
+    assert resumed and int(resumed.group(1)) % 2 == 0 and int(resumed.group(1)) > 0, logs[-3000:]  # inside the epoch
+    metrics = json.loads((result.model_dir / "metrics.json").read_text())
+    ledger = metrics["sample_ledger"]
+    assert [(e["samples"], e["distinct"], e["duplicates"]) for e in ledger["epochs"]] == [(train, train, 0)] * 3
+    assert metrics["samples_seen"] == 3 * train and ledger["resumes"] == 1
+    assert not listeners_on([job])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from steps.common.errors import UserError
-from steps.train.checkpoint import CHECKPOINT_FILE, TERMINATE, Checkpoints, Interrupted, Ledger, digest
+from steps.train.checkpoint import TERMINATE, Checkpoints, Interrupted, Ledger, digest
 from steps.train.config import TrainConfig
 from steps.train.dataset import Batch
 from steps.train.trainer import _Progress, _train
@@ -49,9 +49,9 @@ def _run(cfg, folder, source):
     optimizer = workload.optimizer(model.parameters(), 0.01)
     checkpoints = Checkpoints(folder, every_steps=cfg.checkpoint_every_steps, every_s=0)
     progress = _Progress.fresh(cfg)
-    state = checkpoints.load()
-    if state is not None:
-        progress = _Progress.resume(state, _OneTrainer(), model, optimizer, checkpoints.path)
+    saved = checkpoints.load()
+    if saved is not None:
+        progress = _Progress.resume(*saved, _OneTrainer(), model, optimizer, folder)
         source.resume(progress.epoch, progress.consumed)
     _train(cfg, workload, model, optimizer, source, torch.device("cpu"), progress, checkpoints)
     return progress, model
@@ -78,8 +78,8 @@ def test_a_sigterm_mid_epoch_saves_the_position_and_the_resumed_run_consumes_eac
 
     with pytest.raises(Interrupted) as interrupted:
         _run(cfg, tmp_path / "ckpt", _Source(on_batch=sigterm_at))
-    assert "checkpoint at epoch 1, step 18" in interrupted.value.message and interrupted.value.code == 143
-    assert (tmp_path / "ckpt" / CHECKPOINT_FILE).is_file()
+    assert "checkpoint at epoch 1, iteration 6 (step 18)" in interrupted.value.message and interrupted.value.code == 143
+    assert Checkpoints(tmp_path / "ckpt").load()[0] == (1, 6)
     assert not [p for p in (tmp_path / "ckpt").iterdir() if p.name.startswith(".")]  # nothing half-written left behind
     TERMINATE.event.clear()
     source = _Source()
@@ -99,9 +99,9 @@ def test_checkpoints_every_n_steps_and_at_every_epoch_end(tmp_path, capsys):
     _run(cfg, tmp_path, _Source())
     saves = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[checkpoint] saved")]
     assert [s.split(": ")[0] for s in saves].count("[checkpoint] saved (end of epoch)") == 2
-    assert sum("(interval)" in s for s in saves) == 4  # steps 5, 10, 15, 20 (epochs of 11 + 12 steps)
-    state = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=False)
-    assert state["epoch"] == 2 and state["ranks"][0]["ledger"]["ids"].size == 0
+    assert sum("(interval)" in s for s in saves) == 4  # steps 5, 10, 15, 20 (two epochs of 12 steps)
+    tag, (part,) = Checkpoints(tmp_path).load()
+    assert tag == (2, 0) and part["ledger"]["ids"].size == 0 and part["steps"] == 24
 
 
 def test_a_failure_between_steps_leaves_a_checkpoint_to_resume_from(tmp_path):
@@ -113,17 +113,34 @@ def test_a_failure_between_steps_leaves_a_checkpoint_to_resume_from(tmp_path):
 
     with pytest.raises(ConnectionError):
         _run(cfg, tmp_path, _Source(on_batch=lose_the_data_host))
-    state = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=False)
-    assert state["steps"] == 6 and state["ranks"][0]["ledger"]["ids"].size == 6 * 4
+    tag, (part,) = Checkpoints(tmp_path).load()
+    assert tag == (0, 6) and part["steps"] == 6 and part["ledger"]["ids"].size == 6 * 4
 
 
 def test_a_checkpoint_of_another_kind_is_refused_with_what_to_do(tmp_path):
-    (tmp_path / CHECKPOINT_FILE).write_bytes(b"not a checkpoint")
-    with pytest.raises(UserError, match=r"cannot be read .* delete it"):
+    (tmp_path / "trainer-0.a.json").write_text('{"tag": [0, 3], "world_size": 1}')
+    (tmp_path / "trainer-0.a.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match=r"cannot be read .* delete the checkpoint folder"):
         Checkpoints(tmp_path).load()
-    torch.save({"version": 99}, tmp_path / CHECKPOINT_FILE)
-    with pytest.raises(UserError, match="not a version-1 checkpoint"):
+    torch.save({"version": 99}, tmp_path / "trainer-0.a.pt")
+    with pytest.raises(UserError, match="not a version-2 checkpoint"):
         Checkpoints(tmp_path).load()
+    with pytest.raises(UserError, match=r"written by \[1\] trainer host\(s\); this job has 2"):
+        Checkpoints(tmp_path, rank=0, world=2).load()
+
+
+def test_several_trainers_resume_from_the_newest_point_they_all_reached(tmp_path):
+    first, second = (Checkpoints(tmp_path, rank=r, world=2, every_steps=4) for r in (0, 1))
+    assert first.due(8, 17) and not first.due(9, 18)  # every 4 iterations of an epoch, not by time or run steps
+    for tag in ((0, 4), (0, 8)):  # both reached these
+        first.save(tag, {"ledger": {"ids": [1]}}, steps=tag[1])
+        second.save(tag, {"ledger": {"ids": [2]}}, steps=tag[1])
+    first.save((0, 12), {"ledger": {"ids": [1, 3]}}, steps=12)  # the second ran out of batches: the first went on alone
+    tag, parts = Checkpoints(tmp_path, rank=1, world=2).load()
+    assert tag == (0, 8) and [p["ledger"]["ids"] for p in parts] == [[1], [2]]
+    first.save((1, 0), {"ledger": {"ids": []}}, steps=14, end_of_epoch=True)
+    second.save((1, 0), {"ledger": {"ids": []}}, steps=13, end_of_epoch=True)
+    assert Checkpoints(tmp_path, rank=0, world=2).load()[0] == (1, 0)
 
 
 def test_the_ledger_digest_is_the_set_not_the_order():
@@ -145,5 +162,5 @@ def test_a_data_host_that_reports_its_own_sigterm_first_still_ends_as_an_interru
 
     with pytest.raises(Interrupted) as interrupted:
         _run(cfg, tmp_path, _Source(on_batch=everyone_gets_sigterm))
-    assert "checkpoint at epoch 0, step 4" in interrupted.value.message
-    assert torch.load(tmp_path / CHECKPOINT_FILE, weights_only=False)["ranks"][0]["ledger"]["ids"].size == 4 * 4
+    assert "checkpoint at epoch 0, iteration 4 (step 4)" in interrupted.value.message
+    assert Checkpoints(tmp_path).load()[1][0]["ledger"]["ids"].size == 4 * 4
