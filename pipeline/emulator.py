@@ -17,8 +17,9 @@ instance's vCPUs.
 ``CheckpointConfig`` works as in SageMaker: its ``S3Uri`` is copied into every host's ``LocalPath``
 (``/opt/ml/checkpoints``, under the host's folder) when the job starts, and what the hosts wrote
 there is copied back when it ends, however it ends. ``interrupt_after_steps`` emulates a spot
-interruption: once a trainer logs that step, every host gets SIGTERM (its entry process, as the
-container's does), has ``grace_s`` to exit, and the job starts again on fresh hosts from its
+interruption: once a trainer logs that step, every host's first process gets SIGTERM (the request's
+``ContainerEntrypoint``; in plain script mode that is the toolkit, which does not pass it on, so the
+hosts are killed), has ``grace_s`` to exit, and the job starts again on fresh hosts from its
 checkpoints; the first attempt's folders stay beside, as ``<job_dir>.attempt-1``.
 
 Like SageMaker, the job ends when every host has exited, or when
@@ -368,6 +369,7 @@ class EmulatedJob:
         failure = None
         while True:
             if self._interrupt.is_set() and not self.interruptions:
+                self._interrupt.clear()
                 self._interrupt_and_restart()
             now = time.monotonic()
             for host in self.hosts:
@@ -391,14 +393,16 @@ class EmulatedJob:
     def _interrupt_and_restart(self) -> None:
         """A spot interruption: SIGTERM to every host's entry process, ``grace_s`` to exit, then the same job again
         on fresh hosts (names dealt anew) that find the checkpoints where the first ones left them."""
-        self.interruptions += 1
         live = [h for h in self.hosts if h.process.poll() is None]
+        if not live:  # the job ended before the interruption came: nothing to interrupt
+            return
+        self.interruptions += 1
         signalled = time.monotonic()
         for host in live:
-            try:  # script mode: the toolkit holds the signal, and the instance goes when the notice runs out
-                host.process.send_signal(signal.SIGTERM) if self.signals_reach_entry_point else _signal_group(host.process, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            if self.signals_reach_entry_point:
+                _signal(host.process, signal.SIGTERM)
+            else:  # script mode: the toolkit holds the signal, and the instance goes when the notice runs out
+                _signal_group(host.process, signal.SIGKILL)
         deadline = signalled + self.grace_s
         exited: dict[str, float] = {}
         while time.monotonic() < deadline and len(exited) < len(live):
@@ -480,6 +484,13 @@ def _files(folder: Path) -> dict[str, tuple[int, int]]:
             stat = path.stat()
             found[path.relative_to(folder).as_posix()] = (stat.st_mtime_ns, stat.st_size)
     return found
+
+
+def _signal(process: subprocess.Popen, sig: int) -> None:
+    try:
+        process.send_signal(sig)
+    except ProcessLookupError:
+        pass
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
