@@ -33,6 +33,7 @@ from steps.train.tf_servers import end_server
 from steps.train.wire import Kind, WireError
 
 COMPRESSION = {"none": None, "auto": "AUTO"}
+WATCHDOG_GRACE_S = 5.0  # how long a training loop blocked in TensorFlow gets to notice a lost data host itself
 
 
 class TfDataService:
@@ -129,12 +130,14 @@ class TfDataService:
                 self._answered.notify_all()
 
     def _watchdog(self) -> None:
-        """The training loop checks for a lost host between batches; if TensorFlow keeps it blocked
-        waiting for that host's data, end the process here, the same way it would have ended."""
-        if self._stopping.wait(self.cfg.silence_timeout_s):
+        """The training loop checks for a lost host between batches, so it notices within a step; if TensorFlow
+        keeps it blocked waiting for that host's data, end the process here, the same way it would have ended.
+        The loss was already silence_timeout_s in the making: waiting that long again doubled the time to exit."""
+        grace = min(WATCHDOG_GRACE_S, self.cfg.silence_timeout_s)
+        if self._stopping.wait(grace):
             return
         reason = describe(self.failure)
-        print(f"ERROR {reason} (the input pipeline stayed blocked for {self.cfg.silence_timeout_s:g} s)", flush=True)
+        print(f"ERROR {reason} (the input pipeline stayed blocked for {grace:g} s after that)", flush=True)
         write_failure(self.cluster.output_dir, reason)
         self.close("failed", reason)
         os._exit(EXIT_INTERNAL_ERROR)
