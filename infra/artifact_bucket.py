@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 
+NONCURRENT_DAYS = 30
+
+
 class ArtifactBucket(Construct):
     """Encrypted, SSL-only, private, versioned; server access logs to `log_bucket`.
+
+    Overwritten and deleted objects stay recoverable for `NONCURRENT_DAYS`, then go: training jobs rewrite
+    their checkpoint slots (a model and its optimizer each time) every few minutes, and with versioning
+    alone every one of those copies would be kept, and billed, for ever.
 
     EventBridge notifications are switched on in the bucket's own CloudFormation
     properties (not `event_bridge_enabled`, which deploys a Lambda-backed custom
@@ -31,7 +38,9 @@ class ArtifactBucket(Construct):
             reason="This is the access-log bucket itself; logging it to another bucket would only move the problem."),
         )
         self.bucket = s3.Bucket(self, "Artifacts", server_access_logs_bucket=self.log_bucket,
-                                server_access_logs_prefix="artifacts/", **common)
+                                server_access_logs_prefix="artifacts/", **common, lifecycle_rules=[s3.LifecycleRule(
+                                    id="NoncurrentVersions", noncurrent_version_expiration=Duration.days(NONCURRENT_DAYS),
+                                    abort_incomplete_multipart_upload_after=Duration.days(7))])
         if event_bridge:
             cfn = self.bucket.node.default_child
             cfn.notification_configuration = s3.CfnBucket.NotificationConfigurationProperty(

@@ -15,6 +15,15 @@ def test_artifact_bucket_is_encrypted_private_versioned_and_logged(synth_default
     })
 
 
+def test_overwritten_artifacts_such_as_checkpoint_slots_are_not_kept_for_ever(synth_default):
+    synth_default.template.has_resource_properties("AWS::S3::Bucket", {
+        "LoggingConfiguration": {"DestinationBucketName": Match.any_value(), "LogFilePrefix": "artifacts/"},
+        "LifecycleConfiguration": {"Rules": [{"Id": "NoncurrentVersions", "Status": "Enabled",
+                                              "NoncurrentVersionExpiration": {"NoncurrentDays": 30},
+                                              "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7}}]},
+    })
+
+
 def test_log_bucket_is_encrypted_private_and_versioned(synth_default):
     synth_default.template.has_resource_properties("AWS::S3::Bucket", {
         "BucketEncryption": ENCRYPTED, "PublicAccessBlockConfiguration": PRIVATE,
