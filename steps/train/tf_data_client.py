@@ -22,8 +22,9 @@ import time
 
 import numpy as np
 
-from steps.common.errors import EXIT_INTERNAL_ERROR, HeteroError, describe, write_failure
+from steps.common.errors import EXIT_INTERNAL_ERROR, EXIT_TERMINATED, HeteroError, describe, write_failure
 from steps.train.auth import client_handshake, job_secret
+from steps.train.checkpoint import TERMINATE, Interrupted
 from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import DataHostLost, dial, send_stop
@@ -136,11 +137,15 @@ class TfDataService:
         grace = min(WATCHDOG_GRACE_S, self.cfg.silence_timeout_s)
         if self._stopping.wait(grace):
             return
-        reason = describe(self.failure)
+        code, reason = EXIT_INTERNAL_ERROR, describe(self.failure)
+        if TERMINATE.requested:  # the data hosts went because the job is being stopped: an interruption, not their fault
+            code, reason = EXIT_TERMINATED, Interrupted(
+                "SIGTERM (a stop or a spot interruption) while TensorFlow waited for data; a job restarted on the same "
+                "checkpoint location redoes the epoch it was in, from the last epoch-end checkpoint").one_line()
         print(f"ERROR {reason} (the input pipeline stayed blocked for {grace:g} s after that)", flush=True)
         write_failure(self.cluster.output_dir, reason)
         self.close("failed", reason)
-        os._exit(EXIT_INTERNAL_ERROR)
+        os._exit(code)
 
     def check(self) -> None:
         if self.failure is not None:

@@ -194,8 +194,9 @@ def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strat
     TERMINATE.armed = True
     try:
         upcoming = iter(dataset(start))
+        epoch, first_of_epoch = start, stats.steps
         for epoch in range(start, cfg.epochs):
-            batches, upcoming = upcoming, None
+            batches, upcoming, first_of_epoch = upcoming, None, stats.steps
 
             def open_next(received: int, epoch=epoch):
                 # the next epoch's job starts on the workers in the last few batches of this one, so the pipelines
@@ -215,6 +216,12 @@ def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strat
             _save(checkpoints, model, optimizer, epoch + 1, stats, accounting, corrupt)
             if TERMINATE.requested:
                 raise _interrupted(checkpoints, epoch + 1, 0)
+    except Interrupted:
+        raise
+    except BaseException as exc:
+        if TERMINATE.requested:  # the data hosts got SIGTERM too, and one said so first: still an interruption
+            raise _interrupted(checkpoints, epoch, stats.steps - first_of_epoch) from exc
+        raise
     finally:
         TERMINATE.armed = False
     return stats, accounting, corrupt

@@ -31,3 +31,21 @@ def test_the_watchdog_ends_a_trainer_that_tensorflow_keeps_blocked(tmp_path, mon
     else:  # blocked: the watchdog writes the same failure the loop would have, and ends the process non-zero
         assert codes == [1]
         assert (tmp_path / "output" / "failure").read_text().startswith("data host lost: data host algo-2 was lost")
+
+
+def test_a_watchdog_firing_while_the_job_is_being_stopped_reports_the_interruption(tmp_path, monkeypatch):
+    from steps.train.checkpoint import TERMINATE
+
+    exited = threading.Event()
+    codes = []
+    monkeypatch.setattr(tf_data_client.os, "_exit", lambda code: (codes.append(code), exited.set()))
+    monkeypatch.setenv("HETERO_JOB_SECRET", "s" * 32)
+    monkeypatch.setattr(TERMINATE, "event", threading.Event())
+    TERMINATE.event.set()  # SIGTERM reached this trainer too: its data host's loss is the stop, not a fault
+    cluster = SimpleNamespace(trainer_hosts=("algo-1",), current_host="algo-1", output_dir=tmp_path / "output")
+    service = tf_data_client.TfDataService(TrainConfig(silence_timeout_s=1.0), cluster)
+    service._fail(DataHostLost("data host algo-2 failed: data host algo-2: terminated: SIGTERM"))
+    assert exited.wait(3)
+    assert codes == [143]
+    failure = (tmp_path / "output" / "failure").read_text()
+    assert failure.startswith("interrupted: SIGTERM") and "redoes the epoch it was in" in failure
