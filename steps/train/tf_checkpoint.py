@@ -63,4 +63,5 @@ class TfCheckpoints:
             raise UserError(f"checkpoint {pointer} cannot be restored ({type(exc).__name__}: {str(exc)[:300]}); delete the "
                             "checkpoint folder (and its copy under CheckpointConfig.S3Uri) to start from scratch",
                             headline="bad checkpoint") from None
+        self.saved_epoch = state["epoch"]  # the checkpoint an interruption before the next save falls back to
         return state

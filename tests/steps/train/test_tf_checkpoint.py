@@ -30,7 +30,9 @@ def test_variables_and_state_come_back_and_only_the_newest_epoch_is_kept(tmp_pat
     assert {p.name for p in tmp_path.iterdir()} == {POINTER, "tf-epoch-2"}
 
     restored_model, restored_optimizer = _built()
-    state = TfCheckpoints(tmp_path).load(restored_model, restored_optimizer)
+    reader = TfCheckpoints(tmp_path)
+    state = reader.load(restored_model, restored_optimizer)
+    assert reader.saved_epoch == 2  # what an interruption before the next save falls back to
     assert state["epoch"] == 2 and state["steps"] == 20 and state["accounting"] == [{"epoch": 1}]
     assert int(restored_optimizer.iterations.numpy()) == 7
     assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), restored_model.get_weights()))
