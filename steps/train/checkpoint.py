@@ -193,6 +193,8 @@ class Checkpoints:
                 continue  # a host that trained on alone after the others ran out: not a point they all reached
             parts = [self._read(self.folder / f"trainer-{r}.{slots[r]}.pt", torch) for r in range(self.world)]
             if all(p.get("tag") == list(tag) for p in parts):
+                # what an interruption before the next save falls back to
+                self.saved_tag, self.saved_step = tag, parts[self.rank]["steps"]
                 return tag, parts
         return None
 

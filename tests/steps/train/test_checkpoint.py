@@ -136,8 +136,10 @@ def test_several_trainers_resume_from_the_newest_point_they_all_reached(tmp_path
         first.save(tag, {"ledger": {"ids": [1]}}, steps=tag[1])
         second.save(tag, {"ledger": {"ids": [2]}}, steps=tag[1])
     first.save((0, 12), {"ledger": {"ids": [1, 3]}}, steps=12)  # the second ran out of batches: the first went on alone
-    tag, parts = Checkpoints(tmp_path, rank=1, world=2).load()
+    reader = Checkpoints(tmp_path, rank=1, world=2)
+    tag, parts = reader.load()
     assert tag == (0, 8) and [p["ledger"]["ids"] for p in parts] == [[1], [2]]
+    assert reader.saved_tag == (0, 8) and reader.saved_step == 8  # named if interrupted before the next save
     first.save((1, 0), {"ledger": {"ids": []}}, steps=14, end_of_epoch=True)
     second.save((1, 0), {"ledger": {"ids": []}}, steps=13, end_of_epoch=True)
     assert Checkpoints(tmp_path, rank=0, world=2).load()[0] == (1, 0)
