@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 
 @contextlib.contextmanager
@@ -28,13 +29,19 @@ def write_json_atomic(path: str | os.PathLike, obj) -> Path:
 
 def write_text_atomic(path: str | os.PathLike, data: str) -> Path:
     """Write ``data`` so that readers see the old file or the new one, never half."""
+    return write_atomic(path, lambda fh: fh.write(data.encode("utf-8")))
+
+
+def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:
+    """Call ``write`` on a binary file beside ``path``, flush it to disk, then rename it over ``path``: readers
+    (and an uploader syncing the folder) see the old file or the new one, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Same directory as the target so os.replace is a rename, not a copy.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with writing(path), os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(data)
+        with writing(path), os.fdopen(fd, "wb") as fh:
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

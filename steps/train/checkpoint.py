@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import signal
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from steps.common.errors import Terminated, UserError
-from steps.common.files import writing
+from steps.common.files import write_atomic
 
 CHECKPOINT_VERSION = 2
 
@@ -158,8 +156,8 @@ class Checkpoints:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"trainer-{self.rank}.{slot}.pt"
         document = {"version": CHECKPOINT_VERSION, "tag": list(tag), "world_size": self.world, "steps": steps, **part}
-        _atomic(path, lambda fh: torch.save(document, fh))
-        _atomic(path.with_suffix(".json"), lambda fh: fh.write(json.dumps({"tag": list(tag), "world_size": self.world}).encode()))
+        write_atomic(path, lambda fh: torch.save(document, fh))
+        write_atomic(path.with_suffix(".json"), lambda fh: fh.write(json.dumps({"tag": list(tag), "world_size": self.world}).encode()))
         self.saved_at, self.saved_tag, self.saved_step = time.monotonic(), tuple(tag), steps
         self.saves += 1
         return path
@@ -208,19 +206,6 @@ class Checkpoints:
             raise UserError(f"checkpoint {path} is not a version-{CHECKPOINT_VERSION} checkpoint of this project; delete "
                             "the checkpoint folder to start from scratch", headline="bad checkpoint")
         return state
-
-
-def _atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with writing(path), os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def rng_state() -> dict:
