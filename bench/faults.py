@@ -45,7 +45,6 @@ from pipeline import storage  # noqa: E402
 from pipeline.code import STEPS_DIR, build_code_tarball  # noqa: E402
 from pipeline.emulator import EmulatedJob  # noqa: E402
 from pipeline.sample_data import generate  # noqa: E402
-from steps.contract import CHECKPOINT_LOCAL_PATH  # noqa: E402
 from steps.shard.shard import shard_dataset  # noqa: E402
 from pipeline.harness import by_role, children, listeners_on, start_training_job, two_group_request  # noqa: E402
 
@@ -91,10 +90,9 @@ def interruption_run(work: Path, shards: Path, code_uri: str, framework: str, si
     """A job interrupted in its second epoch and restarted from its checkpoints: timing and accounting."""
     before = {p.pid for p in children()}
     train = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
-    request = two_group_request(work, shards, code_uri, data=2, hyperparameters={
+    request = two_group_request(work, shards, code_uri, data=2, checkpoints=work / "checkpoints", hyperparameters={
         "framework": framework, "epochs": INTERRUPT_EPOCHS, "batch_size": 8, "log_every": 1, "heartbeat_s": 0.5,
         "silence_timeout_s": silence, "connect_timeout_s": 60, "workload_options": {"blur_passes": 0}})
-    request["CheckpointConfig"] = {"S3Uri": storage.uri(work / "checkpoints"), "LocalPath": CHECKPOINT_LOCAL_PATH}
     steps_per_epoch = train // 8
     job = EmulatedJob(name="job", request=request, job_dir=work / "job", grace_s=30, timeout_s=300,
                       interrupt_after_steps=steps_per_epoch + steps_per_epoch // 2)

@@ -18,7 +18,7 @@ import psutil
 from pipeline import storage
 from pipeline.emulator import EmulatedJob
 from pipeline.sagemaker.settings import TRAINING_ENTRYPOINT
-from steps.contract import DATA_GROUP, DNN_GROUP, REPLICATED, SECRET_ENV, SHARDED, TRAIN_ENTRY_POINT
+from steps.contract import CHECKPOINT_LOCAL_PATH, DATA_GROUP, DNN_GROUP, REPLICATED, SECRET_ENV, SHARDED, TRAIN_ENTRY_POINT
 from steps.train.auth import new_secret
 
 
@@ -69,15 +69,19 @@ def listeners_on(jobs) -> set[tuple[str, int]]:
             if c.status == psutil.CONN_LISTEN and c.laddr.ip in addresses}
 
 def two_group_request(tmp_path: Path, shards: Path, code_uri: str, *, data: int, hyperparameters: dict,
-                      distribution: str = SHARDED, dnn: int = 1) -> dict:
-    """A heterogeneous job on the shard step's output, its channels assigned as the pipeline assigns them."""
-    return training_request(
+                      distribution: str = SHARDED, dnn: int = 1, checkpoints: Path | None = None) -> dict:
+    """A heterogeneous job on the shard step's output, its channels assigned as the pipeline assigns them;
+    ``checkpoints``: the folder its CheckpointConfig.S3Uri stands for."""
+    request = training_request(
         code_uri=code_uri, output=tmp_path / "output",
         groups=[(DATA_GROUP, "ml.c5.4xlarge", data), (DNN_GROUP, "ml.g5.xlarge", dnn)],
         channels=[s3_channel("train", shards / "train", distribution=distribution, groups=(DATA_GROUP,)),
                   s3_channel("validation", shards / "validation", groups=(DNN_GROUP,)),
                   s3_channel("manifest", shards / "manifest.json", groups=(DATA_GROUP, DNN_GROUP))],
         hyperparameters=hyperparameters, environment={SECRET_ENV: new_secret()})
+    if checkpoints is not None:
+        request["CheckpointConfig"] = {"S3Uri": storage.uri(checkpoints), "LocalPath": CHECKPOINT_LOCAL_PATH}
+    return request
 
 def start_training_job(tmp_path: Path, shards: Path, code_uri: str, *, silence_timeout_s: float = 30.0, data: int = 2,
                        hyperparameters: dict | None = None) -> EmulatedJob:

@@ -272,7 +272,10 @@ def _downstream(graph: Graph, name: str) -> set[str]:
     return found
 
 
-def _refs(step) -> list[Output]:
+PRODUCED = (Output, Billing)  # values a step produces: another step reading one runs after it
+
+
+def _refs(step) -> list[Output | Billing]:
     values = []
     if isinstance(step, ProcessingStep):
         values = [*step.inputs.values(), *step.arguments.values()]
@@ -280,12 +283,12 @@ def _refs(step) -> list[Output]:
         values = [c.source for c in step.channels]
     elif isinstance(step, CheckStep):
         values = [step.source]
-    return [v for v in values if isinstance(v, (Output, Billing))]
+    return [v for v in values if isinstance(v, PRODUCED)]
 
 
 def _reads(value, steps) -> bool:
     """Whether ``value`` is something one of ``steps`` produces (left out where that step does not run)."""
-    return isinstance(value, (Output, Billing)) and value.step in steps
+    return isinstance(value, PRODUCED) and value.step in steps
 
 
 def _join(on: str, *values):

@@ -119,7 +119,7 @@ class Checkpoints:
         self.folder = folder
         self.rank, self.world = rank, world
         self.every_steps = every_steps
-        self.every_s = every_s if world == 1 else 0.0  # time differs between hosts: not a point they share
+        self.every_s = every_s
         self.saved_at = time.monotonic()
         self.saved_tag: tuple[int, int] | None = None  # (epoch, iteration) of this host's last save
         self.saved_step = -1
@@ -134,7 +134,7 @@ class Checkpoints:
         """After ``iteration`` (of this epoch; ``step`` of the run) is done: is a checkpoint due?"""
         if self.folder is None or step == self.saved_step:
             return False
-        if self.world > 1:
+        if self.world > 1:  # iterations are points every host reaches; times and run step counts differ between hosts
             return bool(self.every_steps) and iteration % self.every_steps == 0
         by_steps = self.every_steps and step % self.every_steps == 0
         by_time = self.every_s and time.monotonic() - self.saved_at >= self.every_s

@@ -8,12 +8,10 @@ import re
 
 import pytest
 
-from pipeline import storage
 from pipeline.emulator import EmulatedJob
 from pipeline.graph import resolve_parameters
 from pipeline.harness import listeners_on, two_group_request
 from pipeline.local import LocalOptions, LocalRunner
-from steps.contract import CHECKPOINT_LOCAL_PATH
 from steps.shard.shard import shard_dataset
 
 pytestmark = pytest.mark.e2e
@@ -79,10 +77,9 @@ def test_two_trainer_hosts_resume_from_the_newest_point_both_reached(tmp_path, t
     shards = tmp_path / "shards"
     shard_dataset(tiny_images, shards, target_shard_mb=1, data_hosts=2)
     train = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
-    request = two_group_request(tmp_path, shards, code_uri, data=2, dnn=2, hyperparameters={
+    request = two_group_request(tmp_path, shards, code_uri, data=2, dnn=2, checkpoints=tmp_path / "checkpoints", hyperparameters={
         "epochs": 3, "batch_size": 8, "log_every": 1, "checkpoint_every_steps": 2, "workload_options": {"blur_passes": 0},
         "heartbeat_s": 0.5, "silence_timeout_s": 10, "connect_timeout_s": 60})
-    request["CheckpointConfig"] = {"S3Uri": storage.uri(tmp_path / "checkpoints"), "LocalPath": CHECKPOINT_LOCAL_PATH}
     job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=20, timeout_s=300,
                       # the first trainer's step count: its share of epoch 0 (half or more of the batches) and a few more
                       interrupt_after_steps=train // 16 + 11)
