@@ -364,6 +364,8 @@ class EmulatedJob:
                         self._interrupt.set()
 
     def wait(self) -> JobResult:
+        if not self.hosts:
+            raise RuntimeError(f"job {self.name}: wait() before start(): no host is running")
         started = time.monotonic()
         failed_at = None
         failure = None

@@ -17,8 +17,8 @@ from typing import Union
 
 from steps.common.errors import UserError
 from steps.contract import (
-    DATA_GROUP, DNN_GROUP, EVALUATE_SCRIPT, FRAMEWORKS, MAX_TRAINER_HOSTS, PRICE_PERFORMANCE_FILE, REPLICATED, SHARD_FORMATS,
-    SHARD_SCRIPT, TRAIN_ENTRY_POINT, TUNABLES, TUNABLES_BY_NAME, Tunable,
+    DATA_GROUP, DNN_GROUP, EVALUATE_SCRIPT, FRAMEWORKS, HYBRID_CHANNEL, MAX_TRAINER_HOSTS, PRICE_PERFORMANCE_FILE, REPLICATED,
+    SHARD_FORMATS, SHARD_SCRIPT, TRAIN_ENTRY_POINT, TUNABLES, TUNABLES_BY_NAME, Tunable,
 )
 
 PIPELINE_NAME = "HeteroTraining"  # the deployed pipeline's default name
@@ -172,6 +172,8 @@ def build_graph(framework: str = "pytorch") -> Graph:
     hetero = TrainingStep(
         "TrainHeterogeneous", groups=(data, dnn),
         channels=(TrainChannel("train", train, Param("DataDistribution"), (DATA_GROUP,), Param("InputMode"), file_system=True),
+                  # the dnn hosts' own decode workers take their share of every shard (steps/train/split.py)
+                  TrainChannel(HYBRID_CHANNEL, train, REPLICATED, (DNN_GROUP,), Param("InputMode"), file_system=True),
                   validation, TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED, (DATA_GROUP, DNN_GROUP))),
         hyperparameters=_hyperparameters(framework),
     )

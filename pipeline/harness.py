@@ -18,7 +18,7 @@ import psutil
 from pipeline import storage
 from pipeline.emulator import EmulatedJob
 from pipeline.sagemaker.settings import TRAINING_ENTRYPOINT
-from steps.contract import CHECKPOINT_LOCAL_PATH, DATA_GROUP, DNN_GROUP, REPLICATED, SECRET_ENV, SHARDED, TRAIN_ENTRY_POINT
+from steps.contract import CHECKPOINT_LOCAL_PATH, DATA_GROUP, DNN_GROUP, HYBRID_CHANNEL, REPLICATED, SECRET_ENV, SHARDED, TRAIN_ENTRY_POINT
 from steps.train.auth import new_secret
 
 
@@ -76,6 +76,7 @@ def two_group_request(tmp_path: Path, shards: Path, code_uri: str, *, data: int,
         code_uri=code_uri, output=tmp_path / "output",
         groups=[(DATA_GROUP, "ml.c5.4xlarge", data), (DNN_GROUP, "ml.g5.xlarge", dnn)],
         channels=[s3_channel("train", shards / "train", distribution=distribution, groups=(DATA_GROUP,)),
+                  s3_channel(HYBRID_CHANNEL, shards / "train", groups=(DNN_GROUP,)),
                   s3_channel("validation", shards / "validation", groups=(DNN_GROUP,)),
                   s3_channel("manifest", shards / "manifest.json", groups=(DATA_GROUP, DNN_GROUP))],
         hyperparameters=hyperparameters, environment={SECRET_ENV: new_secret()})

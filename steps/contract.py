@@ -27,6 +27,7 @@ METRICS_FILE = "metrics.json"  # written by trainers into model/ and output/data
 METRICS_SCHEMA_VERSION = 2  # 2: data_hosts (each data host's own measurements) and bytes_received_per_sample
 METRICS_READABLE_VERSIONS = (1, 2)  # Evaluate reads runs trained by the previous release too
 MANIFEST_FILE = "manifest.json"  # written by the Shard step
+HYBRID_CHANNEL = "train_local"  # the training shards as the dnn group sees them: what its own decode workers read (hybrid decode)
 PRICE_PERFORMANCE_FILE = "price_performance.json"  # written by the Evaluate step
 RESULTS_FOLDER = "results"  # the results store of a deployed pipeline: s3://<bucket>/<prefix>/results/<execution id>/
 PLAN_FILE = "plan.json"
@@ -138,6 +139,10 @@ TUNABLES: tuple[Tunable, ...] = (
     Tunable("DataSource", str, "S3", "Where training reads shards from (fixed when deployed).", choices=("S3", "FSx")),
     Tunable("ShardSizeMB", float, 64.0, "Target shard size; 1-128 MB objects transfer best.", minimum=1, maximum=128,
             flag="shard-size-mb"),
+    Tunable("TrainerCpus", str, "auto", "vCPUs of each dnn host kept for the training loop in a heterogeneous run; the "
+            "others decode a share of the data beside the data hosts (hybrid decode). auto: what a training step is measured "
+            "to keep busy at the start, plus one for the data plane; all: the dnn hosts decode nothing; or a number.",
+            flag="trainer-cpus", hyperparameter="trainer_cpus"),
     Tunable("Epochs", int, 3, "Passes over the training shards.", minimum=1, flag="epochs", hyperparameter="epochs"),
     Tunable("MaxSteps", int, 0, "Stop each trainer after this many steps (0: no limit).", minimum=0, flag="max-steps",
             hyperparameter="max_steps"),

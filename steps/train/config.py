@@ -40,6 +40,7 @@ class TrainConfig:
     workload_options: dict = _tunable("workload_options")
     data_group: str = _param(DATA_GROUP, "Instance group that runs the data service.")
     dnn_group: str = _param(DNN_GROUP, "Instance group that trains.")
+    trainer_cpus: str = _tunable("trainer_cpus")
     epochs: int = _tunable("epochs")
     max_steps: int = _tunable("max_steps")
     batch_size: int = _tunable("batch_size")
@@ -66,6 +67,11 @@ class TrainConfig:
                                        "(0: not by time).", minimum=0.0)
     log_every: int = _param(10, "Print a metric line every N steps.", minimum=1)
     seed: int = _param(0, "Seed for shuffling and initialisation.")
+
+    def __post_init__(self):
+        if self.trainer_cpus not in ("auto", "all") and not (self.trainer_cpus.isdigit() and int(self.trainer_cpus) >= 1):
+            raise UserError(f"hyperparameter trainer_cpus={self.trainer_cpus!r}: use auto, all, or a whole number of vCPUs "
+                            "(1 or more) to keep for the training loop", headline="bad hyperparameter")
 
     @classmethod
     def help(cls) -> dict[str, str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from steps.common.errors import HeteroError
+from steps.common.errors import HeteroError, describe
 from steps.train.auth import client_handshake
 from steps.train.cluster import resolve
 from steps.train.config import TrainConfig
@@ -27,7 +27,13 @@ from steps.train.control import DataHostLost, dial, send_stop
 from steps.train.dataset import Batch
 from steps.train.link import Heartbeat, Link, Stopped
 from steps.train.service_meter import arrived, data_host_metrics
+from steps.train.split import NONE as NO_SPLIT
+from steps.train.split import Split
 from steps.train.wire import Kind, Segment, WireError
+
+
+class LocalDecodeFailed(HeteroError):
+    headline = "local decode failed"
 
 
 @dataclass(frozen=True)
@@ -98,27 +104,45 @@ class DataServiceClient:
         self._threads: list[threading.Thread] = []
         self._receivers: list[threading.Thread] = []
         self._heartbeat: Heartbeat | None = None
-        self.failure: DataHostLost | None = None  # the first lost host: raised before any batch still queued
+        self.failure: HeteroError | None = None  # the first lost host: raised before any batch still queued
+        self.split: Split = NO_SPLIT
+        self.local = None  # this host's own decode workers (`add_local`), a source beside the data hosts
+        self._local: _Host | None = None
+        self._local_cpu_s = 0.0
 
     # -- lifecycle ---------------------------------------------------------
-    def connect(self, epoch: int = 0, consumed: np.ndarray | None = None) -> "DataServiceClient":
+    def connect(self, epoch: int = 0, consumed: np.ndarray | None = None, trainer_workers: list[int] | None = None
+                ) -> "DataServiceClient":
         """Dial every data host, prove the secret, and say where to start: ``epoch``, without the sample ids
-        ``consumed`` of it (a checkpoint's input position)."""
+        ``consumed`` of it (a checkpoint's input position), and which samples the trainers decode themselves:
+        ``trainer_workers`` (every trainer's local decode workers, by rank) against the data hosts' decode workers
+        (their HELLOs) settle the `Split` every trainer computes alike."""
         consumed = np.empty(0, dtype=np.int64) if consumed is None else np.asarray(consumed, dtype=np.int64)
         deadline = time.monotonic() + self.cfg.connect_timeout_s
+        data_workers = 0
         for host in self.hosts:
             sock = dial(host.name, host.address, self.cfg.data_port, deadline, self.cfg.connect_timeout_s)
             sock.settimeout(max(10.0, self.cfg.heartbeat_s))
             hello = client_handshake(sock, self.secret, host=self.me)
             host.samples_per_epoch = int(hello.get("samples_per_epoch", 0))
+            data_workers += max(int(hello.get("decode_workers", 1)), 1)
             host.link = Link(sock, f"data host {host.name}", heartbeat_s=self.cfg.heartbeat_s,
                              silence_timeout_s=self.cfg.silence_timeout_s, allocator=self._allocate)
-            host.link.send(Kind.RESUME, {"epoch": epoch}, [("consumed", consumed)])
+        self.split = Split.weighted(list(trainer_workers or [0]), data_workers)
+        for host in self.hosts:
+            host.link.send(Kind.RESUME, {"epoch": epoch, "split": self.split.as_meta()}, [("consumed", consumed)])
         self._epoch = epoch
         for host in self.hosts:
             self._receivers.append(self._spawn(self._receive, host))
         self._heartbeat = Heartbeat([h.link for h in self.hosts], self.cfg.heartbeat_s)
         return self
+
+    def add_local(self, local) -> None:
+        """Merge ``local``'s batches (a `steps.train.local_decode.LocalDecoder`: this host's side of the split) with
+        the data hosts' streams; before the first `batches` call. Its epochs end, and are checked, like a data host's."""
+        self.local = local
+        self._local = _Host(local.name, "local", samples_per_epoch=local.samples_per_epoch)
+        self._spawn(self._decode_locally, self._local)
 
     def close(self, status: str = "completed", reason: str = "", files: dict[str, bytes] | None = None) -> None:
         """Tell every data host to stop, handing it ``files`` (the trainer's outputs), then drop
@@ -140,6 +164,8 @@ class DataServiceClient:
             self._gate.notify_all()
         for thread in self._threads:
             thread.join(timeout=5)
+        if self.local is not None:
+            self.local.stop()
 
     @property
     def samples_per_epoch(self) -> int:
@@ -150,7 +176,17 @@ class DataServiceClient:
         """What the data hosts measured of themselves (`data_host_metrics`) and what arrived here."""
         received = sum(sum(h.received.values()) for h in self.hosts)
         read = sum(h.link.bytes_read for h in self.hosts if h.link is not None)
-        return arrived([data_host_metrics(h.name, h.report, h.first_report) for h in self.hosts if h.report], read, received)
+        measured = arrived([data_host_metrics(h.name, h.report, h.first_report) for h in self.hosts if h.report], read, received)
+        return {**measured, "local_decode": self._local_metrics(received)}
+
+    def _local_metrics(self, remote: int) -> dict | None:
+        """This host's own decode (hybrid): its workers, its share of the samples that reached the loop, its CPU cost."""
+        if self._local is None:
+            return None
+        samples = sum(self._local.received.values())
+        return {"host": self.me, **self.local.spare.as_metrics(), "split": self.split.as_meta(), "samples": samples,
+                "share": samples / (samples + remote) if samples + remote else 0.0,
+                "decode_cpu_s_per_sample": self._local_cpu_s / samples if samples else 0.0}
 
     def _spawn(self, target, *args) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, daemon=True, name=f"{target.__name__}")
@@ -162,7 +198,7 @@ class DataServiceClient:
     def batches(self, epoch: int):
         """Every batch of ``epoch`` from every data host, in arrival order."""
         ended: set[str] = set()
-        while len(ended) < len(self.hosts):
+        while len(ended) < len(self.hosts) + (self._local is not None):
             item = self.queue.get()
             if self.failure is not None:  # not after the batches still queued: a lost host ends training now
                 raise self.failure
@@ -178,7 +214,7 @@ class DataServiceClient:
             self._gate.notify_all()
 
     def _check_end(self, end: _End) -> None:
-        host = next(h for h in self.hosts if h.name == end.host)
+        host = next(h for h in [*self.hosts, self._local] if h is not None and h.name == end.host)
         got = host.received.get(end.epoch, 0)
         if got != end.samples:
             raise DataHostLost(f"data host {end.host} says it sent {end.samples} samples in epoch {end.epoch}, {got} arrived")
@@ -197,7 +233,7 @@ class DataServiceClient:
             except queue.Full:
                 continue
 
-    def _fail(self, error: DataHostLost) -> None:
+    def _fail(self, error: HeteroError) -> None:
         if self.failure is None:
             self.failure = error
         self._post(_Failure(error))  # wakes a consumer waiting on an empty queue
@@ -236,6 +272,29 @@ class DataServiceClient:
             elif kind is Kind.ERROR:
                 self._fail(DataHostLost(f"data host {host.name} failed: {meta.get('reason', 'no reason given')}"))
                 return
+
+    def _decode_locally(self, host: _Host) -> None:
+        """Feed this host's own batches into the merge, one epoch at a time, in step with the data hosts' streams."""
+        epoch = self._epoch
+        try:
+            while epoch < self.cfg.epochs and not self._stopping.is_set():
+                for batch in self.local.batches(epoch):
+                    if self._stopping.is_set():
+                        return
+                    batch.epoch, batch.source = epoch, host.name
+                    host.received[epoch] = host.received.get(epoch, 0) + len(batch) + len(batch.corrupt)
+                    self._local_cpu_s += batch.cpu_s
+                    self._post(batch)
+                self._post(_End(host.name, epoch, host.received.get(epoch, 0)))
+                epoch += 1
+                with self._gate:
+                    while self._epoch < epoch and not self._stopping.is_set():
+                        self._gate.wait(self.cfg.heartbeat_s)
+        except Exception as exc:  # noqa: BLE001 - the loop learns why through the merge queue
+            if not self._stopping.is_set():
+                error = exc if isinstance(exc, HeteroError) else LocalDecodeFailed(
+                    f"this trainer host's own decode workers ({host.name}) failed in epoch {epoch}: {describe(exc)}")
+                self._fail(error)
 
     @staticmethod
     def _keep_report(host: _Host, meta: dict) -> None:

@@ -33,6 +33,8 @@ from steps.train.dataset import Batch, ShardDataset, batch_loader
 from steps.train.link import Stopped
 from steps.train.manifest import train_channel
 from steps.train.service_meter import ServiceMeter
+from steps.train.split import NONE as NO_SPLIT
+from steps.train.split import Split
 from steps.train.wire import Kind, WireError
 from steps.train.workload import Workload
 
@@ -49,42 +51,53 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> 
             "point the train channel at the shard step's train/ output",
             headline="no shards",
         )
-    samples = sum(count_samples(s) for s in shards)
+    counts = [count_samples(s) for s in shards]
     part = cluster.part("train", cluster.data_hosts)
     dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=cluster.data_hosts.index(cluster.current_host), part=part)
     loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
-    print(f"[data] {cluster.current_host}: {len(shards)} shards, {samples} samples (share {part[0] + 1}/{part[1]}), "
-          f"serving {len(cluster.trainer_hosts)} trainer(s)", flush=True)
+    print(f"[data] {cluster.current_host}: {len(shards)} shards, {sum(counts)} samples (share {part[0] + 1}/{part[1]}), "
+          f"{loader.num_workers or 1} decode worker(s), serving {len(cluster.trainer_hosts)} trainer(s)", flush=True)
+
+    def start(epoch: int, consumed: np.ndarray, split: Split) -> None:
+        dataset.resume(epoch, consumed)
+        dataset.share(split.data())
+        if split.hybrid:
+            print(f"[data] {cluster.current_host}: the trainers decode {sum(split.trainers)} of every {split.period} samples "
+                  f"themselves; this host {dataset.samples_per_epoch(counts)} per epoch", flush=True)
+
     with socket.create_server((resolve(cluster.current_host), cfg.data_port), backlog=64) as server:
         serve(cfg, server, me=cluster.current_host, trainer_hosts=cluster.trainer_hosts, secret=job_secret(),
-              samples_per_epoch=samples // part[1], epoch_batches=lambda epoch: loader, results_dir=cluster.model_dir,
-              resume=dataset.resume)
+              samples_per_epoch=sum(counts) // part[1], epoch_batches=lambda epoch: loader, results_dir=cluster.model_dir,
+              start=start, decode_workers=loader.num_workers or 1)
     print(f"[data] {cluster.current_host}: all trainers stopped; exiting", flush=True)
 
 
 def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tuple[str, ...], secret: bytes,
           samples_per_epoch: int, epoch_batches: Callable[[int], Iterable[Batch]], results_dir: Path | None = None,
-          resume: Callable[[int, np.ndarray], None] | None = None) -> None:
+          start: Callable[[int, np.ndarray, Split], None] | None = None, decode_workers: int = 1) -> None:
     """Accept the trainers on ``server``, stream ``epoch_batches(e)`` for every epoch, return when all said STOP.
 
     Each trainer's first frame is RESUME: the epoch to start at and the sample ids of it already consumed
-    (a checkpoint's input position; epoch 0 and none on a fresh start). ``resume(epoch, ids)`` hands them
-    to the dataset before its first iteration.
+    (a checkpoint's input position; epoch 0 and none on a fresh start), and the hybrid decode split
+    (`steps.train.split`: which samples the trainers decode themselves). ``start(epoch, ids, split)`` hands
+    them to the dataset before its first iteration. The HELLO tells the trainers ``samples_per_epoch``
+    (this host's share before any split) and ``decode_workers``, which they weigh the split by.
 
     Files a trainer hands over with its STOP (its metrics and model) are written to ``results_dir``:
     every host of the job then holds the job's results, whichever host's model directory
     SageMaker packs into the model artifact.
     """
-    trainers = accept_trainers(server, cfg, me, trainer_hosts, secret, {"samples_per_epoch": samples_per_epoch, "epochs": cfg.epochs})
-    start, consumed = receive_resume(trainers, cfg)
-    if start or consumed.size:
-        print(f"[data] {me}: resuming at epoch {start}, {consumed.size} sample(s) of it already consumed", flush=True)
-    if resume is not None:
-        resume(start, consumed)
+    trainers = accept_trainers(server, cfg, me, trainer_hosts, secret, {"samples_per_epoch": samples_per_epoch, "epochs": cfg.epochs,
+                                                                       "decode_workers": decode_workers})
+    first, consumed, split = receive_resume(trainers, cfg)
+    if first or consumed.size:
+        print(f"[data] {me}: resuming at epoch {first}, {consumed.size} sample(s) of it already consumed", flush=True)
+    if start is not None:
+        start(first, consumed, split)
     service = DataService(trainers, cfg, results_dir)
     service.start()
     try:
-        for epoch in range(start, cfg.epochs):
+        for epoch in range(first, cfg.epochs):
             for batch in epoch_batches(epoch):
                 service.put(epoch, batch)
             service.end_epoch(epoch)
@@ -98,9 +111,10 @@ def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tu
         service.close()
 
 
-def receive_resume(trainers: list[Trainer], cfg: TrainConfig) -> tuple[int, np.ndarray]:
-    """Every trainer's RESUME: the epoch they all start at, and the union of the ids they consumed in it."""
-    epochs, ids = {}, []
+def receive_resume(trainers: list[Trainer], cfg: TrainConfig) -> tuple[int, np.ndarray, Split]:
+    """Every trainer's RESUME: the epoch they all start at, the union of the ids they consumed in it, and the
+    decode split they settled on (`Split`; none when a RESUME carries no split)."""
+    epochs, ids, splits = {}, [], {}
     deadline = time.monotonic() + cfg.connect_timeout_s
     for t in trainers:
         while True:
@@ -119,13 +133,19 @@ def receive_resume(trainers: list[Trainer], cfg: TrainConfig) -> tuple[int, np.n
         if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch <= cfg.epochs:
             raise TrainerGone(f"trainer {t.host} asked to resume at epoch {epoch!r}; this job has {cfg.epochs}")
         epochs[t.host] = epoch
+        raw = meta.get("split")
+        splits[t.host] = NO_SPLIT if raw is None else Split.from_meta(raw, trainers=len(trainers), sender=t.host)
         consumed = arrays.get("consumed")
         if consumed is not None:
             ids.append(consumed.astype(np.int64, copy=False).ravel())
     if len(set(epochs.values())) > 1:
         raise TrainerGone(f"trainers resume at different epochs ({epochs}): they read different checkpoints")
+    if len(set(splits.values())) > 1:
+        raise TrainerGone(f"trainers sent different decode splits ({ {h: s.as_meta() for h, s in splits.items()} }): "
+                          "run the same code and hyperparameters on every trainer")
     start = next(iter(epochs.values()), 0)
-    return start, np.unique(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64)
+    split = next(iter(splits.values()), NO_SPLIT)
+    return start, np.unique(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64), split
 
 
 class DataService:

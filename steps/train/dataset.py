@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from steps.common.errors import HeteroError
 from steps.shard.format import iter_shard
 from steps.train.cluster import available_cpus
+from steps.train.split import ALL, Take
 from steps.train.workload import Workload
 
 SHUFFLE_BUFFER = 256
@@ -64,11 +65,13 @@ class ShardDataset(IterableDataset):
     """Samples of some shards, decoded; each ``__iter__`` call is one epoch."""
 
     def __init__(self, shards: list[Path], workload: Workload, *, train: bool, seed: int = 0, stream: int = 0,
-                 part: tuple[int, int] = (0, 1)):
-        """``part=(i, n)``: take every n-th sample, for n hosts that all see the same shards
-        (a FullyReplicated channel) yet must each serve a distinct share."""
+                 part: tuple[int, int] = (0, 1), take: Take = ALL):
+        """``take``: only the samples at these positions of each shard (this host's side of a hybrid decode
+        split, `steps.train.split`); ``part=(i, n)``: of those, every n-th, for n hosts that all see the same
+        shards (a FullyReplicated channel) yet must each serve a distinct share."""
         self.shards = list(shards)
         self.part = part
+        self.take = take
         self.workload = workload
         self.train = train
         self.seed = seed
@@ -82,6 +85,14 @@ class ShardDataset(IterableDataset):
         self._epoch = epoch - 1
         self._resumed = (epoch, frozenset(int(i) for i in consumed))
 
+    def share(self, take: Take) -> None:
+        """Decode only the samples at ``take``'s positions of each shard; before the first iteration, as `resume`."""
+        self.take = take
+
+    def samples_per_epoch(self, counts: list[int]) -> int:
+        """This host's samples per epoch, from every shard's sample count (same order as ``shards``)."""
+        return sum(self.take.count(n) for n in counts) // self.part[1]
+
     def __iter__(self) -> Iterator:
         self._epoch += 1
         info = get_worker_info()
@@ -93,7 +104,7 @@ class ShardDataset(IterableDataset):
         rng = np.random.default_rng([self.seed, self.stream, self._epoch, worker])
         index, count = self.part
         stride, offset = count * workers, index * workers + worker
-        samples = (s for i, s in enumerate(_chain(shards)) if i % stride == offset)
+        samples = (s for i, s in enumerate(_chain(shards, self.take)) if i % stride == offset)
         if self._epoch == self._resumed[0] and self._resumed[1]:
             consumed = self._resumed[1]
             samples = (s for s in samples if s.sample_id not in consumed)
@@ -117,9 +128,12 @@ def _costed(items):
         started = time.thread_time()
 
 
-def _chain(shards):
+def _chain(shards, take: Take = ALL):
     for shard in shards:
-        yield from iter_shard(shard)
+        if take == ALL:
+            yield from iter_shard(shard)
+        else:
+            yield from (s for k, s in enumerate(iter_shard(shard)) if k in take)
 
 
 def _shuffled(items, rng: np.random.Generator):

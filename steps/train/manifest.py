@@ -32,14 +32,14 @@ def read_classes(channel_dir: Path) -> list[str]:
     return [str(c) for c in classes]
 
 
-def train_channel(cluster, timeout_s: float, *, poll_s: float = 2.0) -> Path:
+def train_channel(cluster, timeout_s: float, *, poll_s: float = 2.0, name: str = "train") -> Path:
     """The train channel, once every shard the manifest lists is visible in it.
 
     With ShardedByS3Key, SageMaker downloaded this host's objects before the job started. A channel
     every host sees whole (FullyReplicated, or a file system such as FSx for Lustre, whose link to S3
     imports new objects asynchronously) may not show every shard yet: wait for them, up to ``timeout_s``."""
-    channel = cluster.channel("train")
-    if cluster.channel_distribution.get("train") == SHARDED:
+    channel = cluster.channel(name)
+    if cluster.channel_distribution.get(name) == SHARDED:
         return channel
     expected = {Path(s["name"]).name for s in read_manifest(cluster.channel("manifest"))["splits"]["train"]["shards"]}
     deadline = time.monotonic() + timeout_s

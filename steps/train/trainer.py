@@ -33,6 +33,7 @@ from steps.train.corrupt import CorruptBudget
 from steps.train.costs import cost_line, isolated_costs
 from steps.train.data_client import DataServiceClient
 from steps.train.dataset import ShardDataset, batch_loader
+from steps.train.local_decode import LocalDecoder, spare
 from steps.common.files import write_json_atomic
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
 from steps.train.manifest import read_classes, train_channel
@@ -87,8 +88,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         if resumed is not None:
             progress = _Progress.resume(*resumed, cluster, model, optimizer, checkpoints.folder)
         if cluster.heterogeneous:
-            source = DataServiceClient(cfg, me=cluster.current_host, data_hosts=cluster.data_hosts, secret=job_secret(),
-                                       pinned=device.type == "cuda").connect(progress.epoch, progress.consumed)
+            source = _hybrid_source(cfg, cluster, workload, model, device, progress)
         else:
             source = LocalSource(cfg, cluster, workload, pinned=device.type == "cuda")
             source.resume(progress.epoch, progress.consumed)
@@ -99,13 +99,15 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         validation = _validation_shards(cluster) if cluster.rank == 0 else []
         accuracy = _validate(cfg, cluster, workload, model, device, validation) if cluster.rank == 0 else None
         summary = _gather(stats.summary(), len(corrupt))
+        measured = source.measurements()
+        local = [m for m in _all_objects(measured.pop("local_decode", None)) if m]
         files = {}
         if cluster.rank == 0:
             costs = _isolated_costs(cfg, cluster, workload, model, device, validation)
             _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=costs,
                            sample_ledger=progress.ledger_report(), checkpoints={"saved": checkpoints.saves,
                                                                                 "seconds": round(checkpoints.seconds, 3)},
-                           **source.measurements())
+                           local_decode=local, **measured)
             files = {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
@@ -172,6 +174,38 @@ class _Progress:
         partial = self.ledger.ids
         return {"epochs": self.ledger.epochs, "resumes": self.resumes,
                 "partial_epoch": {"epoch": self.ledger.epoch, "samples": int(partial.size)} if partial.size else None}
+
+
+def _hybrid_source(cfg, cluster: Cluster, workload: Workload, model, device, progress: _Progress) -> DataServiceClient:
+    """The data hosts' streams, merged with this host's own decode workers where it has vCPUs to spare
+    (`steps.train.local_decode`); every trainer weighs the split by the same numbers."""
+    found = spare(cfg, cluster, workload, model, device)
+    print(f"[trainer] {cluster.current_host}: {found.workers} local decode worker(s) of {found.cpus} vCPU(s), "
+          f"{found.kept} kept for the training loop ({found.why})", flush=True)
+    if found.workers:
+        torch.set_num_threads(found.kept)
+    pinned = device.type == "cuda"
+    source = DataServiceClient(cfg, me=cluster.current_host, data_hosts=cluster.data_hosts, secret=job_secret(), pinned=pinned)
+    source.connect(progress.epoch, progress.consumed, trainer_workers=_all_ints(found.workers))
+    take = source.split.trainer(cluster.rank)
+    if found.workers:
+        source.add_local(LocalDecoder(cfg, cluster, workload, found, take, pinned=pinned, epoch=progress.epoch,
+                                      consumed=progress.consumed))
+    return source
+
+
+def _all_ints(value: int) -> list[int]:
+    """``value`` of every trainer host, by rank."""
+    return [int(v) for v in _all_objects(value)]
+
+
+def _all_objects(value) -> list:
+    """``value`` of every trainer host, by rank."""
+    if not dist.is_initialized():
+        return [value]
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
 
 
 def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) -> None:
@@ -305,11 +339,7 @@ def _interrupted(progress: _Progress, checkpoints: Checkpoints) -> Interrupted:
 
 def _all_ids(ids: np.ndarray) -> np.ndarray:
     """Every trainer host's sample ids of the epoch just ended."""
-    if not dist.is_initialized():
-        return ids
-    gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, ids)
-    return np.concatenate(gathered)
+    return np.concatenate(_all_objects(ids))
 
 
 def _copy_done(device: torch.device):
