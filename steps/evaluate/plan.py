@@ -67,7 +67,8 @@ def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue, baseline: dic
                      f"{current_type.name} (an emulated run): candidates scale the measured per-CPU rate to each type's vCPUs")
         current_type = replace(current_type, vcpus=ran_on[0])
     if current_type is not None:
-        predicted = predict(profile, trainer, dnn["count"], current_type, data["count"], epoch_samples)
+        # as it ran: with the decode workers its trainers ran beside their loop (hybrid decode), if any
+        predicted = predict(profile, trainer, dnn["count"], current_type, data["count"], epoch_samples, spare=profile.local_workers)
         current = {**predicted.as_dict(), "measured_samples_per_second": metrics["samples_per_second"],
                    "model_error": predicted.samples_per_second / metrics["samples_per_second"] - 1}
     return {

@@ -9,7 +9,10 @@ A heterogeneous step runs three stages at once, and the slowest sets the pace:
 - **input**: the data hosts' CPUs, ``count * vcpus / cpu_s_per_sample * scaling`` samples/s,
   where ``cpu_s_per_sample`` is what the data hosts measured of themselves (decode in their
   workers plus framing and sending in the service) and ``scaling`` the share of that ideal
-  rate the profiled host reached when it was the bottleneck (1.0, and said so, when it never was);
+  rate the profiled host reached when it was the bottleneck (1.0, and said so, when it never was),
+  plus the trainer hosts' spare vCPUs (hybrid decode: ``trainers * (vcpus - kept) / decode_cpu_s_per_sample
+  * scaling``, ``kept`` what the profiled trainers kept for their loop, else two on a GPU host, one busy
+  with the step and one with the data plane, and every vCPU on a CPU host, whose step uses them all);
 - **transport**: each host's network bandwidth over the bytes a sample takes on the wire,
   ``count * data_gbps`` out of the data hosts and ``trainers * trainer_gbps`` into the trainers.
 
@@ -50,6 +53,8 @@ class Profile:
     scaling_measured: bool
     bytes_per_sample: float | None  # on the wire; None when the run had no data host
     source: str = ""
+    trainer_kept_cpus: int | None = None  # vCPUs the profiled trainers kept for the loop in hybrid decode; None: not measured
+    local_workers: float = 0.0  # decode workers per trainer host in the profiled run (hybrid decode; 0: none)
 
 
 @dataclass(frozen=True)
@@ -88,21 +93,34 @@ def profile_from_metrics(doc: dict, source: str = "metrics.json") -> Profile:
     cpu = per_sample(hosts, "decode_cpu_s_per_sample", "service_cpu_s_per_sample") or 0.0
     decode_hosts = per_sample(hosts, "decode_cpu_s_per_sample") or 0.0
     wire = per_sample(hosts, "bytes_sent_per_sample") or 0.0
+    local = [m for m in doc.get("local_decode") or [] if m.get("workers")]
+    local_workers = sum(int(m["workers"]) for m in local)
     scaling, measured = 1.0, False
     if doc.get("data_wait_share", 0.0) >= INPUT_BOUND_WAIT_SHARE and doc.get("samples_per_second"):
-        ideal = sum(h["cpus"] for h in hosts) / cpu
+        ideal = sum(h["cpus"] for h in hosts) / cpu + (local_workers / decode_hosts if decode_hosts else 0.0)
         scaling, measured = min(1.0, float(doc["samples_per_second"]) / ideal), True
-    return Profile(step, cpu, decode_hosts, scaling, measured, wire, source)
+    kept = max(int(m["kept_cpus"]) for m in local) if local else None
+    trainers = sum(g["count"] for g in doc.get("instance_groups", []) if g.get("role") == "trainer") or 1
+    return Profile(step, cpu, decode_hosts, scaling, measured, wire, source, kept, local_workers / trainers)
+
+
+def spare_vcpus(profile: Profile, trainer: InstanceType) -> int:
+    """A trainer host's vCPUs left to decode beside its training loop (hybrid decode)."""
+    kept = profile.trainer_kept_cpus if profile.trainer_kept_cpus is not None else (2 if trainer.gpus else trainer.vcpus)
+    return max(trainer.vcpus - kept, 0)
 
 
 def predict(profile: Profile, trainer: InstanceType, trainers: int, data: InstanceType | None, count: int,
-            epoch_samples: int) -> Prediction:
-    """What ``trainers`` x ``trainer`` fed by ``count`` x ``data`` (none: decode on the trainers) will do."""
+            epoch_samples: int, *, spare: float | None = None) -> Prediction:
+    """What ``trainers`` x ``trainer`` fed by ``count`` x ``data`` (none: decode on the trainers) will do; with data hosts,
+    each trainer's ``spare`` vCPUs decode too (hybrid decode; None: `spare_vcpus`)."""
     rates = {"compute": trainers / profile.step_s_per_sample}
     if data is None or count == 0:
         rates["input"] = trainers * max(trainer.vcpus - 1, 1) / profile.decode_cpu_s_per_sample * profile.scaling
     else:
-        rates["input"] = count * data.vcpus / profile.cpu_s_per_sample * profile.scaling
+        spare = spare_vcpus(profile, trainer) if spare is None else spare
+        local = trainers * spare / profile.decode_cpu_s_per_sample * profile.scaling
+        rates["input"] = count * data.vcpus / profile.cpu_s_per_sample * profile.scaling + local
         wire = profile.bytes_per_sample
         links = [(count, data), (trainers, trainer)]
         limits = [(n * t.network_gbps * 1e9 / 8 / wire, t) for n, t in links if t.network_gbps and wire]
@@ -111,6 +129,9 @@ def predict(profile: Profile, trainer: InstanceType, trainers: int, data: Instan
     bottleneck = min(rates, key=rates.get)
     rate = rates[bottleneck]
     notes = []
+    if data is not None and count and spare:
+        notes.append(f"input counts {trainers} x {spare:g} spare vCPU(s) of {trainer.name} decoding "
+                     f"beside the data hosts (hybrid decode): {local:,.0f} samples/s")
     if bottleneck == "transport" and narrowest.network_burst:
         notes.append(f"transport uses {narrowest.name}'s 'up to' {narrowest.network_gbps:g} Gbps, a burst figure: "
                      "sustained bandwidth is lower")
