@@ -15,6 +15,13 @@ alone and the step alone on its core (``bound`` in price_performance.json), no o
 beats (decode + step) / max(decode, step), and the target is a heterogeneous step within
 90% of that bound (``efficiency``: decode + step back to back over the heterogeneous step,
 over the bound). A run above the bound means a wrong measurement, not a fast data plane.
+
+Hybrid decode (``--spare-cpus N``, default 1): the trainer host gets N more CPUs, kept out
+of the step (``TrainerCpus`` = its one CPU) and decoding its share beside the data host; the
+anchor is the heterogeneous run on exactly those CPU sets with the trainer decoding nothing
+(``TrainerCpus=all``). Spare CPUs come from the CPUs the other runs leave unused; on a 2-CPU
+machine there are none, so the trainer host's extra CPU is the data host's CPU (``shared_cpus``
+in the JSON): hybrid can then only match heterogeneous, not beat it.
 """
 
 from __future__ import annotations
@@ -43,10 +50,13 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=1500)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--framework", choices=FRAMEWORKS, default=FRAMEWORKS[0])
+    parser.add_argument("--spare-cpus", type=int, default=1, help="CPUs the trainer host decodes on in the hybrid rows (0: no hybrid rows)")
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         sys.exit("needs at least 2 CPUs")
+    spare = tuple(cpus[2:2 + args.spare_cpus]) if len(cpus) >= 2 + args.spare_cpus else tuple(cpus[1:1 + args.spare_cpus])
+    hybrid_sets = {"trainer": (cpus[0], *spare), "data": (cpus[1],)}
     with tempfile.TemporaryDirectory() as tmp:
         images = generate(Path(tmp) / "images", samples=args.images)
         params = resolve_parameters({"InputData": str(images), "Epochs": args.epochs})
@@ -57,7 +67,9 @@ def main() -> None:
             pp = LocalRunner(params, options).run().price_performance
             base, het = pp["runs"]["baseline"], pp["runs"]["heterogeneous"]
             bound = pp.get("bound") or {}
-            runs.append({
+            hybrid = _hybrid_rows(images, args, hybrid_sets, Path(tmp) / "runs", het["samples_per_second"],
+                                  base["samples_per_second"]) if spare else {}
+            runs.append({**hybrid,
                 "ideal_speedup": _rounded(bound.get("ideal_speedup")),
                 "speedup_over_back_to_back": _rounded(bound.get("speedup_over_back_to_back")),
                 "efficiency": _rounded(bound.get("efficiency")),
@@ -71,15 +83,41 @@ def main() -> None:
     ratios = [r["ratio"] for r in runs]
     efficiencies = [r["efficiency"] for r in runs if r["efficiency"] is not None]
     median_efficiency = statistics.median(efficiencies) if efficiencies else None
+    hybrid = [r for r in runs if "hybrid_auto_over_heterogeneous_same_cpus" in r]
     print(json.dumps({
         "bench": "hetero_speedup", "framework": args.framework,
         "trainer_cpus": [cpus[0]], "data_host_cpus": [cpus[1]],
+        **({"hybrid_trainer_cpus": list(hybrid_sets["trainer"]), "shared_cpus": sorted(set(spare) & {cpus[1]}),
+            **{f"median_{mode}_over_{anchor}": statistics.median(r[f"{mode}_over_{anchor}"] for r in hybrid)
+               for mode in ("hybrid_auto", "hybrid_forced") for anchor in ("heterogeneous_same_cpus", "baseline")}} if hybrid else {}),
         "images": args.images, "epochs": args.epochs,
         "median_ratio": statistics.median(ratios), "median_efficiency": median_efficiency, "target_efficiency": TARGET_EFFICIENCY,
         "meets_target": median_efficiency is not None and median_efficiency >= TARGET_EFFICIENCY,
         "any_above_bound": any(r["efficiency"] is not None and r["efficiency"] > 1.05 for r in runs),
         "runs": runs,
     }, indent=2))
+
+
+def _hybrid_rows(images: Path, args, sets: dict, work_dir: Path, heterogeneous: float, baseline: float) -> dict:
+    """On the hybrid CPU sets: heterogeneous with the trainer host's extra CPUs left to the step (TrainerCpus=all),
+    hybrid as shipped (auto: the trainer measures what its step keeps busy), and hybrid forced onto the extra CPUs
+    (TrainerCpus=1: the step keeps one CPU, whatever it would use)."""
+    row = {}
+    for name, keep in (("heterogeneous_same_cpus", "all"), ("hybrid_auto", "auto"), ("hybrid_forced", "1")):
+        params = resolve_parameters({"InputData": str(images), "Epochs": args.epochs, "RunBaseline": False, "TrainerCpus": keep})
+        options = LocalOptions(work_dir=work_dir, framework=args.framework, cpus=sets, echo=lambda _: None)
+        run = LocalRunner(params, options).run()
+        rate = run.price_performance["runs"]["heterogeneous"]["samples_per_second"]
+        metrics = json.loads((run.jobs["TrainHeterogeneous"].model_dir / "metrics.json").read_text())
+        local = [m for m in metrics.get("local_decode") or [] if m.get("workers")]
+        row[f"{name}_samples_per_s"] = round(rate, 1)
+        if name != "heterogeneous_same_cpus":
+            row[f"{name}_local_workers"] = sum(m["workers"] for m in local)
+            row[f"{name}_local_share"] = round(sum(m["samples"] for m in local) / max(metrics["samples_seen"], 1), 3)
+            row[f"{name}_over_heterogeneous_same_cpus"] = round(rate / row["heterogeneous_same_cpus_samples_per_s"], 3)
+            row[f"{name}_over_heterogeneous"] = round(rate / heterogeneous, 3)
+            row[f"{name}_over_baseline"] = round(rate / baseline, 3)
+    return row
 
 
 def _rounded(value):
