@@ -42,6 +42,12 @@ class DataHostLost(HeteroError):
     headline = "data host lost"
 
 
+class LocalDecodeFailed(HeteroError):
+    """A trainer host's own decode workers (hybrid decode) failed."""
+
+    headline = "local decode failed"
+
+
 class JobStopped(HeteroError):
     """A trainer ended the job because something failed; the message leads with what (and who) did."""
 

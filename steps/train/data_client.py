@@ -23,17 +23,13 @@ from steps.common.errors import HeteroError, describe
 from steps.train.auth import client_handshake
 from steps.train.cluster import resolve
 from steps.train.config import TrainConfig
-from steps.train.control import DataHostLost, dial, send_stop
+from steps.train.control import DataHostLost, LocalDecodeFailed, dial, send_stop
 from steps.train.dataset import Batch
 from steps.train.link import Heartbeat, Link, Stopped
 from steps.train.service_meter import arrived, data_host_metrics
 from steps.train.split import NONE as NO_SPLIT
 from steps.train.split import Split
 from steps.train.wire import Kind, Segment, WireError
-
-
-class LocalDecodeFailed(HeteroError):
-    headline = "local decode failed"
 
 
 @dataclass(frozen=True)

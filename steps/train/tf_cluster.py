@@ -38,9 +38,14 @@ def local_shards(cluster: Cluster, hosts: tuple[str, ...], wait_s: float) -> tup
                         "reads the shard step's TFRecord output (shard with --format tfrecord)", headline="no shards")
     index, count = cluster.part("train", hosts)
     mine = shards[index::count]  # FullyReplicated: whole files per host (the shard step makes a multiple of the hosts)
-    counts = {Path(s["name"]).name: int(s["samples"]) for s in read_manifest(cluster.channel("manifest"))["splits"]["train"]["shards"]}
+    counts = shard_counts(cluster)
     unknown = [p.name for p in mine if p.name not in counts]
     if unknown:
         raise UserError(f"shards {', '.join(unknown[:5])} in {channel} are not in the manifest; the train and manifest channels "
                         "must come from the same shard step run", headline="manifest mismatch")
     return mine, sum(counts[p.name] for p in mine)
+
+
+def shard_counts(cluster: Cluster) -> dict[str, int]:
+    """Samples per training shard (by file name), from the shard step's manifest."""
+    return {Path(s["name"]).name: int(s["samples"]) for s in read_manifest(cluster.channel("manifest"))["splits"]["train"]["shards"]}

@@ -8,6 +8,10 @@ shards. So each worker reads only its own files and every sample is served
 exactly once per epoch. Homogeneous (the baseline): the trainer runs the same
 graph in-process over its own list of files.
 
+Hybrid decode: a worker on the trainer host serves every shard too, and each
+worker decodes only the positions of each shard its ``TAKE_FILE`` names
+(`steps.train.split`), so data hosts and trainer never serve the same sample.
+
 Decoding is the workload's `tf_decode` (TF ops only: the graph runs in
 another process). A sample that fails to decode is dropped by
 ``ignore_errors`` with a warning in the worker's log, and the trainer's
@@ -16,13 +20,17 @@ per-epoch accounting counts it as corrupt; `sample_ids` then names it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import tensorflow as tf
 
 from steps.shard.tfrecord import SUFFIX, parse_record
+from steps.train.split import Take
 from steps.train.workload import Workload
 
 SERVE_PATTERN = f"*{SUFFIX}"  # relative: resolved on the worker, in its serving directory
+TAKE_FILE = "hetero-take"  # relative, beside the shards a worker serves: "lo hi period" (steps.train.split.Take)
 SHUFFLE_BUFFER = 256
 
 
@@ -33,12 +41,14 @@ def _files(source: str | list[str]) -> tf.data.Dataset:
     return tf.data.Dataset.from_tensor_slices(tf.constant(source, dtype=tf.string))
 
 
-def training_dataset(source: str | list[str], workload: Workload, *, batch_size: int, seed: int, epoch: int) -> tf.data.Dataset:
+def training_dataset(source: str | list[str], workload: Workload, *, batch_size: int, seed: int, epoch: int,
+                     take_file: str | None = None) -> tf.data.Dataset:
     """Batches of ``{"pixels": uint8 NHWC, "labels": int64, "ids": int64}`` over one epoch of ``source``
-    (a file pattern, resolved where the dataset runs, or a list of files)."""
+    (a file pattern, resolved where the dataset runs, or a list of files). ``take_file``: a file, read where the
+    dataset runs, naming which positions of each shard this worker decodes (hybrid decode: `write_take`)."""
     files = _files(source).shuffle(4096, seed=_mix(seed, epoch, 1))
-    records = files.interleave(tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=tf.data.AUTOTUNE,
-                               deterministic=False)
+    records = files.interleave(tf.data.TFRecordDataset if take_file is None else _taken(take_file), cycle_length=4,
+                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
     samples = records.map(parse_record, num_parallel_calls=tf.data.AUTOTUNE).shuffle(SHUFFLE_BUFFER, seed=_mix(seed, epoch, 2))
 
     def decode(sample):
@@ -48,6 +58,25 @@ def training_dataset(source: str | list[str], workload: Workload, *, batch_size:
 
     decoded = samples.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
     return decoded.ignore_errors(log_warning=True).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def _taken(take_file: str):
+    """A shard's records at the positions ``take_file``, beside it, names (``lo hi period``: ``lo <= k % period < hi``)."""
+    @tf.autograph.experimental.do_not_convert  # plain TF ops; converting TFRecordDataset's constructor logs os.environ
+    def records(path):
+        # the take file's path is derived from the shard's, not a constant: graph rewriting would otherwise try to
+        # read it where the dataset is defined (the trainer), not only where it runs (the worker)
+        beside = tf.strings.regex_replace(path, "[^/]*$", take_file)
+        take = tf.strings.to_number(tf.strings.split(tf.strings.strip(tf.io.read_file(beside))), tf.int64)
+        lo, hi, period = take[0], take[1], take[2]
+        return tf.data.TFRecordDataset(path).enumerate().filter(
+            lambda k, _: tf.logical_and(k % period >= lo, k % period < hi)).map(lambda _, record: record)
+    return records
+
+
+def write_take(folder: Path, take: Take) -> None:
+    """What `training_dataset(take_file=TAKE_FILE)` reads in a worker serving ``folder``."""
+    (folder / TAKE_FILE).write_text(f"{take.lo} {take.hi} {take.period}\n")
 
 
 def validation_dataset(files: list[str], workload: Workload, *, batch_size: int) -> tf.data.Dataset:

@@ -27,9 +27,11 @@ from steps.train.auth import client_handshake, job_secret
 from steps.train.checkpoint import TERMINATE, Interrupted
 from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
-from steps.train.control import DataHostLost, dial, send_stop
+from steps.train.control import DataHostLost, LocalDecodeFailed, dial, send_stop
 from steps.train.link import Heartbeat, Link, Stopped
 from steps.train.service_meter import arrived, data_host_metrics
+from steps.train.split import NONE as NO_SPLIT
+from steps.train.split import Split
 from steps.train.tf_servers import end_server
 from steps.train.wire import Kind, WireError
 
@@ -55,12 +57,17 @@ class TfDataService:
         self._ids: dict[str, np.ndarray] = {}
         self._reports: dict[str, dict] = {}
         self._answered = threading.Condition()  # IDS and REPORT answers
+        self.split: Split = NO_SPLIT
+        self.local = None  # this host's own tf.data.service worker (`add_local`, hybrid decode)
+        self._local: dict = {}
 
     @property
     def samples_per_epoch(self) -> int:
         return sum(self.samples_per_host.values())
 
-    def start(self) -> "TfDataService":
+    def start(self, trainer_workers: int = 0) -> "TfDataService":
+        """The dispatcher, and every data host told where it is and which samples it serves: all but the share
+        ``trainer_workers`` decode vCPUs of this host take beside the data hosts' (their HELLOs say how many they have)."""
         import tensorflow as tf
 
         service = tf.data.experimental.service
@@ -68,13 +75,17 @@ class TfDataService:
         # its target says localhost; the dispatcher listens only on this host's cluster address (steps.train.bind_guard)
         address = self.address = f"{resolve(self.cluster.current_host)}:{self.dispatcher.target.rsplit(':', 1)[1]}"
         deadline = time.monotonic() + self.cfg.connect_timeout_s
+        data_workers = 0
         for host in self.cluster.data_hosts:
             sock = dial(host, resolve(host), self.cfg.data_port, deadline, self.cfg.connect_timeout_s)
             sock.settimeout(max(10.0, self.cfg.heartbeat_s))
-            client_handshake(sock, self.secret, host=self.cluster.current_host)
+            hello = client_handshake(sock, self.secret, host=self.cluster.current_host)
+            data_workers += max(int(hello.get("decode_workers", 1)), 1)
             self.links[host] = Link(sock, f"data host {host}", heartbeat_s=self.cfg.heartbeat_s,
                                     silence_timeout_s=self.cfg.silence_timeout_s)
-            self.links[host].send(Kind.START, {"dispatcher": address})
+        self.split = Split.weighted([trainer_workers], data_workers)
+        for link in self.links.values():
+            link.send(Kind.START, {"dispatcher": address, "split": self.split.as_meta()})
         self.beat = Heartbeat(self.links.values(), self.cfg.heartbeat_s)
         for host, link in self.links.items():
             self.samples_per_host[host] = self._await_worker(host, link)
@@ -84,6 +95,22 @@ class TfDataService:
             self._threads.append(thread)
         print(f"[trainer] dispatcher {address}: {len(self.links)} worker(s), {self.samples_per_epoch} samples per epoch", flush=True)
         return self
+
+    def add_local(self, worker, spare, samples_per_epoch: int) -> None:
+        """Watch this host's own worker (`steps.train.tf_local_worker.LocalWorker`, serving ``samples_per_epoch`` of every
+        epoch): its end before the job's fails the job like a lost data host."""
+        self.local, self._local = worker, {"spare": spare, "samples_per_epoch": samples_per_epoch}
+        thread = threading.Thread(target=self._watch_local, name="watch-local-worker", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _watch_local(self) -> None:
+        while not self._stopping.wait(self.cfg.heartbeat_s):
+            failed = self.local.failed()
+            if failed:
+                if not self._stopping.is_set():
+                    self._fail(LocalDecodeFailed(f"{failed} ({self.cluster.current_host})"))
+                return
 
     def _await_worker(self, host: str, link: Link) -> int:
         while True:
@@ -172,11 +199,16 @@ class TfDataService:
         """What each data host measured of itself (`ProcessMeter`), with the ``samples`` this trainer received split
         by each host's share of an epoch (every worker serves its own shards once per epoch), for metrics.json."""
         reports = self._ask(Kind.REPORT, self._reports)
+        local_share = self._local["samples_per_epoch"] / max(self.samples_per_epoch, 1) if self._local else 0.0
         hosts = []
         for host, report in reports.items():
-            share = round(samples * self.samples_per_host.get(host, 0) / max(self.samples_per_epoch, 1))
+            share = round(samples * (1 - local_share) * self.samples_per_host.get(host, 0) / max(self.samples_per_epoch, 1))
             hosts.append(data_host_metrics(host, {**report, "samples": share, "bytes_sent": share * bytes_per_sample}))
-        return arrived(hosts, int(samples * bytes_per_sample), samples)
+        remote = samples - round(samples * local_share)
+        local = [{"host": self.cluster.current_host, **self._local["spare"].as_metrics(), "split": self.split.as_meta(),
+                  "samples": samples - remote, "samples_per_epoch": self._local["samples_per_epoch"],
+                  "share": local_share}] if self._local else []
+        return {**arrived(hosts, int(remote * bytes_per_sample), remote), "local_decode": local}
 
     def distribute(self, dataset):
         import tensorflow as tf
@@ -198,5 +230,7 @@ class TfDataService:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         for link in self.links.values():
             link.close()
+        if self.local is not None:
+            self.local.stop()
         if self.dispatcher is not None:
             end_server(self.dispatcher, clean=status == "completed")

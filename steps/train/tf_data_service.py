@@ -28,11 +28,13 @@ from pathlib import Path
 
 from steps.common.errors import describe
 from steps.train.auth import job_secret
-from steps.train.cluster import Cluster, resolve
+from steps.train.cluster import Cluster, available_cpus, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import JobStopped, Trainer, TrainerGone, accept_trainers, trainer_frame, trainer_lost
 from steps.train.link import Heartbeat, Stopped
 from steps.train.service_meter import ProcessMeter
+from steps.train.split import NONE as NO_SPLIT
+from steps.train.split import Split
 from steps.train.tf_cluster import check_single_trainer, local_shards
 from steps.train.tf_servers import end_server
 from steps.train.wire import Kind, WireError
@@ -40,6 +42,8 @@ from steps.train.wire import Kind, WireError
 
 def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
     import tensorflow as tf
+
+    from steps.train.tf_data import write_take
 
     check_single_trainer(cluster)
     files, samples = local_shards(cluster, cluster.data_hosts, cfg.shard_wait_s)
@@ -54,11 +58,15 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
     try:
         with socket.create_server((address, cfg.data_port), backlog=16) as server:
             (trainer,) = accept_trainers(server, cfg, me, cluster.trainer_hosts, job_secret(),
-                                         {"samples_per_epoch": samples, "epochs": cfg.epochs, "framework": "tensorflow"})
+                                         {"samples_per_epoch": samples, "epochs": cfg.epochs, "framework": "tensorflow",
+                                          "decode_workers": available_cpus()})
         beat = Heartbeat([trainer.link], cfg.heartbeat_s)
         try:
-            dispatcher = _await_start(trainer)
-            os.chdir(serving)  # where the dataset's relative SERVE_PATTERN resolves
+            dispatcher, split = _await_start(trainer)
+            write_take(serving, split.data())  # the samples the trainer host's own worker does not decode (hybrid decode)
+            if split.hybrid:
+                print(f"[data] {me}: the trainer decodes {sum(split.trainers)} of every {split.period} samples itself", flush=True)
+            os.chdir(serving)  # where the dataset's relative SERVE_PATTERN and TAKE_FILE resolve
             worker = tf.data.experimental.service.WorkerServer(tf.data.experimental.service.WorkerConfig(
                 dispatcher_address=dispatcher, worker_address=f"{address}:%port%", port=0, protocol="grpc"))
             meter = ProcessMeter()
@@ -84,14 +92,16 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
     print(f"[data] {me}: trainer stopped the job; exiting", flush=True)
 
 
-def _await_start(trainer: Trainer) -> str:
+def _await_start(trainer: Trainer) -> tuple[str, Split]:
+    """The dispatcher's address and the decode split, from the trainer's START."""
     while True:
         frame = _read(trainer)
         if frame is None:
             continue
         kind, meta, _ = frame
         if kind is Kind.START:
-            return str(meta["dispatcher"])
+            raw = meta.get("split")
+            return str(meta["dispatcher"]), NO_SPLIT if raw is None else Split.from_meta(raw, trainers=1, sender=trainer.host)
         _control(trainer, kind, meta, {}, None, [])
 
 

@@ -23,17 +23,18 @@ from steps.common.errors import HeteroError
 from steps.common.files import write_json_atomic
 from steps.shard.tfrecord import list_tfrecord_shards
 from steps.train.checkpoint import TERMINATE, Interrupted
-from steps.train.cluster import Cluster, available_cpus
+from steps.train.cluster import Cluster, available_cpus, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import failure_reason
 from steps.train.corrupt import CorruptBudget
 from steps.train.manifest import read_classes
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
 from steps.train.service_meter import arrived
-from steps.train.tf_cluster import check_single_trainer, local_shards
-from steps.train.tf_data import SERVE_PATTERN, sample_ids, training_dataset, validation_dataset
+from steps.train.tf_cluster import check_single_trainer, local_shards, shard_counts
+from steps.train.tf_data import SERVE_PATTERN, TAKE_FILE, sample_ids, training_dataset, validation_dataset
 from steps.train.tf_checkpoint import TfCheckpoints
 from steps.train.tf_data_client import TfDataService
+from steps.train.tf_local_worker import LocalWorker, tf_spare_workers
 from steps.train.workload import Workload
 
 
@@ -69,16 +70,23 @@ class InProcessSource:
 
 
 class ServiceSource:
-    """Heterogeneous: the same pipeline, run by the tf.data.service workers on the data hosts."""
+    """Heterogeneous: the same pipeline, run by the tf.data.service workers on the data hosts, and by one on this
+    host's spare vCPUs over its share of every shard (hybrid decode, `steps.train.tf_local_worker`)."""
 
-    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload):
+    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload, spare):
         self.cfg, self.workload = cfg, workload
-        self.service = TfDataService(cfg, cluster).start()
+        self.service = TfDataService(cfg, cluster).start(trainer_workers=spare.workers)
         self.samples_per_epoch = self.service.samples_per_epoch
+        if spare.workers:
+            take = self.service.split.trainer(0)
+            counts = shard_counts(cluster)
+            worker = LocalWorker(spare.shards, take, dispatcher=self.service.address, address=resolve(cluster.current_host),
+                                 workers=spare.workers, timeout_s=cfg.connect_timeout_s)
+            self.service.add_local(worker, spare, sum(take.count(counts.get(s.name, 0)) for s in spare.shards))
 
     def dataset(self, epoch: int):
-        return self.service.distribute(
-            training_dataset(SERVE_PATTERN, self.workload, batch_size=self.cfg.batch_size, seed=self.cfg.seed, epoch=epoch))
+        return self.service.distribute(training_dataset(SERVE_PATTERN, self.workload, batch_size=self.cfg.batch_size,
+                                                        seed=self.cfg.seed, epoch=epoch, take_file=TAKE_FILE))
 
     def sample_ids(self) -> np.ndarray:
         return self.service.sample_ids()
@@ -102,11 +110,17 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
     classes = read_classes(cluster.channel("manifest"))
     source = None
     try:
-        source = (ServiceSource if cluster.heterogeneous else InProcessSource)(cfg, cluster, workload)
         strategy = device_strategy()
         with strategy.scope():
             model = workload.build_keras_model(len(classes))
             optimizer = workload.keras_optimizer(cfg.learning_rate)
+        if cluster.heterogeneous:
+            spare = tf_spare_workers(cfg, cluster, workload, model, strategy)
+            print(f"[trainer] {cluster.current_host}: a tf.data.service worker on {spare.workers} of {spare.cpus} vCPU(s), "
+                  f"{spare.kept} kept for the training loop ({spare.why})", flush=True)
+            source = ServiceSource(cfg, cluster, workload, spare)
+        else:
+            source = InProcessSource(cfg, cluster, workload)
         checkpoints = TfCheckpoints(cluster.checkpoint_dir)
         stats, accounting, corrupt = _train(cfg, workload, model, optimizer, source, strategy, checkpoints)
         validation = _validation_files(cluster)

@@ -33,7 +33,7 @@ from steps.train.corrupt import CorruptBudget
 from steps.train.costs import cost_line, isolated_costs
 from steps.train.data_client import DataServiceClient
 from steps.train.dataset import ShardDataset, batch_loader
-from steps.train.local_decode import LocalDecoder, spare
+from steps.train.local_decode import LocalDecoder, spare_workers
 from steps.common.files import write_json_atomic
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
 from steps.train.manifest import read_classes, train_channel
@@ -179,7 +179,7 @@ class _Progress:
 def _hybrid_source(cfg, cluster: Cluster, workload: Workload, model, device, progress: _Progress) -> DataServiceClient:
     """The data hosts' streams, merged with this host's own decode workers where it has vCPUs to spare
     (`steps.train.local_decode`); every trainer weighs the split by the same numbers."""
-    found = spare(cfg, cluster, workload, model, device)
+    found = spare_workers(cfg, cluster, workload, model, device)
     print(f"[trainer] {cluster.current_host}: {found.workers} local decode worker(s) of {found.cpus} vCPU(s), "
           f"{found.kept} kept for the training loop ({found.why})", flush=True)
     if found.workers:
