@@ -169,12 +169,16 @@ def build_graph(framework: str = "pytorch") -> Graph:
                   TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED, (DNN_GROUP,))),
         hyperparameters=_hyperparameters(framework), condition=Param("RunBaseline"),
     )
+    if framework == "ray":
+        # Ray Data's read tasks run on any node and open the files the driver listed: every host sees every shard
+        shards = (TrainChannel("train", train, REPLICATED, (DATA_GROUP, DNN_GROUP), Param("InputMode"), file_system=True),)
+    else:
+        shards = (TrainChannel("train", train, Param("DataDistribution"), (DATA_GROUP,), Param("InputMode"), file_system=True),
+                  # the dnn hosts' own decode workers take their share of every shard (steps/train/split.py)
+                  TrainChannel(HYBRID_CHANNEL, train, REPLICATED, (DNN_GROUP,), Param("InputMode"), file_system=True))
     hetero = TrainingStep(
         "TrainHeterogeneous", groups=(data, dnn),
-        channels=(TrainChannel("train", train, Param("DataDistribution"), (DATA_GROUP,), Param("InputMode"), file_system=True),
-                  # the dnn hosts' own decode workers take their share of every shard (steps/train/split.py)
-                  TrainChannel(HYBRID_CHANNEL, train, REPLICATED, (DNN_GROUP,), Param("InputMode"), file_system=True),
-                  validation, TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED, (DATA_GROUP, DNN_GROUP))),
+        channels=(*shards, validation, TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED, (DATA_GROUP, DNN_GROUP))),
         hyperparameters=_hyperparameters(framework),
     )
     evaluate = ProcessingStep(

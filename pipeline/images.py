@@ -40,6 +40,11 @@ IMAGES = {"pytorch": ("pytorch", "2.13.0", "py312"),
           "tensorflow": ("tensorflow", "2.21.0", "py312")}
 # Images newer than the SDK's table: framework -> (ECR repository, tag of the GPU variant, tag of the CPU variant)
 DLC_TAGS = {"pytorch": ("pytorch", "2.13.0-cu133-amzn2023-sagemaker", "2.13.0-cpu-amzn2023-sagemaker")}
+# Ray: no AWS training image has Ray. Its training image is built by the user from images/ray/Dockerfile (the PyTorch
+# DLC above plus ray[data,train], the version pinned in pyproject.toml) and passed as the training image; its shard and
+# evaluate steps run on the PyTorch CPU image.
+RAY_BASE = "pytorch"
+RAY_DOCKERFILE = "images/ray/Dockerfile"
 TRAINING_INSTANCE_TYPE = "ml.g5.xlarge"  # any GPU type: only picks the GPU variant in the SDK's table
 PROCESSING_INSTANCE_TYPE = "ml.m5.xlarge"  # any CPU type: only picks the CPU variant
 
@@ -54,12 +59,16 @@ _ECR_IMAGE = re.compile(r"(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z]{2,4}(?
 
 def default_training_image(region: str, framework: str = "pytorch") -> str:
     """The framework's SageMaker training DLC, GPU variant, in ``region``."""
+    if framework == "ray":
+        raise UserError(f"framework ray has no AWS training image (none has Ray installed): build {RAY_DOCKERFILE} (the PyTorch "
+                        f"training image plus Ray), push it to ECR and pass its URI as the training image (cdk deploy -c "
+                        "hetero:training_image=<uri>, hetero deploy --training-image <uri>)", headline="bad deploy settings")
     return _image(region, framework, gpu=True)
 
 
 def default_processing_image(region: str, framework: str = "pytorch") -> str:
-    """The CPU variant of the same image (processing jobs run on CPU instances)."""
-    return _image(region, framework, gpu=False)
+    """The CPU variant of the same image (processing jobs run on CPU instances); Ray's shard and evaluate steps need no Ray."""
+    return _image(region, RAY_BASE if framework == "ray" else framework, gpu=False)
 
 
 def pipeline_images(region: str, framework: str, *, training_image: str = "", processing_image: str = "") -> tuple[str, str]:

@@ -35,6 +35,9 @@ from steps.contract import PRICE_PERFORMANCE_FILE
 
 LOCAL_REGION = "us-east-1"
 LOCAL_ROLE = "arn:aws:iam::000000000000:role/hetero-local"
+# framework=ray has no AWS image (pipeline/images.py): the definition run locally names the image a user builds from
+# images/ray/Dockerfile; the emulator runs the step code on this machine's interpreter, never the image
+LOCAL_RAY_IMAGE = f"000000000000.dkr.ecr.{LOCAL_REGION}.amazonaws.com/hetero-ray:2.60.0"
 LOCAL_ACCOUNT = "000000000000"
 
 
@@ -86,7 +89,8 @@ def local_settings(work_dir: Path, framework: str, code_uri: str, *, spot: bool 
 
     prefix = storage.uri(work_dir)[len(storage.SCHEME):]
     return DeploySettings(pipeline_name=PIPELINE_NAME, region=LOCAL_REGION, role_arn=LOCAL_ROLE, bucket=storage.LOCAL_BUCKET,
-                          code_uri=code_uri, prefix=prefix, framework=framework, spot=spot)
+                          code_uri=code_uri, prefix=prefix, framework=framework, spot=spot,
+                          training_image=LOCAL_RAY_IMAGE if framework == "ray" else None)
 
 
 def compile_local(work_dir: Path, framework: str, *, spot: bool = False) -> dict:

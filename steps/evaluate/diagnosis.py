@@ -45,6 +45,11 @@ def diagnose(metrics: dict) -> dict:
         return {**doc, "label": "input-bound",
                 "reason": f"the trainers waited for data {wait:.1%} of their step time and the data hosts were busy "
                           f"{mean:.0%} of their CPUs (at least {BUSY_SHARE:.0%}): more data-host CPUs would raise the rate"}
+    if metrics.get("framework") == "ray":  # Ray moves blocks through its object store: no bytes per sample measured
+        return {**doc, "label": "transport-bound", "wire_mb_per_s": None,
+                "reason": f"the trainers waited for data {wait:.1%} of their step time while the data hosts were busy only "
+                          f"{mean:.0%} of their CPUs: Ray Data's scheduling and object transfers, not decode, set the pace; "
+                          "more decode would not help"}
     return {**doc, "label": "transport-bound",
             "reason": f"the trainers waited for data {wait:.1%} of their step time while the data hosts were busy only "
                       f"{mean:.0%} of their CPUs: batches were ready but arrived too slowly ({wire / 1e6:.1f} MB/s into "

@@ -15,8 +15,9 @@ Locally, on an emulated cluster (one process per host)::
     SAGEMAKER_BASE_DIR=runs/<id>/jobs/<job>/algo-1 python steps/train/launcher.py
 
 The ``framework`` hyperparameter picks the stack: PyTorch over the project's
-own data plane, or TensorFlow over tf.data.service (dispatcher on the
-trainer host, a worker on every data host).
+own data plane, TensorFlow over tf.data.service (dispatcher on the
+trainer host, a worker on every data host), or Ray (a Ray cluster over every
+host: Ray Data decodes on every CPU, Ray Train trains on the trainer hosts).
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def dispatch(env) -> None:
             from steps.train.tf_trainer import run_tf_trainer
 
             run_tf_trainer(cfg, cluster, workload)
+    elif cfg.framework == "ray":  # every host a Ray node; the first trainer host drives (steps.train.ray_job)
+        from steps.train.ray_job import run_ray_host
+
+        run_ray_host(cfg, cluster, workload)
     elif cluster.role == DATA:
         from steps.train.data_service import run_data_service
 

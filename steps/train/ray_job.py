@@ -1,0 +1,330 @@
+"""The Ray path (``framework=ray``): a Ray cluster over the job's hosts, Ray Data decoding on every CPU, Ray Train on the GPUs.
+
+Every host starts its Ray node (`steps.train.ray_node`: the first trainer host
+is the head). The head's process is the driver: it waits for every host's
+node, builds the Ray Data pipeline over the training shards
+(`steps.train.ray_train`), trains with a ``TorchTrainer`` (one worker per
+trainer host), writes the same ``metrics.json`` as the other paths and ends
+the job. Ray decides where each decode task runs, so the trainer hosts' spare
+CPUs decode beside the data hosts' (hybrid by construction); ``trainer_cpus``
+is what each Ray Train worker reserves (auto: one).
+
+Ray has no notion of "the job is over" for the nodes that joined it, so the
+head also keeps the project's authenticated control link to every other host
+(`steps.train.control`), as the TensorFlow trainer does with its data hosts:
+both sides heartbeat, the head ends the job with STOP carrying its results (or
+the reason it failed), and a host whose head goes silent or drops the link
+without STOP exits non-zero naming it. Every host stops its Ray node, and
+every process Ray started for it, before it exits.
+
+The training shards must be at the same path on every host: the train channel
+is replicated to both groups (or on FSx), which is how Ray Data's read tasks,
+placed on any node, open the files the driver listed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+
+from steps.common.errors import HeteroError, UserError
+from steps.common.files import write_json_atomic
+from steps.shard.format import count_samples, list_shards
+from steps.train.auth import client_handshake, job_secret
+from steps.train.cluster import Cluster, resolve
+from steps.train.config import TrainConfig
+from steps.train.control import JobStopped, TrainerGone, accept_trainers, dial, failure_reason, send_stop, trainer_frame, trainer_lost
+from steps.train.link import Heartbeat, Link, Stopped
+from steps.train.manifest import read_classes, train_channel
+from steps.train.metrics import final_line, training_metrics
+from steps.train.ray_node import TRAINER_RESOURCE, RayNode, RayNodeFailed
+from steps.train.service_meter import arrived, data_host_metrics
+from steps.train.wire import Kind, WireError
+
+RESULTS_ACTOR = "hetero-results"
+
+
+class HostLost(HeteroError):
+    headline = "host lost"
+
+
+def run_ray_host(cfg: TrainConfig, cluster: Cluster, workload) -> None:
+    node = RayNode(cfg, cluster)
+    try:
+        node.start()
+        os.environ.update({k: v for k, v in node.environment().items() if k.startswith("RAY_")})  # this process's driver
+        if node.is_head:
+            _run_head(cfg, cluster, node)
+        else:
+            _follow(cfg, cluster, node)
+    finally:
+        try:
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()
+        finally:
+            node.stop()
+
+
+# -- the head: driver, trainer of record, end of the job -------------------------------------------------------
+
+def _run_head(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
+    import ray
+
+    others = tuple(h for g in cluster.groups for h in g.hosts if h != cluster.current_host)
+    links = _Followers(cfg, cluster, others)
+    try:
+        links.connect()
+        ray.init(address=node.address, logging_level=logging.WARNING, configure_logging=False)
+        _await_nodes(cfg, len(others) + 1, node, links)
+        files = _train(cfg, cluster, links)
+        links.close("completed", files=files)
+    except BaseException as exc:
+        links.close("failed", failure_reason(cluster.current_host, exc))
+        raise
+
+
+def _await_nodes(cfg: TrainConfig, count: int, node: RayNode, links: "_Followers") -> None:
+    import ray
+
+    deadline = time.monotonic() + cfg.connect_timeout_s
+    while True:
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        if len(alive) >= count:
+            print(f"[ray] head: {len(alive)} node(s), {int(ray.cluster_resources().get('CPU', 0))} CPU(s) in the cluster", flush=True)
+            return
+        links.check()
+        if not node.alive():
+            raise RayNodeFailed("the Ray head node stopped before every host joined; its log is above")
+        if time.monotonic() > deadline:
+            raise RayNodeFailed(f"{len(alive)} of {count} Ray nodes joined within connect_timeout_s={cfg.connect_timeout_s:g}")
+        time.sleep(0.5)
+
+
+def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str, bytes]:
+    import ray
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from steps.train.ray_train import exact_split, train_loop, training_dataset
+
+    shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
+    if not shards:
+        raise UserError(f"the Ray head {cluster.current_host} found no *.tar shards in {cluster.channel('train')}",
+                        headline="no shards")
+    samples = sum(count_samples(s) for s in shards)
+    classes = read_classes(cluster.channel("manifest"))
+    validation = cluster.channel("validation", required=False)
+    head_ip = resolve(cluster.current_host)
+    box = _Results.options(name=RESULTS_ACTOR, resources={f"node:{head_ip}": 0.001}, num_cpus=0).remote()
+    kept = 1 if cfg.trainer_cpus in ("auto", "all") else int(cfg.trainer_cpus)
+    if cfg.trainer_cpus == "all":
+        kept = int(min(n["Resources"].get("CPU", 1) for n in ray.nodes() if n["Resources"].get(TRAINER_RESOURCE)))
+    gpu = bool(ray.cluster_resources().get("GPU"))
+    print(f"[ray] head: {len(shards)} shard(s), {samples} samples; {cluster.world_size} Ray Train worker(s), {kept} CPU(s) "
+          f"each{' and a GPU' if gpu else ''}; decode on every other CPU", flush=True)
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={"cfg": cfg.as_dict(), "classes": len(classes), "results": RESULTS_ACTOR,
+                           "validation": str(validation) if validation else None},
+        scaling_config=ScalingConfig(num_workers=cluster.world_size, use_gpu=gpu,
+                                     resources_per_worker={"CPU": kept, TRAINER_RESOURCE: 1}),
+        datasets={"train": training_dataset([str(s) for s in shards], cfg.workload, cfg.workload_options, cfg.batch_size)},
+        dataset_config=exact_split(),
+        run_config=RunConfig(name="train", storage_path=str(cluster.output_data_dir / "ray"),
+                             failure_config=FailureConfig(max_failures=0)),
+    )
+    started = time.perf_counter()
+    _fit(trainer, cfg, links)
+    wall = time.perf_counter() - started
+    report, model = ray.get(box.get.remote())
+    metrics = _metrics(cfg, cluster, report, classes, samples, wall)
+    cluster.model_dir.mkdir(parents=True, exist_ok=True)
+    (cluster.model_dir / "model.pt").write_bytes(model)
+    for directory in (cluster.model_dir, cluster.output_data_dir):
+        write_json_atomic(directory / "metrics.json", metrics)
+    print(final_line(metrics), flush=True)
+    return {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
+
+
+def _fit(trainer, cfg: TrainConfig, links: "_Followers") -> None:
+    """``trainer.fit()``, ended early when another host of the job is lost: SageMaker fails a job whose host fails
+    anyway, so riding it out on Ray's retries would only keep the rest billing. The head's process then exits (its
+    Ray node and workers with it) with the lost host's name."""
+    outcome: list = []
+
+    def fit() -> None:
+        try:
+            trainer.fit()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the driver's thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=fit, name="ray-train-fit", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(timeout=cfg.heartbeat_s)
+        links.check()
+    if outcome and outcome[0] is not None:
+        raise outcome[0]
+
+
+def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str], samples: int, wall: float) -> dict:
+    """metrics.json from every worker's summary: sums over workers, the slowest sets the time; per node, what its
+    decode tasks produced (data hosts as ``data_hosts``, trainer hosts as ``local_decode``)."""
+    ranks = report["ranks"]
+    summary = dict(ranks[0]["summary"])
+    summary.update(global_samples=sum(r["summary"]["samples"] for r in ranks), global_seen=sum(r["summary"]["seen"] for r in ranks),
+                   elapsed_s=max(r["summary"]["elapsed_s"] for r in ranks))
+    corrupt = [c for r in ranks for c in r["corrupt"]]
+    by_ip = {resolve(h): h for g in cluster.groups for h in g.hosts}
+    sources: dict[str, list] = {}
+    for r in ranks:
+        for ip, (count, cpu_s) in r["sources"].items():
+            seen = sources.setdefault(by_ip.get(ip, ip), [0, 0.0])
+            seen[0] += count
+            seen[1] += cpu_s
+    data_hosts, local = [], []
+    for host, (count, cpu_s) in sorted(sources.items()):
+        if host in cluster.data_hosts:
+            data_hosts.append(data_host_metrics(host, {"samples": count, "decode_cpu_s": cpu_s, "wall_s": wall,
+                                                       "cpus": _host_cpus(host)}))
+        else:
+            local.append({"host": host, "samples": count, "decode_cpu_s_per_sample": cpu_s / count if count else 0.0,
+                          "share": count / max(summary["global_seen"], 1), "workers": _host_cpus(host), "kept_cpus": 0,
+                          "cpus": _host_cpus(host), "why": "Ray schedules decode tasks on every free CPU"})
+    return training_metrics(cfg=cfg, cluster=cluster, framework="ray", summary=summary, accuracy=report["accuracy"],
+                            corrupt=corrupt, corrupt_count=len(corrupt), classes=classes,
+                            isolated_costs=report["isolated_costs"], local_decode=local,
+                            sample_ledger={"epochs": report["ledger"], "resumes": 0, "partial_epoch": None},
+                            **{**arrived(data_hosts, 0, 0), "data_hosts": data_hosts})
+
+
+def _host_cpus(host: str) -> int:
+    import ray
+
+    ip = resolve(host)
+    return int(next((n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("NodeManagerAddress") == ip), 0))
+
+
+def _results_class():
+    import ray
+
+    @ray.remote
+    class Results:
+        """Where rank 0 leaves the run's report and model for the driver (on the head node)."""
+
+        def __init__(self):
+            self.value = None
+
+        def put(self, report: dict, model: bytes) -> None:
+            self.value = (report, model)
+
+        def get(self):
+            if self.value is None:
+                raise RuntimeError("the training workers ended without reporting")
+            return self.value
+
+    return Results
+
+
+class _LazyResults:
+    def options(self, **kwargs):
+        return _results_class().options(**kwargs)
+
+
+_Results = _LazyResults()
+
+
+class _Followers:
+    """The head's control links to every other host: dial, prove the secret, heartbeat, watch, STOP."""
+
+    def __init__(self, cfg: TrainConfig, cluster: Cluster, hosts: tuple[str, ...]):
+        self.cfg, self.cluster, self.hosts = cfg, cluster, hosts
+        self.links: dict[str, Link] = {}
+        self.failure: HeteroError | None = None
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.beat: Heartbeat | None = None
+
+    def connect(self) -> None:
+        deadline = time.monotonic() + self.cfg.connect_timeout_s
+        for host in self.hosts:
+            sock = dial(host, resolve(host), self.cfg.data_port, deadline, self.cfg.connect_timeout_s)
+            sock.settimeout(max(10.0, self.cfg.heartbeat_s))
+            client_handshake(sock, job_secret(), host=self.cluster.current_host)
+            self.links[host] = Link(sock, f"host {host}", heartbeat_s=self.cfg.heartbeat_s, silence_timeout_s=self.cfg.silence_timeout_s)
+        self.beat = Heartbeat(self.links.values(), self.cfg.heartbeat_s)
+        for host, link in self.links.items():
+            thread = threading.Thread(target=self._watch, args=(host, link), name=f"watch-{host}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _watch(self, host: str, link: Link) -> None:
+        while not self._stopping.is_set():
+            try:
+                frame = link.read()
+            except Stopped:
+                return
+            except (WireError, OSError) as exc:
+                if not self._stopping.is_set() and self.failure is None:
+                    self.failure = HostLost(f"host {host} was lost: {exc}")
+                    print(f"[ray] {self.failure.one_line()}", flush=True)
+                return
+            if frame is not None and frame[0] is Kind.ERROR and self.failure is None:
+                self.failure = HostLost(f"host {host} failed: {frame[1].get('reason', 'no reason given')}")
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    def close(self, status: str, reason: str = "", files: dict[str, bytes] | None = None) -> None:
+        """STOP (with ``files``) to every host, then wait for each to hang up. Idempotent."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        if self.beat is not None:
+            self.beat.stop()
+        send_stop(list(self.links.values()), status, reason, files)
+        deadline = time.monotonic() + self.cfg.silence_timeout_s
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        for link in self.links.values():
+            link.close()
+
+
+# -- every other host: a Ray node, and the control link to the head ----------------------------------------------
+
+def _follow(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
+    me, head = cluster.current_host, node.head_host
+    with socket.create_server((resolve(me), cfg.data_port), backlog=16) as server:
+        (trainer,) = accept_trainers(server, cfg, me, (head,), job_secret(), {"framework": "ray", "epochs": cfg.epochs})
+    beat = Heartbeat([trainer.link], cfg.heartbeat_s)
+    try:
+        while not trainer.stopped:
+            if not node.alive():
+                raise RayNodeFailed(f"host {me}'s Ray node stopped (its log is above) while the head {head} trains")
+            try:
+                frame = trainer.link.read()
+            except (WireError, OSError) as exc:
+                raise trainer_lost(head, exc) from None
+            if frame is not None:
+                error = trainer_frame(trainer, *frame, cluster.model_dir)
+                if error is not None:
+                    raise error
+    except Exception as exc:
+        if not isinstance(exc, (TrainerGone, JobStopped)):  # the head learns why, not just that the link closed
+            try:
+                trainer.link.send(Kind.ERROR, {"reason": f"host {me}: {exc}"[:1000]})
+            except (WireError, OSError, Stopped):
+                pass
+        raise
+    finally:
+        beat.stop()
+        trainer.link.close()
+    print(f"[ray] {me}: the head {head} ended the job; exiting", flush=True)
+

@@ -1,0 +1,147 @@
+"""This host's Ray node: started from the SageMaker Environment, locked down, and ended with the host.
+
+The first trainer host is the head; every other host of the job joins it at
+the head's address (resolved from the Environment's host name, never a
+hard-coded one). Each node advertises one custom resource saying what its
+host is (`TRAINER_RESOURCE` or `DATA_RESOURCE`), which places the Ray Train
+workers on the trainer hosts while Ray Data's decode tasks run on every CPU.
+
+Ray listens on every interface and, left to its defaults, lets anyone who
+reaches a port run code on the cluster. Every node here runs with token
+authentication (``RAY_AUTH_MODE=token``), the token derived from the job
+secret and read from a file only this user can read, never from the
+environment. The node is ``ray start --block`` in a child process; `stop`
+ends it and every process Ray started for it (raylet, GCS, workers: found by
+the node's own temp folder), so no Ray process outlives its host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from steps.common.errors import HeteroError
+from steps.train.auth import job_secret
+from steps.train.cluster import DATA, Cluster, available_cpus, resolve
+from steps.train.config import TrainConfig
+
+RAY_VERSION = "2.60.0"
+TRAINER_RESOURCE, DATA_RESOURCE = "hetero_trainer", "hetero_data"
+OBJECT_STORE_BYTES = 512 * 1024**2  # per node: batches in flight, not the dataset
+
+
+class RayNodeFailed(HeteroError):
+    headline = "ray node failed"
+
+
+def ray_token(secret: bytes) -> str:
+    """The cluster's Ray auth token: the job secret, bound to this use."""
+    return hmac.new(secret, b"hetero/ray-auth-token", hashlib.sha256).hexdigest()
+
+
+class RayNode:
+    """``ray start --block`` for this host, as head (the first trainer host) or joining the head."""
+
+    def __init__(self, cfg: TrainConfig, cluster: Cluster):
+        self.cfg, self.cluster = cfg, cluster
+        self.head_host = cluster.trainer_hosts[0]
+        self.is_head = cluster.current_host == self.head_host
+        self.address = f"{resolve(self.head_host)}:{cfg.ray_port}"
+        self.folder = Path(tempfile.mkdtemp(prefix="hray-", dir="/tmp"))  # short: Ray's unix sockets live under it
+        self.process: subprocess.Popen | None = None
+
+    def environment(self) -> dict:
+        """What every Ray process of this host (and a driver connecting to it) needs in its environment."""
+        token = self.folder / "token"
+        if not token.exists():
+            token.touch(mode=0o600)
+            token.write_text(ray_token(job_secret()))
+        # a head gone for silence_timeout_s is gone: raylets and drivers stop waiting for it then
+        timeout = str(max(5, int(self.cfg.silence_timeout_s)))
+        code = str(Path(__file__).resolve().parents[2])  # Ray's worker processes import the step code from here
+        path = os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p)
+        return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0",
+                "RAY_gcs_rpc_server_reconnect_timeout_s": timeout, "RAY_DEDUP_LOGS": "0", "PYTHONPATH": path}
+
+    def start(self) -> "RayNode":
+        ip = resolve(self.cluster.current_host)
+        resource = DATA_RESOURCE if self.cluster.role == DATA else TRAINER_RESOURCE
+        command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", f"--node-ip-address={ip}",
+                   f"--num-cpus={available_cpus()}", f"--num-gpus={_gpus()}", f"--resources={json.dumps({resource: 1})}",
+                   "--disable-usage-stats", f"--temp-dir={self.folder / 'ray'}", f"--object-store-memory={OBJECT_STORE_BYTES}"]
+        if self.is_head:
+            command += ["--head", f"--port={self.cfg.ray_port}", "--include-dashboard=false"]
+        else:
+            self._await_head()
+            command += [f"--address={self.address}"]
+        self.process = subprocess.Popen(command, env=self.environment(), stdin=subprocess.DEVNULL)
+        print(f"[ray] {self.cluster.current_host}: {'head' if self.is_head else 'node'} at {ip} "
+              f"({available_cpus()} CPU(s), {resource}){'' if self.is_head else f', joining {self.address}'}", flush=True)
+        return self
+
+    def _await_head(self) -> None:
+        """Until the head's port answers: joining earlier fails."""
+        import socket
+
+        host, port = self.address.rsplit(":", 1)
+        deadline = time.monotonic() + self.cfg.connect_timeout_s
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=2).close()
+                return
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise RayNodeFailed(f"the Ray head on {self.head_host} ({self.address}) did not come up within "
+                                        f"connect_timeout_s={self.cfg.connect_timeout_s:g}: {exc}") from None
+                time.sleep(0.5)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> None:
+        """End the node and every process Ray started for it. Idempotent."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)  # ray start --block stops its processes on SIGTERM
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        for pid in _processes_under(self.folder):  # whatever survived it (a raylet whose parent was killed)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _processes_under(folder: Path) -> list[int]:
+    """Processes whose command line names ``folder`` (every Ray process of a node names its temp folder)."""
+    needle = str(folder).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if needle in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0

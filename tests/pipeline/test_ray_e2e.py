@@ -1,0 +1,141 @@
+"""framework=ray on the emulated cluster: a Ray cluster over the job's hosts (head on the first trainer host), Ray Data
+decoding the WebDataset shards on every CPU, Ray Train training; each sample once per epoch, every host (and every Ray
+process) gone at the end, also when a host dies; the cluster refuses clients without the job's token."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from pipeline.emulator import EmulatedJob
+from pipeline.graph import resolve_parameters
+from pipeline.harness import by_role, listeners_on, two_group_request
+from pipeline.local import LocalOptions, LocalRunner
+from steps.contract import DATA_GROUP, DNN_GROUP, HYBRID_CHANNEL, REPLICATED
+from steps.shard.shard import shard_dataset
+
+pytestmark = pytest.mark.e2e
+
+RAY = ("raylet", "gcs_server", "ray::", "default_worker.py", "ray.scripts.scripts")
+
+
+def _ray_processes() -> list[str]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        line = " ".join(p.info["cmdline"] or [])
+        if any(marker in line for marker in RAY) and "hray-" in line:
+            found.append(f"{p.pid} {line[:120]}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory, tiny_images):
+    out = tmp_path_factory.mktemp("ray-shards")
+    shard_dataset(tiny_images, out, target_shard_mb=1, data_hosts=2)
+    return out
+
+
+def _ray_request(tmp_path, shards, code_uri, *, data: int, dnn: int = 1, **hyperparameters) -> dict:
+    """The pipeline's Ray layout: the train channel replicated to both groups (Ray Data reads it from any node)."""
+    request = two_group_request(tmp_path, shards, code_uri, data=data, dnn=dnn, hyperparameters={
+        "framework": "ray", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0}, "heartbeat_s": 0.5,
+        "silence_timeout_s": 10, "connect_timeout_s": 120, **hyperparameters})
+    channels = [c for c in request["InputDataConfig"] if c["ChannelName"] != HYBRID_CHANNEL]
+    train = next(c for c in channels if c["ChannelName"] == "train")["DataSource"]["S3DataSource"]
+    train.update(S3DataDistributionType=REPLICATED, InstanceGroupNames=[DATA_GROUP, DNN_GROUP])
+    request["InputDataConfig"] = channels
+    return request
+
+
+def test_the_pipeline_trains_on_a_ray_cluster_one_data_host_one_trainer(tmp_path, tiny_images, no_leftovers):
+    params = resolve_parameters({"InputData": str(tiny_images), "Epochs": 2, "BatchSize": 16, "ShardSizeMB": 1,
+                                 "RunBaseline": False, "WorkloadOptions": '{"blur_passes": 1}'})
+    lines = []
+    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, framework="ray", pin_cpus=False, grace_s=20,
+                                              step_timeout_s=300, echo=lines.append)).run()
+    job = result.jobs["TrainHeterogeneous"]
+    metrics = json.loads((job.model_dir / "metrics.json").read_text())
+    samples = json.loads((result.outputs["Shard"] / "manifest.json").read_text())["splits"]["train"]["samples"]
+    assert metrics["framework"] == "ray"
+    assert [(e["epoch"], e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]] == [
+        (e, samples, samples, 0) for e in range(2)]
+    decoded = sum(h["samples_sent"] for h in metrics["data_hosts"]) + sum(m["samples"] for m in metrics["local_decode"])
+    assert decoded == 2 * samples  # every sample, from whichever node decoded it
+    assert any("[ray] head: 2 node(s)" in line for line in lines)
+    assert result.price_performance["runs"]["heterogeneous"]["samples_per_second"] > 0
+    assert all(h.exit_code == 0 for h in job.hosts)
+    data = next(h for h in job.hosts if h.role == "data")
+    assert (data.base_dir / "model" / "metrics.json").read_bytes() == (job.model_dir / "metrics.json").read_bytes()
+    assert not _ray_processes() and not listeners_on(result.jobs.values())
+
+
+def test_two_data_hosts_and_a_trainer_on_ray_consume_each_sample_once(tmp_path, shards, code_uri, no_leftovers):
+    samples = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
+    request = _ray_request(tmp_path, shards, code_uri, data=2)
+    with EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=30, timeout_s=300) as job:
+        job.start()
+        result = job.wait()
+    assert result.ok, result.failure
+    metrics = json.loads((result.model_dir / "metrics.json").read_text())
+    assert [(e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]] == [(samples, samples, 0)] * 2
+    assert all(h.exit_code == 0 for h in job.hosts)
+    assert not _ray_processes()
+
+
+def _start(tmp_path, shards, code_uri, **hyperparameters) -> EmulatedJob:
+    training = []
+
+    def on_line(host, line):
+        if "step_time_ms=" in line:
+            training.append(host)
+
+    request = _ray_request(tmp_path, shards, code_uri, data=2, epochs=1000, log_every=1, **hyperparameters)
+    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", on_line=on_line, grace_s=60, timeout_s=240)
+    job.start()
+    deadline = time.monotonic() + 180
+    while not training and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not training:
+        job.close()
+        raise RuntimeError(f"training never started: see the hosts' logs under {tmp_path / 'job'}")
+    return job
+
+
+def test_the_ray_cluster_refuses_a_client_without_the_token_and_a_killed_head_takes_every_host_down(tmp_path, shards, code_uri,
+                                                                                                    no_leftovers):
+    job = _start(tmp_path, shards, code_uri)
+    with job:
+        head = by_role(job, "trainer")[0]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        attempt = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address='{head.address}:6379'); print('CONNECTED')"],
+                                 env=env, capture_output=True, text=True, timeout=120)
+        assert "CONNECTED" not in attempt.stdout and "auth" in (attempt.stdout + attempt.stderr).lower()
+        killed_at = time.monotonic()
+        os.killpg(head.process.pid, signal.SIGKILL)  # the instance: the driver, its Ray node and workers
+        result = job.wait()
+    assert not result.ok and head.name in result.failure
+    for host in by_role(job, "data"):
+        assert not host.stopped_by_emulator, f"{host.name} had to be stopped by the emulator"
+        assert host.exit_code != 0 and head.name in host.failure
+        assert host.ended_at - killed_at < 30
+    assert not _ray_processes()
+
+
+def test_a_killed_ray_data_host_ends_or_survives_with_every_host_exiting_by_itself(tmp_path, shards, code_uri, no_leftovers):
+    job = _start(tmp_path, shards, code_uri)
+    with job:
+        victim = by_role(job, "data")[0]
+        os.killpg(victim.process.pid, signal.SIGKILL)
+        result = job.wait()
+    head = by_role(job, "trainer")[0]
+    assert not result.ok and not head.stopped_by_emulator and head.exit_code != 0
+    assert victim.name in head.failure
+    assert all(not h.stopped_by_emulator for h in job.hosts if h is not victim)
+    assert not _ray_processes()
