@@ -5,6 +5,7 @@ import re
 import pytest
 
 from pipeline.images import (
+    DLC_TAGS,
     IMAGES,
     default_processing_image,
     default_training_image,
@@ -125,3 +126,20 @@ def test_importing_the_module_does_not_import_the_sdk():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             cwd=Path(__file__).resolve().parents[2])
     assert result.stdout.strip() == "False"
+
+
+def test_ray_has_no_aws_training_image_and_shards_and_evaluates_on_the_pytorch_cpu_image():
+    with pytest.raises(UserError, match=r"framework ray has no AWS training image.*images/ray/Dockerfile"):
+        default_training_image("us-east-1", "ray")
+    assert default_processing_image("us-east-1", "ray") == default_processing_image("us-east-1", "pytorch")
+    mine = "123456789012.dkr.ecr.us-east-1.amazonaws.com/hetero-ray:2.60.0"
+    assert pipeline_images("us-east-1", "ray", training_image=mine) == (mine, default_processing_image("us-east-1", "pytorch"))
+
+
+def test_the_ray_dockerfile_builds_on_the_pytorch_image_with_the_pinned_ray():
+    from pathlib import Path
+
+    dockerfile = (Path(__file__).resolve().parents[2] / "images" / "ray" / "Dockerfile").read_text()
+    pinned = re.search(r'"ray\[data,train\]==([\d.]+)"', (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert pinned and f'"ray[data,train]=={pinned.group(1)}"' in dockerfile
+    assert "/pytorch:" + DLC_TAGS["pytorch"][1] in dockerfile

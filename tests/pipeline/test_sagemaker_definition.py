@@ -435,8 +435,30 @@ def test_explicit_images_win_over_the_frameworks_defaults():
 
 @pytest.mark.parametrize("framework", ["jax", "TensorFlow", ""])
 def test_an_unknown_framework_is_a_user_error_naming_it(framework):
-    with pytest.raises(UserError, match=f"framework {framework!r}.*pytorch, tensorflow"):
+    with pytest.raises(UserError, match=f"framework {framework!r}.*pytorch, tensorflow, ray"):
         build_definition(replace(SETTINGS, framework=framework))
+
+
+RAY_IMAGE = "111122223333.dkr.ecr.eu-west-1.amazonaws.com/hetero-ray:2.60.0"
+
+
+def test_the_ray_pipeline_needs_a_training_image_with_ray_and_says_how_to_build_it():
+    with pytest.raises(UserError, match=r"framework ray has no AWS training image.*images/ray/Dockerfile.*hetero:training_image"):
+        build_definition(replace(SETTINGS, framework="ray"))
+
+
+def test_the_ray_pipeline_replicates_the_shards_to_every_host_and_runs_the_ray_image():
+    ray_steps = all_steps(build_definition(replace(SETTINGS, framework="ray", training_image=RAY_IMAGE)))
+    hetero = channels(ray_steps["TrainHeterogeneous"])
+    assert set(hetero) == {"train", "validation", "manifest"}  # Ray Data reads the shards itself: no train_local
+    train = hetero["train"]["DataSource"]["S3DataSource"]
+    assert (train["S3DataDistributionType"], train["InstanceGroupNames"]) == (REPLICATED, [DATA_GROUP, DNN_GROUP])
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        assert image_of(ray_steps[name]) == RAY_IMAGE
+        assert ray_steps[name]["Arguments"]["HyperParameters"]["framework"] == "ray"
+    assert args_of(ray_steps["Shard"])["--format"] == "webdataset"
+    for name in PROCESSING_STEPS:  # shard and evaluate need no Ray: the PyTorch CPU image
+        assert image_of(ray_steps[name]) == default_processing_image("eu-west-1", "pytorch")
 
 
 # -- command line ------------------------------------------------------------------------------

@@ -40,3 +40,11 @@ def test_a_schema_1_heterogeneous_run_says_input_and_transport_are_not_told_apar
     del doc["data_hosts"]
     verdict = diagnose(doc)
     assert verdict["label"] == "input-bound" and "not told apart" in verdict["reason"]
+
+
+def test_a_ray_run_waiting_on_idle_data_hosts_blames_ray_datas_scheduling_not_a_wire_rate_it_did_not_measure():
+    doc = metrics(data_wait_share=0.3, data_hosts=[{**DATA_HOST, "busy_share": 0.1}], samples_per_second=1000.0,
+                  bytes_received_per_sample=0.0, framework="ray")
+    verdict = diagnose(doc)
+    assert verdict["label"] == "transport-bound" and verdict["wire_mb_per_s"] is None
+    assert "Ray Data's scheduling" in verdict["reason"] and "MB/s" not in verdict["reason"]
