@@ -39,6 +39,15 @@ so one run's ratios compare like with like even on a noisy machine.
                        this payload. ``ratio_to_tcp`` as above, against the
                        raw run of the same repeat. Skipped when TensorFlow
                        is not installed (it is not a dependency).
+``ray_data``           framework=ray's data plane: a two-node Ray cluster on loopback
+                       (`steps.train.ray_node`: ``ray start``, token auth), the
+                       sender node (127.0.0.5) running Ray Data map tasks that
+                       each return one pre-built batch (the same arrays every
+                       time: producing costs only Ray's serialization), and this
+                       process, a driver on the head (127.0.0.4), iterating
+                       ``iter_batches`` and touching each batch's pixels, as
+                       a trainer would. ``ratio_to_tcp`` against the raw run
+                       of the same repeat. Skipped with --no-ray.
 ``multi_host``         two data hosts (data-0 on 127.0.0.2, data-1 on
                        127.0.0.3, same port, found through a
                        HETERO_HOSTS_FILE) and one trainer.
@@ -78,6 +87,7 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -85,6 +95,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from steps.contract import SECRET_ENV  # noqa: E402
 from steps.train.auth import client_handshake, new_secret  # noqa: E402
 from steps.train.config import TrainConfig  # noqa: E402
 from steps.train.data_client import DataServiceClient  # noqa: E402
@@ -97,6 +108,7 @@ PIXEL_BYTES = BATCH * H * W * C
 BATCH_BYTES = PIXEL_BYTES + 2 * BATCH * 8  # + int64 labels and ids
 TRAINER = "trainer-0"
 DATA_HOSTS = {"data-0": "127.0.0.2", "data-1": "127.0.0.3"}
+RAY_HOSTS = {"ray-head": "127.0.0.4", "ray-sender": "127.0.0.5"}
 CTX = mp.get_context("fork")  # children share the parent's pre-built arrays, copy-on-write
 TF_COMPRESSIONS = {"none": None, "auto": "AUTO"}
 SPAWN = mp.get_context("spawn")  # for TensorFlow children: TF does not survive fork
@@ -278,6 +290,7 @@ def measure_drain(name: str, batches: int, warmup: int, pixels: np.ndarray, rate
 
             with socket.create_connection((DATA_HOSTS[name], cfg.data_port), timeout=60) as sock:
                 client_handshake(sock, secret, host=TRAINER)
+                send_frame(sock, Kind.RESUME, {"epoch": 0}, [("consumed", np.empty(0, np.int64))])  # a fresh start
                 reader, count, t0 = FrameReader(sock, allocator=allocate), 0, None
                 while True:
                     kind, meta, _ = reader.read()
@@ -334,6 +347,58 @@ def measure_tf_data_service(batches: int, warmup: int, pixels: np.ndarray, compr
     return {**_window(count, t1 - t0, c1 - c0), "sender_cpu_ms_per_batch": 1e3 * (w1 - w0) / batches}
 
 
+def measure_ray_data(batches: int, warmup: int) -> dict:
+    """Batches made by Ray Data tasks on one node, iterated by a driver on the other (`steps.train.ray_node` starts both)."""
+    from steps.train.cluster import Cluster
+    from steps.train.ray_node import RayNode
+
+    with socket.socket() as probe:  # a free port for the head's GCS
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cfg = replace(_config(port), ray_port=port)
+    os.environ.setdefault(SECRET_ENV, new_secret())
+    nodes = []
+    try:
+        for name, role in (("ray-head", "trainer"), ("ray-sender", "data")):
+            cluster = Cluster(current_host=name, current_group=role, role=role, heterogeneous=True, groups=(),
+                              data_hosts=("ray-sender",), trainer_hosts=("ray-head",), channel_dirs={}, channel_distribution={},
+                              model_dir=Path("."), output_dir=Path("."), output_data_dir=Path("."), network_interface="lo",
+                              checkpoint_dir=Path("."))
+            nodes.append(RayNode(cfg, cluster).start(log=sys.stderr))  # stdout is the JSON
+        nodes[0].connect()  # sets the token's environment, then imports ray: Ray reads it once, at import
+        import ray
+
+        deadline = time.monotonic() + 120
+        while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        made = {}
+
+        def one_batch(_: dict) -> dict:  # a closure: Ray ships it by value (this script is no module on the nodes)
+            if "pixels" not in made:  # once per worker process: then the same arrays every time
+                made["pixels"] = np.random.default_rng(0).integers(0, 256, size=(1, BATCH, H, W, C), dtype=np.uint8)
+            return {"pixels": made["pixels"], "labels": np.zeros((1, BATCH), np.int64), "ids": np.arange(BATCH, dtype=np.int64)[None]}
+
+        dataset = ray.data.range(warmup + batches, override_num_blocks=warmup + batches).map_batches(
+            one_batch, batch_size=1, resources={"hetero_data": 0.001}, num_cpus=1)
+        elements = iter(dataset.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=4))
+        for _ in range(warmup):
+            next(elements)
+        t0, c0 = time.perf_counter(), time.process_time()
+        count = 0
+        for element in elements:
+            _ = element["pixels"][-1, -1, -1, -1]  # touch it, as a step would
+            count += 1
+        t1, c1 = time.perf_counter(), time.process_time()
+    finally:
+        if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+            sys.modules["ray"].shutdown()
+        for node in nodes:
+            node.stop()
+    assert count == batches, (count, batches)
+    return _window(count, t1 - t0, c1 - c0)
+
+
 # -- the run ---------------------------------------------------------------------
 
 def _spread(values: list[float]) -> dict:
@@ -356,6 +421,7 @@ def main() -> None:
     parser.add_argument("--paced-fraction", type=float, default=0.3,
                         help="paced multi-host senders each produce this fraction of the single-host batches/s")
     parser.add_argument("--quick", action="store_true", help="a short run: 30 batches, 4 warm-up")
+    parser.add_argument("--no-ray", action="store_true", help="leave out the Ray Data row")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so every sender process is reaped
     if args.quick:
@@ -365,18 +431,21 @@ def main() -> None:
     pixels = payload[:PIXEL_BYTES].reshape(BATCH, H, W, C)
     with tempfile.TemporaryDirectory() as tmp:
         hosts_file = Path(tmp) / "hosts"
-        hosts_file.write_text("".join(f"{address} {name}\n" for name, address in DATA_HOSTS.items()))
+        hosts_file.write_text("".join(f"{address} {name}\n" for name, address in {**DATA_HOSTS, **RAY_HOSTS}.items()))
         os.environ["HETERO_HOSTS_FILE"] = str(hosts_file)  # this process only: how the client finds data-0/1
 
         with_tf = importlib.util.find_spec("tensorflow") is not None
         if with_tf:
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's INFO lines (server configs) would bury stderr
-        raw, ours, tf_runs = [], [], {label: [] for label in TF_COMPRESSIONS}
+        raw, ours, tf_runs, ray_runs = [], [], {label: [] for label in TF_COMPRESSIONS}, []
         for _ in range(args.repeats):
             raw.append(measure_raw_tcp(args.batches, payload))
             ours.append(measure_hetero(["data-0"], args.batches, args.warmup, pixels))
             for label, compression in TF_COMPRESSIONS.items() if with_tf else ():
                 tf_runs[label].append(measure_tf_data_service(args.batches, args.warmup, pixels, compression))
+            if not args.no_ray:  # in a spawned process: a driver leaves Ray's threads behind, and later forks would inherit them
+                with SPAWN.Pool(1) as pool:
+                    ray_runs.append(pool.apply(measure_ray_data, (args.batches, args.warmup)))
         ratios = [o["gbps"] / r["gbps"] for r, o in zip(raw, ours)]
         tf_data_service = {"skipped": "tensorflow is not installed"} if not with_tf else {
             label: {**_summary(runs, "gbps", "cpu_ms_per_batch", "sender_cpu_ms_per_batch"),
@@ -416,6 +485,8 @@ def main() -> None:
             "ratio_to_tcp": _spread(ratios),
         },
         "tf_data_service": tf_data_service,
+        "ray_data": {"skipped": "--no-ray"} if not ray_runs else {
+            **_summary(ray_runs, "gbps", "cpu_ms_per_batch"), "ratio_to_tcp": _spread([t["gbps"] / r["gbps"] for r, t in zip(raw, ray_runs)])},
         "multi_host": multi,
         "notes": [
             "GB/s = 1e9 bytes of pixels+labels+ids per second over the timed window; cpu_ms_per_batch = process_time of the "

@@ -24,8 +24,6 @@ placed on any node, open the files the driver listed.
 
 from __future__ import annotations
 
-import logging
-import os
 import socket
 import threading
 import time
@@ -55,7 +53,6 @@ def run_ray_host(cfg: TrainConfig, cluster: Cluster, workload) -> None:
     node = RayNode(cfg, cluster)
     try:
         node.start()
-        os.environ.update({k: v for k, v in node.environment().items() if k.startswith("RAY_")})  # this process's driver
         if node.is_head:
             _run_head(cfg, cluster, node)
         else:
@@ -73,13 +70,11 @@ def run_ray_host(cfg: TrainConfig, cluster: Cluster, workload) -> None:
 # -- the head: driver, trainer of record, end of the job -------------------------------------------------------
 
 def _run_head(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
-    import ray
-
     others = tuple(h for g in cluster.groups for h in g.hosts if h != cluster.current_host)
     links = _Followers(cfg, cluster, others)
     try:
         links.connect()
-        ray.init(address=node.address, logging_level=logging.WARNING, configure_logging=False)
+        node.connect()
         _await_nodes(cfg, len(others) + 1, node, links)
         files = _train(cfg, cluster, links)
         links.close("completed", files=files)

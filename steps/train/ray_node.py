@@ -72,8 +72,14 @@ class RayNode:
         return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0",
                 "RAY_gcs_rpc_server_reconnect_timeout_s": timeout, "RAY_DEDUP_LOGS": "0", "PYTHONPATH": path}
 
-    def start(self) -> "RayNode":
-        ip = resolve(self.cluster.current_host)
+    @property
+    def ip(self) -> str:
+        return resolve(self.cluster.current_host)
+
+    def start(self, *, log=None) -> "RayNode":
+        """Start the node (``log``: where Ray's own output goes; this process's by default); a head is up when this
+        returns, a joining node once the head answered."""
+        ip = self.ip
         resource = DATA_RESOURCE if self.cluster.role == DATA else TRAINER_RESOURCE
         command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", f"--node-ip-address={ip}",
                    f"--num-cpus={available_cpus()}", f"--num-gpus={_gpus()}", f"--resources={json.dumps({resource: 1})}",
@@ -83,13 +89,16 @@ class RayNode:
         else:
             self._await_head()
             command += [f"--address={self.address}"]
-        self.process = subprocess.Popen(command, env=self.environment(), stdin=subprocess.DEVNULL)
+        self.process = subprocess.Popen(command, env=self.environment(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         print(f"[ray] {self.cluster.current_host}: {'head' if self.is_head else 'node'} at {ip} "
-              f"({available_cpus()} CPU(s), {resource}){'' if self.is_head else f', joining {self.address}'}", flush=True)
+              f"({available_cpus()} CPU(s), {resource}){'' if self.is_head else f', joining {self.address}'}",
+              file=log or sys.stdout, flush=True)
+        if self.is_head:
+            self._await_head()
         return self
 
     def _await_head(self) -> None:
-        """Until the head's port answers: joining earlier fails."""
+        """Until the head's port answers: joining (or connecting a driver) earlier fails."""
         import socket
 
         host, port = self.address.rsplit(":", 1)
@@ -99,10 +108,24 @@ class RayNode:
                 socket.create_connection((host, int(port)), timeout=2).close()
                 return
             except OSError as exc:
+                if self.process is not None and self.process.poll() is not None:
+                    raise RayNodeFailed(f"the Ray head on {self.head_host} exited with code {self.process.returncode} "
+                                        "before it listened; its log is above") from None
                 if time.monotonic() > deadline:
                     raise RayNodeFailed(f"the Ray head on {self.head_host} ({self.address}) did not come up within "
                                         f"connect_timeout_s={self.cfg.connect_timeout_s:g}: {exc}") from None
                 time.sleep(0.5)
+
+    def connect(self) -> None:
+        """This process as a Ray driver on this host's node. Ray reads its auth settings once, when first imported:
+        a process that imported ray before this call connects without the token, and is refused."""
+        import logging
+
+        os.environ.update({k: v for k, v in self.environment().items() if k.startswith("RAY_")})
+        import ray  # after the environment: see above
+
+        ray.init(address=self.address, _node_ip_address=self.ip, logging_level=logging.WARNING, configure_logging=False,
+                 log_to_driver=self.is_head)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
