@@ -22,6 +22,10 @@ anchor is the heterogeneous run on exactly those CPU sets with the trainer decod
 (``TrainerCpus=all``). Spare CPUs come from the CPUs the other runs leave unused; on a 2-CPU
 machine there are none, so the trainer host's extra CPU is the data host's CPU (``shared_cpus``
 in the JSON): hybrid can then only match heterogeneous, not beat it.
+
+Ray (``framework=ray``, PyTorch only; ``--no-ray`` leaves it out): the same workload through Ray Data
+and Ray Train on the heterogeneous run's CPU sets, its samples/s over the heterogeneous and the
+baseline runs of the same repeat.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=1500)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--framework", choices=FRAMEWORKS, default=FRAMEWORKS[0])
+    parser.add_argument("--no-ray", action="store_true", help="leave out the framework=ray row")
     parser.add_argument("--spare-cpus", type=int, default=1, help="CPUs the trainer host decodes on in the hybrid rows (0: no hybrid rows)")
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
@@ -69,7 +74,9 @@ def main() -> None:
             bound = pp.get("bound") or {}
             hybrid = _hybrid_rows(images, args, hybrid_sets, Path(tmp) / "runs", het["samples_per_second"],
                                   base["samples_per_second"]) if spare else {}
-            runs.append({**hybrid,
+            ray_row = {} if args.no_ray or args.framework != "pytorch" else _ray_row(
+                images, args, options.cpus, Path(tmp) / "runs", het["samples_per_second"], base["samples_per_second"])
+            runs.append({**hybrid, **ray_row,
                 "ideal_speedup": _rounded(bound.get("ideal_speedup")),
                 "speedup_over_back_to_back": _rounded(bound.get("speedup_over_back_to_back")),
                 "efficiency": _rounded(bound.get("efficiency")),
@@ -84,12 +91,15 @@ def main() -> None:
     efficiencies = [r["efficiency"] for r in runs if r["efficiency"] is not None]
     median_efficiency = statistics.median(efficiencies) if efficiencies else None
     hybrid = [r for r in runs if "hybrid_auto_over_heterogeneous_same_cpus" in r]
+    ray_runs = [r for r in runs if "ray_over_heterogeneous" in r]
     print(json.dumps({
         "bench": "hetero_speedup", "framework": args.framework,
         "trainer_cpus": [cpus[0]], "data_host_cpus": [cpus[1]],
         **({"hybrid_trainer_cpus": list(hybrid_sets["trainer"]), "shared_cpus": sorted(set(spare) & {cpus[1]}),
             **{f"median_{mode}_over_{anchor}": statistics.median(r[f"{mode}_over_{anchor}"] for r in hybrid)
                for mode in ("hybrid_auto", "hybrid_forced") for anchor in ("heterogeneous_same_cpus", "baseline")}} if hybrid else {}),
+        **({"median_ray_over_heterogeneous": statistics.median(r["ray_over_heterogeneous"] for r in ray_runs),
+            "median_ray_over_baseline": statistics.median(r["ray_over_baseline"] for r in ray_runs)} if ray_runs else {}),
         "images": args.images, "epochs": args.epochs,
         "median_ratio": statistics.median(ratios), "median_efficiency": median_efficiency, "target_efficiency": TARGET_EFFICIENCY,
         "meets_target": median_efficiency is not None and median_efficiency >= TARGET_EFFICIENCY,
@@ -118,6 +128,16 @@ def _hybrid_rows(images: Path, args, sets: dict, work_dir: Path, heterogeneous: 
             row[f"{name}_over_heterogeneous"] = round(rate / heterogeneous, 3)
             row[f"{name}_over_baseline"] = round(rate / baseline, 3)
     return row
+
+
+def _ray_row(images: Path, args, sets: dict, work_dir: Path, heterogeneous: float, baseline: float) -> dict:
+    """framework=ray on the heterogeneous run's CPU sets: Ray Data decoding wherever Ray schedules it, Ray Train training."""
+    params = resolve_parameters({"InputData": str(images), "Epochs": args.epochs, "RunBaseline": False})
+    run = LocalRunner(params, LocalOptions(work_dir=work_dir, framework="ray", cpus=sets, echo=lambda _: None)).run()
+    het = run.price_performance["runs"]["heterogeneous"]
+    return {"ray_samples_per_s": round(het["samples_per_second"], 1), "ray_data_wait": round(het["data_wait_share"], 3),
+            "ray_over_heterogeneous": round(het["samples_per_second"] / heterogeneous, 3),
+            "ray_over_baseline": round(het["samples_per_second"] / baseline, 3)}
 
 
 def _rounded(value):
