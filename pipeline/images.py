@@ -62,7 +62,7 @@ def default_training_image(region: str, framework: str = "pytorch") -> str:
     if framework == "ray":
         raise UserError(f"framework ray has no AWS training image (none has Ray installed): build {RAY_DOCKERFILE} (the PyTorch "
                         f"training image plus Ray), push it to ECR and pass its URI as the training image (cdk deploy -c "
-                        "hetero:training_image=<uri>, hetero deploy --training-image <uri>)", headline="bad deploy settings")
+                        "hetero:trainingImage=<uri>, hetero deploy --training-image <uri>)", headline="bad deploy settings")
     return _image(region, framework, gpu=True)
 
 

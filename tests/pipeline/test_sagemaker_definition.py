@@ -443,7 +443,7 @@ RAY_IMAGE = "111122223333.dkr.ecr.eu-west-1.amazonaws.com/hetero-ray:2.60.0"
 
 
 def test_the_ray_pipeline_needs_a_training_image_with_ray_and_says_how_to_build_it():
-    with pytest.raises(UserError, match=r"framework ray has no AWS training image.*images/ray/Dockerfile.*hetero:training_image"):
+    with pytest.raises(UserError, match=r"framework ray has no AWS training image.*images/ray/Dockerfile.*hetero:trainingImage"):
         build_definition(replace(SETTINGS, framework="ray"))
 
 
