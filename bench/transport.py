@@ -87,7 +87,6 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager, suppress
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -352,10 +351,7 @@ def measure_ray_data(batches: int, warmup: int) -> dict:
     from steps.train.cluster import Cluster
     from steps.train.ray_node import RayNode
 
-    with socket.socket() as probe:  # a free port for the head's GCS
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    cfg = replace(_config(port), ray_port=port)
+    cfg = _config(0)  # ray_port 0: the head picks a free port
     os.environ.setdefault(SECRET_ENV, new_secret())
     nodes = []
     try:
@@ -364,7 +360,8 @@ def measure_ray_data(batches: int, warmup: int) -> dict:
                               data_hosts=("ray-sender",), trainer_hosts=("ray-head",), channel_dirs={}, channel_distribution={},
                               model_dir=Path("."), output_dir=Path("."), output_data_dir=Path("."), network_interface="lo",
                               checkpoint_dir=Path("."))
-            nodes.append(RayNode(cfg, cluster).start(log=sys.stderr))  # stdout is the JSON
+            head = nodes[0].address if nodes else ""
+            nodes.append(RayNode(cfg, cluster).start(head, log=sys.stderr))  # stdout is the JSON
         nodes[0].connect()  # sets the token's environment, then imports ray: Ray reads it once, at import
         import ray
 

@@ -51,7 +51,8 @@ class TrainConfig:
     prefetch_batches: int = _param(4, "Batches buffered per data host on the trainer.", minimum=1)
     data_port: int = _param(9400, "TCP port of the data service on data hosts.", minimum=1, maximum=65535)
     dist_port: int = _param(29500, "TCP port of torch.distributed rendezvous on the first trainer.", minimum=1, maximum=65535)
-    ray_port: int = _param(6379, "Ray path: TCP port of the Ray head (its GCS) on the first trainer.", minimum=1, maximum=65535)
+    ray_port: int = _param(0, "Ray path: TCP port of the Ray head (its GCS) on the first trainer (0: a free port, which the "
+                           "head tells the other hosts).", minimum=0, maximum=65535)
     tf_compression: str = _param("none", "TensorFlow path: tf.data.service compression of batches on the wire, none or auto "
                                  "(snappy: costs CPU on both ends; augmented uint8 pixels barely shrink).", choices=("none", "auto"))
     tf_bind_guard: str = _param("on", "TensorFlow path: confine tf.data.service, which has no authentication, to each host's "

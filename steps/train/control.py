@@ -234,6 +234,30 @@ def send_stop(links: list[Link], status: str, reason: str, files: dict[str, byte
             pass  # that host is gone already
 
 
+def end_links(links: list[Link], threads: list[threading.Thread], beat, status: str, reason: str,
+              files: dict[str, bytes] | None, wait_s: float) -> None:
+    """A trainer ends the job for hosts it dialled: STOP (with ``files``) to each, then up to ``wait_s`` for the threads
+    watching them (each returns once its host hung up), then the links closed."""
+    if beat is not None:
+        beat.stop()
+    send_stop(links, status, reason, files)
+    deadline = time.monotonic() + wait_s
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    for link in links:
+        link.close()
+
+
+def tell_trainer(link: Link, who: str, exc: BaseException) -> None:
+    """A host ending on ``exc`` tells the trainer why, not just that the link closed; not when the trainer ended it."""
+    if isinstance(exc, (TrainerGone, JobStopped)):
+        return
+    try:
+        link.send(Kind.ERROR, {"reason": f"{who}: {describe(exc)}"[:1000]})
+    except (WireError, OSError, Stopped):
+        pass
+
+
 def keep_results(results_dir: Path | None, trainer: str, arrays: dict) -> None:
     """Write the files a trainer sent with its STOP into ``results_dir`` (plain names only)."""
     if results_dir is None or not arrays:

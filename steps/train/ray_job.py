@@ -34,7 +34,7 @@ from steps.shard.format import count_samples, list_shards
 from steps.train.auth import client_handshake, job_secret
 from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
-from steps.train.control import JobStopped, TrainerGone, accept_trainers, dial, failure_reason, send_stop, trainer_frame, trainer_lost
+from steps.train.control import accept_trainers, dial, end_links, failure_reason, tell_trainer, trainer_frame, trainer_lost
 from steps.train.link import Heartbeat, Link, Stopped
 from steps.train.manifest import read_classes, train_channel
 from steps.train.metrics import final_line, training_metrics
@@ -52,7 +52,6 @@ class HostLost(HeteroError):
 def run_ray_host(cfg: TrainConfig, cluster: Cluster, workload) -> None:
     node = RayNode(cfg, cluster)
     try:
-        node.start()
         if node.is_head:
             _run_head(cfg, cluster, node)
         else:
@@ -74,6 +73,8 @@ def _run_head(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
     links = _Followers(cfg, cluster, others)
     try:
         links.connect()
+        node.start()
+        links.announce(node.address)  # where to join: the head picked its port
         node.connect()
         _await_nodes(cfg, len(others) + 1, node, links)
         files = _train(cfg, cluster, links)
@@ -273,6 +274,10 @@ class _Followers:
             if frame is not None and frame[0] is Kind.ERROR and self.failure is None:
                 self.failure = HostLost(f"host {host} failed: {frame[1].get('reason', 'no reason given')}")
 
+    def announce(self, address: str) -> None:
+        for link in self.links.values():
+            link.send(Kind.START, {"ray": address})
+
     def check(self) -> None:
         if self.failure is not None:
             raise self.failure
@@ -282,14 +287,7 @@ class _Followers:
         if self._stopping.is_set():
             return
         self._stopping.set()
-        if self.beat is not None:
-            self.beat.stop()
-        send_stop(list(self.links.values()), status, reason, files)
-        deadline = time.monotonic() + self.cfg.silence_timeout_s
-        for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        for link in self.links.values():
-            link.close()
+        end_links(list(self.links.values()), self._threads, self.beat, status, reason, files, self.cfg.silence_timeout_s)
 
 
 # -- every other host: a Ray node, and the control link to the head ----------------------------------------------
@@ -301,22 +299,20 @@ def _follow(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
     beat = Heartbeat([trainer.link], cfg.heartbeat_s)
     try:
         while not trainer.stopped:
-            if not node.alive():
+            if node.process is not None and not node.alive():
                 raise RayNodeFailed(f"host {me}'s Ray node stopped (its log is above) while the head {head} trains")
             try:
                 frame = trainer.link.read()
             except (WireError, OSError) as exc:
                 raise trainer_lost(head, exc) from None
-            if frame is not None:
+            if frame is not None and frame[0] is Kind.START and node.process is None:
+                node.start(str(frame[1].get("ray", "")))  # the head's Ray address
+            elif frame is not None:
                 error = trainer_frame(trainer, *frame, cluster.model_dir)
                 if error is not None:
                     raise error
     except Exception as exc:
-        if not isinstance(exc, (TrainerGone, JobStopped)):  # the head learns why, not just that the link closed
-            try:
-                trainer.link.send(Kind.ERROR, {"reason": f"host {me}: {exc}"[:1000]})
-            except (WireError, OSError, Stopped):
-                pass
+        tell_trainer(trainer.link, f"host {me}", exc)
         raise
     finally:
         beat.stop()

@@ -55,7 +55,7 @@ class RayNode:
         self.cfg, self.cluster = cfg, cluster
         self.head_host = cluster.trainer_hosts[0]
         self.is_head = cluster.current_host == self.head_host
-        self.address = f"{resolve(self.head_host)}:{cfg.ray_port}"
+        self.address = ""  # the head's GCS, host:port: the head picks it, the others learn it (steps.train.ray_job)
         self.folder = Path(tempfile.mkdtemp(prefix="hray-", dir="/tmp"))  # short: Ray's unix sockets live under it
         self.process: subprocess.Popen | None = None
 
@@ -76,8 +76,9 @@ class RayNode:
     def ip(self) -> str:
         return resolve(self.cluster.current_host)
 
-    def start(self, *, log=None) -> "RayNode":
-        """Start the node (``log``: where Ray's own output goes; this process's by default); a head is up when this
+    def start(self, head: str = "", *, log=None) -> "RayNode":
+        """Start the node, joining the GCS at ``head`` (host:port; the head picks its own: ``ray_port``, or a free
+        port when 0). ``log``: where Ray's own output goes, this process's by default. A head is up when this
         returns, a joining node once the head answered."""
         ip = self.ip
         resource = DATA_RESOURCE if self.cluster.role == DATA else TRAINER_RESOURCE
@@ -85,12 +86,16 @@ class RayNode:
                    f"--num-cpus={available_cpus()}", f"--num-gpus={_gpus()}", f"--resources={json.dumps({resource: 1})}",
                    "--disable-usage-stats", f"--temp-dir={self.folder / 'ray'}", f"--object-store-memory={OBJECT_STORE_BYTES}"]
         if self.is_head:
-            command += ["--head", f"--port={self.cfg.ray_port}", "--include-dashboard=false"]
+            self.address = f"{ip}:{self.cfg.ray_port or _free_port(ip)}"
+            # the job API's minimal dashboard listens on 127.0.0.1 even without the dashboard: a free port, not 8265
+            command += ["--head", f"--port={self.address.rsplit(':', 1)[1]}", "--include-dashboard=false",
+                        f"--dashboard-port={_free_port('127.0.0.1')}"]
         else:
+            self.address = head
             self._await_head()
             command += [f"--address={self.address}"]
         self.process = subprocess.Popen(command, env=self.environment(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        print(f"[ray] {self.cluster.current_host}: {'head' if self.is_head else 'node'} at {ip} "
+        print(f"[ray] {self.cluster.current_host}: {f'head at {self.address}' if self.is_head else f'node at {ip}'} "
               f"({available_cpus()} CPU(s), {resource}){'' if self.is_head else f', joining {self.address}'}",
               file=log or sys.stdout, flush=True)
         if self.is_head:
@@ -145,6 +150,15 @@ class RayNode:
             except ProcessLookupError:
                 pass
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _free_port(ip: str) -> int:
+    """A port free on ``ip`` now (the OS's pick); Ray binds it a moment later."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind((ip, 0))
+        return probe.getsockname()[1]
 
 
 def _processes_under(folder: Path) -> list[int]:

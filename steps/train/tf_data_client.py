@@ -27,7 +27,7 @@ from steps.train.auth import client_handshake, job_secret
 from steps.train.checkpoint import TERMINATE, Interrupted
 from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
-from steps.train.control import DataHostLost, LocalDecodeFailed, dial, send_stop
+from steps.train.control import DataHostLost, LocalDecodeFailed, dial, end_links
 from steps.train.link import Heartbeat, Link, Stopped
 from steps.train.service_meter import arrived, data_host_metrics
 from steps.train.split import NONE as NO_SPLIT
@@ -222,14 +222,7 @@ class TfDataService:
         if self._stopping.is_set():
             return
         self._stopping.set()
-        if self.beat is not None:
-            self.beat.stop()
-        send_stop(list(self.links.values()), status, reason, files)
-        deadline = time.monotonic() + self.cfg.silence_timeout_s
-        for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        for link in self.links.values():
-            link.close()
+        end_links(list(self.links.values()), self._threads, self.beat, status, reason, files, self.cfg.silence_timeout_s)
         if self.local is not None:
             self.local.stop()
         if self.dispatcher is not None:

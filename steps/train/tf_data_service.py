@@ -26,12 +26,11 @@ import socket
 import tempfile
 from pathlib import Path
 
-from steps.common.errors import describe
 from steps.train.auth import job_secret
 from steps.train.cluster import Cluster, available_cpus, resolve
 from steps.train.config import TrainConfig
-from steps.train.control import JobStopped, Trainer, TrainerGone, accept_trainers, trainer_frame, trainer_lost
-from steps.train.link import Heartbeat, Stopped
+from steps.train.control import Trainer, accept_trainers, tell_trainer, trainer_frame, trainer_lost
+from steps.train.link import Heartbeat
 from steps.train.service_meter import ProcessMeter
 from steps.train.split import NONE as NO_SPLIT
 from steps.train.split import Split
@@ -75,11 +74,7 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
             _serve_until_stop(trainer, cluster.model_dir, [str(f) for f in files], meter)
             trainer_stopped_it = True
         except Exception as exc:
-            if not isinstance(exc, (TrainerGone, JobStopped)):  # the trainer learns why, not just that the link closed
-                try:
-                    trainer.link.send(Kind.ERROR, {"reason": f"data host {me}: {describe(exc)}"[:1000]})
-                except (WireError, OSError, Stopped):
-                    pass
+            tell_trainer(trainer.link, f"data host {me}", exc)
             raise
         finally:
             beat.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -113,8 +114,9 @@ def test_the_ray_cluster_refuses_a_client_without_the_token_and_a_killed_head_ta
     job = _start(tmp_path, shards, code_uri)
     with job:
         head = by_role(job, "trainer")[0]
+        address = re.search(r"\[ray\] \S+: head at (\S+) ", (head.base_dir / "output" / "host.log").read_text()).group(1)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        attempt = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address='{head.address}:6379'); print('CONNECTED')"],
+        attempt = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address='{address}'); print('CONNECTED')"],
                                  env=env, capture_output=True, text=True, timeout=120)
         assert "CONNECTED" not in attempt.stdout and "auth" in (attempt.stdout + attempt.stderr).lower()
         killed_at = time.monotonic()
