@@ -7,6 +7,7 @@ credentials so code under test creates its clients exactly as it would in AWS.
 
 from __future__ import annotations
 
+import fcntl
 import urllib.request
 
 import pytest
@@ -19,6 +20,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("e2e") and item.nodeid.startswith("tests/pipeline/"):
             item.add_marker(pytest.mark.xdist_group("clusters"))
+
+
+@pytest.fixture(autouse=True)
+def one_cluster_at_a_time(request, tmp_path_factory):
+    """The guarantee behind the xdist group: with pytest 9, xdist 3.8's loadgroup does not keep a group on one worker
+    (its @group node-id suffix is lost), so two emulated clusters did run at once. An exclusive lock in the folder every
+    worker's temp folder shares serialises them whatever the scheduler does."""
+    if not (request.node.get_closest_marker("e2e") and request.node.nodeid.startswith("tests/pipeline/")):
+        yield
+        return
+    with open(tmp_path_factory.getbasetemp().parent / "hetero-clusters.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="session")

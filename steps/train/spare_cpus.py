@@ -44,9 +44,10 @@ class Spare:
                 "why": self.why}
 
 
-def spare(cfg: TrainConfig, cluster: Cluster, measure: Callable[[list[Path]], float], *, list_shards: Callable) -> Spare:
+def spare(cfg: TrainConfig, cluster: Cluster, measure: Callable[[list[Path]], float | str], *, list_shards: Callable) -> Spare:
     """How many decode workers this trainer host runs beside its training loop (0: none, and why); ``measure(shards)``:
-    the vCPUs a training step keeps busy (trainer_cpus=auto), ``list_shards``: the framework's shard files in a folder."""
+    the vCPUs a training step keeps busy (trainer_cpus=auto), or why it cannot tell; ``list_shards``: the framework's
+    shard files in a folder."""
     cpus = available_cpus()
     if cfg.trainer_cpus == "all":
         return Spare(0, cpus, cpus, why="trainer_cpus=all")
@@ -60,6 +61,9 @@ def spare(cfg: TrainConfig, cluster: Cluster, measure: Callable[[list[Path]], fl
     loop = None
     if cfg.trainer_cpus == "auto":
         loop = measure(shards)
+        if isinstance(loop, str):  # why the step could not be measured
+            return Spare(0, cpus, cpus, why=f"trainer_cpus=auto could not measure the training step ({loop}): set "
+                                            "trainer_cpus to a number of vCPUs to keep for it")
         kept = kept_cpus(loop, cpus)
         why = f"trainer_cpus=auto: a training step keeps {loop:.2f} vCPU(s) busy, +{DATA_PLANE_CPUS} for the data plane"
     else:

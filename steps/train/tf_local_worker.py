@@ -39,8 +39,11 @@ def tf_spare_workers(cfg, cluster, workload, model, strategy):
     from steps.shard.tfrecord import list_tfrecord_shards
     from steps.train.spare_cpus import spare
 
-    def measure(shards: list[Path]) -> float:
-        return tf_loop_cpus(cfg, workload, model, strategy, [str(s) for s in shards[:1]])
+    def measure(shards: list[Path]) -> float | str:
+        try:
+            return tf_loop_cpus(cfg, workload, model, strategy, [str(s) for s in shards[:1]])
+        except (ValueError, TypeError) as exc:  # a subclassed Keras model that clone_model cannot copy
+            return f"the model cannot be cloned: {exc}"[:300]
 
     return spare(cfg, cluster, measure, list_shards=list_tfrecord_shards)
 

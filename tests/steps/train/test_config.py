@@ -150,3 +150,10 @@ def test_a_string_setting_that_looks_like_a_number_survives_the_toolkit():
     # sagemaker-training json.loads every hyperparameter value, so "123" reaches us as 123
     cfg = TrainConfig.from_hyperparameters({"data_group": 123, "dnn_group": True})
     assert cfg.data_group == "123" and cfg.dnn_group == "true"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many", "1.5", ""])
+def test_trainer_cpus_is_auto_all_or_a_whole_number_of_vcpus(value):
+    with pytest.raises(UserError, match=f"trainer_cpus={value!r}: use auto, all, or a whole number"):
+        TrainConfig.from_hyperparameters({"trainer_cpus": value})
+    assert TrainConfig.from_hyperparameters({"trainer_cpus": 2}).trainer_cpus == "2"  # the toolkit JSON-decodes "2"
