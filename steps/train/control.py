@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from steps.common.errors import HeteroError, describe
-from steps.train.auth import AuthError, serve_handshake
+from steps.train.auth import AuthError, client_handshake, serve_handshake
 from steps.train.config import TrainConfig
 from steps.train.link import Link, PeerSilent, Stopped
 from steps.train.wire import Kind, WireError
@@ -196,6 +196,16 @@ def dial(host: str, address: str, port: int, deadline: float, connect_timeout_s:
                     f"connect_timeout_s={connect_timeout_s:g} ({exc})"
                 ) from None
             time.sleep(0.2)
+
+
+def open_link(cfg: TrainConfig, host: str, address: str, me: str, secret: bytes, deadline: float, peer: str,
+              **link_options) -> tuple[Link, dict]:
+    """A trainer's link to ``host``: dial it (retrying until ``deadline``), prove the job secret, and hand the socket to a
+    heartbeat-checked `Link` named ``peer``. Returns the link and the host's HELLO."""
+    sock = dial(host, address, cfg.data_port, deadline, cfg.connect_timeout_s)
+    sock.settimeout(max(10.0, cfg.heartbeat_s))  # the handshake's own bound; the Link sets the kernel's
+    hello = client_handshake(sock, secret, host=me)
+    return Link(sock, peer, heartbeat_s=cfg.heartbeat_s, silence_timeout_s=cfg.silence_timeout_s, **link_options), hello
 
 
 def trainer_lost(host: str, exc: Exception) -> TrainerGone:

@@ -20,10 +20,9 @@ import numpy as np
 import torch
 
 from steps.common.errors import HeteroError, describe
-from steps.train.auth import client_handshake
 from steps.train.cluster import resolve
 from steps.train.config import TrainConfig
-from steps.train.control import DataHostLost, LocalDecodeFailed, dial, send_stop
+from steps.train.control import DataHostLost, LocalDecodeFailed, open_link, send_stop
 from steps.train.dataset import Batch
 from steps.train.link import Heartbeat, Link, Stopped
 from steps.train.service_meter import arrived, data_host_metrics
@@ -117,13 +116,10 @@ class DataServiceClient:
         deadline = time.monotonic() + self.cfg.connect_timeout_s
         data_workers = 0
         for host in self.hosts:
-            sock = dial(host.name, host.address, self.cfg.data_port, deadline, self.cfg.connect_timeout_s)
-            sock.settimeout(max(10.0, self.cfg.heartbeat_s))
-            hello = client_handshake(sock, self.secret, host=self.me)
+            host.link, hello = open_link(self.cfg, host.name, host.address, self.me, self.secret, deadline,
+                                         f"data host {host.name}", allocator=self._allocate)
             host.samples_per_epoch = int(hello.get("samples_per_epoch", 0))
             data_workers += max(int(hello.get("decode_workers", 1)), 1)
-            host.link = Link(sock, f"data host {host.name}", heartbeat_s=self.cfg.heartbeat_s,
-                             silence_timeout_s=self.cfg.silence_timeout_s, allocator=self._allocate)
         self.split = Split.weighted(list(trainer_workers or [0]), data_workers)
         for host in self.hosts:
             host.link.send(Kind.RESUME, {"epoch": epoch, "split": self.split.as_meta()}, [("consumed", consumed)])

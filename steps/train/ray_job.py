@@ -31,10 +31,10 @@ import time
 from steps.common.errors import HeteroError, UserError
 from steps.common.files import write_json_atomic
 from steps.shard.format import count_samples, list_shards
-from steps.train.auth import client_handshake, job_secret
+from steps.train.auth import job_secret
 from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
-from steps.train.control import accept_trainers, dial, end_links, failure_reason, tell_trainer, trainer_frame, trainer_lost
+from steps.train.control import accept_trainers, end_links, failure_reason, open_link, tell_trainer, trainer_frame, trainer_lost
 from steps.train.link import Heartbeat, Link, Stopped
 from steps.train.manifest import read_classes, train_channel
 from steps.train.metrics import final_line, training_metrics
@@ -116,7 +116,7 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str,
     classes = read_classes(cluster.channel("manifest"))
     validation = cluster.channel("validation", required=False)
     head_ip = resolve(cluster.current_host)
-    box = _Results.options(name=RESULTS_ACTOR, resources={f"node:{head_ip}": 0.001}, num_cpus=0).remote()
+    box = _results_actor(head_ip)
     kept = 1 if cfg.trainer_cpus in ("auto", "all") else int(cfg.trainer_cpus)
     if cfg.trainer_cpus == "all":
         kept = int(min(n["Resources"].get("CPU", 1) for n in ray.nodes() if n["Resources"].get(TRAINER_RESOURCE)))
@@ -138,7 +138,7 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str,
     _fit(trainer, cfg, links)
     wall = time.perf_counter() - started
     report, model = ray.get(box.get.remote())
-    metrics = _metrics(cfg, cluster, report, classes, samples, wall)
+    metrics = _metrics(cfg, cluster, report, classes, wall)
     cluster.model_dir.mkdir(parents=True, exist_ok=True)
     (cluster.model_dir / "model.pt").write_bytes(model)
     for directory in (cluster.model_dir, cluster.output_data_dir):
@@ -169,7 +169,7 @@ def _fit(trainer, cfg: TrainConfig, links: "_Followers") -> None:
         raise outcome[0]
 
 
-def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str], samples: int, wall: float) -> dict:
+def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str], wall: float) -> dict:
     """metrics.json from every worker's summary: sums over workers, the slowest sets the time; per node, what its
     decode tasks produced (data hosts as ``data_hosts``, trainer hosts as ``local_decode``)."""
     ranks = report["ranks"]
@@ -177,7 +177,10 @@ def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str
     summary.update(global_samples=sum(r["summary"]["samples"] for r in ranks), global_seen=sum(r["summary"]["seen"] for r in ranks),
                    elapsed_s=max(r["summary"]["elapsed_s"] for r in ranks))
     corrupt = [c for r in ranks for c in r["corrupt"]]
+    import ray
+
     by_ip = {resolve(h): h for g in cluster.groups for h in g.hosts}
+    cpus = {by_ip.get(n["NodeManagerAddress"], n["NodeManagerAddress"]): int(n["Resources"].get("CPU", 0)) for n in ray.nodes()}
     sources: dict[str, list] = {}
     for r in ranks:
         for ip, (count, cpu_s) in r["sources"].items():
@@ -188,32 +191,24 @@ def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str
     for host, (count, cpu_s) in sorted(sources.items()):
         if host in cluster.data_hosts:
             data_hosts.append(data_host_metrics(host, {"samples": count, "decode_cpu_s": cpu_s, "wall_s": wall,
-                                                       "cpus": _host_cpus(host)}))
+                                                       "cpus": cpus.get(host, 0)}))
         else:
             local.append({"host": host, "samples": count, "decode_cpu_s_per_sample": cpu_s / count if count else 0.0,
-                          "share": count / max(summary["global_seen"], 1), "workers": _host_cpus(host), "kept_cpus": 0,
-                          "cpus": _host_cpus(host), "why": "Ray schedules decode tasks on every free CPU"})
+                          "share": count / max(summary["global_seen"], 1), "workers": cpus.get(host, 0), "kept_cpus": 0,
+                          "cpus": cpus.get(host, 0), "why": "Ray schedules decode tasks on every free CPU"})
     return training_metrics(cfg=cfg, cluster=cluster, framework="ray", summary=summary, accuracy=report["accuracy"],
                             corrupt=corrupt, corrupt_count=len(corrupt), classes=classes,
                             isolated_costs=report["isolated_costs"], local_decode=local,
                             sample_ledger={"epochs": report["ledger"], "resumes": 0, "partial_epoch": None},
-                            **{**arrived(data_hosts, 0, 0), "data_hosts": data_hosts})
+                            **arrived(data_hosts, 0, 0))  # Ray moves blocks through its object store: no bytes measured
 
 
-def _host_cpus(host: str) -> int:
-    import ray
-
-    ip = resolve(host)
-    return int(next((n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("NodeManagerAddress") == ip), 0))
-
-
-def _results_class():
+def _results_actor(head_ip: str):
+    """Where rank 0 leaves the run's report and model for the driver: an actor on the head node."""
     import ray
 
     @ray.remote
     class Results:
-        """Where rank 0 leaves the run's report and model for the driver (on the head node)."""
-
         def __init__(self):
             self.value = None
 
@@ -225,15 +220,7 @@ def _results_class():
                 raise RuntimeError("the training workers ended without reporting")
             return self.value
 
-    return Results
-
-
-class _LazyResults:
-    def options(self, **kwargs):
-        return _results_class().options(**kwargs)
-
-
-_Results = _LazyResults()
+    return Results.options(name=RESULTS_ACTOR, resources={f"node:{head_ip}": 0.001}, num_cpus=0).remote()
 
 
 class _Followers:
@@ -250,10 +237,8 @@ class _Followers:
     def connect(self) -> None:
         deadline = time.monotonic() + self.cfg.connect_timeout_s
         for host in self.hosts:
-            sock = dial(host, resolve(host), self.cfg.data_port, deadline, self.cfg.connect_timeout_s)
-            sock.settimeout(max(10.0, self.cfg.heartbeat_s))
-            client_handshake(sock, job_secret(), host=self.cluster.current_host)
-            self.links[host] = Link(sock, f"host {host}", heartbeat_s=self.cfg.heartbeat_s, silence_timeout_s=self.cfg.silence_timeout_s)
+            self.links[host], _ = open_link(self.cfg, host, resolve(host), self.cluster.current_host, job_secret(), deadline,
+                                            f"host {host}")
         self.beat = Heartbeat(self.links.values(), self.cfg.heartbeat_s)
         for host, link in self.links.items():
             thread = threading.Thread(target=self._watch, args=(host, link), name=f"watch-{host}", daemon=True)

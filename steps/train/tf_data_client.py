@@ -23,11 +23,11 @@ import time
 import numpy as np
 
 from steps.common.errors import EXIT_INTERNAL_ERROR, EXIT_TERMINATED, HeteroError, describe, write_failure
-from steps.train.auth import client_handshake, job_secret
+from steps.train.auth import job_secret
 from steps.train.checkpoint import TERMINATE, Interrupted
 from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
-from steps.train.control import DataHostLost, LocalDecodeFailed, dial, end_links
+from steps.train.control import DataHostLost, LocalDecodeFailed, end_links, open_link
 from steps.train.link import Heartbeat, Link, Stopped
 from steps.train.service_meter import arrived, data_host_metrics
 from steps.train.split import NONE as NO_SPLIT
@@ -77,12 +77,9 @@ class TfDataService:
         deadline = time.monotonic() + self.cfg.connect_timeout_s
         data_workers = 0
         for host in self.cluster.data_hosts:
-            sock = dial(host, resolve(host), self.cfg.data_port, deadline, self.cfg.connect_timeout_s)
-            sock.settimeout(max(10.0, self.cfg.heartbeat_s))
-            hello = client_handshake(sock, self.secret, host=self.cluster.current_host)
+            self.links[host], hello = open_link(self.cfg, host, resolve(host), self.cluster.current_host, self.secret, deadline,
+                                                f"data host {host}")
             data_workers += max(int(hello.get("decode_workers", 1)), 1)
-            self.links[host] = Link(sock, f"data host {host}", heartbeat_s=self.cfg.heartbeat_s,
-                                    silence_timeout_s=self.cfg.silence_timeout_s)
         self.split = Split.weighted([trainer_workers], data_workers)
         for link in self.links.values():
             link.send(Kind.START, {"dispatcher": address, "split": self.split.as_meta()})
