@@ -1,10 +1,13 @@
-"""A TensorFlow host listens only on its cluster address, and keeps the job secret out of its environment.
+"""A TensorFlow or Ray host listens only on its cluster address, and keeps the job secret out of its environment.
 
 tf.data.service has no authentication and no bind-address option: its
 dispatcher (on the trainer) and workers (on the data hosts) listen on every
 interface, and whoever reaches them can run dataset graphs there (read files,
-write files, read the environment). So before a TensorFlow host imports
-TensorFlow, the launcher re-executes it (same pid, same arguments) with
+write files, read the environment). Ray's GCS, raylets and workers also listen
+on every interface (they check Ray's token, `steps.train.ray_node`, but a port
+nobody outside the cluster can reach is not one that must hold). So before a
+TensorFlow host imports TensorFlow, or a Ray host starts Ray, the launcher
+re-executes it (same pid, same arguments; every process it starts inherits it) with
 
 - ``LD_PRELOAD`` = `bind_guard.c`, built here with the C compiler, which turns a
   wildcard ``bind()`` into one on ``HETERO_BIND_ADDRESS``, the host's own
@@ -14,7 +17,7 @@ TensorFlow, the launcher re-executes it (same pid, same arguments) with
   ``/proc/self/environ`` finds no secret there.
 
 Without a C compiler the host refuses to start (fail closed) and says how to
-fix it; the hyperparameter ``tf_bind_guard=off`` accepts the exposure instead.
+fix it; the hyperparameter ``bind_guard=off`` accepts the exposure instead.
 """
 
 from __future__ import annotations
@@ -48,17 +51,17 @@ def build_library(cache_dir: Path | None = None) -> Path:
         return library
     compiler = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
     if not compiler:
-        raise UserError("the TensorFlow path confines tf.data.service (no authentication of its own) to the cluster address "
-                        f"with a small preloaded library built from {SOURCE.name}, and this image has no C compiler (cc, gcc). "
-                        "Install gcc in the training image, or set the hyperparameter tf_bind_guard=off to accept that "
-                        "tf.data.service listens on every interface (README: Security)", headline="cannot confine tf.data.service")
+        raise UserError("the TensorFlow and Ray paths confine their servers (tf.data.service has no authentication of its own) "
+                        f"to the cluster address with a small preloaded library built from {SOURCE.name}, and this image has no "
+                        "C compiler (cc, gcc). Install gcc in the training image, or set the hyperparameter bind_guard=off to "
+                        "accept that they listen on every interface (README: Security)", headline="cannot confine listeners")
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / f"bind_guard.{os.getpid()}.so"
     result = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(SOURCE), "-ldl"],
                             capture_output=True, text=True)
     if result.returncode != 0:
         raise UserError(f"{compiler} could not build {SOURCE}: {result.stderr.strip()[-800:]}; install gcc and the C library "
-                        "headers in the training image, or set tf_bind_guard=off", headline="cannot confine tf.data.service")
+                        "headers in the training image, or set bind_guard=off", headline="cannot confine listeners")
     partial.replace(library)
     return library
 

@@ -55,9 +55,9 @@ class TrainConfig:
                            "head tells the other hosts).", minimum=0, maximum=65535)
     tf_compression: str = _param("none", "TensorFlow path: tf.data.service compression of batches on the wire, none or auto "
                                  "(snappy: costs CPU on both ends; augmented uint8 pixels barely shrink).", choices=("none", "auto"))
-    tf_bind_guard: str = _param("on", "TensorFlow path: confine tf.data.service, which has no authentication, to each host's "
-                                "cluster address (on; needs a C compiler in the image), or accept that it listens on every "
-                                "interface (off).", choices=("on", "off"))
+    bind_guard: str = _param("on", "TensorFlow and Ray paths: confine every listener of a host (tf.data.service, which has no "
+                             "authentication; Ray's GCS, raylet and workers) to the host's cluster address (on; needs a C "
+                             "compiler in the image), or accept that they listen on every interface (off).", choices=("on", "off"))
     shard_wait_s: float = _param(600.0, "How long hosts wait for every shard of a channel they see whole (FSx, FullyReplicated) "
                                  "to be visible.", minimum=0.0)
     connect_timeout_s: float = _param(600.0, "How long hosts wait for their peers to come up.", minimum=1.0)

@@ -39,8 +39,8 @@ def dispatch(env) -> None:
 
     cfg = TrainConfig.from_hyperparameters(env.hyperparameters)
     cluster = Cluster.from_environment(env, cfg)
-    if cfg.framework == "tensorflow":
-        _confine(cfg, cluster)  # re-executes this process once, before anything imports TensorFlow
+    if cfg.framework in ("tensorflow", "ray"):
+        _confine(cfg, cluster)  # re-executes this process once, before anything imports TensorFlow or starts Ray
     workload = load_workload(cfg.workload, cfg.workload_options)
     print(f"[launcher] host={cluster.current_host} group={cluster.current_group} role={cluster.role} "
           f"framework={cfg.framework} heterogeneous={cluster.heterogeneous}", flush=True)
@@ -69,14 +69,17 @@ def dispatch(env) -> None:
 
 
 def _confine(cfg, cluster) -> None:
-    """Before TensorFlow is imported: re-execute this host with its listeners on its cluster address (steps.train.bind_guard)."""
+    """Before TensorFlow is imported or Ray started: re-execute this host with its listeners (and those of every process it
+    starts) on its cluster address (steps.train.bind_guard)."""
     from steps.train import bind_guard
     from steps.train.cluster import resolve
 
-    if cfg.tf_bind_guard == "on" and not bind_guard.guarded():
+    if cfg.bind_guard == "on" and not bind_guard.guarded():
         bind_guard.reexec_guarded(resolve(cluster.current_host))
     if not bind_guard.guarded():
-        print("[launcher] WARNING tf_bind_guard=off: tf.data.service listens on every interface without authentication", flush=True)
+        what = "tf.data.service listens on every interface without authentication" if cfg.framework == "tensorflow" else \
+            "Ray listens on every interface (its token still applies)"
+        print(f"[launcher] WARNING bind_guard=off: {what}", flush=True)
 
 
 def _quiet_tensorflow() -> None:

@@ -7,10 +7,11 @@ host is (`TRAINER_RESOURCE` or `DATA_RESOURCE`), which places the Ray Train
 workers on the trainer hosts while Ray Data's decode tasks run on every CPU.
 
 Ray listens on every interface and, left to its defaults, lets anyone who
-reaches a port run code on the cluster. Every node here runs with token
-authentication (``RAY_AUTH_MODE=token``), the token derived from the job
-secret and read from a file only this user can read, never from the
-environment. The node is ``ray start --block`` in a child process; `stop`
+reaches a port run code on the cluster. The launcher confines every process
+of a Ray host to the host's cluster address (`steps.train.bind_guard`), and
+every node here runs with token authentication (``RAY_AUTH_MODE=token``),
+the token derived from the job secret and read from a file only this user
+can read, never from the environment. The node is ``ray start --block`` in a child process; `stop`
 ends it and every process Ray started for it (raylet, GCS, workers: found by
 the node's own temp folder), so no Ray process outlives its host.
 """
@@ -87,9 +88,10 @@ class RayNode:
                    "--disable-usage-stats", f"--temp-dir={self.folder / 'ray'}", f"--object-store-memory={OBJECT_STORE_BYTES}"]
         if self.is_head:
             self.address = f"{ip}:{self.cfg.ray_port or _free_port(ip)}"
-            # the job API's minimal dashboard listens on 127.0.0.1 even without the dashboard: a free port, not 8265
+            # the job API's minimal dashboard listens on 127.0.0.1 even without the dashboard, and the Ray client server
+            # (it cannot be turned off while grpc is installed) on 127.0.0.1 and this address: free ports, not 8265/10001
             command += ["--head", f"--port={self.address.rsplit(':', 1)[1]}", "--include-dashboard=false",
-                        f"--dashboard-port={_free_port('127.0.0.1')}"]
+                        f"--dashboard-port={_free_port('127.0.0.1')}", f"--ray-client-server-port={_free_port(ip, '127.0.0.1')}"]
         else:
             self.address = head
             self._await_head()
@@ -152,13 +154,21 @@ class RayNode:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _free_port(ip: str) -> int:
-    """A port free on ``ip`` now (the OS's pick); Ray binds it a moment later."""
+def _free_port(ip: str, *also: str) -> int:
+    """A port free on ``ip`` (and on every address of ``also``) now, the OS's pick; Ray binds it a moment later."""
     import socket
 
-    with socket.socket() as probe:
-        probe.bind((ip, 0))
-        return probe.getsockname()[1]
+    while True:
+        with socket.socket() as probe:
+            probe.bind((ip, 0))
+            port = probe.getsockname()[1]
+            try:
+                for other in also:
+                    with socket.socket() as second:
+                        second.bind((other, port))
+            except OSError:
+                continue
+            return port
 
 
 def _processes_under(folder: Path) -> list[int]:
