@@ -68,6 +68,39 @@ def listeners_on(jobs) -> set[tuple[str, int]]:
     return {(c.laddr.ip, c.laddr.port) for c in psutil.net_connections(kind="tcp")
             if c.status == psutil.CONN_LISTEN and c.laddr.ip in addresses}
 
+def confinement_breaches(job: EmulatedJob, *, host_local: tuple[str, ...] = ()) -> list[str]:
+    """What breaks a host's confinement (steps.train.bind_guard), for every process of every host (the host process
+    and all it started: TensorFlow servers, a local tf.data.service worker, Ray's GCS, raylets and workers): a listener
+    on any address but the host's own (or one of ``host_local``, addresses a real instance reaches only from itself),
+    a host with no listener on its own address, one of its ports answering on another address of this machine, and
+    the job secret in a process's environment. Empty: confined."""
+    import socket
+
+    breaches = []
+    for host in job.hosts:
+        root = psutil.Process(host.process.pid)
+        processes = [root, *root.children(recursive=True)]
+        listening = set()
+        for process in processes:
+            try:
+                listening |= {(c.laddr.ip, c.laddr.port) for c in process.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+                if f"{SECRET_ENV}=".encode() in Path(f"/proc/{process.pid}/environ").read_bytes():
+                    breaches.append(f"{host.name}: the job secret is in the environment of {process.pid} {process.name()}")
+            except (psutil.Error, FileNotFoundError, ProcessLookupError):  # exited meanwhile
+                continue
+        own = {host.address, f"::ffff:{host.address}"}
+        allowed = own | set(host_local) | {f"::ffff:{a}" for a in host_local}
+        if not {ip for ip, _ in listening} & own:
+            breaches.append(f"{host.name}: nothing listens on its own address {host.address}: {sorted(listening)}")
+        breaches += [f"{host.name}: listens on {ip}:{port}" for ip, port in sorted(listening) if ip not in allowed]
+        for port in sorted({port for ip, port in listening if ip in own}):
+            try:  # 127.0.0.2: another address of this machine, never an emulated host's (127.X.Y.N, X >= 1)
+                socket.create_connection(("127.0.0.2", port), timeout=5).close()
+                breaches.append(f"{host.name}: port {port} answers on 127.0.0.2 too")
+            except ConnectionRefusedError:
+                pass
+    return breaches
+
 def two_group_request(tmp_path: Path, shards: Path, code_uri: str, *, data: int, hyperparameters: dict,
                       distribution: str = SHARDED, dnn: int = 1, checkpoints: Path | None = None) -> dict:
     """A heterogeneous job on the shard step's output, its channels assigned as the pipeline assigns them;

@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.emulator import EmulatedJob
 from pipeline.graph import resolve_parameters
-from pipeline.harness import by_role, listeners_on, start_training_job, two_group_request
+from pipeline.harness import by_role, confinement_breaches, listeners_on, start_training_job, two_group_request
 from pipeline.local import LocalOptions, LocalRunner
 from steps.shard.shard import shard_dataset
 
@@ -155,6 +155,7 @@ def test_a_killed_tensorflow_local_worker_ends_the_job_and_says_so(tmp_path, tf_
     job = start_training_job(tmp_path, tf_shards, code_uri, hyperparameters={"framework": "tensorflow", **HYBRID})
     with job:
         trainer = by_role(job, "trainer")[0]
+        assert not confinement_breaches(job)  # the local worker too: it inherits the trainer's bind_guard
         _local_worker(trainer).kill()
         result = job.wait()
     assert not result.ok and not trainer.stopped_by_emulator and trainer.exit_code != 0
