@@ -5,7 +5,7 @@
 Needs a CUDA GPU. A sender process runs the real data service (`serve()`)
 over pre-built 64 x 224 x 224 x 3 uint8 batches (producing costs nothing);
 this process is the trainer: the real `DataServiceClient` with pinned,
-pooled buffers, and the real training loop (`steps.train.trainer._train`:
+pooled buffers, and the real training loop (`steps.train.trainer.train_loop`:
 non-blocking copies, normalisation on the GPU, event-guarded buffer reuse).
 The anchor, in the same run, is the same model stepping on one batch that is
 already on the GPU: ``fed_ratio`` = anchor step time / data-plane step time
@@ -31,7 +31,7 @@ from steps.train.config import TrainConfig  # noqa: E402
 from steps.train.data_client import DataServiceClient  # noqa: E402
 from steps.train.data_service import serve  # noqa: E402
 from steps.train.dataset import Batch  # noqa: E402
-from steps.train.trainer import _train  # noqa: E402
+from steps.train.trainer import train_loop  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
 SECRET = b"g" * 32
@@ -86,7 +86,7 @@ def main() -> None:
     try:
         client = DataServiceClient(cfg, me="trainer", data_hosts=("127.0.0.1",), secret=SECRET, pinned=True).connect()
         model = workload.build_model(CLASSES).cuda()
-        stats, _ = _train(cfg, workload, model, client, torch.device("cuda"))
+        stats, _ = train_loop(cfg, workload, model, client, torch.device("cuda"))
         client.close("completed")
         summary = stats.summary()
         anchor = _anchor(workload, model, 30)

@@ -47,7 +47,7 @@ from steps.train.costs import isolated_costs  # noqa: E402
 from steps.train.data_client import DataServiceClient  # noqa: E402
 from steps.train.data_service import serve  # noqa: E402
 from steps.train.dataset import ShardDataset, batch_loader  # noqa: E402
-from steps.train.trainer import _train  # noqa: E402
+from steps.train.trainer import train_loop  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
 SECRET = b"p" * 32
@@ -142,7 +142,7 @@ def run_configuration(hosts: int, host_cpus: list[list[int]], shards: list[Path]
         workload = Shapes(options)
         model = workload.build_model(8).to(device)
         cpu_started = time.process_time()
-        stats, _ = _train(cfg, workload, model, client, device)
+        stats, _ = train_loop(cfg, workload, model, client, device)
         trainer_cpu = time.process_time() - cpu_started
         measured = client.measurements()
         client.close("completed")

@@ -223,6 +223,15 @@ def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) 
     )
 
 
+def train_loop(cfg, workload, model, source, device) -> tuple[StepStats, list]:
+    """The job's training loop over ``source`` from the start, without checkpoints (what `bench/` times):
+    its step statistics and the corrupt samples it met."""
+    progress = _Progress.fresh(cfg)
+    _train(cfg, workload, model, workload.optimizer(model.parameters(), cfg.learning_rate), source, device, progress,
+           Checkpoints(None))
+    return progress.stats, progress.corrupt
+
+
 def _train(cfg, workload, model, optimizer, source, device, progress: _Progress, checkpoints: Checkpoints) -> None:
     """Every epoch from where ``progress`` stands, saving checkpoints as `steps.train.checkpoint.Checkpoints` says."""
     world = dist.get_world_size() if dist.is_initialized() else 1
