@@ -250,7 +250,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="target length of each measured run")
     parser.add_argument("--samples", type=int, default=4000, help="distinct images (served repeatedly)")
     parser.add_argument("--repeat", type=int, default=100, help="passes over the images in one epoch")
-    parser.add_argument("--repeats", type=int, default=1, help="measured runs per configuration (the median counts)")
+    parser.add_argument("--repeats", type=int, default=3, help="measured runs per configuration (the median counts)")
     parser.add_argument("--blur", default="", help="per-model blur_passes, e.g. resnet50=12")
     parser.add_argument("--trainer-price", default="ml.g5.2xlarge")
     parser.add_argument("--cpu-price", default="ml.c5.xlarge")

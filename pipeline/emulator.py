@@ -52,7 +52,9 @@ from steps.contract import CHECKPOINT_LOCAL_PATH, DATA_GROUP, FAILURE_FILE, HOST
 
 HOMOGENEOUS_GROUP = "homogeneousCluster"  # the group SageMaker names when a request has no InstanceGroups
 CONTAINER_ROOT = "/opt/ml/"  # what a host's base folder stands for
-STEP_LINE = re.compile(r"^\[metrics\] .*\bstep=(\d+)\b")  # a trainer's metric line (steps.train.metrics)
+# a trainer's metric line (steps.train.metrics); on the Ray path the head's driver prints its workers' lines after
+# Ray's "(RayTrainWorker pid=N[, ip=...]) " prefix
+STEP_LINE = re.compile(r"^(?:\([\w:.-]+ pid=\d+(?:, ip=[\d.]+)?\) )?\[metrics\] .*\bstep=(\d+)\b")
 
 
 class StepFailed(HeteroError):

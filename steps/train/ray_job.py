@@ -27,9 +27,10 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from pathlib import Path
 
 from steps.common.errors import HeteroError, UserError
-from steps.common.files import write_json_atomic
+from steps.common.files import write_atomic, write_json_atomic
 from steps.shard.format import count_samples, list_shards
 from steps.train.auth import job_secret
 from steps.train.cluster import Cluster, resolve
@@ -39,6 +40,7 @@ from steps.train.link import Heartbeat, Link, Stopped
 from steps.train.manifest import read_classes, train_channel
 from steps.train.metrics import final_line, training_metrics
 from steps.train.ray_node import TRAINER_RESOURCE, RayNode, RayNodeFailed
+from steps.train.ray_train import RAY_CHECKPOINT
 from steps.train.service_meter import arrived, data_host_metrics
 from steps.train.wire import Kind, WireError
 
@@ -116,7 +118,8 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str,
     classes = read_classes(cluster.channel("manifest"))
     validation = cluster.channel("validation", required=False)
     head_ip = resolve(cluster.current_host)
-    box = _results_actor(head_ip)
+    box = _results_actor(head_ip, cluster.checkpoint_dir)
+    saved = _saved_checkpoint(cluster.checkpoint_dir)
     kept = 1 if cfg.trainer_cpus in ("auto", "all") else int(cfg.trainer_cpus)
     if cfg.trainer_cpus == "all":
         kept = int(min(n["Resources"].get("CPU", 1) for n in ray.nodes() if n["Resources"].get(TRAINER_RESOURCE)))
@@ -126,7 +129,8 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str,
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={"cfg": cfg.as_dict(), "classes": len(classes), "results": RESULTS_ACTOR,
-                           "validation": str(validation) if validation else None},
+                           "validation": str(validation) if validation else None,
+                           "resume": ray.put(saved) if saved else None, "checkpoint_folder": str(cluster.checkpoint_dir)},
         scaling_config=ScalingConfig(num_workers=cluster.world_size, use_gpu=gpu,
                                      resources_per_worker={"CPU": kept, TRAINER_RESOURCE: 1}),
         datasets={"train": training_dataset([str(s) for s in shards], cfg.workload, cfg.workload_options, cfg.batch_size)},
@@ -199,12 +203,19 @@ def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str
     return training_metrics(cfg=cfg, cluster=cluster, framework="ray", summary=summary, accuracy=report["accuracy"],
                             corrupt=corrupt, corrupt_count=len(corrupt), classes=classes,
                             isolated_costs=report["isolated_costs"], local_decode=local,
-                            sample_ledger={"epochs": report["ledger"], "resumes": 0, "partial_epoch": None},
+                            sample_ledger={"epochs": report["ledger"], "resumes": report["resumes"], "partial_epoch": None},
                             **arrived(data_hosts, 0, 0))  # Ray moves blocks through its object store: no bytes measured
 
 
-def _results_actor(head_ip: str):
-    """Where rank 0 leaves the run's report and model for the driver: an actor on the head node."""
+def _saved_checkpoint(folder: Path) -> bytes | None:
+    """The last epoch-end checkpoint in the head's checkpoint folder (a restarted job finds it there), or None."""
+    path = folder / RAY_CHECKPOINT
+    return path.read_bytes() if path.is_file() else None
+
+
+def _results_actor(head_ip: str, checkpoint_folder: Path):
+    """Where rank 0 leaves the run's report and model for the driver, and each epoch's checkpoint in the head's
+    checkpoint folder (synced to S3 by SageMaker): an actor on the head node."""
     import ray
 
     @ray.remote
@@ -214,6 +225,12 @@ def _results_actor(head_ip: str):
 
         def put(self, report: dict, model: bytes) -> None:
             self.value = (report, model)
+
+        def checkpoint(self, data: bytes, epoch: int, step: int) -> None:
+            started = time.perf_counter()
+            path = write_atomic(checkpoint_folder / RAY_CHECKPOINT, lambda fh: fh.write(data))
+            print(f"[checkpoint] saved (end of epoch): epoch {epoch}, step {step}, in {time.perf_counter() - started:.2f} s "
+                  f"-> {path}", flush=True)
 
         def get(self):
             if self.value is None:

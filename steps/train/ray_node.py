@@ -71,7 +71,8 @@ class RayNode:
         code = str(Path(__file__).resolve().parents[2])  # Ray's worker processes import the step code from here
         path = os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p)
         return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0",
-                "RAY_gcs_rpc_server_reconnect_timeout_s": timeout, "RAY_DEDUP_LOGS": "0", "PYTHONPATH": path}
+                "RAY_gcs_rpc_server_reconnect_timeout_s": timeout, "RAY_DEDUP_LOGS": "0", "PYTHONPATH": path,
+                "RAY_COLOR_PREFIX": "0"}  # workers' lines reach the log as "(RayTrainWorker pid=N) ...", no ANSI codes
 
     @property
     def ip(self) -> str:

@@ -26,6 +26,7 @@ import numpy as np
 from steps.shard.format import IMAGE_EXTS, LABEL_EXT
 
 SHUFFLE_BUFFER = 256
+RAY_CHECKPOINT = "ray_checkpoint.pt"  # in the head's checkpoint folder: model, optimizer and the run so far, per epoch
 _WORKLOADS: dict = {}
 
 
@@ -119,14 +120,30 @@ def train_loop(config: dict) -> None:
     rank, world = context.get_world_rank(), context.get_world_size()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(cfg.seed)
-    model = prepare_model(workload.build_model(config["classes"]))
+    saved = _resumed(config.get("resume"), world)
+    net = workload.build_model(config["classes"])
+    if saved:
+        net.load_state_dict(saved["model"])
+    model = prepare_model(net)
     optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
     loss_fn = workload.loss().to(device)
     shard = ray.train.get_dataset_shard("train")
     stats, ledger, corrupt, sources = StepStats(cfg.warmup_steps), Ledger(), [], {}
+    start, resumes = 0, 0
+    if saved:
+        optimizer.load_state_dict(saved["optimizer"])
+        mine = saved["ranks"][rank]
+        stats.restore(mine["stats"])
+        corrupt, sources = [tuple(c) for c in mine["corrupt"]], dict(mine["sources"])
+        start, resumes = saved["epoch"], saved["resumes"] + 1
+        ledger = Ledger(saved["ledger"], start)
+        if rank == 0:
+            print(f"[checkpoint] resuming from {config['checkpoint_folder']}: epoch {start}, step {stats.steps} (resume "
+                  f"{resumes}); an interrupted epoch is redone whole", flush=True)
     model.train()
     stopped = False
-    for epoch in range(cfg.epochs):
+    done = bool(cfg.max_steps and stats.steps >= cfg.max_steps)  # a resumed run that had reached max_steps
+    for epoch in range(start, start if done else cfg.epochs):
         last = time.perf_counter()
         with Join([model]) if world > 1 else contextlib.nullcontext():
             for batch in shard.iter_batches(batch_size=cfg.batch_size, batch_format="numpy",
@@ -160,13 +177,13 @@ def train_loop(config: dict) -> None:
         ledger.close_epoch(epoch, np.concatenate(everyone))
         if stopped:
             break
+        _checkpoint(config["results"], rank, world, net, optimizer, epoch + 1, stats, corrupt, sources, ledger, resumes)
     summaries = _all_objects({"summary": stats.summary(), "corrupt": corrupt, "sources": sources}, world)
     report = {}
     if rank == 0:
-        net = model.module if hasattr(model, "module") else model
         validation = list_shards(config["validation"]) if config.get("validation") else []
-        report = {"ranks": summaries, "ledger": ledger.epochs, "accuracy": _validate(cfg, workload, net, device, validation,
-                                                                                      ShardDataset, batch_loader),
+        report = {"ranks": summaries, "ledger": ledger.epochs, "resumes": resumes,
+                  "accuracy": _validate(cfg, workload, net, device, validation, ShardDataset, batch_loader),
                   "isolated_costs": isolated_costs(workload, net, device, validation, batch_size=cfg.batch_size,
                                                    learning_rate=cfg.learning_rate) if validation else None}
         buffer = io.BytesIO()
@@ -174,6 +191,39 @@ def train_loop(config: dict) -> None:
         ray.get(ray.get_actor(config["results"]).put.remote(report, buffer.getvalue()))
     if dist.is_initialized():
         dist.barrier()
+
+
+def _checkpoint(results: str, rank: int, world: int, net, optimizer, epoch: int, stats, corrupt, sources, ledger,
+                resumes: int) -> None:
+    """At an epoch's end: every worker's run so far, with rank 0's model and optimizer, to the results actor, which
+    writes it into the head's checkpoint folder before the next epoch starts. ``epoch``: the next one to run."""
+    import ray
+    import torch
+
+    ranks = _all_objects({"stats": stats.state(), "corrupt": [list(c) for c in corrupt], "sources": sources}, world)
+    if rank == 0:
+        buffer = io.BytesIO()
+        torch.save({"version": 1, "epoch": epoch, "world": world, "model": net.state_dict(),
+                    "optimizer": optimizer.state_dict(), "ranks": ranks, "ledger": ledger.epochs, "resumes": resumes}, buffer)
+        ray.get(ray.get_actor(results).checkpoint.remote(buffer.getvalue(), epoch, stats.steps))
+
+
+def _resumed(ref, world: int) -> dict | None:
+    """The checkpoint the driver found (an object reference to its bytes), or None. A checkpoint of another number of
+    trainer hosts is refused: each worker restores its own part."""
+    if ref is None:
+        return None
+    import ray
+    import torch
+
+    from steps.common.errors import UserError
+
+    state = torch.load(io.BytesIO(ray.get(ref)), map_location="cpu", weights_only=False)
+    if state.get("version") != 1 or state.get("world") != world:
+        raise UserError(f"the Ray checkpoint {RAY_CHECKPOINT} was written by {state.get('world')} trainer host(s) (version "
+                        f"{state.get('version')}), this job has {world}: restart with the same instance groups, or remove "
+                        "the checkpoint to start over", headline="checkpoint does not fit")
+    return state
 
 
 def _all_objects(value, world: int) -> list:

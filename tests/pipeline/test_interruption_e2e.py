@@ -73,6 +73,28 @@ def test_tensorflow_job_resumes_at_the_epoch_boundary_and_says_what_it_redoes(tm
     assert all(h.exit_code == 0 for h in job.hosts)
 
 
+def test_a_ray_job_resumes_at_the_epoch_boundary_from_the_heads_checkpoint(tmp_path, tiny_images, no_leftovers):
+    params = resolve_parameters({"InputData": str(tiny_images), "Epochs": 2, "BatchSize": 8, "ShardSizeMB": 1,
+                                 "RunBaseline": False, "WorkloadOptions": '{"blur_passes": 1}'})
+    lines = []
+    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, framework="ray", pin_cpus=False, spot=True, grace_s=20,
+                                              step_timeout_s=400, echo=lines.append, interrupt_after_steps=40)).run()
+
+    job = result.jobs["TrainHeterogeneous"]
+    assert job.interruptions == 1
+    assert "[checkpoint] saved (end of epoch): epoch 1" in _attempt_logs(result, "TrainHeterogeneous")
+    assert any("[checkpoint] resuming from" in line and "epoch 1" in line and "redone whole" in line for line in lines)
+    metrics = _metrics(result, "TrainHeterogeneous")
+    train = json.loads((result.outputs["Shard"] / "manifest.json").read_text())["splits"]["train"]["samples"]
+    ledger = metrics["sample_ledger"]
+    assert ledger["resumes"] == 1
+    assert [(e["epoch"], e["samples"], e["distinct"], e["duplicates"]) for e in ledger["epochs"]] == [
+        (e, train, train, 0) for e in range(2)]
+    assert metrics["samples_seen"] == 2 * train  # the whole run's accounting: the interrupted epoch counted once
+    assert all(h.exit_code == 0 for h in job.hosts)
+    assert not listeners_on(result.jobs.values())
+
+
 def test_two_trainer_hosts_resume_from_the_newest_point_both_reached(tmp_path, tiny_images, code_uri, no_leftovers):
     shards = tmp_path / "shards"
     shard_dataset(tiny_images, shards, target_shard_mb=1, data_hosts=2)
