@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -38,128 +36,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from pipeline.sample_data import generate  # noqa: E402
+from bench.dataplane import BATCH, by_core, cpu_ticks, make_shards, run_configuration, siblings  # noqa: E402
 from steps.evaluate.planner import InstanceType, Prediction, predict, profile_from_metrics, recommend  # noqa: E402
 from steps.evaluate.prices import load_prices  # noqa: E402
-from steps.shard.format import count_samples, list_shards, write_shard  # noqa: E402
-from steps.train.config import TrainConfig  # noqa: E402
 from steps.train.costs import isolated_costs  # noqa: E402
-from steps.train.data_client import DataServiceClient  # noqa: E402
-from steps.train.data_service import serve  # noqa: E402
-from steps.train.dataset import ShardDataset, batch_loader  # noqa: E402
-from steps.train.trainer import train_loop  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
-SECRET = b"p" * 32
-BATCH = 64
 EPOCH_SAMPLES = 1_000_000  # the nominal epoch cost per epoch is quoted for
 WITHIN = 0.10
 PICK_WITHIN = 0.05
-
-
-def make_shards(root: Path, samples: int) -> list[Path]:
-    raw = generate(root / "raw", samples=samples)
-    classes = sorted(p.name for p in raw.iterdir() if p.is_dir())
-    files = [(label, f) for label, c in enumerate(classes) for f in sorted((raw / c).glob("*.jpg"))]
-    shards = root / "shards"
-    if not shards.is_dir():
-        shards.mkdir(parents=True, exist_ok=True)
-        per = 500
-        for start in range(0, len(files), per):
-            write_shard(shards / f"part-{start // per:04d}.tar",
-                        ((start + i, label, "jpg", f.read_bytes()) for i, (label, f) in enumerate(files[start:start + per])))
-    return list_shards(shards)
-
-
-def by_core(cpus: list[int]) -> list[int]:
-    """CPUs ordered so hyperthread siblings sit side by side: consecutive CPU sets then take whole cores, and a
-    host never shares a core with another (on separate instances they would not)."""
-    def core(cpu: int) -> tuple:
-        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
-        try:
-            return (int((topology / "physical_package_id").read_text()), int((topology / "core_id").read_text()), cpu)
-        except (OSError, ValueError):
-            return (0, cpu, cpu)
-    return sorted(cpus, key=core)
-
-
-def cpu_ticks() -> dict:
-    """Machine-wide CPU time by kind (/proc/stat), to tell a busy host from one whose hypervisor steals time."""
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    except OSError:
-        return {}
-    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
-    return dict(zip(names, map(int, fields)))
-
-
-def _siblings() -> list[str]:
-    found = set()
-    for topology in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/topology/thread_siblings_list"):
-        found.add(topology.read_text().strip())
-    return sorted(found, key=lambda s: int(s.replace("-", ",").split(",")[0]))
-
-
-def _data_host(cpus: list[int], address: str, port: int, shards: list[str], options: dict, stream: int, repeat: int) -> None:
-    os.sched_setaffinity(0, cpus)
-    torch.set_num_threads(1)
-    cfg = _config(port, options, steps=0)
-    paths = [Path(s) for s in shards] * repeat  # one long epoch: no epoch boundary inside a measured run
-    dataset = ShardDataset(paths, Shapes(options), train=True, seed=stream, stream=stream)
-    loader = batch_loader(dataset, batch_size=BATCH, num_workers=len(cpus))
-    samples = sum(count_samples(p) for p in shards) * repeat
-    with socket.create_server((address, port), backlog=16) as server:
-        serve(cfg, server, me=address, trainer_hosts=("trainer",), secret=SECRET, samples_per_epoch=samples,
-              epoch_batches=lambda epoch: loader)
-
-
-def _config(port: int, options: dict, *, steps: int) -> TrainConfig:
-    return TrainConfig(epochs=1, batch_size=BATCH, data_port=port, max_steps=steps, warmup_steps=max(10, steps // 5),
-                       log_every=10**9, workload_options=dict(options), silence_timeout_s=120)
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
-
-
-def run_configuration(hosts: int, host_cpus: list[list[int]], shards: list[Path], options: dict, steps: int,
-                      device: torch.device, repeat: int) -> dict:
-    """Train ``steps`` steps fed by ``hosts`` data hosts; the trainer's steady rate and what the hosts measured."""
-    addresses = [f"127.0.0.{10 + i}" for i in range(hosts)]
-    port = _free_port(addresses[0])
-    spawn = mp.get_context("spawn")
-    procs = [spawn.Process(target=_data_host, args=(host_cpus[i], addresses[i], port, [str(s) for s in shards], options, i, repeat),
-                           ) for i in range(hosts)]  # not daemonic: a data host starts DataLoader workers
-    for p in procs:
-        p.start()
-    cfg = _config(port, options, steps=steps)
-    client = None
-    try:
-        client = DataServiceClient(cfg, me="trainer", data_hosts=tuple(addresses), secret=SECRET,
-                                   pinned=device.type == "cuda").connect()
-        workload = Shapes(options)
-        model = workload.build_model(8).to(device)
-        cpu_started = time.process_time()
-        stats, _ = train_loop(cfg, workload, model, client, device)
-        trainer_cpu = time.process_time() - cpu_started
-        measured = client.measurements()
-        client.close("completed")
-    finally:
-        if client is not None:
-            client.close("failed", "bench ended")
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    summary = stats.summary()
-    rate = summary["samples"] / summary["elapsed_s"]
-    return {"hosts": hosts, "steps": summary["steps"], "measured_steps": summary["measured_steps"],
-            "compute_s_per_step": summary["compute_s"] / max(summary["measured_steps"], 1),
-            "samples_per_second": rate, "data_wait_share": summary["data_wait_share"],
-            "trainer_cpu_s_per_sample": trainer_cpu / max(summary["seen"], 1), **measured, "model": model}
 
 
 def bench_model(name: str, args, shards: list[Path], device: torch.device, trainer: InstanceType, host: InstanceType) -> dict:
@@ -279,7 +164,7 @@ def main() -> None:
     spent = {k: v - ticks.get(k, 0) for k, v in cpu_ticks().items()}
     doc = {"bench": "plan_accuracy", "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
            "cpus": len(args.cpus), "trainer_cpus": args.trainer_cpus, "host_cpus": args.host_cpus, "batch": BATCH,
-           "cpu_order": args.cpus, "hyperthread_siblings": _siblings(),
+           "cpu_order": args.cpus, "hyperthread_siblings": siblings(),
            "prices": {"trainer": trainer.name, "trainer_usd_per_hour": trainer.price_per_hour, "data_host": host.name,
                       "data_host_usd_per_hour": round(host.price_per_hour, 4)},
            "machine_cpu_share": {k: round(v / max(sum(spent.values()), 1), 4) for k, v in spent.items()},

@@ -81,14 +81,13 @@ def loop_cpus(workload: Workload, model: torch.nn.Module, device: torch.device, 
 class LocalDecoder:
     """This trainer host's decode workers over its side of the split (``take``), one epoch per `batches` call."""
 
-    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload, found: Spare, take: Take, *, pinned: bool,
-                 epoch: int, consumed: np.ndarray):
-        self.name = f"{cluster.current_host}/local"
+    def __init__(self, cfg: TrainConfig, host: str, stream: int, workload: Workload, found: Spare, take: Take, *,
+                 pinned: bool, epoch: int, consumed: np.ndarray):
+        """``stream``: its shuffle stream, one of its own (the data hosts' are 0..len(data_hosts)-1)."""
+        self.name = f"{host}/local"
         self.spare = found
         counts = [count_samples(s) for s in found.shards]
-        # a stream of its own: the data hosts' streams are 0..len(data_hosts)-1
-        self.dataset = ShardDataset(found.shards, workload, train=True, seed=cfg.seed,
-                                    stream=len(cluster.data_hosts) + cluster.rank, take=take)
+        self.dataset = ShardDataset(found.shards, workload, train=True, seed=cfg.seed, stream=stream, take=take)
         self.dataset.resume(epoch, consumed)
         self.samples_per_epoch = self.dataset.samples_per_epoch(counts)
         self.loader = batch_loader(self.dataset, batch_size=cfg.batch_size, num_workers=found.workers, pin_memory=pinned)

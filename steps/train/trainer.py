@@ -189,8 +189,8 @@ def _hybrid_source(cfg, cluster: Cluster, workload: Workload, model, device, pro
     source.connect(progress.epoch, progress.consumed, trainer_workers=_all_ints(found.workers))
     take = source.split.trainer(cluster.rank)
     if found.workers:
-        source.add_local(LocalDecoder(cfg, cluster, workload, found, take, pinned=pinned, epoch=progress.epoch,
-                                      consumed=progress.consumed))
+        source.add_local(LocalDecoder(cfg, cluster.current_host, len(cluster.data_hosts) + cluster.rank, workload, found, take,
+                                      pinned=pinned, epoch=progress.epoch, consumed=progress.consumed))
     return source
 
 
