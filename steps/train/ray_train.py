@@ -134,7 +134,9 @@ def train_loop(config: dict) -> None:
         optimizer.load_state_dict(saved["optimizer"])
         mine = saved["ranks"][rank]
         stats.restore(mine["stats"])
-        corrupt, sources = [tuple(c) for c in mine["corrupt"]], dict(mine["sources"])
+        # what each node decoded (sources) counts this attempt, as the data hosts' own figures do on the other paths:
+        # nodes and their addresses change with a restart
+        corrupt = [tuple(c) for c in mine["corrupt"]]
         start, resumes = saved["epoch"], saved["resumes"] + 1
         ledger = Ledger(saved["ledger"], start)
         if rank == 0:
@@ -177,7 +179,7 @@ def train_loop(config: dict) -> None:
         ledger.close_epoch(epoch, np.concatenate(everyone))
         if stopped:
             break
-        _checkpoint(config["results"], rank, world, net, optimizer, epoch + 1, stats, corrupt, sources, ledger, resumes)
+        _checkpoint(config["results"], rank, world, net, optimizer, epoch + 1, stats, corrupt, ledger, resumes)
     summaries = _all_objects({"summary": stats.summary(), "corrupt": corrupt, "sources": sources}, world)
     report = {}
     if rank == 0:
@@ -193,14 +195,13 @@ def train_loop(config: dict) -> None:
         dist.barrier()
 
 
-def _checkpoint(results: str, rank: int, world: int, net, optimizer, epoch: int, stats, corrupt, sources, ledger,
-                resumes: int) -> None:
+def _checkpoint(results: str, rank: int, world: int, net, optimizer, epoch: int, stats, corrupt, ledger, resumes: int) -> None:
     """At an epoch's end: every worker's run so far, with rank 0's model and optimizer, to the results actor, which
     writes it into the head's checkpoint folder before the next epoch starts. ``epoch``: the next one to run."""
     import ray
     import torch
 
-    ranks = _all_objects({"stats": stats.state(), "corrupt": [list(c) for c in corrupt], "sources": sources}, world)
+    ranks = _all_objects({"stats": stats.state(), "corrupt": [list(c) for c in corrupt]}, world)
     if rank == 0:
         buffer = io.BytesIO()
         torch.save({"version": 1, "epoch": epoch, "world": world, "model": net.state_dict(),
