@@ -203,8 +203,11 @@ def check_tensorflow() -> None:
 
 
 def _tensorflow():
-    # TensorFlow's C++ INFO lines (CPU features) would drown the step's own log; warnings still show
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    if "tensorflow" not in sys.modules:
+        # TensorFlow's C++ INFO lines (CPU features) would drown the step's own log; warnings still show. Only before
+        # the import: parse_record runs this inside tf.data graphs, and AutoGraph, failing to convert
+        # os.environ.setdefault, logged the bound method, the whole environment in its repr
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     try:
         import tensorflow as tf
     except ImportError as exc:

@@ -156,6 +156,8 @@ def test_killed_trainer_takes_every_tf_worker_down(tmp_path, tf_shards, code_uri
         assert not host.stopped_by_emulator, f"{host.name} had to be stopped by the emulator"
         assert host.ended_at - killed_at < 30
         assert host.exit_code != 0 and trainer.name in host.failure and "without STOP" in host.failure
+    for host in job.hosts:  # nothing logs the environment (AutoGraph did, converting a call to os.environ.setdefault)
+        assert "environ(" not in (host.base_dir / "output" / "host.log").read_text(), host.name
 
 
 def test_frozen_trainer_is_noticed_by_the_tf_workers(tmp_path, tf_shards, code_uri, no_leftovers):
