@@ -90,14 +90,14 @@ def test_two_data_hosts_and_a_trainer_on_ray_consume_each_sample_once(tmp_path, 
     assert not _ray_processes()
 
 
-def _start(tmp_path, shards, code_uri, **hyperparameters) -> EmulatedJob:
+def _start(tmp_path, shards, code_uri, *, data: int = 2, dnn: int = 1, **hyperparameters) -> EmulatedJob:
     training = []
 
     def on_line(host, line):
         if "step_time_ms=" in line:
             training.append(host)
 
-    request = _ray_request(tmp_path, shards, code_uri, data=2, epochs=1000, log_every=1, **hyperparameters)
+    request = _ray_request(tmp_path, shards, code_uri, data=data, dnn=dnn, epochs=1000, log_every=1, **hyperparameters)
     job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", on_line=on_line, grace_s=60, timeout_s=240)
     job.start()
     deadline = time.monotonic() + 180
@@ -142,3 +142,15 @@ def test_a_killed_ray_data_host_ends_or_survives_with_every_host_exiting_by_itse
     assert victim.name in head.failure
     assert all(not h.stopped_by_emulator for h in job.hosts if h is not victim)
     assert not _ray_processes()
+
+
+def test_a_killed_ray_trainer_host_that_is_not_the_head_ends_the_job_naming_it(tmp_path, shards, code_uri, no_leftovers):
+    job = _start(tmp_path, shards, code_uri, data=1, dnn=2)
+    with job:
+        head, victim = by_role(job, "trainer")
+        os.killpg(victim.process.pid, signal.SIGKILL)  # the instance: its Ray node, its Ray Train worker
+        result = job.wait()
+    assert not result.ok and victim.name in head.failure
+    assert all(not h.stopped_by_emulator and h.exit_code != 0 for h in job.hosts if h is not victim)
+    assert not _ray_processes()
+
