@@ -11,6 +11,7 @@ GPU machine).
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import socket
@@ -77,6 +78,20 @@ def cpu_ticks() -> dict:
         return {}
     names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
     return dict(zip(names, map(int, fields)))
+
+
+def cpu_share_since(ticks: dict) -> dict:
+    """The machine's CPU time since ``ticks`` (`cpu_ticks`) by kind, as shares."""
+    spent = {k: v - ticks.get(k, 0) for k, v in cpu_ticks().items()}
+    return {k: round(v / max(sum(spent.values()), 1), 4) for k, v in spent.items()}
+
+
+def emit(doc: dict, out: str | None) -> None:
+    """Print the bench's JSON, and write it to ``out`` too when given."""
+    text = json.dumps(doc, indent=2)
+    if out:
+        Path(out).write_text(text + "\n")
+    print(text)
 
 
 def config(port: int, options: dict, *, steps: int) -> TrainConfig:

@@ -24,7 +24,6 @@ data hosts take theirs from the end of the trainer's set (``shared_cpus`` in the
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -36,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from bench.dataplane import BATCH, by_core, cpu_ticks, make_shards, run_configuration  # noqa: E402
+from bench.dataplane import BATCH, by_core, cpu_share_since, cpu_ticks, emit, make_shards, run_configuration  # noqa: E402
 from steps.train.costs import isolated_costs  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
@@ -107,19 +106,15 @@ def main() -> None:
     auto = result["hybrid_auto"]
     spare_found = auto["spare"]["workers"] > 0
     goal = SPARE_GOAL if spare_found else NONE_GOAL
-    spent = {k: v - ticks.get(k, 0) for k, v in cpu_ticks().items()}
     doc = {"bench": "hybrid", "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
            "workload": options, "batch": BATCH, "trainer_cpus": trainer_set, "data_host_cpus": host_sets, "shared_cpus": shared,
            "step_s_per_batch_alone": costs["step_s_per_batch_median"], "decode_cpu_s_per_batch": costs["decode_cpu_s_per_batch"],
            "rows": result, "hybrid_auto_over_heterogeneous": auto["over_heterogeneous"],
            "goal": f">= {goal} ({'the trainer had spare CPUs' if spare_found else 'no spare CPUs found: must cost nothing'})",
            "goal_met": auto["over_heterogeneous"] >= goal,
-           "machine_cpu_share": {k: round(v / max(sum(spent.values()), 1), 4) for k, v in spent.items()},
+           "machine_cpu_share": cpu_share_since(ticks),
            "seconds": round(time.perf_counter() - started, 1)}
-    text = json.dumps(doc, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+    emit(doc, args.out)
 
 
 if __name__ == "__main__":

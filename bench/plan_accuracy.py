@@ -25,7 +25,6 @@ model (``--blur resnet50=12``) so the range spans input- and compute-bound.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -36,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from bench.dataplane import BATCH, by_core, cpu_ticks, make_shards, run_configuration, siblings  # noqa: E402
+from bench.dataplane import BATCH, by_core, cpu_share_since, cpu_ticks, emit, make_shards, run_configuration, siblings  # noqa: E402
 from steps.evaluate.planner import InstanceType, Prediction, predict, profile_from_metrics, recommend  # noqa: E402
 from steps.evaluate.prices import load_prices  # noqa: E402
 from steps.train.costs import isolated_costs  # noqa: E402
@@ -161,20 +160,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hetero-plan-bench-") as tmp:
         shards = make_shards(Path(tmp), args.samples)
         results = [bench_model(m, args, shards, device, trainer, host) for m in args.models.split(",")]
-    spent = {k: v - ticks.get(k, 0) for k, v in cpu_ticks().items()}
     doc = {"bench": "plan_accuracy", "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
            "cpus": len(args.cpus), "trainer_cpus": args.trainer_cpus, "host_cpus": args.host_cpus, "batch": BATCH,
            "cpu_order": args.cpus, "hyperthread_siblings": siblings(),
            "prices": {"trainer": trainer.name, "trainer_usd_per_hour": trainer.price_per_hour, "data_host": host.name,
                       "data_host_usd_per_hour": round(host.price_per_hour, 4)},
-           "machine_cpu_share": {k: round(v / max(sum(spent.values()), 1), 4) for k, v in spent.items()},
+           "machine_cpu_share": cpu_share_since(ticks),
            "epoch_samples": EPOCH_SAMPLES, "models": results, "seconds": round(time.perf_counter() - started, 1),
            "all_within_10pct": all(r["predictions_within_10pct"] for r in results),
            "all_picks_within_5pct": all(r["pick_within_5pct"] for r in results)}
-    text = json.dumps(doc, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+    emit(doc, args.out)
 
 
 if __name__ == "__main__":
