@@ -102,6 +102,8 @@ def _remote_parsers(sub) -> None:
     plan.add_argument("--results", default=os.environ.get("HETERO_RESULTS_URI") or "runs/results",
                       help="results store: s3://bucket/prefix or a local folder (default: env HETERO_RESULTS_URI, else runs/results)")
     plan.add_argument("--metrics", metavar="PATH", help="plan from this metrics.json (or folder, or model.tar.gz) instead")
+    plan.add_argument("--baseline", metavar="PATH", help="with --metrics: the homogeneous run's metrics.json, whose measured "
+                      "rate stands for staying homogeneous (else the model's)")
     plan.add_argument("--prices", type=Path, help="JSON price overrides (schema: steps/evaluate/prices.py)")
     plan.add_argument("--json", action="store_true", help="print plan.json instead of the table")
     prices = sub.add_parser("prices", help="price tables: `hetero prices refresh` fetches current SageMaker training prices")
@@ -215,7 +217,8 @@ def cmd_start(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    plan = plan_for(execution_id=args.execution_id, results=args.results, metrics_path=args.metrics, prices_file=args.prices)
+    plan = plan_for(execution_id=args.execution_id, results=args.results, metrics_path=args.metrics,
+                    baseline_path=args.baseline, prices_file=args.prices)
     print(json.dumps(plan, indent=2) if args.json else render_plan(plan))
     return 0 if plan.get("recommendation") is not None else 2
 

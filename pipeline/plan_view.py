@@ -13,11 +13,16 @@ from steps.evaluate.report import report_html
 from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id
 
 
-def plan_for(*, execution_id: str | None, results: str, metrics_path: str | None = None, prices_file=None) -> dict:
-    """The plan of an execution (from the metrics Evaluate stored) or of a metrics.json, with today's prices."""
+def plan_for(*, execution_id: str | None, results: str, metrics_path: str | None = None, baseline_path: str | None = None,
+             prices_file=None) -> dict:
+    """The plan of an execution (from the metrics Evaluate stored) or of a metrics.json (and the baseline run's, whose
+    measured rate then stands for staying homogeneous), with today's prices."""
     baseline = None
+    if baseline_path and not metrics_path:
+        raise UserError("--baseline goes with --metrics (an execution's plan reads its own baseline run)", headline="bad option")
     if metrics_path:
         metrics = load_metrics(metrics_path)
+        baseline = load_metrics(baseline_path) if baseline_path else None
     else:
         if not execution_id:
             raise UserError("name an execution id (see `hetero executions`) or pass --metrics PATH", headline="bad option")

@@ -106,6 +106,24 @@ def test_plan_needs_an_execution_or_metrics_and_says_why_it_cannot_plan(tmp_path
     assert "no heterogeneous_metrics.json for execution 'nope'" in capsys.readouterr().err
 
 
+def test_plan_from_metrics_files_takes_the_baseline_runs_measured_rate_for_staying_homogeneous(tmp_path, capsys):
+    from steps.evaluate.plan import MEASURED_BASELINE
+    from tests.steps.evaluate.test_evaluate import metrics, write_json
+    from tests.steps.evaluate.test_plan import _run
+
+    hetero = write_json(tmp_path / "h" / "metrics.json", _run())
+    groups = [{"name": "dnn_group", "instance_type": "ml.g5.xlarge", "count": 1, "role": "trainer"}]
+    baseline = write_json(tmp_path / "b" / "metrics.json", metrics(case="tf_homogeneous", instance_groups=groups,
+                                                                    samples_per_second=900.0))
+    assert main(["plan", "--metrics", str(hetero), "--baseline", str(baseline), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    stay = next(c for c in plan["candidates"] if not c["data_count"])
+    assert stay["notes"] == [MEASURED_BASELINE]
+    assert stay["samples_per_second"] == pytest.approx(json.loads(baseline.read_text())["samples_per_second"])
+    assert main(["plan", "some-execution", "--baseline", str(baseline)]) == 2
+    assert "--baseline goes with --metrics" in capsys.readouterr().err
+
+
 def test_report_writes_the_newest_executions_page_or_the_one_named(tmp_path, capsys):
     from steps.evaluate import evaluate as ev
     from tests.steps.evaluate.test_evaluate import metrics, write_json
