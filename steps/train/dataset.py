@@ -9,6 +9,8 @@ batch's ``corrupt`` list (id and reason) and the trainer reports the count.
 
 from __future__ import annotations
 
+import functools
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -188,9 +190,10 @@ class BatchLoader(DataLoader):
 
 
 def batch_loader(dataset: ShardDataset, *, batch_size: int, num_workers: int = 0, pin_memory: bool = False,
-                 in_process: bool = False) -> DataLoader:
+                 in_process: bool = False, cpus: list[int] | None = None) -> DataLoader:
     """A DataLoader of `Batch` over `dataset`, one worker per available CPU by default; ``in_process``: none,
-    the caller's process decodes between its own steps."""
+    the caller's process decodes between its own steps; ``cpus``: the CPUs its workers may run on (all of the
+    caller's by default)."""
     workers = 0 if in_process else num_workers or available_cpus()
     return BatchLoader(
         dataset,
@@ -200,4 +203,9 @@ def batch_loader(dataset: ShardDataset, *, batch_size: int, num_workers: int = 0
         pin_memory=pin_memory,
         persistent_workers=workers > 0,
         prefetch_factor=4 if workers > 0 else None,
+        worker_init_fn=functools.partial(_run_on, sorted(cpus)) if cpus else None,
     )
+
+
+def _run_on(cpus: list[int], worker_id: int) -> None:
+    os.sched_setaffinity(0, cpus)

@@ -9,6 +9,7 @@ the same END accounting, sample-id ledger, RESUME position and failure handling.
 from __future__ import annotations
 
 import copy
+import os
 import time
 from pathlib import Path
 
@@ -90,7 +91,9 @@ class LocalDecoder:
         self.dataset = ShardDataset(found.shards, workload, train=True, seed=cfg.seed, stream=stream, take=take)
         self.dataset.resume(epoch, consumed)
         self.samples_per_epoch = self.dataset.samples_per_epoch(counts)
-        self.loader = batch_loader(self.dataset, batch_size=cfg.batch_size, num_workers=found.workers, pin_memory=pinned)
+        # the loop keeps the first vCPUs, the decode workers run on the others: they never take the loop's
+        self.loader = batch_loader(self.dataset, batch_size=cfg.batch_size, num_workers=found.workers, pin_memory=pinned,
+                                   cpus=sorted(os.sched_getaffinity(0))[-found.workers:])
 
     def batches(self, epoch: int):
         yield from self.loader

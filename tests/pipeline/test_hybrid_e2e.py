@@ -108,6 +108,8 @@ def test_a_killed_local_decode_worker_ends_the_job_and_says_so(tmp_path, shards,
     with job:
         trainer = by_role(job, "trainer")[0]
         (worker, *_) = psutil.Process(trainer.process.pid).children(recursive=True)
+        # its one worker runs on the trainer host's last vCPU: the loop keeps the first
+        assert worker.cpu_affinity() == sorted(psutil.Process(trainer.process.pid).cpu_affinity())[-1:]
         worker.kill()
         result = job.wait()
     assert not result.ok and not trainer.stopped_by_emulator and trainer.exit_code != 0
