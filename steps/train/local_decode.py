@@ -29,12 +29,12 @@ from steps.train.workload import Workload
 def spare_workers(cfg: TrainConfig, cluster: Cluster, workload: Workload, model: torch.nn.Module, device: torch.device) -> Spare:
     """This trainer host's decode workers beside its loop; ``auto`` probes the step with a copy of ``model``."""
     def measure(shards: list[Path]) -> float:
-        return loop_cpus(workload, model, device, _sample_pixels(workload, shards), cfg.batch_size, cfg.learning_rate)
+        return loop_cpus(workload, model, device, sample_pixels(workload, shards), cfg.batch_size, cfg.learning_rate)
 
     return spare(cfg, cluster, measure, list_shards=list_shards)
 
 
-def _sample_pixels(workload: Workload, shards: list[Path]) -> np.ndarray:
+def sample_pixels(workload: Workload, shards: list[Path]) -> np.ndarray:
     """One decoded training sample: the shape and dtype of what a step takes."""
     rng = np.random.default_rng(0)
     errors = []

@@ -7,7 +7,8 @@ node, builds the Ray Data pipeline over the training shards
 trainer host), writes the same ``metrics.json`` as the other paths and ends
 the job. Ray decides where each decode task runs, so the trainer hosts' spare
 CPUs decode beside the data hosts' (hybrid by construction); ``trainer_cpus``
-is what each Ray Train worker reserves (auto: one).
+is what each Ray Train worker reserves (auto: the step's busy vCPUs, measured,
+plus one, as on the PyTorch path).
 
 Ray has no notion of "the job is over" for the nodes that joined it, so the
 head also keeps the project's authenticated control link to every other host
@@ -120,12 +121,10 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str,
     head_ip = resolve(cluster.current_host)
     box = _results_actor(head_ip, cluster.checkpoint_dir)
     saved = _saved_checkpoint(cluster.checkpoint_dir)
-    kept = 1 if cfg.trainer_cpus in ("auto", "all") else int(cfg.trainer_cpus)
-    if cfg.trainer_cpus == "all":
-        kept = int(min(n["Resources"].get("CPU", 1) for n in ray.nodes() if n["Resources"].get(TRAINER_RESOURCE)))
     gpu = bool(ray.cluster_resources().get("GPU"))
+    kept, why = _kept_cpus(cfg, shards, len(classes))
     print(f"[ray] head: {len(shards)} shard(s), {samples} samples; {cluster.world_size} Ray Train worker(s), {kept} CPU(s) "
-          f"each{' and a GPU' if gpu else ''}; decode on every other CPU", flush=True)
+          f"each{' and a GPU' if gpu else ''} ({why}); decode on every other CPU", flush=True)
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={"cfg": cfg.as_dict(), "classes": len(classes), "results": RESULTS_ACTOR,
@@ -142,13 +141,37 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str,
     _fit(trainer, cfg, links)
     wall = time.perf_counter() - started
     report, model = ray.get(box.get.remote())
-    metrics = _metrics(cfg, cluster, report, classes, wall)
+    metrics = _metrics(cfg, cluster, report, classes, wall, kept, why)
     cluster.model_dir.mkdir(parents=True, exist_ok=True)
     (cluster.model_dir / "model.pt").write_bytes(model)
     for directory in (cluster.model_dir, cluster.output_data_dir):
         write_json_atomic(directory / "metrics.json", metrics)
     print(final_line(metrics), flush=True)
     return {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
+
+
+def _kept_cpus(cfg: TrainConfig, shards: list, classes: int) -> tuple[int, str]:
+    """The CPUs each Ray Train worker reserves on its trainer host (Ray schedules decode tasks on the rest), and why:
+    ``trainer_cpus`` all, a number, or auto: the training step measured on this (the head's) host as the PyTorch path
+    measures it (`steps.train.local_decode.loop_cpus`), its busy vCPUs plus one for the data plane."""
+    import ray
+    import torch
+
+    from steps.train.local_decode import loop_cpus, sample_pixels
+    from steps.train.spare_cpus import DATA_PLANE_CPUS, kept_cpus
+    from steps.train.workload import load_workload
+
+    node_cpus = int(min(n["Resources"].get("CPU", 1) for n in ray.nodes() if n["Resources"].get(TRAINER_RESOURCE)))
+    if cfg.trainer_cpus == "all":
+        return node_cpus, "trainer_cpus=all"
+    if cfg.trainer_cpus != "auto":
+        return min(node_cpus, int(cfg.trainer_cpus)), f"trainer_cpus={cfg.trainer_cpus}"
+    workload = load_workload(cfg.workload, cfg.workload_options)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loop = loop_cpus(workload, workload.build_model(classes).to(device), device, sample_pixels(workload, shards),
+                     cfg.batch_size, cfg.learning_rate)
+    return kept_cpus(loop, node_cpus), (f"trainer_cpus=auto: a training step keeps {loop:.2f} vCPU(s) busy, "
+                                        f"+{DATA_PLANE_CPUS} for the data plane")
 
 
 def _fit(trainer, cfg: TrainConfig, links: "_Followers") -> None:
@@ -173,7 +196,7 @@ def _fit(trainer, cfg: TrainConfig, links: "_Followers") -> None:
         raise outcome[0]
 
 
-def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str], wall: float) -> dict:
+def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str], wall: float, kept: int, why: str) -> dict:
     """metrics.json from every worker's summary: sums over workers, the slowest sets the time; per node, what its
     decode tasks produced (data hosts as ``data_hosts``, trainer hosts as ``local_decode``)."""
     ranks = report["ranks"]
@@ -198,8 +221,9 @@ def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str
                                                        "cpus": cpus.get(host, 0)}))
         else:
             local.append({"host": host, "samples": count, "decode_cpu_s_per_sample": cpu_s / count if count else 0.0,
-                          "share": count / max(summary["global_seen"], 1), "workers": cpus.get(host, 0), "kept_cpus": 0,
-                          "cpus": cpus.get(host, 0), "why": "Ray schedules decode tasks on every free CPU"})
+                          "share": count / max(summary["global_seen"], 1), "workers": max(cpus.get(host, 0) - kept, 0),
+                          "kept_cpus": kept, "cpus": cpus.get(host, 0),
+                          "why": f"Ray schedules decode tasks on the CPUs its Train worker does not reserve ({why})"})
     return training_metrics(cfg=cfg, cluster=cluster, framework="ray", summary=summary, accuracy=report["accuracy"],
                             corrupt=corrupt, corrupt_count=len(corrupt), classes=classes,
                             isolated_costs=report["isolated_costs"], local_decode=local,
