@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 from pathlib import Path
 
@@ -74,8 +75,6 @@ def confinement_breaches(job: EmulatedJob, *, host_local: tuple[str, ...] = ()) 
     on any address but the host's own (or one of ``host_local``, addresses a real instance reaches only from itself),
     a host with no listener on its own address, one of its ports answering on another address of this machine, and
     the job secret in a process's environment. Empty: confined."""
-    import socket
-
     breaches = []
     for host in job.hosts:
         root = psutil.Process(host.process.pid)

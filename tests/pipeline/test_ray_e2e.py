@@ -5,13 +5,13 @@ process) gone at the end, also when a host dies; the cluster refuses clients wit
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
