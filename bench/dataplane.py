@@ -27,8 +27,8 @@ from steps.train.config import TrainConfig
 from steps.train.data_client import DataServiceClient
 from steps.train.data_service import serve
 from steps.train.dataset import ShardDataset, batch_loader
-from steps.train.local_decode import LocalDecoder, loop_cpus
-from steps.train.spare_cpus import Spare, kept_cpus
+from steps.train.local_decode import LocalDecoder, loop_cpus, sample_pixels
+from steps.train.spare_cpus import Spare, kept_for_loop
 from steps.train.split import Split
 from steps.train.trainer import train_loop
 from steps.train.workloads.shapes import Shapes
@@ -123,26 +123,14 @@ def _free_port(address: str) -> int:
 
 
 def local_decode(trainer_cpus: str, options: dict, model, device: torch.device, shards: list[Path], repeat: int) -> Spare:
-    """The trainer's own decode workers, as `steps.train.spare_cpus.spare` decides them on a trainer host whose CPUs are
-    this process's: ``trainer_cpus`` all (none), auto (probe the step) or a number of vCPUs kept."""
+    """The trainer's own decode workers, decided as on a trainer host (`steps.train.spare_cpus.kept_for_loop`) whose
+    CPUs are this process's: ``trainer_cpus`` all (none), auto (probe the step) or a number of vCPUs kept."""
     cpus = len(os.sched_getaffinity(0))
-    if trainer_cpus == "all":
-        return Spare(0, cpus, cpus, why="trainer_cpus=all")
-    workload, loop = Shapes(options), None
-    if trainer_cpus == "auto":
-        loop = loop_cpus(workload, model, device, _one_sample(workload, shards), BATCH, 1e-3)
-        kept = kept_cpus(loop, cpus)
-    else:
-        kept = min(cpus, int(trainer_cpus))
+    workload = Shapes(options)
+    kept, why, loop = kept_for_loop(trainer_cpus, cpus, lambda: loop_cpus(workload, model, device,
+                                                                        sample_pixels(workload, shards), BATCH, 1e-3))
     workers = cpus - kept
-    return Spare(workers, kept, cpus, list(shards) * repeat if workers else [], f"trainer_cpus={trainer_cpus}", loop)
-
-
-def _one_sample(workload, shards: list[Path]) -> np.ndarray:
-    from steps.shard.format import iter_shard
-
-    sample = next(iter_shard(shards[0]))
-    return workload.decode(sample.raw, train=True, rng=np.random.default_rng(0))
+    return Spare(workers, kept, cpus, list(shards) * repeat if workers else [], why, loop)
 
 
 def run_configuration(hosts: int, host_cpus: list[list[int]], shards: list[Path], options: dict, steps: int,

@@ -158,20 +158,18 @@ def _kept_cpus(cfg: TrainConfig, shards: list, classes: int) -> tuple[int, str]:
     import torch
 
     from steps.train.local_decode import loop_cpus, sample_pixels
-    from steps.train.spare_cpus import DATA_PLANE_CPUS, kept_cpus
+    from steps.train.spare_cpus import kept_for_loop
     from steps.train.workload import load_workload
 
+    def measure() -> float:
+        workload = load_workload(cfg.workload, cfg.workload_options)
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return loop_cpus(workload, workload.build_model(classes).to(device), device, sample_pixels(workload, shards),
+                         cfg.batch_size, cfg.learning_rate)
+
     node_cpus = int(min(n["Resources"].get("CPU", 1) for n in ray.nodes() if n["Resources"].get(TRAINER_RESOURCE)))
-    if cfg.trainer_cpus == "all":
-        return node_cpus, "trainer_cpus=all"
-    if cfg.trainer_cpus != "auto":
-        return min(node_cpus, int(cfg.trainer_cpus)), f"trainer_cpus={cfg.trainer_cpus}"
-    workload = load_workload(cfg.workload, cfg.workload_options)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    loop = loop_cpus(workload, workload.build_model(classes).to(device), device, sample_pixels(workload, shards),
-                     cfg.batch_size, cfg.learning_rate)
-    return kept_cpus(loop, node_cpus), (f"trainer_cpus=auto: a training step keeps {loop:.2f} vCPU(s) busy, "
-                                        f"+{DATA_PLANE_CPUS} for the data plane")
+    kept, why, _ = kept_for_loop(cfg.trainer_cpus, node_cpus, measure)
+    return kept, why
 
 
 def _fit(trainer, cfg: TrainConfig, links: "_Followers") -> None:

@@ -11,8 +11,8 @@ reaches a port run code on the cluster. The launcher confines every process
 of a Ray host to the host's cluster address (`steps.train.bind_guard`), and
 every node here runs with token authentication (``RAY_AUTH_MODE=token``),
 the token derived from the job secret and read from a file only this user
-can read, never from the environment. The node is ``ray start --block`` in a child process; `stop`
-ends it and every process Ray started for it (raylet, GCS, workers: found by
+can read, never from the environment. The node is ``ray start --block`` in a
+child process; `stop` ends it and every process Ray started for it (raylet, GCS, workers: found by
 the node's own temp folder), so no Ray process outlives its host.
 """
 

@@ -58,19 +58,25 @@ def spare(cfg: TrainConfig, cluster: Cluster, measure: Callable[[list[Path]], fl
     shards = list_shards(train_channel(cluster, cfg.shard_wait_s, name=channel))
     if not shards:
         return Spare(0, cpus, cpus, why=f"no shards in the {channel} channel")
-    loop = None
-    if cfg.trainer_cpus == "auto":
-        loop = measure(shards)
-        if isinstance(loop, str):  # why the step could not be measured
-            return Spare(0, cpus, cpus, why=f"trainer_cpus=auto could not measure the training step ({loop}): set "
-                                            "trainer_cpus to a number of vCPUs to keep for it")
-        kept = kept_cpus(loop, cpus)
-        why = f"trainer_cpus=auto: a training step keeps {loop:.2f} vCPU(s) busy, +{DATA_PLANE_CPUS} for the data plane"
-    else:
-        kept = min(cpus, int(cfg.trainer_cpus))
-        why = f"trainer_cpus={cfg.trainer_cpus}"
+    kept, why, loop = kept_for_loop(cfg.trainer_cpus, cpus, lambda: measure(shards))
     workers = cpus - kept
     return Spare(workers, kept, cpus, shards if workers else [], why, loop)
+
+
+def kept_for_loop(trainer_cpus: str, cpus: int, measure: Callable[[], float | str]) -> tuple[int, str, float | None]:
+    """Of a trainer host's ``cpus``, how many its training loop keeps (``trainer_cpus``: all, a number, or auto:
+    ``measure()``, the vCPUs a training step keeps busy, or why it cannot tell), why, and the measured vCPUs (auto).
+    The PyTorch and TensorFlow hybrid decode, the Ray Train workers' reservation and the benches decide by it."""
+    if trainer_cpus == "all":
+        return cpus, "trainer_cpus=all", None
+    if trainer_cpus != "auto":
+        return min(cpus, int(trainer_cpus)), f"trainer_cpus={trainer_cpus}", None
+    loop = measure()
+    if isinstance(loop, str):  # why the step could not be measured
+        return cpus, (f"trainer_cpus=auto could not measure the training step ({loop}): set trainer_cpus to a number of "
+                      "vCPUs to keep for it"), None
+    why = f"trainer_cpus=auto: a training step keeps {loop:.2f} vCPU(s) busy, +{DATA_PLANE_CPUS} for the data plane"
+    return kept_cpus(loop, cpus), why, loop
 
 
 def _channel(cluster: Cluster) -> str | None:
