@@ -159,7 +159,7 @@ def _free_port(ip: str, *also: str) -> int:
     """A port free on ``ip`` (and on every address of ``also``) now, the OS's pick; Ray binds it a moment later."""
     import socket
 
-    while True:
+    for _ in range(100):  # the OS's pick on ``ip`` taken on another address: pick again, a bounded number of times
         with socket.socket() as probe:
             probe.bind((ip, 0))
             port = probe.getsockname()[1]
@@ -170,6 +170,7 @@ def _free_port(ip: str, *also: str) -> int:
             except OSError:
                 continue
             return port
+    raise RayNodeFailed(f"no TCP port free on {ip} and {', '.join(also)} in 100 tries: is the loopback interface up?")
 
 
 def _processes_under(folder: Path) -> list[int]:

@@ -1,13 +1,16 @@
-"""The Ray node's lock-down and clean-up, without starting Ray: the token, and finding every process of a node."""
+"""The Ray node's lock-down and clean-up, without starting Ray: the token, its free ports, and finding every process of a node."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from steps.train.ray_node import _processes_under, ray_token
+import pytest
+
+from steps.train.ray_node import RayNodeFailed, _free_port, _processes_under, ray_token
 
 
 def test_the_ray_token_is_bound_to_the_job_secret_and_never_is_the_secret():
@@ -26,3 +29,12 @@ def test_every_process_naming_the_nodes_folder_is_found_and_no_other():
         for p in (mine, other):
             p.kill()
             p.wait()
+
+
+def test_a_free_port_is_free_on_every_address_asked_and_the_search_is_bounded():
+    port = _free_port("127.0.0.5", "127.0.0.1")
+    for address in ("127.0.0.5", "127.0.0.1"):
+        with socket.socket() as probe:
+            probe.bind((address, port))
+    with pytest.raises(RayNodeFailed, match="no TCP port free on 127.0.0.5 and 203.0.113.7 in 100 tries"):
+        _free_port("127.0.0.5", "203.0.113.7")  # not an address of this machine: never bindable
