@@ -111,6 +111,7 @@ def run_summary(metrics: dict, prices: PriceTable, billing: dict | None = None) 
         "accuracy": metrics["accuracy"],
         "bottleneck": diagnose(metrics),
         "billing": billing,
+        "gpus": metrics.get("gpus"),  # per trainer host: how many it has and used (older metrics: absent)
     }
 
 

@@ -68,6 +68,9 @@ def _summary(doc: dict) -> str:
     hetero = runs.get("heterogeneous") or {}
     if hetero.get("bottleneck"):
         lines.append(f"{hetero['bottleneck']['label']}: {hetero['bottleneck']['reason']}")
+    for name in names:
+        if (runs[name].get("gpus") or {}).get("idle"):
+            lines.append(f"{name} run: {runs[name]['gpus']['idle']}")
     prices = doc.get("prices", {})
     lines.append(f"prices: {prices.get('region')} on-demand, {prices.get('source')} (as of {prices.get('as_of')})")
     notes = "".join(f"<li>{html.escape(line)}</li>" for line in lines)

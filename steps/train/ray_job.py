@@ -37,6 +37,7 @@ from steps.train.auth import job_secret
 from steps.train.cluster import Cluster, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import accept_trainers, end_links, failure_reason, open_link, tell_trainer, trainer_frame, trainer_lost
+from steps.train.gpus import gpu_use, idle_gpus_line
 from steps.train.link import Heartbeat, Link, Stopped
 from steps.train.manifest import read_classes, train_channel
 from steps.train.metrics import final_line, training_metrics
@@ -121,7 +122,11 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str,
     head_ip = resolve(cluster.current_host)
     box = _results_actor(head_ip, cluster.checkpoint_dir)
     saved = _saved_checkpoint(cluster.checkpoint_dir)
-    gpu = bool(ray.cluster_resources().get("GPU"))
+    per_host = _gpus_per_trainer_host()
+    gpus = gpu_use(min(per_host, 1), per_host, "ray")  # a Ray Train worker per trainer host, on one GPU
+    gpu = bool(per_host)
+    if warning := idle_gpus_line(cluster.current_host, gpus):
+        print(warning, flush=True)
     kept, why = _kept_cpus(cfg, shards, len(classes))
     print(f"[ray] head: {len(shards)} shard(s), {samples} samples; {cluster.world_size} Ray Train worker(s), {kept} CPU(s) "
           f"each{' and a GPU' if gpu else ''} ({why}); decode on every other CPU", flush=True)
@@ -141,13 +146,21 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str,
     _fit(trainer, cfg, links)
     wall = time.perf_counter() - started
     report, model = ray.get(box.get.remote())
-    metrics = _metrics(cfg, cluster, report, classes, wall, kept, why)
+    metrics = _metrics(cfg, cluster, report, classes, wall, kept, why, gpus)
     cluster.model_dir.mkdir(parents=True, exist_ok=True)
     (cluster.model_dir / "model.pt").write_bytes(model)
     for directory in (cluster.model_dir, cluster.output_data_dir):
         write_json_atomic(directory / "metrics.json", metrics)
     print(final_line(metrics), flush=True)
     return {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
+
+
+def _gpus_per_trainer_host() -> int:
+    """The GPUs of the smallest trainer host in the Ray cluster (0: none)."""
+    import ray
+
+    return int(min((n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get(TRAINER_RESOURCE)),
+                   default=0))
 
 
 def _kept_cpus(cfg: TrainConfig, shards: list, classes: int) -> tuple[int, str]:
@@ -194,7 +207,8 @@ def _fit(trainer, cfg: TrainConfig, links: "_Followers") -> None:
         raise outcome[0]
 
 
-def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str], wall: float, kept: int, why: str) -> dict:
+def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str], wall: float, kept: int, why: str,
+             gpus: dict) -> dict:
     """metrics.json from every worker's summary: sums over workers, the slowest sets the time; per node, what its
     decode tasks produced (data hosts as ``data_hosts``, trainer hosts as ``local_decode``)."""
     ranks = report["ranks"]
@@ -224,7 +238,7 @@ def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str
                           "why": f"Ray schedules decode tasks on the CPUs its Train worker does not reserve ({why})"})
     return training_metrics(cfg=cfg, cluster=cluster, framework="ray", summary=summary, accuracy=report["accuracy"],
                             corrupt=corrupt, corrupt_count=len(corrupt), classes=classes,
-                            isolated_costs=report["isolated_costs"], local_decode=local,
+                            isolated_costs=report["isolated_costs"], local_decode=local, gpus=gpus,
                             sample_ledger={"epochs": report["ledger"], "resumes": report["resumes"], "partial_epoch": None},
                             **arrived(data_hosts, 0, 0))  # Ray moves blocks through its object store: no bytes measured
 

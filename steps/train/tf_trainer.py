@@ -27,6 +27,7 @@ from steps.train.cluster import Cluster, available_cpus, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import failure_reason
 from steps.train.corrupt import CorruptBudget
+from steps.train.gpus import gpu_use
 from steps.train.manifest import read_classes
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
 from steps.train.service_meter import arrived
@@ -111,6 +112,7 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
     source = None
     try:
         strategy = device_strategy()
+        gpus = len(tf.config.list_logical_devices("GPU"))
         with strategy.scope():
             model = workload.build_keras_model(len(classes))
             optimizer = workload.keras_optimizer(cfg.learning_rate)
@@ -132,7 +134,7 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         metrics = training_metrics(
             cfg=cfg, cluster=cluster, framework="tensorflow", summary=summary, accuracy=accuracy,
             corrupt=corrupt, corrupt_count=missing, classes=classes, epoch_accounting=accounting, isolated_costs=costs,
-            resumes=checkpoints.resumes,
+            resumes=checkpoints.resumes, gpus=gpu_use(gpus, gpus, "tensorflow"),  # MirroredStrategy: every GPU
             **source.measurements(summary["seen"], stats.bytes_per_sample))
         files = _write_outputs(cluster, model, metrics)
         source.close("completed", files=files)  # every data host keeps a copy of the results

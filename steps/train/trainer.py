@@ -33,6 +33,7 @@ from steps.train.corrupt import CorruptBudget
 from steps.train.costs import cost_line, isolated_costs
 from steps.train.data_client import DataServiceClient
 from steps.train.dataset import ShardDataset, batch_loader
+from steps.train.gpus import gpu_use, idle_gpus_line
 from steps.train.local_decode import LocalDecoder, spare_workers
 from steps.common.files import write_json_atomic
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
@@ -77,6 +78,9 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     torch.set_num_threads(available_cpus())
     classes = read_classes(cluster.channel("manifest"))
     _init_distributed(cfg, cluster, device)
+    gpus = gpu_use(int(device.type == "cuda"), torch.cuda.device_count(), "pytorch")
+    if warning := idle_gpus_line(cluster.current_host, gpus):
+        print(warning, flush=True)
     source = None
     try:
         model = workload.build_model(len(classes)).to(device)
@@ -107,7 +111,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
             _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=costs,
                            sample_ledger=progress.ledger_report(), checkpoints={"saved": checkpoints.saves,
                                                                                 "seconds": round(checkpoints.seconds, 3)},
-                           local_decode=local, **measured)
+                           local_decode=local, gpus=gpus, **measured)
             files = {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
@@ -208,6 +212,10 @@ def _all_objects(value) -> list:
     return gathered
 
 
+def process_group_backend(device: torch.device) -> str:
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+
+
 def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) -> None:
     if cluster.world_size < 2:
         return
@@ -215,7 +223,9 @@ def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", cluster.network_interface)
     os.environ.setdefault("NCCL_SOCKET_IFNAME", cluster.network_interface)
     dist.init_process_group(
-        backend="nccl" if device.type == "cuda" else "gloo",
+        # on GPUs, NCCL for the model's gradients and gloo for what stays in host memory (the summaries and objects
+        # the trainers exchange: NCCL has no CPU tensors)
+        backend=process_group_backend(device),
         init_method=f"tcp://{resolve(cluster.trainer_hosts[0])}:{cfg.dist_port}",
         rank=cluster.rank,
         world_size=cluster.world_size,

@@ -9,6 +9,7 @@ from steps.evaluate.plan import plan_document
 from steps.evaluate.prices import load_prices
 from steps.evaluate.report import report_html
 from steps.evaluate.store import open_store
+from steps.train.gpus import gpu_use
 from tests.steps.evaluate.test_evaluate import metrics, write_json
 from tests.steps.evaluate.test_plan import _run
 
@@ -39,6 +40,14 @@ def test_a_run_without_a_plan_or_series_still_reports_what_it_has():
     plan = plan_document(metrics(), load_prices(), load_catalogue())
     page = report_html(execution_id="e1", price_performance=doc, plan=plan, heterogeneous=metrics(), baseline=None, history=[])
     assert "No plan: " in page and set(_images(page)) == {"Step time over training", "Data-wait share"}
+
+
+def test_gpus_a_run_left_idle_are_said_with_the_fix():
+    doc = ev.price_performance(_run(gpus=gpu_use(1, 8, "pytorch")), metrics(gpus=gpu_use(8, 8, "tensorflow")), load_prices())
+    assert doc["runs"]["heterogeneous"]["gpus"]["used_per_host"] == 1
+    page = report_html(execution_id="e1", price_performance=doc, plan=None, heterogeneous=_run(), baseline=None, history=[])
+    assert "heterogeneous run: framework=pytorch trains one process per trainer host, on 1 of its 8 GPUs" in page
+    assert "baseline run: framework" not in page  # every GPU used: nothing to say
 
 
 def test_history_is_every_stored_execution_oldest_first(tmp_path):
