@@ -54,6 +54,7 @@ def test_the_pipeline_trains_hybrid_one_data_host_one_trainer(tmp_path, tiny_ima
     assert local["samples"] > 0 and local["samples"] + data_sent == 2 * samples  # local and remote, each sample once
     assert local["decode_cpu_s_per_sample"] > 0
     assert any("the trainers decode 1 of every" in line for line in lines)
+    assert metrics["gpus"] == {"per_host": 0, "used_per_host": 0, "idle": None}  # this machine has no GPU
     assert all(h.exit_code == 0 for h in job.hosts)
     assert not listeners_on(result.jobs.values())
 
@@ -150,6 +151,7 @@ def test_a_tensorflow_trainer_host_serves_its_share_and_every_sample_arrives_onc
     (local,) = metrics["local_decode"]
     assert local["workers"] == 1 and local["split"]["trainers"] == [1] and local["split"]["period"] == 1 + 2 * data_hosts
     assert 0 < local["samples_per_epoch"] < samples and local["samples"] == 2 * local["samples_per_epoch"]
+    assert metrics["gpus"] == {"per_host": 0, "used_per_host": 0, "idle": None}  # this machine has no GPU
     assert all(h.exit_code == 0 for h in job.hosts)
 
 

@@ -66,6 +66,7 @@ def test_the_pipeline_trains_on_a_ray_cluster_one_data_host_one_trainer(tmp_path
     metrics = json.loads((job.model_dir / "metrics.json").read_text())
     samples = json.loads((result.outputs["Shard"] / "manifest.json").read_text())["splits"]["train"]["samples"]
     assert metrics["framework"] == "ray"
+    assert metrics["gpus"] == {"per_host": 0, "used_per_host": 0, "idle": None}  # this machine has no GPU
     assert [(e["epoch"], e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]] == [
         (e, samples, samples, 0) for e in range(2)]
     decoded = sum(h["samples_sent"] for h in metrics["data_hosts"]) + sum(m["samples"] for m in metrics["local_decode"])
