@@ -104,8 +104,10 @@ def test_output_schema():
     assert set(doc["runs"]) == {"heterogeneous", "baseline"}
     run = doc["runs"]["heterogeneous"]
     assert set(run) == {"instance_groups", "cluster_usd_per_hour", "step_time_s", "samples_per_second",
-                        "cost_per_100_steps", "samples_per_dollar", "data_wait_share", "accuracy", "bottleneck", "billing"}
+                        "cost_per_100_steps", "samples_per_dollar", "data_wait_share", "accuracy", "bottleneck", "billing",
+                        "gpus"}
     assert run["billing"] is None  # no BillableTimeInSeconds given: priced on demand
+    assert run["gpus"] is None  # metrics.json from before gpus were recorded
     assert run["bottleneck"]["label"] == "input-bound"  # waited 5% on data hosts busy 93%
     assert run["instance_groups"][0] == {"name": "data_group", "instance_type": C5_18, "count": 2,
                                          "role": "data", "instance_usd_per_hour": 3.672}
