@@ -1,15 +1,19 @@
 """framework=ray on the emulated cluster: a Ray cluster over the job's hosts (head on the first trainer host), Ray Data
 decoding the WebDataset shards on every CPU, Ray Train training; each sample once per epoch, every host (and every Ray
-process) gone at the end, also when a host dies; the cluster refuses clients without the job's token."""
+process) gone at the end, also when a host dies; the cluster refuses clients without the job's token and trains
+through a flood of connections and garbage on every port."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -140,6 +144,60 @@ def test_the_ray_cluster_is_confined_refuses_a_client_without_the_token_and_a_ki
         assert not host.stopped_by_emulator, f"{host.name} had to be stopped by the emulator"
         assert host.exit_code != 0 and head.name in host.failure
         assert host.ended_at - killed_at < 30
+    assert not _ray_processes()
+
+
+def _listening(job: EmulatedJob) -> set[tuple[str, int]]:
+    """Every port a process of the job's hosts listens on (Ray's GCS, raylets, object managers, workers, the client
+    server, the launcher's control links)."""
+    found = set()
+    for host in job.hosts:
+        root = psutil.Process(host.process.pid)
+        for process in [root, *root.children(recursive=True)]:
+            try:
+                found |= {(c.laddr.ip, c.laddr.port) for c in process.net_connections(kind="tcp")
+                          if c.status == psutil.CONN_LISTEN}
+            except psutil.Error:  # exited meanwhile
+                pass
+    return found
+
+
+def test_a_ray_job_flooded_on_every_port_trains_to_the_end_with_each_sample_once(tmp_path, shards, code_uri, no_leftovers):
+    """An outside client on the cluster network: silent connections held open on every port of every host, and on each
+    one garbage (an HTTP request, random bytes) sent and the socket closed. The job trains as if nothing happened."""
+    samples = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
+    training = threading.Event()
+    # blur: steps slow enough that the flood, which starts at the first step, hits a cluster that trains
+    request = _ray_request(tmp_path, shards, code_uri, data=1, epochs=5, log_every=1, workload_options={"blur_passes": 2})
+    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=30, timeout_s=400,
+                      on_line=lambda host, line: "step_time_ms=" in line and training.set())
+    held = []
+    with job:
+        job.start()
+        assert training.wait(240), f"training never started: see the hosts' logs under {tmp_path / 'job'}"
+        ports = _listening(job)
+        assert len(ports) > 10  # Ray's servers on every host, not only ours
+        noise = random.Random(7)
+        for address in sorted(ports):
+            for _ in range(8):
+                try:
+                    held.append(socket.create_connection(address, timeout=5))
+                except OSError:
+                    pass
+            for payload in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", noise.randbytes(65536)):
+                try:
+                    with socket.create_connection(address, timeout=5) as garbage:
+                        garbage.sendall(payload)
+                except OSError:  # the server cut it: that is fine
+                    pass
+        assert all(h.process.poll() is None for h in job.hosts)  # the flood hit a training cluster
+        result = job.wait()
+    for s in held:
+        s.close()
+    assert result.ok, result.failure
+    metrics = json.loads((result.model_dir / "metrics.json").read_text())
+    assert [(e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]] == [(samples, samples, 0)] * 5
+    assert all(h.exit_code == 0 for h in job.hosts)
     assert not _ray_processes()
 
 
