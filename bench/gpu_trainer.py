@@ -2,7 +2,8 @@
 
     python bench/gpu_trainer.py [--model resnet50] [--batches 60] [--epochs 2]
 
-Needs a CUDA GPU. A sender process runs the real data service (`serve()`)
+Needs a CUDA GPU (``--device cpu --size 32 --model small_cnn`` runs it small on a CPU, to check it works
+before a GPU machine's time is spent on it: the figures mean nothing there). A sender process runs the real data service (`serve()`)
 over pre-built 64 x 224 x 224 x 3 uint8 batches (producing costs nothing);
 this process is the trainer: the real `DataServiceClient` with pinned,
 pooled buffers, and the real training loop (`steps.train.trainer.train_loop`:
@@ -35,12 +36,12 @@ from steps.train.trainer import train_loop  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
 SECRET = b"g" * 32
-BATCH, SIZE, CLASSES = 64, 224, 10
+BATCH, CLASSES = 64, 10
 
 
-def _sender(server: socket.socket, cfg: TrainConfig, batches: int) -> None:
+def _sender(server: socket.socket, cfg: TrainConfig, batches: int, size: int) -> None:
     rng = np.random.default_rng(0)
-    pixels = torch.from_numpy(rng.integers(0, 256, (BATCH, SIZE, SIZE, 3), dtype=np.uint8))
+    pixels = torch.from_numpy(rng.integers(0, 256, (BATCH, size, size, 3), dtype=np.uint8))
     labels = torch.from_numpy(rng.integers(0, CLASSES, BATCH).astype(np.int64))
 
     def epoch_batches(epoch: int):
@@ -51,11 +52,11 @@ def _sender(server: socket.socket, cfg: TrainConfig, batches: int) -> None:
           epoch_batches=epoch_batches)
 
 
-def _anchor(workload, model, steps: int) -> float:
-    x = torch.randint(0, 256, (BATCH, SIZE, SIZE, 3), dtype=torch.uint8, device="cuda")
-    y = torch.randint(0, CLASSES, (BATCH,), device="cuda")
+def _anchor(workload, model, steps: int, size: int, device: torch.device) -> float:
+    x = torch.randint(0, 256, (BATCH, size, size, 3), dtype=torch.uint8, device=device)
+    y = torch.randint(0, CLASSES, (BATCH,), device=device)
     optimizer = workload.optimizer(model.parameters(), 1e-3)
-    loss_fn = workload.loss().cuda()
+    loss_fn = workload.loss().to(device)
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -65,7 +66,7 @@ def _anchor(workload, model, steps: int) -> float:
         optimizer.step()
         loss.item()
         times.append(time.perf_counter() - start)
-    return float(np.median(times[5:]))
+    return float(np.median(times[min(5, steps - 1):]))
 
 
 def main() -> None:
@@ -73,23 +74,29 @@ def main() -> None:
     parser.add_argument("--model", default="resnet50", choices=("resnet50", "small_cnn"))
     parser.add_argument("--batches", type=int, default=60, help="batches per epoch")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--size", type=int, default=224, help="image side")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--anchor-steps", type=int, default=30)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("needs a CUDA GPU")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("needs a CUDA GPU (--device cpu runs it small, to check it works)")
+    device = torch.device(args.device)
     torch.backends.cudnn.benchmark = True
     workload = Shapes({"model": args.model})
     server = socket.create_server(("127.0.0.1", 0))
-    cfg = TrainConfig(epochs=args.epochs, data_port=server.getsockname()[1], warmup_steps=5, log_every=1000)
-    sender = mp.get_context("fork").Process(target=_sender, args=(server, cfg, args.batches), daemon=True)
+    cfg = TrainConfig(epochs=args.epochs, data_port=server.getsockname()[1], warmup_steps=min(5, args.batches - 1),
+                      log_every=1000)
+    sender = mp.get_context("fork").Process(target=_sender, args=(server, cfg, args.batches, args.size), daemon=True)
     sender.start()
     client = None
     try:
-        client = DataServiceClient(cfg, me="trainer", data_hosts=("127.0.0.1",), secret=SECRET, pinned=True).connect()
-        model = workload.build_model(CLASSES).cuda()
-        stats, _ = train_loop(cfg, workload, model, client, torch.device("cuda"))
+        client = DataServiceClient(cfg, me="trainer", data_hosts=("127.0.0.1",), secret=SECRET,
+                                   pinned=device.type == "cuda").connect()
+        model = workload.build_model(CLASSES).to(device)
+        stats, _ = train_loop(cfg, workload, model, client, device)
         client.close("completed")
         summary = stats.summary()
-        anchor = _anchor(workload, model, 30)
+        anchor = _anchor(workload, model, args.anchor_steps, args.size, device)
     finally:
         if client is not None:
             client.close("failed", "bench ended")
@@ -99,8 +106,8 @@ def main() -> None:
         server.close()
     step = summary["step_time_s"]["p50"]
     print(json.dumps({
-        "bench": "gpu_trainer", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "model": args.model,
-        "batch": [BATCH, SIZE, SIZE, 3], "steps": summary["steps"], "samples": summary["seen"],
+        "bench": "gpu_trainer", "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "torch": torch.__version__, "model": args.model, "batch": [BATCH, args.size, args.size, 3], "steps": summary["steps"], "samples": summary["seen"],
         "data_plane_step_ms_p50": round(step * 1e3, 2), "anchor_step_ms_p50": round(anchor * 1e3, 2),
         "fed_ratio": round(anchor / step, 3), "data_wait_share": round(summary["data_wait_share"], 4),
         "samples_per_s": round(BATCH / step, 1),
