@@ -213,6 +213,8 @@ def _all_objects(value) -> list:
 
 
 def process_group_backend(device: torch.device) -> str:
+    """On GPUs, NCCL for the model's gradients and gloo for what stays in host memory (the summaries and objects the
+    trainers exchange: NCCL has no CPU tensors); gloo alone on CPUs."""
     return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
 
 
@@ -223,8 +225,6 @@ def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", cluster.network_interface)
     os.environ.setdefault("NCCL_SOCKET_IFNAME", cluster.network_interface)
     dist.init_process_group(
-        # on GPUs, NCCL for the model's gradients and gloo for what stays in host memory (the summaries and objects
-        # the trainers exchange: NCCL has no CPU tensors)
         backend=process_group_backend(device),
         init_method=f"tcp://{resolve(cluster.trainer_hosts[0])}:{cfg.dist_port}",
         rank=cluster.rank,
