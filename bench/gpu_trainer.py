@@ -3,8 +3,8 @@
     python bench/gpu_trainer.py [--model resnet50] [--batches 60] [--epochs 2]
 
 Needs a CUDA GPU (``--device cpu --size 32 --model small_cnn`` runs it small on a CPU, to check it works
-before a GPU machine's time is spent on it: the figures mean nothing there). A sender process runs the real data service (`serve()`)
-over pre-built 64 x 224 x 224 x 3 uint8 batches (producing costs nothing);
+before a GPU machine's time is spent on it: the figures mean nothing there). A sender process runs the real
+data service (`serve()`) over pre-built 64 x 224 x 224 x 3 uint8 batches (producing costs nothing);
 this process is the trainer: the real `DataServiceClient` with pinned,
 pooled buffers, and the real training loop (`steps.train.trainer.train_loop`:
 non-blocking copies, normalisation on the GPU, event-guarded buffer reuse).
@@ -107,7 +107,8 @@ def main() -> None:
     step = summary["step_time_s"]["p50"]
     print(json.dumps({
         "bench": "gpu_trainer", "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-        "torch": torch.__version__, "model": args.model, "batch": [BATCH, args.size, args.size, 3], "steps": summary["steps"], "samples": summary["seen"],
+        "torch": torch.__version__, "model": args.model, "batch": [BATCH, args.size, args.size, 3],
+        "steps": summary["steps"], "samples": summary["seen"],
         "data_plane_step_ms_p50": round(step * 1e3, 2), "anchor_step_ms_p50": round(anchor * 1e3, 2),
         "fed_ratio": round(anchor / step, 3), "data_wait_share": round(summary["data_wait_share"], 4),
         "samples_per_s": round(BATCH / step, 1),

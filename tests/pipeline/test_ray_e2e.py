@@ -172,28 +172,30 @@ def test_a_ray_job_flooded_on_every_port_trains_to_the_end_with_each_sample_once
     job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=30, timeout_s=400,
                       on_line=lambda host, line: "step_time_ms=" in line and training.set())
     held = []
-    with job:
-        job.start()
-        assert training.wait(240), f"training never started: see the hosts' logs under {tmp_path / 'job'}"
-        ports = _listening(job)
-        assert len(ports) > 10  # Ray's servers on every host, not only ours
-        noise = random.Random(7)
-        for address in sorted(ports):
-            for _ in range(8):
-                try:
-                    held.append(socket.create_connection(address, timeout=5))
-                except OSError:
-                    pass
-            for payload in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", noise.randbytes(65536)):
-                try:
-                    with socket.create_connection(address, timeout=5) as garbage:
-                        garbage.sendall(payload)
-                except OSError:  # the server cut it: that is fine
-                    pass
-        assert all(h.process.poll() is None for h in job.hosts)  # the flood hit a training cluster
-        result = job.wait()
-    for s in held:
-        s.close()
+    try:
+        with job:
+            job.start()
+            assert training.wait(240), f"training never started: see the hosts' logs under {tmp_path / 'job'}"
+            ports = _listening(job)
+            assert len(ports) > 10  # Ray's servers on every host, not only ours
+            noise = random.Random(7)
+            for address in sorted(ports):
+                for _ in range(8):
+                    try:
+                        held.append(socket.create_connection(address, timeout=5))
+                    except OSError:
+                        pass
+                for payload in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", noise.randbytes(65536)):
+                    try:
+                        with socket.create_connection(address, timeout=5) as garbage:
+                            garbage.sendall(payload)
+                    except OSError:  # the server cut it: that is fine
+                        pass
+            assert all(h.process.poll() is None for h in job.hosts)  # the flood hit a training cluster
+            result = job.wait()
+    finally:
+        for held_socket in held:
+            held_socket.close()
     assert result.ok, result.failure
     metrics = json.loads((result.model_dir / "metrics.json").read_text())
     assert [(e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]] == [(samples, samples, 0)] * 5
