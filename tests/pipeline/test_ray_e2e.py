@@ -33,10 +33,12 @@ RAY = ("raylet", "gcs_server", "ray::", "default_worker.py", "ray.scripts.script
 
 
 def _ray_processes() -> list[str]:
+    """Ray processes of a job's node (its /tmp/hray-* folder) run from this checkout's environment: another checkout's
+    test run on the same machine is not counted."""
     found = []
     for p in psutil.process_iter(["cmdline"]):
         line = " ".join(p.info["cmdline"] or [])
-        if any(marker in line for marker in RAY) and "hray-" in line:
+        if any(marker in line for marker in RAY) and "hray-" in line and sys.prefix in line:
             found.append(f"{p.pid} {line[:120]}")
     return found
 
