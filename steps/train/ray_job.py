@@ -122,7 +122,7 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str,
     head_ip = resolve(cluster.current_host)
     box = _results_actor(head_ip, cluster.checkpoint_dir)
     saved = _saved_checkpoint(cluster.checkpoint_dir)
-    per_host = _gpus_per_trainer_host()
+    per_host = _per_trainer_host("GPU")
     gpus = gpu_use(min(per_host, 1), per_host, "ray")  # a Ray Train worker per trainer host, on one GPU
     gpu = bool(per_host)
     if warning := idle_gpus_line(cluster.current_host, gpus):
@@ -155,11 +155,11 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str,
     return {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
 
 
-def _gpus_per_trainer_host() -> int:
-    """The GPUs of the smallest trainer host in the Ray cluster (0: none)."""
+def _per_trainer_host(resource: str) -> int:
+    """How much of ``resource`` (CPU, GPU) the smallest trainer host of the Ray cluster has (0: none)."""
     import ray
 
-    return int(min((n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get(TRAINER_RESOURCE)),
+    return int(min((n["Resources"].get(resource, 0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get(TRAINER_RESOURCE)),
                    default=0))
 
 
@@ -167,7 +167,6 @@ def _kept_cpus(cfg: TrainConfig, shards: list, classes: int) -> tuple[int, str]:
     """The CPUs each Ray Train worker reserves on its trainer host (Ray schedules decode tasks on the rest), and why:
     ``trainer_cpus`` all, a number, or auto: the training step measured on this (the head's) host as the PyTorch path
     measures it (`steps.train.local_decode.loop_cpus`), its busy vCPUs plus one for the data plane."""
-    import ray
     import torch
 
     from steps.train.local_decode import loop_cpus, sample_pixels
@@ -180,8 +179,7 @@ def _kept_cpus(cfg: TrainConfig, shards: list, classes: int) -> tuple[int, str]:
         return loop_cpus(workload, workload.build_model(classes).to(device), device, sample_pixels(workload, shards),
                          cfg.batch_size, cfg.learning_rate)
 
-    node_cpus = int(min(n["Resources"].get("CPU", 1) for n in ray.nodes() if n["Resources"].get(TRAINER_RESOURCE)))
-    kept, why, _ = kept_for_loop(cfg.trainer_cpus, node_cpus, measure)
+    kept, why, _ = kept_for_loop(cfg.trainer_cpus, _per_trainer_host("CPU"), measure)
     return kept, why
 
 
