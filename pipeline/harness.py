@@ -51,16 +51,26 @@ def training_request(*, code_uri: str, output: Path, groups: list[tuple[str, str
 def children() -> list[psutil.Process]:
     return [p for p in psutil.Process(os.getpid()).children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
+def listeners(processes) -> set[tuple[str, int]]:
+    """The TCP addresses ``processes`` listen on (one that exited meanwhile counts none)."""
+    found = set()
+    for process in processes:
+        try:
+            found |= {(c.laddr.ip, c.laddr.port) for c in process.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+        except psutil.Error:  # exited meanwhile
+            pass
+    return found
+
+def host_processes(host) -> list[psutil.Process]:
+    """An emulated host's process and all it started (TensorFlow servers, a local tf.data.service worker, Ray's GCS,
+    raylets and workers)."""
+    root = psutil.Process(host.process.pid)
+    return [root, *root.children(recursive=True)]
+
 def own_listening_ports() -> set[int]:
     """TCP ports listened on by this process and its descendants: what a test run could leave open
     (whatever else the machine, or a parallel test worker, listens on is not counted)."""
-    ports = set()
-    for process in [psutil.Process(os.getpid()), *children()]:
-        try:
-            ports |= {c.laddr.port for c in process.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
-        except psutil.Error:  # exited meanwhile
-            pass
-    return ports
+    return {port for _, port in listeners([psutil.Process(os.getpid()), *children()])}
 
 def listeners_on(jobs) -> set[tuple[str, int]]:
     """Sockets listening, anywhere on this machine, on an address of the emulated jobs' hosts (each job has its
@@ -77,12 +87,10 @@ def confinement_breaches(job: EmulatedJob, *, host_local: tuple[str, ...] = ()) 
     the job secret in a process's environment. Empty: confined."""
     breaches = []
     for host in job.hosts:
-        root = psutil.Process(host.process.pid)
-        processes = [root, *root.children(recursive=True)]
-        listening = set()
+        processes = host_processes(host)
+        listening = listeners(processes)
         for process in processes:
             try:
-                listening |= {(c.laddr.ip, c.laddr.port) for c in process.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
                 if f"{SECRET_ENV}=".encode() in Path(f"/proc/{process.pid}/environ").read_bytes():
                     breaches.append(f"{host.name}: the job secret is in the environment of {process.pid} {process.name()}")
             except (psutil.Error, FileNotFoundError, ProcessLookupError):  # exited meanwhile

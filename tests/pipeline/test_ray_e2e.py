@@ -22,7 +22,7 @@ import pytest
 
 from pipeline.emulator import EmulatedJob
 from pipeline.graph import resolve_parameters
-from pipeline.harness import by_role, confinement_breaches, listeners_on, two_group_request
+from pipeline.harness import by_role, confinement_breaches, host_processes, listeners, listeners_on, two_group_request
 from pipeline.local import LocalOptions, LocalRunner
 from steps.contract import DATA_GROUP, DNN_GROUP, HYBRID_CHANNEL, REPLICATED
 from steps.shard.shard import shard_dataset
@@ -149,21 +149,6 @@ def test_the_ray_cluster_is_confined_refuses_a_client_without_the_token_and_a_ki
     assert not _ray_processes()
 
 
-def _listening(job: EmulatedJob) -> set[tuple[str, int]]:
-    """Every port a process of the job's hosts listens on (Ray's GCS, raylets, object managers, workers, the client
-    server, the launcher's control links)."""
-    found = set()
-    for host in job.hosts:
-        root = psutil.Process(host.process.pid)
-        for process in [root, *root.children(recursive=True)]:
-            try:
-                found |= {(c.laddr.ip, c.laddr.port) for c in process.net_connections(kind="tcp")
-                          if c.status == psutil.CONN_LISTEN}
-            except psutil.Error:  # exited meanwhile
-                pass
-    return found
-
-
 def test_a_ray_job_flooded_on_every_port_trains_to_the_end_with_each_sample_once(tmp_path, shards, code_uri, no_leftovers):
     """An outside client on the cluster network: silent connections held open on every port of every host, and on each
     one garbage (an HTTP request, random bytes) sent and the socket closed. The job trains as if nothing happened."""
@@ -178,7 +163,7 @@ def test_a_ray_job_flooded_on_every_port_trains_to_the_end_with_each_sample_once
         with job:
             job.start()
             assert training.wait(240), f"training never started: see the hosts' logs under {tmp_path / 'job'}"
-            ports = _listening(job)
+            ports = listeners(p for host in job.hosts for p in host_processes(host))
             assert len(ports) > 10  # Ray's servers on every host, not only ours
             noise = random.Random(7)
             for address in sorted(ports):
