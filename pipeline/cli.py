@@ -1,4 +1,4 @@
-"""``hetero``: run the pipeline locally (and, later, deploy and start it in AWS).
+"""``hetero``: run the pipeline locally, and start and inspect it in AWS once deployed (``npx cdk deploy``, see README).
 
     hetero run                                  # sample data, 1 data host + 1 trainer, baseline too
     hetero run --input ./my_images --data-hosts 2 --dnn-hosts 2

@@ -61,8 +61,9 @@ def default_training_image(region: str, framework: str = "pytorch") -> str:
     """The framework's SageMaker training DLC, GPU variant, in ``region``."""
     if framework == "ray":
         raise UserError(f"framework ray has no AWS training image (none has Ray installed): build {RAY_DOCKERFILE} (the PyTorch "
-                        f"training image plus Ray), push it to ECR and pass its URI as the training image (cdk deploy -c "
-                        "hetero:trainingImage=<uri>, hetero deploy --training-image <uri>)", headline="bad deploy settings")
+                        f"training image plus Ray), push it to ECR and pass its URI as the training image (npx cdk deploy -c "
+                        "hetero:trainingImage=<uri>; hetero definition --training-image <uri> for the definition alone)",
+                        headline="bad deploy settings")
     return _image(region, framework, gpu=True)
 
 

@@ -153,3 +153,28 @@ def test_a_read_only_work_folder_is_one_line_and_exit_2(tmp_path, capsys, monkey
     err = capsys.readouterr().err
     assert err.startswith(f"error: storage: cannot write {tmp_path / 'runs' / 'local-1'}: the file system is read-only (EROFS)")
     assert "Traceback" not in err
+
+
+def test_every_hetero_command_the_code_and_docs_name_exists():
+    """A message or doc line that tells a user to run `hetero <command> --<option>` names a real one (deployment is
+    `npx cdk deploy`, not a hetero command)."""
+    import argparse
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    subparsers = next(a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = {name: {o for a in p._actions for o in a.option_strings} for name, p in subparsers.choices.items()}
+    prose = {"failed", "data"}  # the base error's headline "hetero failed"; "a hetero data service"
+    named = re.compile(r"(?<![\w./:-])hetero ([a-z][a-z-]*)(?: (--[a-z][a-z-]*))?")
+    files = [root / "README.md", root / "app.py", *(p for d in ("pipeline", "steps", "infra", "images", "bench")
+                                                    for p in sorted((root / d).rglob("*")) if p.suffix in (".py", ".md"))]
+    wrong = []
+    for path in files:
+        for m in named.finditer(path.read_text(encoding="utf-8")):
+            command, option = m.groups()
+            if command in prose:
+                continue
+            if command not in options or (option and option not in options[command]):
+                wrong.append(f"{path.relative_to(root)}: {m.group(0)!r}")
+    assert not wrong, wrong
