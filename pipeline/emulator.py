@@ -20,7 +20,10 @@ there is copied back when it ends, however it ends. ``interrupt_after_steps`` em
 interruption: once a trainer logs that step, every host's first process gets SIGTERM (the request's
 ``ContainerEntrypoint``; in plain script mode that is the toolkit, which does not pass it on, so the
 hosts are killed), has ``grace_s`` to exit, and the job starts again on fresh hosts from its
-checkpoints; the first attempt's folders stay beside, as ``<job_dir>.attempt-1``.
+checkpoints; the first attempt's folders stay beside, as ``<job_dir>.attempt-1``. ``late_hostnames_s``
+emulates a cluster whose host names do not resolve at first (SageMaker's guide warns of it): each host's
+entry appears in the hosts file at its own time, the last that many seconds after the hosts start.
+Every host has ``HETERO_EMULATED_HOST`` set: its instance type's GPUs are not there.
 
 Like SageMaker, the job ends when every host has exited, or when
 ``StoppingCondition.MaxRuntimeInSeconds`` has passed. When one host fails, the others get
@@ -48,7 +51,7 @@ from typing import Callable
 
 from pipeline import storage
 from steps.common.errors import HeteroError, UserError
-from steps.contract import CHECKPOINT_LOCAL_PATH, DATA_GROUP, FAILURE_FILE, HOSTS_FILE_ENV, SHARDED
+from steps.contract import CHECKPOINT_LOCAL_PATH, DATA_GROUP, EMULATED_HOST_ENV, FAILURE_FILE, HOSTS_FILE_ENV, SHARDED
 
 HOMOGENEOUS_GROUP = "homogeneousCluster"  # the group SageMaker names when a request has no InstanceGroups
 CONTAINER_ROOT = "/opt/ml/"  # what a host's base folder stands for
@@ -174,11 +177,13 @@ class EmulatedJob:
     timeout_s: float | None = None  # None: the request's StoppingCondition
     seed: int | None = None
     interrupt_after_steps: int | None = None  # a spot interruption once a trainer logs this step, then a restart
+    late_hostnames_s: float | None = None  # host names resolve only this long after the hosts start (each at its own time)
     hosts: list[Host] = field(default_factory=list)
     interruptions: int = 0
     interrupted: dict | None = None
     _readers: list = field(default_factory=list)
     _interrupt: threading.Event = field(default_factory=threading.Event)
+    _names_stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self):
         self.groups = _groups(self.request, self.cpus)
@@ -213,7 +218,8 @@ class EmulatedJob:
                 self.hosts.append(Host(name, group, f"{subnet}.{index}", self.job_dir / name, self.role_of(group.name)))
         self.hosts.sort(key=lambda h: int(h.name.split("-")[1]))
         self.job_dir.mkdir(parents=True)
-        (self.job_dir / "hosts").write_text("".join(f"{h.address} {h.name}\n" for h in self.hosts))
+        if not self.late_hostnames_s:
+            _write_hosts(self.job_dir / "hosts", self.hosts)
         provisioned = self._provision_channels()
         code = self._code()
         for host in self.hosts:
@@ -324,7 +330,7 @@ class EmulatedJob:
             # the toolkit runs the program from /opt/ml/code; the caller's folder stays importable for local workloads
             pythonpath = os.pathsep.join(filter(None, [str(code), os.getcwd(), base_env.get("PYTHONPATH")]))
             env = {**base_env, **self.environment, "SAGEMAKER_BASE_DIR": str(host.base_dir),
-                   HOSTS_FILE_ENV: str(self.job_dir / "hosts"), "TRAINING_JOB_NAME": self.name,
+                   HOSTS_FILE_ENV: str(self.job_dir / "hosts"), EMULATED_HOST_ENV: "1", "TRAINING_JOB_NAME": self.name,
                    "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath}
             cpus = host.group.cpus
             host.process = subprocess.Popen(
@@ -336,6 +342,26 @@ class EmulatedJob:
             reader = threading.Thread(target=self._pump, args=(host,), daemon=True)
             reader.start()
             self._readers.append(reader)
+        if self.late_hostnames_s:
+            self._publish_names_late()
+
+    def _publish_names_late(self) -> None:
+        """Each host's entry appears in the hosts file at its own time, in random order, the last ``late_hostnames_s``
+        after now (the file itself with the first): until then a host finds names missing."""
+        hosts = list(self.hosts)
+        random.Random(None if self.seed is None else self.seed + self.interruptions).shuffle(hosts)
+        stop = self._names_stop = threading.Event()
+        started = time.monotonic()
+
+        def publish() -> None:
+            for i in range(len(hosts)):
+                if stop.wait(max(0.0, started + self.late_hostnames_s * (i + 1) / len(hosts) - time.monotonic())):
+                    return
+                _write_hosts(self.job_dir / "hosts", hosts[: i + 1])
+
+        thread = threading.Thread(target=publish, daemon=True)
+        thread.start()
+        self._readers.append(thread)
 
     def _command(self, program: str) -> list[str]:
         """The container's first process: ``AlgorithmSpecification.ContainerEntrypoint`` + ``ContainerArguments`` (with
@@ -447,6 +473,7 @@ class EmulatedJob:
 
     def close(self) -> None:
         """Stop every process of the job (and its children). Safe to call twice."""
+        self._names_stop.set()
         live = [h for h in self.hosts if h.process is not None]
         self._stop([h for h in live if h.process.poll() is None])
         for host in live:
@@ -478,6 +505,13 @@ class EmulatedJob:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _write_hosts(path: Path, hosts: list[Host]) -> None:
+    """The emulated cluster's name service (HOSTS_FILE_ENV), replaced whole: a host never reads half a file."""
+    partial = path.with_name(f".{path.name}.tmp")
+    partial.write_text("".join(f"{h.address} {h.name}\n" for h in sorted(hosts, key=lambda h: int(h.name.split("-")[1]))))
+    os.replace(partial, path)
 
 
 def _files(folder: Path) -> dict[str, tuple[int, int]]:

@@ -19,6 +19,7 @@ from steps.common.errors import FAILURE_FILE, UserError  # noqa: F401 - FAILURE_
 # -- environment variables -------------------------------------------------------------------------
 SECRET_ENV = "HETERO_JOB_SECRET"  # per-job secret of the data plane's handshake
 HOSTS_FILE_ENV = "HETERO_HOSTS_FILE"  # emulated cluster DNS: lines "<address> <host>"
+EMULATED_HOST_ENV = "HETERO_EMULATED_HOST"  # set on every emulated host: its instance type's GPUs are not there
 SECRET_FD_ENV = "HETERO_JOB_SECRET_FD"  # the secret handed to a re-executed TensorFlow host through a pipe, not its environment
 BIND_ADDRESS_ENV = "HETERO_BIND_ADDRESS"  # the one address a guarded TensorFlow host listens on (steps/train/bind_guard.c)
 

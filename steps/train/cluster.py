@@ -2,14 +2,18 @@
 
 The role comes from the host's instance group, never from its name (SageMaker
 assigns algo-N names randomly across groups). Peer addresses come from name
-resolution; ``HETERO_HOSTS_FILE`` (``/etc/hosts`` syntax) overrides it where
-there is no cluster DNS, as in the local emulator.
+resolution; ``HETERO_HOSTS_FILE`` (``/etc/hosts`` syntax) replaces it where
+there is no cluster DNS, as in the local emulator. Host names may not resolve
+at first while the cluster boots: `wait_for_host_names` waits for every one
+before a role starts, as the sagemaker-training toolkit does before it starts
+an entry point.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +51,12 @@ class Cluster:
     output_data_dir: Path
     network_interface: str
     checkpoint_dir: Path  # CheckpointConfig.LocalPath: /opt/ml/checkpoints, under the emulator's base folder locally
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Every host of the job, this one first."""
+        return (self.current_host, *sorted((h for g in self.groups for h in g.hosts if h != self.current_host),
+                                           key=lambda h: (len(h), h)))
 
     @property
     def rank(self) -> int:
@@ -112,16 +122,68 @@ class Cluster:
 
 
 def resolve(host: str) -> str:
+    address, why = _lookup(host)
+    if address is None:
+        raise UserError(f"cannot resolve host {host!r}: {why}", headline="unknown host")
+    return address
+
+
+def _lookup(host: str) -> tuple[str | None, str]:
+    """(address, "") or (None, why not). A hosts file, when set, is the cluster's only name service."""
     hosts_file = os.environ.get(HOSTS_FILE_ENV)
     if hosts_file:
-        for line in Path(hosts_file).read_text().splitlines():
+        try:
+            lines = Path(hosts_file).read_text().splitlines()
+        except FileNotFoundError:
+            return None, f"{HOSTS_FILE_ENV} {hosts_file} does not exist yet"
+        for line in lines:
             fields = line.split("#", 1)[0].split()
             if len(fields) >= 2 and host in fields[1:]:
-                return fields[0]
+                return fields[0], ""
+        return None, f"not in {HOSTS_FILE_ENV} {hosts_file} yet"
     try:
-        return socket.gethostbyname(host)
+        return socket.gethostbyname(host), ""
     except OSError as exc:
-        raise UserError(f"cannot resolve host {host!r}: {exc}", headline="unknown host") from None
+        return None, str(exc)
+
+
+RESOLVE_FIRST_WAIT_S, RESOLVE_MAX_WAIT_S = 0.25, 5.0  # doubling from the first to the most between tries
+
+
+def wait_for_host_names(hosts: tuple[str, ...], timeout_s: float, *, clock=time.monotonic, sleep=time.sleep,
+                        log=None) -> dict[str, str]:
+    """Every host of the cluster -> its address, waiting until each name resolves or ``timeout_s`` has passed.
+
+    SageMaker's guide says host names may not resolve at first, and the toolkit's ``entry_point.run()`` retries
+    for up to 15 minutes before it starts the user's code; this entry point replaces the toolkit's, so it keeps
+    that wait. A name that does not resolve is a peer that is not up yet, so the deadline is the hosts' wait for
+    their peers (``connect_timeout_s``). Tries back off from 0.25 s to 5 s: a late name costs a start at most 5 s,
+    and one line per wait says which host and how long so far."""
+    log = log or (lambda line: print(line, flush=True))
+    started = clock()
+    deadline = started + timeout_s
+    pause, waited, found = RESOLVE_FIRST_WAIT_S, False, {}
+    for host in hosts:
+        while True:
+            address, why = _lookup(host)
+            if address is not None:
+                found[host] = address
+                break
+            now = clock()
+            if now >= deadline:
+                raise UserError(
+                    f"host name {host!r} did not resolve within connect_timeout_s={timeout_s:g} s (last try: {why}); the "
+                    "cluster's name service never answered for it: retry the job, check the DNS settings of the VPC if the "
+                    "job runs in one (enableDnsSupport), or raise the connect_timeout_s hyperparameter",
+                    headline="host name does not resolve")
+            pause = min(pause, deadline - now)
+            log(f"[cluster] waiting for host {host} to resolve: {now - started:.1f} s so far of {timeout_s:g} s "
+                f"(connect_timeout_s); next try in {pause:.2f} s ({why})")
+            sleep(pause)
+            waited, pause = True, min(pause * 2, RESOLVE_MAX_WAIT_S)
+    if waited:
+        log(f"[cluster] every host name resolves, after {clock() - started:.1f} s")
+    return found
 
 
 def available_cpus() -> int:

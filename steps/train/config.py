@@ -60,7 +60,8 @@ class TrainConfig:
                              "compiler in the image), or accept that they listen on every interface (off).", choices=("on", "off"))
     shard_wait_s: float = _param(600.0, "How long hosts wait for every shard of a channel they see whole (FSx, FullyReplicated) "
                                  "to be visible.", minimum=0.0)
-    connect_timeout_s: float = _param(600.0, "How long hosts wait for their peers to come up.", minimum=1.0)
+    connect_timeout_s: float = _param(600.0, "How long hosts wait for their peers to come up: every host name of "
+                                      "the cluster to resolve, then each peer's service to answer.", minimum=1.0)
     silence_timeout_s: float = _param(60.0, "A peer silent this long is taken as gone.", minimum=1.0)
     heartbeat_s: float = _param(2.0, "Interval of keep-alive frames between peers.", minimum=0.05)
     checkpoint_every_steps: int = _param(0, "Write a checkpoint every N training steps (0: not by step count). Checkpoints are "

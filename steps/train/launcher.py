@@ -33,12 +33,13 @@ from steps.common.errors import run_step  # noqa: E402
 
 
 def dispatch(env) -> None:
-    from steps.train.cluster import DATA, Cluster
+    from steps.train.cluster import DATA, Cluster, wait_for_host_names
     from steps.train.config import TrainConfig
     from steps.train.workload import load_workload
 
     cfg = TrainConfig.from_hyperparameters(env.hyperparameters)
     cluster = Cluster.from_environment(env, cfg)
+    wait_for_host_names(cluster.hosts, cfg.connect_timeout_s)  # the toolkit's wait before user code, which this entry replaces
     if cfg.framework in ("tensorflow", "ray"):
         _confine(cfg, cluster)  # re-executes this process once, before anything imports TensorFlow or starts Ray
     workload = load_workload(cfg.workload, cfg.workload_options)

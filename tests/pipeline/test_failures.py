@@ -9,7 +9,8 @@ import time
 import pytest
 
 from steps.shard.shard import shard_dataset
-from pipeline.harness import by_role, start_training_job
+from pipeline.emulator import EmulatedJob
+from pipeline.harness import by_role, start_training_job, two_group_request
 
 pytestmark = pytest.mark.e2e
 
@@ -71,3 +72,23 @@ def test_killed_data_host_is_named_with_the_samples_lost(tmp_path, shards, code_
     assert survivor.failure.startswith(f"job stopped: data host lost: data host {victim.name} ")
     assert f"(STOP from trainer {trainer.name})" in survivor.failure
     assert not result.ok
+
+
+def test_host_names_that_resolve_20s_late_delay_the_start_not_the_run(tmp_path, shards, code_uri, no_leftovers):
+    request = two_group_request(tmp_path, shards, code_uri, data=2, hyperparameters={
+        "epochs": 1, "max_steps": 4, "batch_size": 8, "workload_options": {"blur_passes": 0},
+        "heartbeat_s": 0.5, "silence_timeout_s": 10, "connect_timeout_s": 60})
+    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=20, timeout_s=240, late_hostnames_s=20)
+    with job:
+        job.start()
+        result = job.wait()
+    assert result.ok, result.failure
+    resolved_after = []
+    for host in job.hosts:
+        lines = (host.base_dir / "output" / "host.log").read_text().splitlines()
+        waits = [i for i, line in enumerate(lines) if line.startswith("[cluster] waiting for host ")]
+        done = next(i for i, line in enumerate(lines) if line.startswith("[cluster] every host name resolves, after "))
+        role = next(i for i, line in enumerate(lines) if line.startswith("[launcher] host="))
+        assert waits and max(waits) < done < role, lines[:20]  # one line per wait, all before the role starts
+        resolved_after.append(float(lines[done].rsplit("after ", 1)[1].split()[0]))
+    assert max(resolved_after) >= 15  # the last name appeared 20 s after the hosts started
