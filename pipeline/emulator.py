@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from pipeline import storage
+from pipeline import image_guard, storage
 from steps.common.errors import HeteroError, UserError
 from steps.contract import CHECKPOINT_LOCAL_PATH, DATA_GROUP, EMULATED_HOST_ENV, FAILURE_FILE, HOSTS_FILE_ENV, SHARDED
 
@@ -178,6 +178,8 @@ class EmulatedJob:
     seed: int | None = None
     interrupt_after_steps: int | None = None  # a spot interruption once a trainer logs this step, then a restart
     late_hostnames_s: float | None = None  # host names resolve only this long after the hosts start (each at its own time)
+    image_guard: bool = True  # each host imports only its image's packages (pipeline.image_guard)
+    echo: Callable[[str], None] = print  # the emulator's own lines
     hosts: list[Host] = field(default_factory=list)
     interruptions: int = 0
     interrupted: dict | None = None
@@ -322,13 +324,15 @@ class EmulatedJob:
             self.prepare()
         base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_"))}
         program = self.hyperparameters.get("sagemaker_program", "")
+        guard = self._image_guard()
         for host in self.hosts:
             code = host.base_dir / "code"
             if not (code / program).is_file():
                 raise UserError(f"sagemaker_program {program!r} is not in the code at {self._code()}", headline="no entry point")
             command = self._command(program)
-            # the toolkit runs the program from /opt/ml/code; the caller's folder stays importable for local workloads
-            pythonpath = os.pathsep.join(filter(None, [str(code), os.getcwd(), base_env.get("PYTHONPATH")]))
+            # the toolkit runs the program from /opt/ml/code; the caller's folder stays importable for local workloads;
+            # the image guard goes first: each host imports only its image's packages (pipeline.image_guard)
+            pythonpath = os.pathsep.join(filter(None, [guard, str(code), os.getcwd(), base_env.get("PYTHONPATH")]))
             env = {**base_env, **self.environment, "SAGEMAKER_BASE_DIR": str(host.base_dir),
                    HOSTS_FILE_ENV: str(self.job_dir / "hosts"), EMULATED_HOST_ENV: "1", "TRAINING_JOB_NAME": self.name,
                    "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath}
@@ -362,6 +366,11 @@ class EmulatedJob:
         thread = threading.Thread(target=publish, daemon=True)
         thread.start()
         self._readers.append(thread)
+
+    def _image_guard(self) -> str:
+        """The folder of the import guard of the job's image (first on every host's PYTHONPATH); "" when it is off."""
+        image = self.request.get("AlgorithmSpecification", {}).get("TrainingImage", "")
+        return image_guard.guard_path(image, self.job_dir / ".image", enabled=self.image_guard, echo=self.echo)
 
     def _command(self, program: str) -> list[str]:
         """The container's first process: ``AlgorithmSpecification.ContainerEntrypoint`` + ``ContainerArguments`` (with
@@ -458,7 +467,9 @@ class EmulatedJob:
         code = host.exit_code
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         reason = host.failure or "no failure file; see its log"
-        return f"step {self.step}: host {host.name} ({host.group.name}, {host.role}) {how}: {reason} [log: {host.base_dir / 'output' / 'host.log'}]"
+        log = host.base_dir / "output" / "host.log"
+        image = image_guard.explain(reason if host.failure else _tail(log), self.job_dir / ".image")
+        return f"step {self.step}: host {host.name} ({host.group.name}, {host.role}) {how}: {reason}{' ' + image if image else ''} [log: {log}]"
 
     def _stop(self, hosts: list[Host]) -> None:
         for host in hosts:
@@ -522,6 +533,10 @@ def _files(folder: Path) -> dict[str, tuple[int, int]]:
             stat = path.stat()
             found[path.relative_to(folder).as_posix()] = (stat.st_mtime_ns, stat.st_size)
     return found
+
+
+def _tail(log: Path, lines: int = 20) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.is_file() else ""
 
 
 def _signal(process: subprocess.Popen, sig: int) -> None:

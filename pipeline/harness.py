@@ -18,6 +18,8 @@ import psutil
 
 from pipeline import storage
 from pipeline.emulator import EmulatedJob
+from pipeline.images import default_training_image
+from pipeline.local import LOCAL_RAY_IMAGE, LOCAL_REGION
 from pipeline.sagemaker.settings import TRAINING_ENTRYPOINT
 from steps.contract import CHECKPOINT_LOCAL_PATH, DATA_GROUP, DNN_GROUP, HYBRID_CHANNEL, REPLICATED, SECRET_ENV, SHARDED, TRAIN_ENTRY_POINT
 from steps.train.auth import new_secret
@@ -35,8 +37,10 @@ def training_request(*, code_uri: str, output: Path, groups: list[tuple[str, str
                      hyperparameters: dict, environment: dict | None = None, max_runtime_s: int = 3600) -> dict:
     """A CreateTrainingJob request as a pipeline step carries it (every value a string where the API wants one)."""
     hp = {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()}
+    framework = hyperparameters.get("framework", "pytorch")  # the image the pipeline gives its training jobs
+    image = LOCAL_RAY_IMAGE if framework == "ray" else default_training_image(LOCAL_REGION, framework)
     return {
-        "AlgorithmSpecification": {"TrainingImage": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker",
+        "AlgorithmSpecification": {"TrainingImage": image,
                                    "TrainingInputMode": "File", "ContainerEntrypoint": list(TRAINING_ENTRYPOINT)},
         "RoleArn": "arn:aws:iam::000000000000:role/hetero-local",
         "ResourceConfig": {"InstanceGroups": [{"InstanceGroupName": n, "InstanceType": t, "InstanceCount": c} for n, t, c in groups],

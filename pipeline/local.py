@@ -195,7 +195,8 @@ class LocalRunner:
             self.options.echo(f"  {name:<18} {host.name:<7} {host.group.name:<10} {line}")
 
         job = EmulatedJob(name=job_name, request=request, job_dir=self.run_dir / "jobs" / name, step=name, cpus=plan,
-                          on_line=on_line, grace_s=self.options.grace_s, interrupt_after_steps=self.options.interrupt_after_steps)
+                          on_line=on_line, grace_s=self.options.grace_s, interrupt_after_steps=self.options.interrupt_after_steps,
+                          echo=lambda line: self.options.echo(f"[{name}] {line}"))
         if self.options.step_timeout_s is not None:
             job.timeout_s = min(filter(None, [job.timeout_s, self.options.step_timeout_s]))
         shape = " + ".join(f"{g.count} x {g.instance_type} ({g.name}{', CPUs ' + ','.join(map(str, g.cpus)) if g.cpus else ''})"

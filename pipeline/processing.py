@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from pipeline import storage
+from pipeline import image_guard, storage
 from steps.contract import FAILURE_FILE
 
 CONTAINER_ROOT = "/opt/ml"
@@ -40,7 +40,7 @@ class ProcessingResult:
 
 
 def run_processing_job(*, name: str, request: dict, job_dir: Path, step: str, echo: Callable[[str], None] = print,
-                       timeout_s: float | None = None) -> ProcessingResult:
+                       timeout_s: float | None = None, guard_imports: bool = True) -> ProcessingResult:
     root = job_dir / "opt" / "ml"
     for item in request.get("ProcessingInputs", []):
         s3 = item["S3Input"]
@@ -58,6 +58,8 @@ def run_processing_job(*, name: str, request: dict, job_dir: Path, step: str, ec
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_"))}, **request.get("Environment", {}),
            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1",
            "PROCESSING_JOB_NAME": name}
+    guard = image_guard.guard_path(app.get("ImageUri", ""), job_dir / ".image", enabled=guard_imports, echo=echo)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [guard, env.get("PYTHONPATH")]))  # only the image's packages
     limit = request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
     log = job_dir / "job.log"
     code = _run(command, cwd=job_dir, env=env, log=log, echo=echo, timeout_s=min(filter(None, [limit, timeout_s]), default=None))
@@ -65,7 +67,8 @@ def run_processing_job(*, name: str, request: dict, job_dir: Path, step: str, ec
     if code != 0:
         reason = _failure_reason(outputs, root, log)
         how = "was stopped after its MaxRuntimeInSeconds" if code is None else f"exited with code {code}"
-        failure = f"step {step}: processing job {name} {how}: {reason} [log: {log}]"
+        image = image_guard.explain(reason, guard)
+        failure = f"step {step}: processing job {name} {how}: {reason}{' ' + image if image else ''} [log: {log}]"
     else:
         for s3 in outputs:
             storage.upload(_local(root, s3["LocalPath"]), s3["S3Uri"])

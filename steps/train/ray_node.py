@@ -89,10 +89,11 @@ class RayNode:
                    "--disable-usage-stats", f"--temp-dir={self.folder / 'ray'}", f"--object-store-memory={OBJECT_STORE_BYTES}"]
         if self.is_head:
             self.address = f"{ip}:{self.cfg.ray_port or _free_port(ip)}"
-            # the job API's minimal dashboard listens on 127.0.0.1 even without the dashboard, and the Ray client server
-            # (it cannot be turned off while grpc is installed) on 127.0.0.1 and this address: free ports, not 8265/10001
+            # the job API's minimal dashboard listens on 127.0.0.1 even without the dashboard: a free port, not 8265
             command += ["--head", f"--port={self.address.rsplit(':', 1)[1]}", "--include-dashboard=false",
-                        f"--dashboard-port={_free_port('127.0.0.1')}", f"--ray-client-server-port={_free_port(ip, '127.0.0.1')}"]
+                        f"--dashboard-port={_free_port('127.0.0.1')}"]
+            if _has_grpc():  # Ray runs its client server whenever grpc is there (the Ray image has none): a free port, not 10001
+                command += [f"--ray-client-server-port={_free_port(ip, '127.0.0.1')}"]
         else:
             self.address = head
             self._await_head()
@@ -153,6 +154,16 @@ class RayNode:
             except ProcessLookupError:
                 pass
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _has_grpc() -> bool:
+    """Whether Ray will start its client server (ray://): it does when grpc imports (ray[client]); the training image
+    (images/ray/Dockerfile: ray[data,train]) has no grpc, and a client server port asked of a Ray without it is an error."""
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _free_port(ip: str, *also: str) -> int:

@@ -121,23 +121,16 @@ def test_the_ray_cluster_is_confined_refuses_a_client_without_the_token_and_a_ki
         tmp_path, shards, code_uri, no_leftovers):
     job = _start(tmp_path, shards, code_uri)
     with job:
-        assert not confinement_breaches(job, host_local=("127.0.0.1",))  # the Ray client server: also loopback
+        assert not confinement_breaches(job, host_local=("127.0.0.1",))  # Ray's minimal dashboard: also loopback
         head = by_role(job, "trainer")[0]
         address = re.search(r"\[ray\] \S+: head at (\S+) ", (head.base_dir / "output" / "host.log").read_text()).group(1)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         attempt = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address='{address}'); print('CONNECTED')"],
                                  env=env, capture_output=True, text=True, timeout=120)
         assert "CONNECTED" not in attempt.stdout and "auth" in (attempt.stdout + attempt.stderr).lower()
-        # the Ray client server (ray://, it runs drivers for remote clients) refuses one too
+        # no Ray client server (ray://, it runs drivers for remote clients): the image has no grpc, so Ray starts none
         lines = [" ".join(p.cmdline()) for p in psutil.Process(head.process.pid).children(recursive=True)]
-        (client,) = [line for line in lines if "ray.util.client.server" in line]
-        port = re.search(r"--port[= ](\d+)", client).group(1)
-        attempt = subprocess.run([sys.executable, "-c", f"import ray; ray.init('ray://{address.rsplit(':', 1)[0]}:{port}'); "
-                                  "print('CONNECTED')"], env=env, capture_output=True, text=True, timeout=120)
-        assert "CONNECTED" not in attempt.stdout, attempt.stdout[-2000:]
-        node_folder = next(m.group(0) for line in lines if (m := re.search(r"/tmp/hray-[^/\s]+", line)))
-        log = Path(node_folder, "ray", "session_latest", "logs", "ray_client_server.err").read_text()
-        assert "Authentication required but no authorization header provided" in log  # refused for want of the token
+        assert not [line for line in lines if "ray.util.client.server" in line]
         killed_at = time.monotonic()
         os.killpg(head.process.pid, signal.SIGKILL)  # the instance: the driver, its Ray node and workers
         result = job.wait()
