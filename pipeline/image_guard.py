@@ -30,6 +30,9 @@ GUARD_MODULE = "sitecustomize"
 SHIPPED = "steps"  # the project's package that ships with the code; its other top-level packages do not
 # a distribution of this machine that stands for one of the image's: same import name, another build
 EQUIVALENT = {"tensorflow-cpu": "tensorflow", "tensorflow": "tensorflow-cpu"}
+# training frameworks step code may use only at the version it is tested with here: the TensorFlow image has torch
+# (a dependency of its SageMaker SDK) at 2.11 (GPU) / 2.12 (CPU), which no test of this project runs against
+TESTED_AT_THIS_VERSION = ("torch", "tensorflow", "tensorflow-cpu", "ray")
 _IMAGE = re.compile(r"(?:[^/]+/)*(?P<repository>[^/:@]+)(?::(?P<tag>[^@]+))?(?:@.*)?")
 
 
@@ -83,14 +86,36 @@ def _installed() -> frozenset[str]:
     return frozenset(canonical(d.metadata["Name"]) for d in metadata.distributions())
 
 
-def refused(manifest: Manifest) -> dict[str, str]:
-    """Top-level module -> the distribution that provides it here, for every module the image cannot import.
-    A name some allowed distribution also provides (a namespace package such as ``google``) stays importable."""
-    blocked = {}
-    for module, owners in _module_owners().items():
-        if module == SHIPPED or module.startswith("__editable__") or any(manifest.has(d) for d in owners):
+def other_versions(manifest: Manifest) -> dict[str, tuple[str, str]]:
+    """Training frameworks (`TESTED_AT_THIS_VERSION`) the image has at another major.minor than this machine:
+    distribution -> (image's version, this machine's)."""
+    found = {}
+    for name in TESTED_AT_THIS_VERSION:
+        image = manifest.packages.get(name)
+        try:
+            here = metadata.version(name)
+        except metadata.PackageNotFoundError:
             continue
-        blocked[module] = owners[0]
+        if image and _minor(image) != _minor(here):
+            found[name] = (image, here)
+    return found
+
+
+def _minor(version: str) -> tuple[str, ...]:
+    return tuple(re.split(r"[.+]", version)[:2])
+
+
+def refused(manifest: Manifest) -> dict[str, str]:
+    """Top-level module -> the distribution that provides it here, for every module the image cannot import, or has
+    only at another version of a training framework. A name some allowed distribution also provides (a namespace
+    package such as ``google``) stays importable."""
+    blocked = {}
+    mismatched = other_versions(manifest)
+    for module, owners in _module_owners().items():
+        if module == SHIPPED or module.startswith("__editable__"):
+            continue
+        if any(d in mismatched for d in owners) or not any(manifest.has(d) for d in owners):
+            blocked[module] = owners[0]
     return dict(sorted(blocked.items()))
 
 
@@ -112,7 +137,8 @@ def install(folder: Path, image_uri: str, manifest: Manifest) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "image_guard.json").write_text(json.dumps({
         "image": image_uri, "manifest": f"pipeline/manifests/{manifest.path.name}", "refused": refused(manifest),
-        "refused_distributions": sorted(d for d in _installed() if not manifest.has(d))}))
+        "refused_distributions": sorted(d for d in _installed() if not manifest.has(d) or d in other_versions(manifest)),
+        "other_versions": other_versions(manifest)}))
     (folder / f"{GUARD_MODULE}.py").write_text(_GUARD_SOURCE)
     return folder
 
@@ -128,6 +154,9 @@ def explain(failure: str, folder: str | Path) -> str:
         if owner:
             what = "the project's code outside steps/, which does not ship with the job" if owner == "hetero" else \
                 f"no {owner!r} ({name!r})"
+            if owner in spec.get("other_versions", {}):
+                image, here = spec["other_versions"][owner]
+                what = f"{owner} {image}, not the {here} this project tests with (its own dependency, not for step code)"
             return (f"[image] {spec['image']} has {what}: the container fails the same way (its packages: "
                     f"{spec['manifest']}); use what the image has, or build an image FROM it with the package")
     return ""

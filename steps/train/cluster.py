@@ -59,6 +59,10 @@ class Cluster:
                                            key=lambda h: (len(h), h)))
 
     @property
+    def instance_type(self) -> str:
+        return next(g.instance_type for g in self.groups if g.name == self.current_group)
+
+    @property
     def rank(self) -> int:
         return self.trainer_hosts.index(self.current_host)
 

@@ -15,7 +15,6 @@ metrics.json) and prints the bound beside the measured speedup.
 from __future__ import annotations
 
 import copy
-import statistics
 import time
 from itertools import islice
 from pathlib import Path
@@ -24,11 +23,10 @@ import numpy as np
 import torch
 
 from steps.shard.format import iter_shard
-from steps.train.cluster import available_cpus
+from steps.train.cost_document import MEASURED_BATCHES, cost_document
 from steps.train.dataset import collate
 from steps.train.workload import Workload
 
-MEASURED_BATCHES = 8  # after one warm-up batch
 
 
 def isolated_costs(workload: Workload, net: torch.nn.Module, device: torch.device, shards: list[Path], *,
@@ -57,28 +55,6 @@ def isolated_costs(workload: Workload, net: torch.nn.Module, device: torch.devic
         return None
     step_s = _step_seconds(workload, net, device, decoded, learning_rate)
     return cost_document(decode_s, step_s, batch_size=batch_size, device=device.type, decode_in_one_process=True)
-
-
-def cost_document(decode_s: list[float], step_s: list[float], *, batch_size: int, device: str,
-                  decode_in_one_process: bool) -> dict:
-    """``isolated_costs`` of metrics.json from per-batch timings whose first batch is the warm-up. Decode timed in
-    one process is spread over this host's CPUs; timed through a pipeline that used them all, it is taken as is."""
-    cpus = available_cpus()
-    spread = cpus if decode_in_one_process else 1
-    decode, step = decode_s[1:], step_s[1:]
-    return {
-        "batches": len(decode), "batch_size": batch_size, "cpus": cpus, "device": device,
-        "decode_cpu_s_per_batch": min(decode) * cpus / spread,
-        "decode_s_per_batch": min(decode) / spread,
-        "step_s_per_batch": min(step),
-        "decode_s_per_batch_median": statistics.median(decode) / spread,
-        "step_s_per_batch_median": statistics.median(step),
-    }
-
-
-def cost_line(host: str, costs: dict) -> str:
-    return (f"[trainer] {host}: alone on {costs['cpus']} CPU(s): decode {costs['decode_s_per_batch'] * 1e3:.1f} ms, "
-            f"step {costs['step_s_per_batch'] * 1e3:.1f} ms per batch of {costs['batch_size']}")
 
 
 def _step_seconds(workload: Workload, net: torch.nn.Module, device: torch.device, batches: list, learning_rate: float) -> list[float]:

@@ -34,10 +34,10 @@ from steps.common.errors import HeteroError, UserError
 from steps.common.files import write_atomic, write_json_atomic
 from steps.shard.format import count_samples, list_shards
 from steps.train.auth import job_secret
-from steps.train.cluster import Cluster, resolve
+from steps.train.cluster import TRAINER, Cluster, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import accept_trainers, end_links, failure_reason, open_link, tell_trainer, trainer_frame, trainer_lost
-from steps.train.gpus import gpu_use, idle_gpus_line
+from steps.train.gpus import gpu_use, idle_gpus_line, require_usable_gpus
 from steps.train.link import Heartbeat, Link, Stopped
 from steps.train.manifest import read_classes, train_channel
 from steps.train.metrics import final_line, training_metrics
@@ -54,6 +54,11 @@ class HostLost(HeteroError):
 
 
 def run_ray_host(cfg: TrainConfig, cluster: Cluster, workload) -> None:
+    if cluster.role == TRAINER:  # before its Ray node offers the host's GPUs (none) to Ray Train
+        import torch
+
+        require_usable_gpus(cluster.current_host, cluster.instance_type, torch.cuda.device_count() if torch.cuda.is_available()
+                            else 0, "ray", how="torch.cuda.is_available() is false")
     node = RayNode(cfg, cluster)
     try:
         if node.is_head:

@@ -14,7 +14,7 @@ import time
 import tensorflow as tf
 
 from steps.train.config import TrainConfig
-from steps.train.costs import MEASURED_BATCHES, cost_document
+from steps.train.cost_document import MEASURED_BATCHES, cost_document
 from steps.train.tf_data import training_dataset
 from steps.train.workload import Workload
 

@@ -27,7 +27,7 @@ from steps.train.cluster import Cluster, available_cpus, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import failure_reason
 from steps.train.corrupt import CorruptBudget
-from steps.train.gpus import gpu_use
+from steps.train.gpus import gpu_use, require_usable_gpus
 from steps.train.manifest import read_classes
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
 from steps.train.service_meter import arrived
@@ -104,6 +104,8 @@ class ServiceSource:
 
 def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     check_single_trainer(cluster)
+    require_usable_gpus(cluster.current_host, cluster.instance_type, len(tf.config.list_physical_devices("GPU")), "tensorflow",
+                        how='tf.config.list_physical_devices("GPU") is empty')
     tf.keras.utils.set_random_seed(cfg.seed)
     # TensorFlow sizes its pools by the machine's cores, not this process's CPU set
     tf.config.threading.set_intra_op_parallelism_threads(available_cpus())
@@ -342,7 +344,7 @@ def _validate(cfg: TrainConfig, cluster: Cluster, workload: Workload, model, fil
 
 def _isolated_costs(cfg: TrainConfig, cluster: Cluster, workload: Workload, model, strategy, files: list[str]) -> dict | None:
     """Decode alone and the step alone on this host (`steps.train.tf_costs`), on the validation shards."""
-    from steps.train.costs import cost_line
+    from steps.train.cost_document import cost_line
     from steps.train.tf_costs import tf_isolated_costs
 
     costs = tf_isolated_costs(cfg, workload, model, strategy, files)

@@ -30,10 +30,11 @@ from steps.train.cluster import Cluster, available_cpus, resolve
 from steps.train.config import TrainConfig
 from steps.train.control import failure_reason
 from steps.train.corrupt import CorruptBudget
-from steps.train.costs import cost_line, isolated_costs
+from steps.train.cost_document import cost_line
+from steps.train.costs import isolated_costs
 from steps.train.data_client import DataServiceClient
 from steps.train.dataset import ShardDataset, batch_loader
-from steps.train.gpus import gpu_use, idle_gpus_line
+from steps.train.gpus import gpu_use, idle_gpus_line, require_usable_gpus
 from steps.train.local_decode import LocalDecoder, spare_workers
 from steps.common.files import write_json_atomic
 from steps.train.metrics import StepStats, final_line, metric_line, training_metrics
@@ -74,6 +75,8 @@ class LocalSource:
 
 def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    require_usable_gpus(cluster.current_host, cluster.instance_type, torch.cuda.device_count() if device.type == "cuda" else 0,
+                        "pytorch", how="torch.cuda.is_available() is false")
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(available_cpus())
     classes = read_classes(cluster.channel("manifest"))

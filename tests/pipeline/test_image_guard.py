@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,12 @@ def test_the_guard_refuses_what_the_image_lacks_and_names_the_image_and_its_mani
     assert not {"torch", "numpy", "PIL", "sagemaker_training", "boto3", "steps"} & set(refused)
     tensorflow = image_guard.refused(image_guard.manifest_for(default_training_image(LOCAL_REGION, "tensorflow")))
     assert "tensorflow" not in tensorflow and "ray" in tensorflow  # tensorflow-cpu here stands for the image's tensorflow
+    # the TensorFlow image's torch (its SageMaker SDK's dependency, 2.11 / 2.12) is not the torch this project tests with
+    assert tensorflow["torch"] == "torch"
+    folder = image_guard.install(Path(tempfile.mkdtemp()), "tf-image", image_guard.manifest_for(
+        default_training_image(LOCAL_REGION, "tensorflow")))
+    explained = image_guard.explain("ModuleNotFoundError: No module named 'torch'", folder)
+    assert "[image] tf-image has torch 2.11.0, not the 2.13.0" in explained
 
 
 @pytest.mark.e2e
