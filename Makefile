@@ -1,4 +1,4 @@
-# `make run`  : create the pinned environment (once) and run the local pipeline.
+# `make run`  : create the pinned environment (once, PyTorch; another framework when ARGS names it) and run the local pipeline.
 # `make test` : create the pinned environment with the cloud and test extras (once) and run the test suite.
 # `make test-fast`: the same without the tests that start long-lived processes (pytest marker e2e).
 # Every version, transitive ones included, is pinned in constraints.txt; re-running installs nothing new.
@@ -8,6 +8,9 @@ HASH   := $(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 ARGS   ?=
 # pytest-xdist: one worker per core (at most 4); the tests that run emulated clusters share one worker (tests/conftest.py). PARALLEL= runs serially.
 PARALLEL ?= -n auto --maxprocesses 4 --dist loadgroup
+
+# `make run` installs PyTorch (the default framework) and, when ARGS names another (--framework tensorflow|ray), that one
+FRAMEWORK_EXTRAS := $(if $(findstring tensorflow,$(ARGS)),tensorflow) $(if $(findstring ray,$(ARGS)),ray)
 
 .PHONY: setup setup-all run test test-fast bench
 setup: $(VENV)/.installed-base-$(HASH)
@@ -19,13 +22,19 @@ $(VENV)/.installed-base-$(HASH): pyproject.toml constraints.txt
 	rm -f $(VENV)/.installed-base-*
 	touch $@
 
+# one framework extra (tensorflow, ray) on top of the base set
+$(VENV)/.installed-%-$(HASH): $(VENV)/.installed-base-$(HASH)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[$*]'
+	rm -f $(VENV)/.installed-$*-*
+	touch $@
+
 $(VENV)/.installed-all-$(HASH): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[cloud,dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[tensorflow,ray,cloud,dev]'
 	rm -f $(VENV)/.installed-*
-	touch $@ $(VENV)/.installed-base-$(HASH)
+	touch $@ $(VENV)/.installed-base-$(HASH) $(VENV)/.installed-tensorflow-$(HASH) $(VENV)/.installed-ray-$(HASH)
 
-run: setup
+run: setup $(foreach extra,$(strip $(FRAMEWORK_EXTRAS)),$(VENV)/.installed-$(extra)-$(HASH))
 	$(VENV)/bin/hetero run $(ARGS)
 
 # the pinned CDK CLI (package-lock.json), for the `npx cdk synth` test; re-run only when the lock file changes
