@@ -17,11 +17,12 @@ import argparse
 import json
 import textwrap
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
 
-from pipeline.emulator import StepFailed
+from pipeline.emulator import PROGRESS_TIMEOUT_S, StepFailed
 from pipeline.graph import PARAMETERS, resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.remote import (DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions, pipeline_parameters,
@@ -35,6 +36,7 @@ from steps.evaluate.prices import load_prices
 from steps.contract import FRAMEWORKS, MANIFEST_FILE, METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE
 
 ENV_PREFIX = "HETERO_PARAM_"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FLAGS = {p.flag.replace("-", "_"): p.name for p in PARAMETERS if p.flag}  # argparse dest -> pipeline parameter
 
 
@@ -58,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--interrupt-after-steps", type=int, metavar="N",
                      help="interrupt each training job once at step N as a spot interruption does (SIGTERM to every host), "
                           "then restart it from its checkpoints")
+    run.add_argument("--progress-timeout", type=float, default=PROGRESS_TIMEOUT_S, metavar="SECONDS",
+                     help="fail a training step none of whose hosts reports progress (a status or metric line) for this long, "
+                          "naming the hosts that went silent (0: never; default %(default)g)")
     run.add_argument("--prices", type=Path, help='JSON price overrides, e.g. {"prices": {"ml.g6.xlarge": 1.0}}')
     sub.add_parser("params", help="list pipeline parameters")
     _remote_parsers(sub)
@@ -154,15 +159,38 @@ def _validate(params: dict) -> None:
         prices.hourly(params[key])  # an unknown type fails now, not after training
 
 
+class Signalled(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP (``args[0]``), ending `hetero run` as Ctrl-C does."""
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM (a process manager's stop, ``timeout``), SIGHUP (its terminal closed) and SIGINT end `hetero run` as
+    Ctrl-C does: the step running stops every process it started on its way out (hosts, and all they started: Ray's
+    daemons and workers too, `pipeline.sessions`) and the run exits 128 + the signal. Once one has come the others are
+    ignored, so a second one cannot cut that short."""
+
+    def stop(signum, frame):
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Signalled(signum)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, stop)
+
+
 def cmd_run(args) -> int:
     params = resolve_parameters(*_layers(args))
     _validate(params)
     if args.sample_images < 10:
         raise UserError(f"--sample-images {args.sample_images}: use at least 10", headline="bad option")
+    if args.progress_timeout < 0:
+        raise UserError(f"--progress-timeout {args.progress_timeout:g}: use seconds > 0, or 0 for never", headline="bad option")
     if args.interrupt_after_steps is not None and args.interrupt_after_steps < 1:
         raise UserError(f"--interrupt-after-steps {args.interrupt_after_steps}: use a step number >= 1", headline="bad option")
     options = LocalOptions(work_dir=args.work_dir, framework=args.framework, sample_images=args.sample_images,
-                           pin_cpus=not args.no_pin, spot=args.spot, interrupt_after_steps=args.interrupt_after_steps)
+                           pin_cpus=not args.no_pin, spot=args.spot, interrupt_after_steps=args.interrupt_after_steps,
+                           progress_timeout_s=args.progress_timeout or None)
+    _stop_on_signals()
     result = LocalRunner(params, options).run()
     print()
     print(render(result.price_performance))
@@ -298,9 +326,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         traceback.print_exc()
         return 1
-    except KeyboardInterrupt:
-        print("interrupted; all hosts stopped", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = exc.args[0] if isinstance(exc, Signalled) else signal.SIGINT
+        print(f"interrupted ({signal.Signals(signum).name}); all hosts stopped", file=sys.stderr)
+        return 128 + signum
     except OSError as exc:
         storage = storage_error(exc)
         if storage is None:

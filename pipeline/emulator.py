@@ -26,7 +26,9 @@ entry appears in the hosts file at its own time, the last that many seconds afte
 Every host has ``HETERO_EMULATED_HOST`` set: its instance type's GPUs are not there.
 
 Like SageMaker, the job ends when every host has exited, or when
-``StoppingCondition.MaxRuntimeInSeconds`` has passed. When one host fails, the others get
+``StoppingCondition.MaxRuntimeInSeconds`` has passed; and, unlike SageMaker, when none of its hosts has
+reported progress (a status or metric line of the step code, `PROGRESS_LINE`) for ``progress_timeout_s``:
+it fails naming the hosts still running, the one silent longest first, with the last line each reported. When one host fails, the others get
 ``grace_s`` to exit on their own (the step code must make them) before the emulator stops
 them; every process is gone when `EmulatedJob` is closed, whatever happened. The model and
 output folders are packed as ``<S3OutputPath>/<job name>/output/{model,output}.tar.gz``.
@@ -50,6 +52,7 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline import image_guard, storage
+from pipeline.sessions import kill_session
 from steps.common.errors import HeteroError, UserError
 from steps.contract import CHECKPOINT_LOCAL_PATH, DATA_GROUP, EMULATED_HOST_ENV, FAILURE_FILE, HOSTS_FILE_ENV, SHARDED
 
@@ -58,6 +61,13 @@ CONTAINER_ROOT = "/opt/ml/"  # what a host's base folder stands for
 # a trainer's metric line (steps.train.metrics); on the Ray path the head's driver prints its workers' lines after
 # Ray's "(RayTrainWorker pid=N[, ip=...]) " prefix
 STEP_LINE = re.compile(r"^(?:\([\w:.-]+ pid=\d+(?:, ip=[\d.]+)?\) )?\[metrics\] .*\bstep=(\d+)\b")
+# a status or metric line of the step code ("[metrics] ...", "[data] ...", "[ray] ...", on the Ray path also after a
+# worker's prefix): what the progress watchdog counts. A framework's own output does not: it can repeat while nothing
+# advances (Ray Data redraws its progress bars, Ray retries a warning every second)
+PROGRESS_LINE = re.compile(r"^(?:\((?:[\w:.-]+ )?pid=\d+(?:, ip=[\d.]+)?\) )?\[[a-z][a-z_-]*\] ")
+# no host of a job reporting progress this long: the job is stuck (its longest legitimate silence, start-up, validation
+# or the cost measurement at the end, takes seconds to minutes)
+PROGRESS_TIMEOUT_S = 600.0
 
 
 class StepFailed(HeteroError):
@@ -112,6 +122,8 @@ class Host:
     ended_at: float | None = None
     stopped_by_emulator: bool = False
     checkpoints_restored: dict = field(default_factory=dict)  # relative path -> (mtime, size) as restored
+    progress_at: float | None = None  # when it last reported progress (a PROGRESS_LINE), or started
+    progress_line: str = ""  # that line
 
     @property
     def failure(self) -> str:
@@ -177,6 +189,7 @@ class EmulatedJob:
     timeout_s: float | None = None  # None: the request's StoppingCondition
     seed: int | None = None
     interrupt_after_steps: int | None = None  # a spot interruption once a trainer logs this step, then a restart
+    progress_timeout_s: float | None = PROGRESS_TIMEOUT_S  # no host reporting progress this long: the job fails (None: never)
     late_hostnames_s: float | None = None  # host names resolve only this long after the hosts start (each at its own time)
     image_guard: bool = True  # each host imports only its image's packages (pipeline.image_guard)
     echo: Callable[[str], None] = print  # the emulator's own lines
@@ -389,10 +402,13 @@ class EmulatedJob:
 
     def _pump(self, host: Host) -> None:
         log = (host.base_dir / "output" / "host.log").open("w")
+        host.progress_at = time.monotonic()
         with log:
             for raw in host.process.stdout:
                 line = raw.decode(errors="replace").rstrip("\n")
                 log.write(line + "\n")
+                if PROGRESS_LINE.match(line):
+                    host.progress_at, host.progress_line = time.monotonic(), line
                 if self.on_line:
                     self.on_line(host, line)
                 if self.interrupt_after_steps and not self.interruptions and host.role == "trainer":
@@ -424,10 +440,27 @@ class EmulatedJob:
             if self.timeout_s is not None and now - started > self.timeout_s and failure is None:
                 failure, failed_at = f"step {self.step}: still running after {self.timeout_s:g} s; stopped", now
                 self._stop(running)
+            if self.progress_timeout_s and failure is None and (stuck := self._stuck(now)):
+                failure, failed_at = stuck, now
+                self._stop(running)
             time.sleep(0.05)
         self.close()
         self._save_checkpoints()
         return self._result(failure, time.monotonic() - started)
+
+    def _stuck(self, now: float) -> str | None:
+        """Why the job is stuck: none of its hosts has reported progress, or exited, for ``progress_timeout_s``; the hosts
+        still running, the one silent longest first, each with the last line it reported. None while it advances."""
+        running = sorted((h for h in self.hosts if h.exit_code is None), key=lambda h: h.progress_at or now)
+        last = max([h.progress_at or now for h in self.hosts] + [h.ended_at for h in self.hosts if h.ended_at is not None])
+        if not running or now - last <= self.progress_timeout_s:
+            return None
+        hosts = "; ".join(
+            f"host {h.name} ({h.group.name}, {h.role}) "
+            + (f"silent {now - h.progress_at:.0f} s since {h.progress_line[:200]!r}" if h.progress_line else "reported nothing since it started")
+            + f" [log: {h.base_dir / 'output' / 'host.log'}]" for h in running)
+        return (f"step {self.step}: no host reported progress (a status or metric line of the step code) for "
+                f"{self.progress_timeout_s:g} s, so it is stuck: {hosts}; stopped")
 
     def _interrupt_and_restart(self) -> None:
         """A spot interruption: SIGTERM to every host's entry process, ``grace_s`` to exit, then the same job again
@@ -547,10 +580,14 @@ def _signal(process: subprocess.Popen, sig: int) -> None:
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    """``sig`` to a host's process group; SIGKILL to its whole session too (`pipeline.sessions`: Ray's workers lead groups
+    of their own)."""
     try:
         os.killpg(process.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+    if sig == signal.SIGKILL:
+        kill_session(process.pid)
 
 
 def _pack(folder: Path, destination: Path) -> None:

@@ -25,7 +25,7 @@ from typing import Callable
 
 from pipeline import expressions, storage
 from pipeline.code import STEPS_DIR, build_code_tarball
-from pipeline.emulator import EmulatedJob, StepFailed
+from pipeline.emulator import PROGRESS_TIMEOUT_S, EmulatedJob, StepFailed
 from pipeline.graph import PIPELINE_NAME
 from pipeline.processing import run_processing_job
 from pipeline.sample_data import generate
@@ -52,6 +52,7 @@ class LocalOptions:
     cpus: dict | None = None  # {"trainer": (...), "data": (...)}: overrides cpu_plan()
     spot: bool = False  # compile as deployed with managed spot (there is no spot market here: billable = training time)
     interrupt_after_steps: int | None = None  # each training job is interrupted once, at this step, and restarted
+    progress_timeout_s: float | None = PROGRESS_TIMEOUT_S  # a training job none of whose hosts reports progress this long fails
     echo: Callable[[str], None] = print
 
 
@@ -196,6 +197,7 @@ class LocalRunner:
 
         job = EmulatedJob(name=job_name, request=request, job_dir=self.run_dir / "jobs" / name, step=name, cpus=plan,
                           on_line=on_line, grace_s=self.options.grace_s, interrupt_after_steps=self.options.interrupt_after_steps,
+                          progress_timeout_s=self.options.progress_timeout_s,
                           echo=lambda line: self.options.echo(f"[{name}] {line}"))
         if self.options.step_timeout_s is not None:
             job.timeout_s = min(filter(None, [job.timeout_s, self.options.step_timeout_s]))

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline import image_guard, storage
+from pipeline.sessions import kill_session
 from steps.contract import FAILURE_FILE
 
 CONTAINER_ROOT = "/opt/ml"
@@ -114,6 +115,7 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    kill_session(pid)  # what left the job's process group (it runs in a session of its own)
 
 
 def _failure_reason(outputs: list[dict], root: Path, log: Path) -> str:

@@ -112,6 +112,7 @@ def _await_nodes(cfg: TrainConfig, count: int, node: RayNode, links: "_Followers
 
 def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str, bytes]:
     import ray
+    from ray.data import DataContext
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -132,9 +133,10 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str,
     gpu = bool(per_host)
     if warning := idle_gpus_line(cluster.current_host, gpus):
         print(warning, flush=True)
-    kept, why = _kept_cpus(cfg, shards, len(classes))
+    kept, why = _kept_cpus(cfg, shards, len(classes), cluster.world_size)
     print(f"[ray] head: {len(shards)} shard(s), {samples} samples; {cluster.world_size} Ray Train worker(s), {kept} CPU(s) "
           f"each{' and a GPU' if gpu else ''} ({why}); decode on every other CPU", flush=True)
+    DataContext.get_current().enable_progress_bars = False  # Ray Train hands the driver's context to the ingest
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={"cfg": cfg.as_dict(), "classes": len(classes), "results": RESULTS_ACTOR,
@@ -168,10 +170,12 @@ def _per_trainer_host(resource: str) -> int:
                    default=0))
 
 
-def _kept_cpus(cfg: TrainConfig, shards: list, classes: int) -> tuple[int, str]:
-    """The CPUs each Ray Train worker reserves on its trainer host (Ray schedules decode tasks on the rest), and why:
-    ``trainer_cpus`` all, a number, or auto: the training step measured on this (the head's) host as the PyTorch path
-    measures it (`steps.train.local_decode.loop_cpus`), its busy vCPUs plus one for the data plane."""
+def _kept_cpus(cfg: TrainConfig, shards: list, classes: int, workers: int) -> tuple[int, str]:
+    """The CPUs each of the ``workers`` Ray Train workers reserves on its trainer host (Ray schedules decode tasks on the
+    rest), and why: ``trainer_cpus`` all, a number, or auto: the training step measured on this (the head's) host as the
+    PyTorch path measures it (`steps.train.local_decode.loop_cpus`), its busy vCPUs plus one for the data plane; never so
+    many that Ray Data is left no CPU (`_leave_room_for_data`)."""
+    import ray
     import torch
 
     from steps.train.local_decode import loop_cpus, sample_pixels
@@ -185,7 +189,19 @@ def _kept_cpus(cfg: TrainConfig, shards: list, classes: int) -> tuple[int, str]:
                          cfg.batch_size, cfg.learning_rate)
 
     kept, why, _ = kept_for_loop(cfg.trainer_cpus, _per_trainer_host("CPU"), measure)
-    return kept, why
+    return _leave_room_for_data(kept, why, workers, int(ray.cluster_resources().get("CPU", 0)))
+
+
+def _leave_room_for_data(kept: int, why: str, workers: int, cpus: int) -> tuple[int, str]:
+    """Ray Data runs its read and decode tasks only on CPUs no Ray Train worker reserves (its budget is the cluster's
+    ``cpus`` less the workers'). Where ``workers`` x ``kept`` would take them all (a trainer host alone, with one vCPU: the
+    baseline), the read would never start: each worker then reserves what leaves one CPU, and the decode shares the
+    trainers' CPUs, as the other paths' baseline decodes between its steps."""
+    if cpus - workers * kept >= 1:
+        return kept, why
+    fits = max(0, (cpus - 1) // workers)
+    return fits, (f"{why}; {workers} x {kept} would leave Ray Data none of the cluster's {cpus} CPU(s) to read and decode "
+                  f"on: {fits} each, the decode shares the trainers' CPUs")
 
 
 def _fit(trainer, cfg: TrainConfig, links: "_Followers") -> None:

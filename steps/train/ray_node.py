@@ -72,7 +72,10 @@ class RayNode:
         path = os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p)
         return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0",
                 "RAY_gcs_rpc_server_reconnect_timeout_s": timeout, "RAY_DEDUP_LOGS": "0", "PYTHONPATH": path,
-                "RAY_COLOR_PREFIX": "0"}  # workers' lines reach the log as "(RayTrainWorker pid=N) ...", no ANSI codes
+                "RAY_COLOR_PREFIX": "0",  # workers' lines reach the log as "(RayTrainWorker pid=N) ...", no ANSI codes
+                # no progress bars (Ray Data redraws one per operator every second: thousands of lines a minute in the job's
+                # log), and Ray Train workers' print() stays print(): its logging redirect wrote each line twice
+                "RAY_DATA_DISABLE_PROGRESS_BARS": "1", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
 
     @property
     def ip(self) -> str:
@@ -134,7 +137,7 @@ class RayNode:
         import ray  # after the environment: see above
 
         ray.init(address=self.address, _node_ip_address=self.ip, logging_level=logging.WARNING, configure_logging=False,
-                 log_to_driver=self.is_head)
+                 log_to_driver=self.is_head, runtime_env={"worker_process_setup_hook": f"{__name__}.{quiet_worker.__name__}"})
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -164,6 +167,16 @@ def _has_grpc() -> bool:
     except ImportError:
         return False
     return True
+
+
+def quiet_worker() -> None:
+    """Runs in each Ray worker of the job as it starts. Ray Train's placement-group cleaner asks the state API every
+    second whether the train controller lives; the state API needs the full dashboard, which no node here starts, so it
+    warned each second (the job's log held more of those lines than of its own). Nothing depends on the cleaner here:
+    the cluster ends with the job."""
+    import logging
+
+    logging.getLogger("ray.train.v2._internal.execution.controller.placement_group_cleaner").setLevel(logging.ERROR)
 
 
 def _free_port(ip: str, *also: str) -> int:
