@@ -94,8 +94,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from steps.contract import SECRET_ENV  # noqa: E402
-from steps.train.auth import client_handshake, new_secret  # noqa: E402
+from steps.common.job_secret import new_secret, write_job_secret  # noqa: E402
+from steps.train.auth import client_handshake, load_job_secret  # noqa: E402
 from steps.train.config import TrainConfig  # noqa: E402
 from steps.train.data_client import DataServiceClient  # noqa: E402
 from steps.train.data_service import serve  # noqa: E402
@@ -352,7 +352,9 @@ def measure_ray_data(batches: int, warmup: int) -> dict:
     from steps.train.ray_node import RayNode
 
     cfg = _config(0)  # ray_port 0: the head picks a free port
-    os.environ.setdefault(SECRET_ENV, new_secret())
+    secret_dir = tempfile.mkdtemp(prefix="hetero-bench-secret-")
+    load_job_secret(write_job_secret(secret_dir).parent)  # the Ray token derives from it; the file goes once read
+    os.rmdir(secret_dir)
     nodes = []
     try:
         for name, role in (("ray-head", "trainer"), ("ray-sender", "data")):

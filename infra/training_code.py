@@ -13,10 +13,12 @@ from pipeline.code import STEPS_DIR, build_code_tarball
 
 
 class TrainingCode(Construct):
-    """`s3_url`: where SageMaker finds the code (`sagemaker_submit_directory`)."""
+    """`s3_url`: where SageMaker finds the code (`sagemaker_submit_directory`, or under network isolation the `code`
+    channel, whose file name the definition needs: so the URL is built from the asset's object key, which is known at
+    synth time, not taken from `s3_object_url`, one opaque token)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, source: Path = STEPS_DIR) -> None:
         super().__init__(scope, construct_id)
         tarball = build_code_tarball(source=source, destination=Path(Stage.of(self).outdir) / "hetero-build" / "code.tar.gz")
         self.asset = s3_assets.Asset(self, "Archive", path=str(tarball))
-        self.s3_url = self.asset.s3_object_url
+        self.s3_url = f"s3://{self.asset.s3_bucket_name}/{self.asset.s3_object_key}"

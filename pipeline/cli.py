@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-pin", action="store_true", help="do not pin hosts to CPU sets")
     run.add_argument("--spot", action="store_true",
                      help="compile as deployed with hetero:spot (managed spot training; emulated runs have no spot market)")
+    run.add_argument("--network-isolation", action="store_true",
+                     help="compile as deployed with hetero:networkIsolation: the training jobs get the code as an input "
+                          "channel, and the emulator refuses any s3:// location a container would fetch itself")
     run.add_argument("--interrupt-after-steps", type=int, metavar="N",
                      help="interrupt each training job once at step N as a spot interruption does (SIGTERM to every host), "
                           "then restart it from its checkpoints")
@@ -87,6 +90,8 @@ def _definition_parser(sub) -> None:
     d.add_argument("--fsx-directory-path", default="/fsx/dataset", help="FSx path linked to s3://<bucket>/<prefix>/ (default %(default)s)")
     d.add_argument("--subnet", action="append", help="VPC subnet of FSx jobs (repeatable; default a placeholder)")
     d.add_argument("--security-group", action="append", help="security group of FSx jobs (repeatable; default a placeholder)")
+    d.add_argument("--network-isolation", action="store_true",
+                   help="training jobs with EnableNetworkIsolation: the code arrives as the `code` input channel")
 
 
 def _remote_parsers(sub) -> None:
@@ -188,7 +193,8 @@ def cmd_run(args) -> int:
     if args.interrupt_after_steps is not None and args.interrupt_after_steps < 1:
         raise UserError(f"--interrupt-after-steps {args.interrupt_after_steps}: use a step number >= 1", headline="bad option")
     options = LocalOptions(work_dir=args.work_dir, framework=args.framework, sample_images=args.sample_images,
-                           pin_cpus=not args.no_pin, spot=args.spot, interrupt_after_steps=args.interrupt_after_steps,
+                           pin_cpus=not args.no_pin, spot=args.spot, network_isolation=args.network_isolation,
+                           interrupt_after_steps=args.interrupt_after_steps,
                            progress_timeout_s=args.progress_timeout or None)
     _stop_on_signals()
     result = LocalRunner(params, options).run()
@@ -306,7 +312,7 @@ def cmd_definition(args) -> int:
     settings = DeploySettings(pipeline_name=args.pipeline_name, region=args.region, role_arn=args.role_arn, bucket=args.bucket,
                               code_uri=args.code_uri or f"s3://{args.bucket}/{args.prefix}/code/code.tar.gz", prefix=args.prefix,
                               framework=args.framework, training_image=args.training_image,
-                              processing_image=args.processing_image, fsx=fsx)
+                              processing_image=args.processing_image, fsx=fsx, network_isolation=args.network_isolation)
     sys.stdout.write(definition_json(settings))
     return 0
 

@@ -7,7 +7,10 @@ only description of the job. Per host it lays out what a container sees under ``
 ``hyperparameters.json`` from ``HyperParameters``, ``inputdataconfig.json`` and the channels
 from ``InputDataConfig`` (provisioned only on the groups a channel names, split across hosts
 as ShardedByS3Key does, a file-system channel mounted whole), the code from
-``sagemaker_submit_directory`` unpacked into ``code/``, and empty ``model/`` and ``output/``.
+``sagemaker_submit_directory`` unpacked into ``code/`` (an S3 location, or under network isolation
+the host's own copy in the ``code`` channel), and empty ``model/`` and ``output/``. A request with
+``EnableNetworkIsolation`` that names an s3:// location the container would fetch at run time is
+refused before any host starts (`pipeline.isolation`).
 Host names algo-N are dealt randomly across groups, as SageMaker does. Each host is one
 process (its own session, so its DataLoader workers go with it) with ``SAGEMAKER_BASE_DIR``
 set, the request's ``Environment``, its own loopback address (127.X.Y.N, one /24 per job, so
@@ -53,8 +56,9 @@ from typing import Callable
 
 from pipeline import image_guard, storage
 from pipeline.sessions import kill_session
+from pipeline.isolation import refuse_s3_fetches
 from steps.common.errors import HeteroError, UserError
-from steps.contract import CHECKPOINT_LOCAL_PATH, DATA_GROUP, EMULATED_HOST_ENV, FAILURE_FILE, HOSTS_FILE_ENV, SHARDED
+from steps.contract import CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, DATA_GROUP, EMULATED_HOST_ENV, FAILURE_FILE, HOSTS_FILE_ENV, SHARDED
 
 HOMOGENEOUS_GROUP = "homogeneousCluster"  # the group SageMaker names when a request has no InstanceGroups
 CONTAINER_ROOT = "/opt/ml/"  # what a host's base folder stands for
@@ -212,6 +216,15 @@ class EmulatedJob:
         if self.timeout_s is None:
             self.timeout_s = self.request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
         self.step = self.step or self.name
+        if self.request.get("EnableNetworkIsolation"):
+            spec = self.request.get("AlgorithmSpecification", {})
+            refuse_s3_fetches(step=self.step, job="training job", fields={
+                **{f"HyperParameters.{k}": v for k, v in self.hyperparameters.items()},
+                **{f"Environment.{k}": v for k, v in self.environment.items()},
+                **{f"AlgorithmSpecification.{k}": spec[k] for k in ("ContainerEntrypoint", "ContainerArguments") if k in spec}},
+                fix=f"Give the container what it reads as input channels: the code as a {CODE_CHANNEL!r} channel on every instance "
+                    f"group with sagemaker_submit_directory={CONTAINER_ROOT}input/data/{CODE_CHANNEL}/<file>.tar.gz (what "
+                    "`hetero run --network-isolation` and hetero:networkIsolation compile), anything else as a channel of its own")
 
     def role_of(self, group: str) -> str:
         return _role(group, len(self.groups), self.hyperparameters.get("data_group", DATA_GROUP))
@@ -236,10 +249,9 @@ class EmulatedJob:
         if not self.late_hostnames_s:
             _write_hosts(self.job_dir / "hosts", self.hosts)
         provisioned = self._provision_channels()
-        code = self._code()
         for host in self.hosts:
             self._write_config(host, provisioned[host.name])
-            self._unpack_code(code, host.base_dir / "code")
+            self._unpack_code(self._code(host), host.base_dir / "code")
             self._restore_checkpoints(host)
 
     # -- checkpoints ---------------------------------------------------------
@@ -316,12 +328,20 @@ class EmulatedJob:
         for sub in ("model", "output/data", "code"):
             (host.base_dir / sub).mkdir(parents=True, exist_ok=True)
 
-    def _code(self) -> Path:
+    def _code(self, host: Host) -> Path:
+        """The code ``host`` unpacks: an S3 location, or a path in the host's container (its ``code`` channel's file)."""
         source = self.hyperparameters.get("sagemaker_submit_directory")
         if not source:
             raise UserError("HyperParameters has no sagemaker_submit_directory: script mode needs the code's location",
                             headline="no code")
-        return storage.path(source)
+        if not source.startswith(CONTAINER_ROOT):
+            return storage.path(source)
+        local = host.base_dir / source[len(CONTAINER_ROOT):]
+        if not local.exists():
+            raise UserError(f"sagemaker_submit_directory {source!r} is not on host {host.name} ({host.group.name}): no input "
+                            f"channel put it there; give the job a {CODE_CHANNEL!r} channel holding the code tar.gz on every "
+                            "instance group, or an s3:// location (without network isolation)", headline="no code")
+        return local
 
     @staticmethod
     def _unpack_code(code: Path, destination: Path) -> None:
@@ -341,7 +361,8 @@ class EmulatedJob:
         for host in self.hosts:
             code = host.base_dir / "code"
             if not (code / program).is_file():
-                raise UserError(f"sagemaker_program {program!r} is not in the code at {self._code()}", headline="no entry point")
+                raise UserError(f"sagemaker_program {program!r} is not in the code at {self.hyperparameters['sagemaker_submit_directory']}",
+                                headline="no entry point")
             command = self._command(program)
             # the toolkit runs the program from /opt/ml/code; the caller's folder stays importable for local workloads;
             # the image guard goes first: each host imports only its image's packages (pipeline.image_guard)

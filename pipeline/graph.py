@@ -18,7 +18,7 @@ from typing import Union
 from steps.common.errors import UserError
 from steps.contract import (
     DATA_GROUP, DNN_GROUP, EVALUATE_SCRIPT, FRAMEWORKS, HYBRID_CHANNEL, MAX_TRAINER_HOSTS, PRICE_PERFORMANCE_FILE, REPLICATED,
-    SHARD_FORMATS, SHARD_SCRIPT, TRAIN_ENTRY_POINT, TUNABLES, TUNABLES_BY_NAME, Tunable,
+    SECRET_CHANNEL, SHARD_FORMATS, SHARD_SCRIPT, TRAIN_ENTRY_POINT, TUNABLES, TUNABLES_BY_NAME, Tunable,
 )
 
 PIPELINE_NAME = "HeteroTraining"  # the deployed pipeline's default name
@@ -148,7 +148,8 @@ def _hyperparameters(framework: str) -> dict:
 
 def build_graph(framework: str = "pytorch") -> Graph:
     """Every channel of a training step names its instance groups (CreateTrainingJob takes all or none):
-    the data group reads the training shards, the dnn group the validation split, both the manifest."""
+    the data group reads the training shards, the dnn group the validation split, both the manifest and
+    the job secret Shard draws for the execution (a file: never in a job's Environment)."""
     if framework not in FRAMEWORKS:
         raise UserError(f"framework {framework!r} is not supported; use one of {', '.join(FRAMEWORKS)}", headline="bad framework")
     dnn = Group(DNN_GROUP, Param("DnnInstanceType"), Param("DnnInstanceCount"))
@@ -156,7 +157,7 @@ def build_graph(framework: str = "pytorch") -> Graph:
     shard = ProcessingStep(
         "Shard", SHARD_SCRIPT,
         inputs={"input": Param("InputData")},
-        outputs={"train": "train", "validation": "validation", "manifest": "manifest.json"},
+        outputs={"train": "train", "validation": "validation", "manifest": "manifest.json", "secret": SECRET_CHANNEL},
         arguments={"--target-shard-mb": Param("ShardSizeMB"), "--data-hosts": Param("DataInstanceCount"),
                    "--format": SHARD_FORMATS[framework]},
     )
@@ -166,7 +167,8 @@ def build_graph(framework: str = "pytorch") -> Graph:
         "TrainBaseline", groups=(dnn,),
         # every dnn host sees all shards and takes its share by sample index: shard counts need not divide
         channels=(TrainChannel("train", train, REPLICATED, (DNN_GROUP,), Param("InputMode"), file_system=True), validation,
-                  TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED, (DNN_GROUP,))),
+                  TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED, (DNN_GROUP,)),
+                  TrainChannel(SECRET_CHANNEL, Output("Shard", "secret"), REPLICATED, (DNN_GROUP,))),
         hyperparameters=_hyperparameters(framework), condition=Param("RunBaseline"),
     )
     if framework == "ray":
@@ -178,7 +180,8 @@ def build_graph(framework: str = "pytorch") -> Graph:
                   TrainChannel(HYBRID_CHANNEL, train, REPLICATED, (DNN_GROUP,), Param("InputMode"), file_system=True))
     hetero = TrainingStep(
         "TrainHeterogeneous", groups=(data, dnn),
-        channels=(*shards, validation, TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED, (DATA_GROUP, DNN_GROUP))),
+        channels=(*shards, validation, TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED, (DATA_GROUP, DNN_GROUP)),
+                  TrainChannel(SECRET_CHANNEL, Output("Shard", "secret"), REPLICATED, (DATA_GROUP, DNN_GROUP))),
         hyperparameters=_hyperparameters(framework),
     )
     evaluate = ProcessingStep(

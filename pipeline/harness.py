@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import tempfile
 import threading
 from pathlib import Path
 
@@ -20,9 +21,12 @@ from pipeline import storage
 from pipeline.emulator import EmulatedJob
 from pipeline.images import default_training_image
 from pipeline.local import LOCAL_RAY_IMAGE, LOCAL_REGION
-from pipeline.sagemaker.settings import TRAINING_ENTRYPOINT
-from steps.contract import CHECKPOINT_LOCAL_PATH, DATA_GROUP, DNN_GROUP, HYBRID_CHANNEL, REPLICATED, SECRET_ENV, SHARDED, TRAIN_ENTRY_POINT
-from steps.train.auth import new_secret
+from pipeline.sagemaker.settings import CODE_CHANNEL_DIR, TRAINING_ENTRYPOINT
+from steps.common.job_secret import write_job_secret
+from steps.contract import (
+    CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, DATA_GROUP, DNN_GROUP, HYBRID_CHANNEL, REPLICATED, SECRET_CHANNEL, SECRET_FILE, SHARDED,
+    TRAIN_ENTRY_POINT,
+)
 
 
 def s3_channel(name: str, source: Path, *, distribution: str = REPLICATED, groups: tuple[str, ...] | None = None,
@@ -51,6 +55,28 @@ def training_request(*, code_uri: str, output: Path, groups: list[tuple[str, str
         "HyperParameters": {**hp, "sagemaker_program": TRAIN_ENTRY_POINT, "sagemaker_submit_directory": code_uri},
         "Environment": environment or {},
     }
+
+def secret_channel(tmp_path: Path, *, groups: tuple[str, ...] = (DATA_GROUP, DNN_GROUP)) -> dict:
+    """The ``secret`` channel as the pipeline gives it: a fresh job secret, written as the Shard step writes it, in a new
+    0700 folder under ``tmp_path`` (one per job: jobs never share a secret)."""
+    folder = Path(tempfile.mkdtemp(dir=tmp_path, prefix="secret-"))
+    write_job_secret(folder)
+    return s3_channel(SECRET_CHANNEL, folder, groups=groups)
+
+def job_secret_of(job: EmulatedJob) -> bytes:
+    """The secret the job's ``secret`` channel holds."""
+    (channel,) = [c for c in job.channels if c.name == SECRET_CHANNEL]
+    return dict(channel.objects)[SECRET_FILE].read_bytes().strip()
+
+def isolate(request: dict) -> dict:
+    """``request`` as the pipeline compiles it with network isolation: the code as the ``code`` channel on every group,
+    ``sagemaker_submit_directory`` its file in the container."""
+    code = request["HyperParameters"]["sagemaker_submit_directory"]
+    groups = tuple(g["InstanceGroupName"] for g in request["ResourceConfig"]["InstanceGroups"])
+    request["InputDataConfig"].append(s3_channel(CODE_CHANNEL, storage.path(code), groups=groups))
+    request["HyperParameters"]["sagemaker_submit_directory"] = f"{CODE_CHANNEL_DIR}/{storage.path(code).name}"
+    request["EnableNetworkIsolation"] = True
+    return request
 
 def children() -> list[psutil.Process]:
     return [p for p in psutil.Process(os.getpid()).children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
@@ -87,18 +113,22 @@ def confinement_breaches(job: EmulatedJob, *, host_local: tuple[str, ...] = ()) 
     """What breaks a host's confinement (steps.train.bind_guard), for every process of every host (the host process
     and all it started: TensorFlow servers, a local tf.data.service worker, Ray's GCS, raylets and workers): a listener
     on any address but the host's own (or one of ``host_local``, addresses a real instance reaches only from itself),
-    a host with no listener on its own address, one of its ports answering on another address of this machine, and
-    the job secret in a process's environment. Empty: confined."""
+    a host with no listener on its own address, one of its ports answering on another address of this machine, the
+    job secret in a process's environment, and the host's copy of the secret still on disk (the launcher removes it once
+    read: a dataset graph could read the file). Empty: confined."""
     breaches = []
+    secret = job_secret_of(job)
     for host in job.hosts:
         processes = host_processes(host)
         listening = listeners(processes)
         for process in processes:
             try:
-                if f"{SECRET_ENV}=".encode() in Path(f"/proc/{process.pid}/environ").read_bytes():
+                if secret in Path(f"/proc/{process.pid}/environ").read_bytes():
                     breaches.append(f"{host.name}: the job secret is in the environment of {process.pid} {process.name()}")
             except (psutil.Error, FileNotFoundError, ProcessLookupError):  # exited meanwhile
                 continue
+        if os.path.lexists(host.base_dir / "input" / "data" / SECRET_CHANNEL / SECRET_FILE):
+            breaches.append(f"{host.name}: its copy of the job secret is still in its {SECRET_CHANNEL!r} channel")
         own = {host.address, f"::ffff:{host.address}"}
         allowed = own | set(host_local) | {f"::ffff:{a}" for a in host_local}
         if not {ip for ip, _ in listening} & own:
@@ -113,20 +143,23 @@ def confinement_breaches(job: EmulatedJob, *, host_local: tuple[str, ...] = ()) 
     return breaches
 
 def two_group_request(tmp_path: Path, shards: Path, code_uri: str, *, data: int, hyperparameters: dict,
-                      distribution: str = SHARDED, dnn: int = 1, checkpoints: Path | None = None) -> dict:
-    """A heterogeneous job on the shard step's output, its channels assigned as the pipeline assigns them;
-    ``checkpoints``: the folder its CheckpointConfig.S3Uri stands for."""
+                      distribution: str = SHARDED, dnn: int = 1, checkpoints: Path | None = None,
+                      network_isolation: bool = False) -> dict:
+    """A heterogeneous job on the shard step's output, its channels assigned as the pipeline assigns them (the job
+    secret included); ``checkpoints``: the folder its CheckpointConfig.S3Uri stands for; ``network_isolation``: as
+    the pipeline compiles it with hetero:networkIsolation (`isolate`)."""
     request = training_request(
         code_uri=code_uri, output=tmp_path / "output",
         groups=[(DATA_GROUP, "ml.c5.4xlarge", data), (DNN_GROUP, "ml.g5.xlarge", dnn)],
         channels=[s3_channel("train", shards / "train", distribution=distribution, groups=(DATA_GROUP,)),
                   s3_channel(HYBRID_CHANNEL, shards / "train", groups=(DNN_GROUP,)),
                   s3_channel("validation", shards / "validation", groups=(DNN_GROUP,)),
-                  s3_channel("manifest", shards / "manifest.json", groups=(DATA_GROUP, DNN_GROUP))],
-        hyperparameters=hyperparameters, environment={SECRET_ENV: new_secret()})
+                  s3_channel("manifest", shards / "manifest.json", groups=(DATA_GROUP, DNN_GROUP)),
+                  secret_channel(tmp_path)],
+        hyperparameters=hyperparameters)
     if checkpoints is not None:
         request["CheckpointConfig"] = {"S3Uri": storage.uri(checkpoints), "LocalPath": CHECKPOINT_LOCAL_PATH}
-    return request
+    return isolate(request) if network_isolation else request
 
 def start_training_job(tmp_path: Path, shards: Path, code_uri: str, *, silence_timeout_s: float = 30.0, data: int = 2,
                        hyperparameters: dict | None = None) -> EmulatedJob:

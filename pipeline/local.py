@@ -51,6 +51,7 @@ class LocalOptions:
     step_timeout_s: float | None = 1800.0  # besides each request's own MaxRuntimeInSeconds
     cpus: dict | None = None  # {"trainer": (...), "data": (...)}: overrides cpu_plan()
     spot: bool = False  # compile as deployed with managed spot (there is no spot market here: billable = training time)
+    network_isolation: bool = False  # compile as deployed with network isolation: the emulator refuses s3:// fetched at run time
     interrupt_after_steps: int | None = None  # each training job is interrupted once, at this step, and restarted
     progress_timeout_s: float | None = PROGRESS_TIMEOUT_S  # a training job none of whose hosts reports progress this long fails
     echo: Callable[[str], None] = print
@@ -84,22 +85,22 @@ def cpu_plan(pin: bool) -> dict[str, tuple[int, ...]] | None:
     return {"trainer": tuple(cpus[:k]), "data": tuple(cpus[k:])}
 
 
-def local_settings(work_dir: Path, framework: str, code_uri: str, *, spot: bool = False):
+def local_settings(work_dir: Path, framework: str, code_uri: str, *, spot: bool = False, network_isolation: bool = False):
     """Deploy settings that bind the pipeline to this machine: the artifact "bucket" is the work folder."""
     from pipeline.sagemaker import DeploySettings
 
     prefix = storage.uri(work_dir)[len(storage.SCHEME):]
     return DeploySettings(pipeline_name=PIPELINE_NAME, region=LOCAL_REGION, role_arn=LOCAL_ROLE, bucket=storage.LOCAL_BUCKET,
-                          code_uri=code_uri, prefix=prefix, framework=framework, spot=spot,
+                          code_uri=code_uri, prefix=prefix, framework=framework, spot=spot, network_isolation=network_isolation,
                           training_image=LOCAL_RAY_IMAGE if framework == "ray" else None)
 
 
-def compile_local(work_dir: Path, framework: str, *, spot: bool = False) -> dict:
+def compile_local(work_dir: Path, framework: str, *, spot: bool = False, network_isolation: bool = False) -> dict:
     """The pipeline definition the local runner executes (the code packed under ``<work_dir>/code/``)."""
     from pipeline.sagemaker import build_definition
 
     code = build_code_tarball(source=STEPS_DIR, destination=Path(work_dir).resolve() / "code" / "code.tar.gz")
-    return build_definition(local_settings(Path(work_dir), framework, storage.uri(code), spot=spot))
+    return build_definition(local_settings(Path(work_dir), framework, storage.uri(code), spot=spot, network_isolation=network_isolation))
 
 
 class LocalRunner:
@@ -109,7 +110,7 @@ class LocalRunner:
         self.execution_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
         self.run_dir = self.work_dir / self.execution_id
         _check_input(parameters.get("InputData") or "")
-        self.definition = compile_local(self.work_dir, options.framework, spot=options.spot)
+        self.definition = compile_local(self.work_dir, options.framework, spot=options.spot, network_isolation=options.network_isolation)
         self.params = self._bind_parameters(parameters)
         self.result = RunResult(self.execution_id, self.run_dir, self.definition)
         self.scope = expressions.Scope(

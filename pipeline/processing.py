@@ -5,7 +5,9 @@ The container's ``/opt/ml`` is a folder of the job (``<job_dir>/opt/ml``): each
 ``AppSpecification`` entry point and arguments run with ``/opt/ml`` pointing at it and
 ``s3://local/...`` arguments as the paths they name, ``python3`` is this interpreter,
 and each output's ``LocalPath`` is uploaded to its ``S3Uri`` when the job succeeds
-(``S3UploadMode=EndOfJob``).
+(``S3UploadMode=EndOfJob``). A request with ``NetworkConfig.EnableNetworkIsolation`` whose
+entry point, arguments or environment name an s3:// location (which the script would fetch
+itself) is refused before the job starts (`pipeline.isolation`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Callable
 
 from pipeline import image_guard, storage
 from pipeline.sessions import kill_session
+from pipeline.isolation import refuse_s3_fetches
 from steps.contract import FAILURE_FILE
 
 CONTAINER_ROOT = "/opt/ml"
@@ -42,6 +45,13 @@ class ProcessingResult:
 
 def run_processing_job(*, name: str, request: dict, job_dir: Path, step: str, echo: Callable[[str], None] = print,
                        timeout_s: float | None = None, guard_imports: bool = True) -> ProcessingResult:
+    if request.get("NetworkConfig", {}).get("EnableNetworkIsolation"):
+        app = request.get("AppSpecification", {})
+        refuse_s3_fetches(step=step, job="processing job", fields={
+            **{f"AppSpecification.{k}": app[k] for k in ("ContainerEntrypoint", "ContainerArguments") if k in app},
+            **{f"Environment.{k}": v for k, v in request.get("Environment", {}).items()}},
+            fix="Pass what the script reads as a ProcessingInput (SageMaker downloads it to its LocalPath before the script "
+                "starts) and the path as the argument, or run the step without network isolation")
     root = job_dir / "opt" / "ml"
     for item in request.get("ProcessingInputs", []):
         s3 = item["S3Input"]

@@ -17,10 +17,8 @@ from typing import Any
 from steps.common.errors import FAILURE_FILE, UserError  # noqa: F401 - FAILURE_FILE: the failure-file contract lives with run_step
 
 # -- environment variables -------------------------------------------------------------------------
-SECRET_ENV = "HETERO_JOB_SECRET"  # per-job secret of the data plane's handshake
 HOSTS_FILE_ENV = "HETERO_HOSTS_FILE"  # emulated cluster DNS: lines "<address> <host>"
 EMULATED_HOST_ENV = "HETERO_EMULATED_HOST"  # set on every emulated host: its instance type's GPUs are not there
-SECRET_FD_ENV = "HETERO_JOB_SECRET_FD"  # the secret handed to a re-executed TensorFlow host through a pipe, not its environment
 BIND_ADDRESS_ENV = "HETERO_BIND_ADDRESS"  # the one address a guarded TensorFlow host listens on (steps/train/bind_guard.c)
 
 # -- files -----------------------------------------------------------------------------------------
@@ -32,6 +30,11 @@ HYBRID_CHANNEL = "train_local"  # the training shards as the dnn group sees them
 PRICE_PERFORMANCE_FILE = "price_performance.json"  # written by the Evaluate step
 RESULTS_FOLDER = "results"  # the results store of a deployed pipeline: s3://<bucket>/<prefix>/results/<execution id>/
 PLAN_FILE = "plan.json"
+# The data plane's secret, drawn per execution by the Shard step (steps/common/job_secret.py): <Shard output>/secret/job-secret,
+# the training jobs' `secret` input channel (never their Environment, which DescribeTrainingJob shows)
+SECRET_CHANNEL = "secret"
+SECRET_FILE = "job-secret"
+CODE_CHANNEL = "code"  # under network isolation the code reaches training jobs as this input channel, as the SageMaker SDK ships it
 CHECKPOINT_FOLDER = "checkpoints"  # CheckpointConfig.LocalPath is /opt/ml/<this>; SageMaker syncs it with CheckpointConfig.S3Uri
 CHECKPOINT_LOCAL_PATH = f"/opt/ml/{CHECKPOINT_FOLDER}"
 HETEROGENEOUS_METRICS_FILE = "heterogeneous_metrics.json"  # in the results store: the runs' metrics beside the verdict

@@ -39,6 +39,11 @@ What the cloud does differently from the local runner, by name:
 * Training jobs carry ``AlgorithmSpecification.ContainerEntrypoint`` (``settings.TRAINING_BOOTSTRAP``):
   the script-mode hyperparameters stay, but the entry point runs as the container's
   first process, so it receives SIGTERM.
+* Training jobs have no Environment (DescribeTrainingJob shows it): the data plane's
+  secret is the ``secret`` channel, a random object the Shard step writes per execution.
+* With ``network_isolation`` the training containers reach nothing beyond their cluster,
+  so the code is one more channel (``code``, every group) and ``sagemaker_submit_directory``
+  names its file, ``/opt/ml/input/data/code/<object name>`` (the SageMaker SDK's own way).
 """
 
 from __future__ import annotations

@@ -9,13 +9,14 @@ upstream branch was not taken).
 
 from __future__ import annotations
 
-from pipeline.graph import Billing, CheckStep, ExecutionId, Graph, Output, Param, ProcessingStep, TrainingStep
+from pipeline.graph import Billing, CheckStep, ExecutionId, Graph, Output, Param, ProcessingStep, TrainChannel, TrainingStep
 from pipeline.images import default_processing_image, default_training_image
 from pipeline.sagemaker.offline import session
 from pipeline.sagemaker.settings import (
-    CODE_DIR, MAX_RUNTIME_S, MAX_WAIT_S, PROCESSING_ROOT, PROPERTY_FILE, TRAINING_RETRY_ATTEMPTS, VOLUME_GB, DeploySettings,
+    CODE_CHANNEL_DIR, CODE_DIR, MAX_RUNTIME_S, MAX_WAIT_S, PROCESSING_ROOT, PROPERTY_FILE, TRAINING_RETRY_ATTEMPTS, VOLUME_GB,
+    DeploySettings, code_file,
 )
-from steps.contract import CHECKPOINT_FOLDER, CHECKPOINT_LOCAL_PATH, METRIC_DEFINITIONS, RESULTS_FOLDER, SECRET_ENV
+from steps.contract import CHECKPOINT_FOLDER, CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, METRIC_DEFINITIONS, REPLICATED, RESULTS_FOLDER
 
 
 class Compiler:
@@ -27,7 +28,6 @@ class Compiler:
         self.s = settings
         self.session = session(settings.region, settings.bucket)
         self.exec_id = ExecutionVariables.PIPELINE_EXECUTION_ID
-        self.exec_arn = ExecutionVariables.PIPELINE_EXECUTION_ARN
         kinds = {bool: ParameterBoolean, int: ParameterInteger, float: ParameterFloat, str: ParameterString}
         self.params = {p.name: kinds[p.type](name=p.name, default_value=self._default(p)) for p in graph.parameters}
         self.steps: dict = {}
@@ -111,12 +111,14 @@ class Compiler:
 
     def channels(self, step: TrainingStep) -> list:
         """S3 channels name their instance groups; a file-system channel mounts on every group and has no
-        InstanceGroupNames, and CreateTrainingJob takes all or none: so a job with one assigns none."""
+        InstanceGroupNames, and CreateTrainingJob takes all or none: so a job with one assigns none. Under network
+        isolation the code is one more channel, on every group."""
         from sagemaker.core.shapes import Channel, DataSource, FileSystemDataSource, S3DataSource
 
         on_fsx = {c.name for c in step.channels if c.file_system and self.s.fsx}
+        code = (TrainChannel(CODE_CHANNEL, self.s.code_uri, REPLICATED, tuple(g.name for g in step.groups)),)
         channels = []
-        for c in step.channels:
+        for c in (*step.channels, *(code if self.s.network_isolation else ())):
             if c.name in on_fsx:
                 source = DataSource(file_system_data_source=FileSystemDataSource(
                     file_system_id=self.s.fsx.file_system_id, file_system_type="FSxLustre", file_system_access_mode="ro",
@@ -141,8 +143,9 @@ class Compiler:
         groups = [InstanceGroup(instance_group_name=g.name, instance_type=self.value(g.instance_type), instance_count=1)
                   for g in step.groups]
         hyperparameters = {k: self.value(v, string=True) for k, v in step.hyperparameters.items()}
-        hyperparameters.update(sagemaker_program=step.entry_point, sagemaker_submit_directory=self.s.code_uri,
-                               sagemaker_region=self.s.region)
+        # isolated, the container cannot download the code: it is the code channel's file (the toolkit unpacks it)
+        submit = f"{CODE_CHANNEL_DIR}/{code_file(self.s.code_uri)}" if self.s.network_isolation else self.s.code_uri
+        hyperparameters.update(sagemaker_program=step.entry_point, sagemaker_submit_directory=submit, sagemaker_region=self.s.region)
         trainer = ModelTrainer(
             training_image=self.training_image,  # explicit: with a parameterised instance type the SDK would pick the CPU image
             role=self.s.role_arn,
@@ -157,12 +160,10 @@ class Compiler:
             output_data_config=OutputDataConfig(s3_output_path=self.s3(self.exec_id, step.name)),
             # per execution and step: a spot restart and a retry of the step (RetryPolicies) resume from it
             checkpoint_config=CheckpointConfig(s3_uri=self.s3(self.exec_id, step.name, CHECKPOINT_FOLDER), local_path=CHECKPOINT_LOCAL_PATH),
+            # No Environment: DescribeTrainingJob shows it. The data-plane secret is the `secret` channel's file (a random
+            # object Shard writes under the execution's prefix): it keeps out network peers (other jobs or hosts in the
+            # VPC, port scans) and every principal that cannot read that object, DescribeTrainingJob callers included.
             hyperparameters=hyperparameters,
-            # Threat model of the data-plane secret: it keeps out network peers (other jobs or hosts in the
-            # VPC, port scans) that lack IAM read access to this pipeline. The execution ARN is unguessable
-            # from the network but readable by anyone allowed sagemaker:List/DescribePipelineExecution(s) or
-            # DescribeTrainingJob (the environment is shown there): such principals are trusted here.
-            environment={SECRET_ENV: _join("", self.exec_arn, "/", step.name)},
         ).with_metric_definitions([MetricDefinition(name=m["Name"], regex=m["Regex"]) for m in METRIC_DEFINITIONS])
         # no capacity (spot or on-demand) or a SageMaker-side error: start the job again; it resumes from its checkpoint
         retry = SageMakerJobStepRetryPolicy(failure_reason_types=[SageMakerJobExceptionTypeEnum.CAPACITY_ERROR,

@@ -8,12 +8,13 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline.graph import Graph, Param, TrainingStep
-from pipeline.sagemaker.settings import REGION, DeploySettings, FsxSettings
+from pipeline.sagemaker.settings import CODE_CHANNEL_DIR, REGION, DeploySettings, FsxSettings, code_file
 
 # Placeholders the SDK accepts; replaced by the real settings in the parsed definition.
 _ROLE = "arn:aws:iam::000000000000:role/hetero-placeholder-role"
 _BUCKET = "hetero-placeholder-bucket"
-_CODE = "s3://hetero-placeholder-bucket/hetero-placeholder-code/code.tar.gz"
+_CODE_FILE = "hetero-placeholder-code.tar.gz"  # the code's file in an isolated job's code channel
+_CODE = f"s3://hetero-placeholder-bucket/hetero-placeholder-code/{_CODE_FILE}"
 _PLACEHOLDER_REGION = "xx-heteroplaceholder-1"  # when the region is a token (an environment-agnostic CDK stack)
 
 
@@ -34,6 +35,8 @@ def substitutions(real: DeploySettings, fake: DeploySettings) -> list[tuple[str,
     pairs = [(fake.role_arn, real.role_arn), (fake.code_uri, real.code_uri), (fake.bucket, real.bucket)]
     if fake.region != real.region:
         pairs.append((fake.region, real.region))
+    if real.network_isolation:  # the code's file name in sagemaker_submit_directory (the whole URI is replaced first)
+        pairs.append((f"{CODE_CHANNEL_DIR}/{_CODE_FILE}", f"{CODE_CHANNEL_DIR}/{code_file(real.code_uri)}"))
     if real.fsx:
         pairs += [(fake.fsx.file_system_id, real.fsx.file_system_id), (fake.fsx.directory_path, real.fsx.directory_path)]
         pairs += list(zip(fake.fsx.subnets, real.fsx.subnets)) + list(zip(fake.fsx.security_group_ids, real.fsx.security_group_ids))

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from steps.common.errors import UserError
-from steps.contract import FRAMEWORKS
+from steps.contract import CODE_CHANNEL, FRAMEWORKS
 
 MAX_RUNTIME_S = 6 * 3600  # a stuck job bills every host of the cluster until this cap
 # Training jobs start the entry point through this, not through the toolkit's script-mode runner: it fetches the code
@@ -18,6 +18,9 @@ TRAINING_BOOTSTRAP = ("import os,sys;from sagemaker_training import environment 
                       "f.download_and_extract(v.module_dir,e.code_dir);os.chdir(e.code_dir);"
                       "os.execv(sys.executable,[sys.executable,v.user_entry_point])")
 TRAINING_ENTRYPOINT = ["python3", "-c", TRAINING_BOOTSTRAP]
+# Under network isolation nothing in the container reaches S3: the code tar.gz arrives as the `code` channel and
+# sagemaker_submit_directory names the file there (the toolkit's download_and_extract unpacks a local tar.gz path)
+CODE_CHANNEL_DIR = f"/opt/ml/input/data/{CODE_CHANNEL}"
 MAX_WAIT_S = 2 * MAX_RUNTIME_S  # managed spot: running plus waiting for capacity, interruptions included
 TRAINING_RETRY_ATTEMPTS = 3  # a training step started again on capacity and SageMaker-internal errors
 VOLUME_GB = 100
@@ -54,6 +57,7 @@ class DeploySettings:
     fsx: FsxSettings | None = None
     # training jobs only (Shard and Evaluate call S3 themselves): SageMaker encrypts traffic between the
     # cluster's hosts (slower steps, see README), and gives the containers no network beyond the cluster
+    # (code, shards and the job secret then arrive as input channels: code_uri's object name must be concrete)
     inter_container_encryption: bool = False
     network_isolation: bool = False
     # training jobs on managed spot capacity (up to 90% cheaper, may be interrupted: they resume from their checkpoint)
@@ -74,8 +78,20 @@ def check(settings: DeploySettings) -> None:
         raise UserError(f"region {settings.region!r} is not a region name (a CloudFormation token?), so the default images "
                         "cannot be looked up: pass training_image and processing_image, or a concrete region",
                         headline="bad deploy settings")
+    if settings.network_isolation:
+        code_file(settings.code_uri)
     if settings.fsx and not (settings.fsx.subnets and settings.fsx.security_group_ids):
         raise UserError("FsxSettings needs subnets and security_group_ids: jobs that mount FSx run in its VPC",
                         headline="bad deploy settings")
 
 
+def code_file(code_uri: str) -> str:
+    """The object name of the code tar.gz: its file in the ``code`` channel of an isolated training job."""
+    name = code_uri.rsplit("/", 1)[-1]
+    if not code_uri.startswith("s3://") or code_uri.count("/") < 3 or not name or "${Token[" in name:
+        raise UserError(f"DeploySettings.code_uri {code_uri!r}: with network isolation the code reaches the training jobs as "
+                        f"the {CODE_CHANNEL!r} channel and sagemaker_submit_directory names its file, so the URI must be "
+                        "s3://<bucket>/<key> with the key's last part known when compiling (CDK: "
+                        "f\"s3://{asset.s3_bucket_name}/{asset.s3_object_key}\", not asset.s3_object_url)",
+                        headline="bad deploy settings")
+    return name

@@ -22,6 +22,8 @@ defaults are Processing's conventional paths)::
     python3 /opt/ml/processing/input/code/steps/shard/shard.py --data-hosts 2 [--format tfrecord]
 
 ``--format tfrecord`` needs TensorFlow in the Processing image; tar shards need only Pillow.
+Being the pipeline's first job, the step also draws the execution's job secret into
+``<output>/secret/job-secret`` (`steps.common.job_secret`): the training jobs' ``secret`` channel.
 On failure, a bad argument included (`steps.common.cli`), the one-line reason goes
 to ``<output>/failure`` (and, in a Processing container, to ``/opt/ml/output/message``)
 and the exit code is non-zero.
@@ -39,6 +41,8 @@ if not __package__:
 
 from steps.common.cli import StepArgumentParser, run_step_cli  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
+from steps.common.job_secret import write_job_secret  # noqa: E402
+from steps.contract import SECRET_CHANNEL  # noqa: E402
 from steps.shard.formats import FORMATS  # noqa: E402
 from steps.shard.plan import assign_ids, deal, plan_shard_count, shuffled, split  # noqa: E402
 from steps.shard.scan import LAYOUT_HINT, quarantine_corrupt, scan_input  # noqa: E402
@@ -139,6 +143,7 @@ def _step(args) -> None:
     manifest = shard_dataset(args.input, args.output, target_shard_mb=args.target_shard_mb,
                              data_hosts=args.data_hosts, validation_fraction=args.validation_fraction,
                              seed=args.seed, shard_format=args.shard_format)
+    write_job_secret(Path(args.output) / SECRET_CHANNEL)  # fresh each run: this execution's data-plane secret
     print(summary_line(manifest), flush=True)
 
 

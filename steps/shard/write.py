@@ -7,6 +7,7 @@ Output, in either format with the same samples and manifest::
     <output>/quarantine/<class>/<file>            images Pillow could not decode (the scan stage)
     <output>/manifest.json                        format, classes, shards, sizes, sha256
     <output>/report.json                          per-class counts, quarantined and skipped files
+    <output>/secret/job-secret                    the execution's job secret (written by the step's command line)
 """
 
 from __future__ import annotations

@@ -1,22 +1,23 @@
 """Per-job secret and the mutual handshake that opens every data-plane connection.
 
-Every host of a job gets the same secret in ``HETERO_JOB_SECRET`` (the local
-runner draws a fresh one per job; the SageMaker pipeline passes one per
-execution). A connection carries data, or a STOP, only after each side has
-proved it knows the secret by an HMAC over the other side's fresh nonce, so
-a port scan or a stray client can neither read batches nor stop a data host.
+Every host of a job reads the same secret from its ``secret`` input channel
+(`steps.common.job_secret`: the Shard step draws one per pipeline execution);
+it is never in the environment. A connection carries data, or a STOP, only
+after each side has proved it knows the secret by an HMAC over the other
+side's fresh nonce, so a port scan or a stray client can neither read batches
+nor stop a data host.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 import socket
+from pathlib import Path
 
 from steps.common.errors import UserError
-from steps.contract import SECRET_ENV, SECRET_FD_ENV
+from steps.contract import SECRET_CHANNEL, SECRET_FILE
 from steps.train.wire import FrameReader, Kind, WireError, send_frame
 
 MIN_SECRET_CHARS = 16
@@ -26,42 +27,38 @@ class AuthError(WireError):
     headline = "data plane authentication failed"
 
 
-_from_pipe: bytes | None = None
+_loaded: bytes | None = None  # this process's job secret, once `load_job_secret` has read it
 
 
-def job_secret(environ: dict | None = None) -> bytes:
-    """The job's secret: from ``HETERO_JOB_SECRET``, or, in a host that `steps.train.bind_guard` re-executed
-    without it in its environment, read once from the pipe named by ``HETERO_JOB_SECRET_FD``."""
-    environ = environ if environ is not None else os.environ
-    value = environ.get(SECRET_ENV, "")
-    if not value and environ.get(SECRET_FD_ENV):
-        value = _read_secret_pipe(int(environ[SECRET_FD_ENV])).decode()
+def load_job_secret(channel_dir: str | Path) -> bytes:
+    """Read the job secret from the ``secret`` channel's folder, once per process (`job_secret` returns it after), and
+    remove this host's copy of the file: a process that later runs code a peer sent it (a dataset graph tf.data.service
+    runs, a Ray task) finds the secret neither in its environment nor on disk."""
+    global _loaded
+    path = Path(channel_dir) / SECRET_FILE
+    try:
+        value = path.read_text().strip()
+    except OSError as exc:
+        raise UserError(f"cannot read the job secret {path} ({exc.strerror or exc}): every training job gets the file the "
+                        f"pipeline's Shard step writes as its {SECRET_CHANNEL!r} input channel, on every instance group",
+                        headline="missing job secret") from None
     if len(value) < MIN_SECRET_CHARS:
-        raise UserError(
-            f"{SECRET_ENV} must hold a secret of at least {MIN_SECRET_CHARS} characters shared by every host "
-            f"of the job (got {len(value)}); the local runner and the pipeline set it per job",
-            headline="missing job secret",
-        )
-    return value.encode()
+        raise UserError(f"the job secret {path} holds {len(value)} characters; it must hold at least {MIN_SECRET_CHARS}, "
+                        "shared by every host of the job (steps/common/job_secret.py writes one)", headline="missing job secret")
+    try:
+        path.unlink()
+    except OSError as exc:  # a read-only channel: the secret stays readable on this host's disk
+        print(f"[auth] WARNING could not remove the job secret's file {path} after reading it ({exc.strerror or exc})", flush=True)
+    _loaded = value.encode()
+    return _loaded
 
 
-def _read_secret_pipe(fd: int) -> bytes:
-    global _from_pipe
-    if _from_pipe is None:
-        chunks = []
-        try:
-            while chunk := os.read(fd, 4096):
-                chunks.append(chunk)
-            os.close(fd)
-        except OSError as exc:
-            raise UserError(f"{SECRET_FD_ENV}={fd} names no readable pipe ({exc}); it is set only by the launcher "
-                            "when it re-executes a TensorFlow host", headline="missing job secret") from None
-        _from_pipe = b"".join(chunks)
-    return _from_pipe
-
-
-def new_secret() -> str:
-    return secrets.token_hex(32)
+def job_secret() -> bytes:
+    """The job secret `load_job_secret` read (the launcher loads it before any server starts)."""
+    if _loaded is None:
+        raise UserError(f"this host has no job secret: the job needs the {SECRET_CHANNEL!r} input channel (the file "
+                        f"{SECRET_FILE} the pipeline's Shard step writes) on every instance group", headline="missing job secret")
+    return _loaded
 
 
 def _mac(secret: bytes, role: str, nonce: str, host: str) -> str:

@@ -1,4 +1,4 @@
-"""A TensorFlow or Ray host listens only on its cluster address, and keeps the job secret out of its environment.
+"""A TensorFlow or Ray host listens only on its cluster address.
 
 tf.data.service has no authentication and no bind-address option: its
 dispatcher (on the trainer) and workers (on the data hosts) listen on every
@@ -8,13 +8,13 @@ on every interface (they check Ray's token, `steps.train.ray_node`, but a port
 nobody outside the cluster can reach is not one that must hold). So before a
 TensorFlow host imports TensorFlow, or a Ray host starts Ray, the launcher
 re-executes it (same pid, same arguments; every process it starts inherits it) with
+``LD_PRELOAD`` = `bind_guard.c`, built here with the C compiler, which turns a
+wildcard ``bind()`` into one on ``HETERO_BIND_ADDRESS``, the host's own cluster
+address: only hosts of the cluster network can reach the servers.
 
-- ``LD_PRELOAD`` = `bind_guard.c`, built here with the C compiler, which turns a
-  wildcard ``bind()`` into one on ``HETERO_BIND_ADDRESS``, the host's own
-  cluster address: only hosts of the cluster network can reach the servers;
-- the job secret moved from the environment to a pipe (``HETERO_JOB_SECRET_FD``,
-  read once by `steps.train.auth.job_secret`): a dataset graph that reads
-  ``/proc/self/environ`` finds no secret there.
+The job secret is never in a host's environment (a dataset graph can read
+``/proc/self/environ``): it arrives as a file of the ``secret`` channel, which the
+re-executed launcher reads once and removes (`steps.train.auth.load_job_secret`).
 
 Without a C compiler the host refuses to start (fail closed) and says how to
 fix it; the hyperparameter ``bind_guard=off`` accepts the exposure instead.
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from steps.common.errors import UserError
-from steps.contract import BIND_ADDRESS_ENV, SECRET_ENV, SECRET_FD_ENV
+from steps.contract import BIND_ADDRESS_ENV
 
 SOURCE = Path(__file__).with_name("bind_guard.c")
 
@@ -67,18 +67,11 @@ def build_library(cache_dir: Path | None = None) -> Path:
 
 
 def reexec_guarded(address: str) -> NoReturn:
-    """Replace this process by itself, listeners confined to ``address`` and the secret moved to a pipe."""
+    """Replace this process by itself, listeners confined to ``address``."""
     env = dict(os.environ)
     library = build_library()
     env["LD_PRELOAD"] = ":".join(filter(None, [str(library), env.get("LD_PRELOAD", "")]))
     env[BIND_ADDRESS_ENV] = address
-    secret = env.pop(SECRET_ENV, "")
-    if secret:
-        read_end, write_end = os.pipe()
-        os.write(write_end, secret.encode())  # far below a pipe's buffer: never blocks
-        os.close(write_end)
-        os.set_inheritable(read_end, True)
-        env[SECRET_FD_ENV] = str(read_end)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)

@@ -42,6 +42,7 @@ def dispatch(env) -> None:
     wait_for_host_names(cluster.hosts, cfg.connect_timeout_s)  # the toolkit's wait before user code, which this entry replaces
     if cfg.framework in ("tensorflow", "ray"):
         _confine(cfg, cluster)  # re-executes this process once, before anything imports TensorFlow or starts Ray
+    _load_secret(cluster)
     workload = load_workload(cfg.workload, cfg.workload_options)
     print(f"[launcher] host={cluster.current_host} group={cluster.current_group} role={cluster.role} "
           f"framework={cfg.framework} heterogeneous={cluster.heterogeneous}", flush=True)
@@ -81,6 +82,17 @@ def _confine(cfg, cluster) -> None:
         what = "tf.data.service listens on every interface without authentication" if cfg.framework == "tensorflow" else \
             "Ray listens on every interface (its token still applies)"
         print(f"[launcher] WARNING bind_guard=off: {what}", flush=True)
+
+
+def _load_secret(cluster) -> None:
+    """The job secret, read once from the ``secret`` channel before any server starts (and its file removed:
+    steps.train.auth); a job without the channel fails where a peer first needs the secret, saying so."""
+    from steps.contract import SECRET_CHANNEL
+    from steps.train.auth import load_job_secret
+
+    folder = cluster.channel(SECRET_CHANNEL, required=False)
+    if folder is not None:
+        load_job_secret(folder)
 
 
 def _quiet_tensorflow() -> None:

@@ -53,8 +53,9 @@ def test_tokens_reach_the_definition(synth_default):
     assert hetero["OutputDataConfig"]["S3OutputPath"]["Std:Join"]["Values"][0] == f"s3://{bucket_token}/hetero"
     code = hetero["HyperParameters"]["sagemaker_submit_directory"]
     assert steps["Shard"]["Arguments"]["ProcessingInputs"][0]["S3Input"]["S3Uri"] == code  # processing gets it as an input
-    url = tokens[int(re.fullmatch(r"@@TOKEN(\d+)@@", code).group(1))]["Fn::Sub"]  # the asset in the bootstrap bucket
-    assert re.fullmatch(r"s3://cdk-hnb659fds-assets-\$\{AWS::AccountId\}-us-east-1/[0-9a-f]{64}\.gz", url)
+    # the asset in the bootstrap bucket, its object key in plain text (an isolated job's code channel names the file)
+    bucket = re.fullmatch(r"s3://@@TOKEN(\d+)@@/[0-9a-f]{64}\.gz", code).group(1)
+    assert tokens[int(bucket)] == {"Fn::Sub": "cdk-hnb659fds-assets-${AWS::AccountId}-us-east-1"}
 
 
 def test_instance_counts_are_parameters(synth_default):
@@ -95,7 +96,7 @@ def test_processing_steps_unpack_the_code_asset(synth_default):
     definition, tokens = embedded_definition(synth_default)
     shard = all_steps(definition)["Shard"]["Arguments"]
     code = shard["ProcessingInputs"][0]["S3Input"]["S3Uri"]
-    code_key = tokens[int(re.fullmatch(r"@@TOKEN(\d+)@@", code).group(1))]["Fn::Sub"].rsplit("/", 1)[1]
+    code_key = code.rsplit("/", 1)[1]
     unpack = shard["AppSpecification"]["ContainerEntrypoint"][2]
     glob = re.search(r"for f in \S+/(\S+); do tar", unpack).group(1)
     assert re.fullmatch(glob.replace(".", r"\.").replace("*", ".*"), code_key), (glob, code_key)
@@ -116,6 +117,33 @@ def test_tensorflow_context_deploys_the_tensorflow_containers(synth_default, syn
     train = all_steps(default)["TrainHeterogeneous"]["Arguments"]
     assert train["AlgorithmSpecification"]["TrainingImage"] == default_training_image("us-east-1", "pytorch")
     assert train["HyperParameters"]["framework"] == "pytorch"
+
+
+def test_network_isolation_gives_every_training_job_the_code_asset_as_its_code_channel():
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_iam as iam
+    from aws_cdk import aws_s3 as s3
+    from aws_cdk.assertions import Template
+
+    from infra.sagemaker_pipeline import SageMakerPipeline
+    from infra.training_code import TrainingCode
+
+    stack = Stack(App(), "Isolated", env={"region": "us-east-1", "account": "123456789012"})
+    role = iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
+    code = TrainingCode(stack, "TrainingCode")
+    SageMakerPipeline(stack, "Pipeline", pipeline_name="HeteroTraining", role=role, bucket=s3.Bucket(stack, "Bucket"),
+                      code_url=code.s3_url, prefix="hetero", network_isolation=True)
+    body = Template.from_stack(stack).to_json()["Resources"]
+    (pipeline,) = [r for r in body.values() if r["Type"] == "AWS::SageMaker::Pipeline"]
+    parts = pipeline["Properties"]["PipelineDefinition"]["PipelineDefinitionBody"]["Fn::Join"][1]
+    definition = json.loads("".join(p if isinstance(p, str) else "@@TOKEN@@" for p in parts))
+    key = code.asset.s3_object_key
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        a = all_steps(definition)[name]["Arguments"]
+        assert a["EnableNetworkIsolation"] is True and "Environment" not in a
+        assert a["HyperParameters"]["sagemaker_submit_directory"] == f"/opt/ml/input/data/code/{key}"
+        (channel,) = [c for c in a["InputDataConfig"] if c["ChannelName"] == "code"]
+        assert channel["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://cdk-hnb659fds-assets-123456789012-us-east-1/{key}"
 
 
 def test_spot_context_puts_every_training_job_on_managed_spot_with_its_checkpoints():

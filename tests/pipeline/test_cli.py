@@ -155,6 +155,18 @@ def test_a_read_only_work_folder_is_one_line_and_exit_2(tmp_path, capsys, monkey
     assert "Traceback" not in err
 
 
+def test_run_network_isolation_runs_the_pipeline_compiled_as_deployed_isolated(monkeypatch, capsys):
+    seen = []
+
+    def capture(self, params, options):
+        seen.append(options)
+        raise UserError("captured", headline="test")
+
+    monkeypatch.setattr(cli.LocalRunner, "__init__", capture)
+    assert main(["run", "--network-isolation"]) == 2 and main(["run"]) == 2
+    assert [o.network_isolation for o in seen] == [True, False]
+
+
 def test_every_hetero_command_the_code_and_docs_name_exists():
     """A message or doc line that tells a user to run `hetero <command> --<option>` names a real one (deployment is
     `npx cdk deploy`, not a hetero command)."""

@@ -86,13 +86,15 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
 
 
 def test_no_input_no_baseline_and_a_user_workload_in_one_run(tmp_path, no_leftovers):
-    """Three options that change the graph or the hosts' code, one pipeline run: no InputData (the run generates
-    its dataset), RunBaseline=false (the baseline branch is skipped, the evaluation has no comparison) and a
-    user workload module (every host of the job imports it)."""
+    """Four options that change the graph or the hosts' code, one pipeline run: no InputData (the run generates
+    its dataset), RunBaseline=false (the baseline branch is skipped, the evaluation has no comparison), a
+    user workload module (every host of the job imports it) and network isolation (the code reaches every host as
+    the code channel; nothing in a container fetches from S3)."""
     params = resolve_parameters({"RunBaseline": False, "Workload": "tests.fixtures.tiny_workload",
                                  "WorkloadOptions": '{"hidden": 4}', "Epochs": 1, "BatchSize": 32, "ShardSizeMB": 1})
     assert params["InputData"] == ""
-    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, sample_images=80, grace_s=10, echo=lambda _: None)).run()
+    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, sample_images=80, grace_s=10, network_isolation=True,
+                                              echo=lambda _: None)).run()
 
     manifest = json.loads((result.outputs["Shard"] / "manifest.json").read_text())
     assert manifest["splits"]["train"]["samples"] + manifest["splits"]["validation"]["samples"] == 80
@@ -111,6 +113,18 @@ def test_no_input_no_baseline_and_a_user_workload_in_one_run(tmp_path, no_leftov
     state = torch.load(job.model_dir / "model.pt")
     assert state["1.weight"].shape == (4, 16 * 16 * 3)
     assert all(h.exit_code == 0 for h in job.hosts)
+    request = result.requests["TrainHeterogeneous"]
+    assert request["EnableNetworkIsolation"] is True
+    assert request["HyperParameters"]["sagemaker_submit_directory"] == "/opt/ml/input/data/code/code.tar.gz"
+    assert_emulator_ran_the_definition(result, "TrainHeterogeneous")
+    # the job secret: drawn by Shard into the run (owner only), a channel of the job, in no request and no environment
+    secret = result.outputs["Shard"] / "secret" / "job-secret"
+    assert oct(secret.stat().st_mode & 0o777) == "0o600" and oct(secret.parent.stat().st_mode & 0o777) == "0o700"
+    assert len(secret.read_text()) == 64 and secret.read_text() not in json.dumps(result.requests) + json.dumps(result.definition)
+    assert "Environment" not in request or not request["Environment"]
+    for host in job.hosts:  # each launcher read its copy once, then removed it
+        assert not (host.base_dir / "input" / "data" / "secret" / "job-secret").is_symlink()
+        assert (host.base_dir / "input" / "data" / "code" / "code.tar.gz").is_symlink()
 
 
 def _same_where_literal(compiled, executed, path="") -> None:

@@ -244,11 +244,21 @@ def test_script_mode_hyperparameters_and_the_graphs_own(steps):
     assert "SourceCode" not in json.dumps(steps["TrainHeterogeneous"])
 
 
-def test_job_secret_is_per_execution_and_outputs_are_keyed_by_it(steps):
+def test_the_job_secret_is_a_channel_from_shard_never_the_environment(steps):
+    """DescribeTrainingJob shows a job's Environment: the secret is the random file Shard writes for the execution."""
+    assert args_of(steps["Shard"])["--output"] == "/opt/ml/processing/output"  # the CLI writes <output>/secret/job-secret
+    for name, groups in (("TrainHeterogeneous", [DATA_GROUP, DNN_GROUP]), ("TrainBaseline", [DNN_GROUP])):
+        a = steps[name]["Arguments"]
+        assert "Environment" not in a and "HETERO_JOB_SECRET" not in json.dumps(a)
+        s3 = channels(steps[name])["secret"]["DataSource"]["S3DataSource"]
+        assert s3["S3Uri"]["Std:Join"]["Values"] == [{"Get": "Steps.Shard.ProcessingOutputConfig.Outputs['output'].S3Output.S3Uri"}, "secret"]
+        assert (s3["InstanceGroupNames"], s3["S3DataDistributionType"]) == (groups, REPLICATED)
+        assert channels(steps[name])["secret"]["InputMode"] == "File"  # a file the host can remove once read
+
+
+def test_outputs_and_checkpoints_are_keyed_by_the_execution(steps):
     for name in ("TrainHeterogeneous", "TrainBaseline"):
         a = steps[name]["Arguments"]
-        secret = a["Environment"]["HETERO_JOB_SECRET"]["Std:Join"]["Values"]
-        assert {"Get": "Execution.PipelineExecutionArn"} in secret
         assert a["OutputDataConfig"]["S3OutputPath"]["Std:Join"]["Values"] == [
             f"s3://{BUCKET}/hetero", {"Get": "Execution.PipelineExecutionId"}, name]
         # checkpoints per execution and step: a spot restart or a retry of the step resumes from them
@@ -365,8 +375,11 @@ def test_fsx_variant_mounts_lustre_in_the_vpc(built):
     assert "VpcConfig" not in fsx_steps["Shard"]["Arguments"]
 
 
+ISOLATED = replace(SETTINGS, code_uri=f"s3://{BUCKET}/{'0' * 64}.gz", network_isolation=True)  # a CDK asset's URL
+
+
 def test_encryption_and_isolation_are_training_job_options_off_by_default(steps):
-    locked = all_steps(build_definition(replace(SETTINGS, inter_container_encryption=True, network_isolation=True)))
+    locked = all_steps(build_definition(replace(ISOLATED, inter_container_encryption=True)))
     for name in ("TrainHeterogeneous", "TrainBaseline"):
         assert locked[name]["Arguments"]["EnableInterContainerTrafficEncryption"] is True
         assert locked[name]["Arguments"]["EnableNetworkIsolation"] is True
@@ -375,6 +388,39 @@ def test_encryption_and_isolation_are_training_job_options_off_by_default(steps)
         assert "VpcConfig" not in locked[name]["Arguments"]
     for name in ("Shard", "Evaluate"):  # they call S3 themselves
         assert "NetworkConfig" not in locked[name]["Arguments"]
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_isolated_training_jobs_get_the_code_as_a_channel_on_every_group_and_fetch_nothing(steps, framework):
+    isolated = all_steps(build_definition(replace(ISOLATED, framework=framework)))
+    for name, groups in (("TrainHeterogeneous", [DATA_GROUP, DNN_GROUP]), ("TrainBaseline", [DNN_GROUP])):
+        a = isolated[name]["Arguments"]
+        code = channels(isolated[name])["code"]
+        assert code["InputMode"] == "File" and code["DataSource"]["S3DataSource"] == {
+            "S3DataType": "S3Prefix", "S3Uri": ISOLATED.code_uri, "S3DataDistributionType": REPLICATED, "InstanceGroupNames": groups}
+        # the toolkit's download_and_extract unpacks a local tar.gz path: no S3 call in the container
+        assert a["HyperParameters"]["sagemaker_submit_directory"] == f"/opt/ml/input/data/code/{'0' * 64}.gz"
+        assert not [k for k, v in a["HyperParameters"].items() if "s3://" in json.dumps(v)], name
+        assert all(c["DataSource"]["S3DataSource"].get("InstanceGroupNames") for c in a["InputDataConfig"])  # all or none
+        # nothing else changes: the other channels and hyperparameters are the unisolated job's
+        plain = all_steps(build_definition(replace(ISOLATED, framework=framework, network_isolation=False)))[name]["Arguments"]
+        assert [c for c in a["InputDataConfig"] if c["ChannelName"] != "code"] == plain["InputDataConfig"]
+        assert {**a["HyperParameters"], "sagemaker_submit_directory": ISOLATED.code_uri} == plain["HyperParameters"]
+    assert isolated["Shard"]["Arguments"]["ProcessingInputs"][0]["S3Input"]["S3Uri"] == ISOLATED.code_uri  # as before
+
+
+def test_an_isolated_fsx_job_mounts_its_code_channel_on_every_group_unassigned():
+    fsx = all_steps(build_definition(replace(FSX_SETTINGS, code_uri="s3://b/code/code.tar.gz", network_isolation=True)))
+    a = fsx["TrainHeterogeneous"]["Arguments"]
+    assert "InstanceGroupNames" not in channels(fsx["TrainHeterogeneous"])["code"]["DataSource"]["S3DataSource"]
+    assert not any(c["DataSource"].get("S3DataSource", {}).get("InstanceGroupNames") for c in a["InputDataConfig"])
+    assert a["HyperParameters"]["sagemaker_submit_directory"] == "/opt/ml/input/data/code/code.tar.gz"
+
+
+def test_isolation_needs_a_code_uri_whose_object_name_is_known_when_compiling():
+    with pytest.raises(UserError, match=r"code_uri '\$\{Token\[TOKEN.103\]\}'.*s3_object_key") as caught:
+        build_definition(replace(SETTINGS, network_isolation=True))  # CODE is one opaque token
+    assert caught.value.headline == "bad deploy settings"
 
 
 def test_spot_is_a_training_job_option_with_its_wait_and_the_service_accepts_both_shapes(steps):
@@ -450,7 +496,7 @@ def test_the_ray_pipeline_needs_a_training_image_with_ray_and_says_how_to_build_
 def test_the_ray_pipeline_replicates_the_shards_to_every_host_and_runs_the_ray_image():
     ray_steps = all_steps(build_definition(replace(SETTINGS, framework="ray", training_image=RAY_IMAGE)))
     hetero = channels(ray_steps["TrainHeterogeneous"])
-    assert set(hetero) == {"train", "validation", "manifest"}  # Ray Data reads the shards itself: no train_local
+    assert set(hetero) == {"train", "validation", "manifest", "secret"}  # Ray Data reads the shards itself: no train_local
     train = hetero["train"]["DataSource"]["S3DataSource"]
     assert (train["S3DataDistributionType"], train["InstanceGroupNames"]) == (REPLICATED, [DATA_GROUP, DNN_GROUP])
     for name in ("TrainHeterogeneous", "TrainBaseline"):
@@ -469,6 +515,14 @@ def test_hetero_definition_prints_the_json(capsys):
     shard = all_steps(definition)["Shard"]["Arguments"]
     assert {i["InputName"]: i["S3Input"]["S3Uri"] for i in shard["ProcessingInputs"]}["code"] == "s3://my-bucket/hetero/code/code.tar.gz"
     assert ".eu-central-1." in shard["AppSpecification"]["ImageUri"]
+
+
+def test_hetero_definition_network_isolation_flag_ships_the_code_as_a_channel(capsys):
+    assert main(["definition", "--bucket", "my-bucket", "--network-isolation"]) == 0
+    hetero = all_steps(json.loads(capsys.readouterr().out))["TrainHeterogeneous"]["Arguments"]
+    assert hetero["EnableNetworkIsolation"] is True
+    assert channels({"Arguments": hetero})["code"]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://my-bucket/hetero/code/code.tar.gz"
+    assert hetero["HyperParameters"]["sagemaker_submit_directory"] == "/opt/ml/input/data/code/code.tar.gz"
 
 
 def test_a_token_region_needs_explicit_images_and_passes_through():

@@ -127,14 +127,14 @@ def test_an_over_long_hyperparameter_key_is_rejected(training):
 def test_channels_are_assigned_to_instance_groups_all_or_nothing(training):
     del channel(training, "manifest")["DataSource"]["S3DataSource"]["InstanceGroupNames"]
     message = rejected("CreateTrainingJob", training, "Some channels have assigned instance groups")
-    assert "['train', 'train_local', 'validation'] while others not: ['manifest']" in message
+    assert "['train', 'train_local', 'validation', 'secret'] while others not: ['manifest']" in message
 
 
 def test_a_file_system_channel_forbids_assigning_any_channel(training):
     channel(training, "train")["DataSource"] = {"FileSystemDataSource": {
         "FileSystemId": "fs-0123456789abcdef0", "FileSystemType": "FSxLustre", "FileSystemAccessMode": "ro", "DirectoryPath": "/fsx/x"}}
     training["VpcConfig"] = {"Subnets": ["subnet-0123456789abcdef0"], "SecurityGroupIds": ["sg-0123456789abcdef0"]}
-    rejected("CreateTrainingJob", training, r"FileSystemDataSource.*cannot be assigned to groups.*\['train_local', 'validation', 'manifest'\]")
+    rejected("CreateTrainingJob", training, r"FileSystemDataSource.*cannot be assigned to groups.*\['train_local', 'validation', 'manifest', 'secret'\]")
 
 
 def test_a_file_system_channel_needs_a_vpc(training):

@@ -267,6 +267,21 @@ def test_cli_as_module(tmp_path):
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["classes"] == ["a", "b"]
 
 
+def test_cli_draws_a_fresh_owner_only_job_secret_each_run(tmp_path):
+    """The pipeline's first job writes the execution's data-plane secret, the training jobs' `secret` channel."""
+    from steps.shard.shard import main
+
+    raw = make_raw(tmp_path / "raw", {"a": 3, "b": 3})
+    secrets = []
+    for _ in range(2):
+        assert main(["--input", str(raw), "--output", str(tmp_path / "out")]) == 0
+        secret = tmp_path / "out" / "secret" / "job-secret"
+        assert oct(secret.stat().st_mode & 0o777) == "0o600" and oct(secret.parent.stat().st_mode & 0o777) == "0o700"
+        secrets.append(secret.read_text())
+    assert secrets[0] != secrets[1] and all(len(s) == 64 and int(s, 16) >= 0 for s in secrets)
+    assert [p.name for p in (tmp_path / "out" / "secret").iterdir()] == ["job-secret"]  # nothing else in the channel
+
+
 def test_cli_help_is_not_a_failure(tmp_path):
     result = _run(["--help", "--output", tmp_path / "out"], cwd=tmp_path)
     assert result.returncode == 0 and "--target-shard-mb" in result.stdout

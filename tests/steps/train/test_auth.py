@@ -15,7 +15,10 @@ import pytest
 import torch
 
 from steps.common.errors import UserError
-from steps.train.auth import SECRET_ENV, AuthError, client_handshake, job_secret, new_secret, serve_handshake
+from steps.common.job_secret import new_secret, write_job_secret
+from steps.contract import SECRET_FILE
+from steps.train import auth
+from steps.train.auth import AuthError, client_handshake, job_secret, load_job_secret, serve_handshake
 from steps.train.config import TrainConfig
 from steps.train.data_client import DataServiceClient
 from steps.train.data_service import serve
@@ -81,25 +84,40 @@ def _handshake(pair, data_secret: bytes, trainer_secret: bytes):
 
 # -- job secret ------------------------------------------------------------------
 
-@pytest.mark.parametrize("environ", [{}, {SECRET_ENV: ""}, {SECRET_ENV: "x" * 15}])
-def test_missing_or_short_secret_is_a_user_error_naming_the_variable(environ):
-    with pytest.raises(UserError, match=SECRET_ENV) as caught:
-        job_secret(environ)
-    assert "at least 16" in caught.value.message
+@pytest.fixture
+def no_loaded_secret(monkeypatch):
+    monkeypatch.setattr(auth, "_loaded", None)
 
 
-def test_secret_is_read_from_the_process_environment(monkeypatch):
-    monkeypatch.setenv(SECRET_ENV, "k" * 16)
-    assert job_secret() == b"k" * 16
-    monkeypatch.delenv(SECRET_ENV)
-    with pytest.raises(UserError, match=SECRET_ENV):
+def test_the_secret_is_read_once_from_its_channel_and_the_file_removed(tmp_path, no_loaded_secret):
+    written = write_job_secret(tmp_path / "secret")
+    value = written.read_bytes()
+    assert load_job_secret(tmp_path / "secret") == value and job_secret() == value
+    assert not written.exists()  # a dataset graph run in this process later finds no file to read
+    assert job_secret() == value  # the one read serves every later use
+
+
+@pytest.mark.parametrize("content", [None, "", "x" * 15])
+def test_a_missing_or_short_secret_file_is_a_user_error_naming_the_file(tmp_path, no_loaded_secret, content):
+    if content is not None:
+        (tmp_path / SECRET_FILE).write_text(content)
+    with pytest.raises(UserError, match=str(tmp_path / SECRET_FILE)) as caught:
+        load_job_secret(tmp_path)
+    assert caught.value.headline == "missing job secret"
+    assert ("'secret' input channel" if content is None else "at least 16") in caught.value.message
+
+
+def test_a_host_without_the_secret_channel_fails_where_the_secret_is_needed(no_loaded_secret):
+    with pytest.raises(UserError, match="needs the 'secret' input channel"):
         job_secret()
 
 
-def test_new_secrets_are_long_and_fresh():
+def test_new_secrets_are_long_fresh_and_written_owner_only(tmp_path):
     a, b = new_secret(), new_secret()
-    assert a != b and len(a) >= 16
-    assert job_secret({SECRET_ENV: a}) == a.encode()
+    assert a != b and len(a) == 64
+    written = write_job_secret(tmp_path / "secret")
+    assert oct(written.stat().st_mode & 0o777) == "0o600" and oct(written.parent.stat().st_mode & 0o777) == "0o700"
+    assert len(written.read_text()) == 64 and written.read_text() != write_job_secret(tmp_path / "secret").read_text()
 
 
 # -- handshake -----------------------------------------------------------------

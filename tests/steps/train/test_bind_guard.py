@@ -1,4 +1,4 @@
-"""The TensorFlow hosts' confinement: wildcard binds land on the cluster address, the secret leaves the environment."""
+"""The TensorFlow and Ray hosts' confinement: wildcard binds land on the cluster address."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from steps.common.errors import UserError
-from steps.contract import BIND_ADDRESS_ENV, SECRET_ENV, SECRET_FD_ENV
+from steps.contract import BIND_ADDRESS_ENV
 from steps.train import bind_guard
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -56,32 +56,20 @@ REEXEC = """
 import json, os, sys
 sys.path.insert(0, {root!r})
 from steps.train import bind_guard
-from steps.train.auth import job_secret
 if not bind_guard.guarded():
     bind_guard.reexec_guarded("127.0.0.9")
-environ = open("/proc/self/environ", "rb").read()
-print(json.dumps({{"pid": os.getpid(), "argv": sys.argv[1:], "secret_in_environ": b"s3cr3t" in environ,
-                  "secret": job_secret().decode(), "address": os.environ[{address!r}]}}))
+print(json.dumps({{"pid": os.getpid(), "argv": sys.argv[1:], "address": os.environ[{address!r}], "kept": os.environ["KEPT"]}}))
 """
 
 
-def test_the_host_reexecutes_itself_confined_with_the_secret_in_a_pipe(library, tmp_path, monkeypatch):
+def test_the_host_reexecutes_itself_confined(library, tmp_path, monkeypatch):
     monkeypatch.setattr(bind_guard.tempfile, "gettempdir", lambda: str(library.parent.parent))
     script = tmp_path / "host.py"
     script.write_text(REEXEC.format(root=str(ROOT), address=BIND_ADDRESS_ENV))
-    env = {**os.environ, SECRET_ENV: "s3cr3t" * 8, "TMPDIR": str(library.parent.parent)}
+    env = {**os.environ, "KEPT": "yes", "TMPDIR": str(library.parent.parent)}
     proc = subprocess.Popen([sys.executable, str(script), "--flag", "value"], env=env, stdout=subprocess.PIPE, text=True)
     out = json.loads(proc.communicate(timeout=60)[0])
-    assert out == {"pid": proc.pid, "argv": ["--flag", "value"], "secret_in_environ": False, "secret": "s3cr3t" * 8,
-                   "address": "127.0.0.9"}
-
-
-def test_a_secret_pipe_that_is_not_there_is_a_clear_error(monkeypatch):
-    from steps.train import auth
-
-    monkeypatch.setattr(auth, "_from_pipe", None)
-    with pytest.raises(UserError, match=f"{SECRET_FD_ENV}=987 names no readable pipe"):
-        auth.job_secret({SECRET_FD_ENV: "987"})
+    assert out == {"pid": proc.pid, "argv": ["--flag", "value"], "address": "127.0.0.9", "kept": "yes"}
 
 
 def test_without_a_compiler_the_host_refuses_and_names_the_way_out(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from steps.train import tf_data_client
+from steps.train import auth, tf_data_client
 from steps.train.config import TrainConfig
 from steps.train.control import DataHostLost
 
@@ -18,7 +18,7 @@ def test_the_watchdog_ends_a_trainer_that_tensorflow_keeps_blocked(tmp_path, mon
     exited = threading.Event()
     codes = []
     monkeypatch.setattr(tf_data_client.os, "_exit", lambda code: (codes.append(code), exited.set()))
-    monkeypatch.setenv("HETERO_JOB_SECRET", "s" * 32)
+    monkeypatch.setattr(auth, "_loaded", b"s" * 32)  # as the launcher loads it from the secret channel
     cluster = SimpleNamespace(trainer_hosts=("algo-1",), current_host="algo-1", output_dir=tmp_path / "output")
     service = tf_data_client.TfDataService(TrainConfig(silence_timeout_s=1.0), cluster)
     service._fail(DataHostLost("data host algo-2 was lost: connection closed"))
@@ -39,7 +39,7 @@ def test_a_watchdog_firing_while_the_job_is_being_stopped_reports_the_interrupti
     exited = threading.Event()
     codes = []
     monkeypatch.setattr(tf_data_client.os, "_exit", lambda code: (codes.append(code), exited.set()))
-    monkeypatch.setenv("HETERO_JOB_SECRET", "s" * 32)
+    monkeypatch.setattr(auth, "_loaded", b"s" * 32)
     monkeypatch.setattr(TERMINATE, "event", threading.Event())
     TERMINATE.event.set()  # SIGTERM reached this trainer too: its data host's loss is the stop, not a fault
     cluster = SimpleNamespace(trainer_hosts=("algo-1",), current_host="algo-1", output_dir=tmp_path / "output")
