@@ -25,9 +25,12 @@ EXIT_TERMINATED = 128 + 15  # SIGTERM: what a process ended by it exits with
 
 
 class HeteroError(Exception):
-    """Base error: a one-line headline plus a message that says what to do."""
+    """Base error: a one-line headline plus a message that says what to do. ``peer_end``: it says how a peer
+    ended (a trainer's STOP with its failure, a trainer gone): the cause is the peer's and this host's stack
+    tells nothing, so the step ends with one line, not a traceback."""
 
     headline = "hetero failed"
+    peer_end = False
 
     def __init__(self, message: str, *, headline: str | None = None):
         super().__init__(message)
@@ -112,8 +115,8 @@ def processing_exit_message() -> Path | None:
 def run_step(main, *, output_dir: str | os.PathLike, exit_message: Path | None = None) -> int:
     """Run ``main()`` as a SageMaker step and return the process exit code.
 
-    User errors print one line; internal errors print the traceback. Both
-    write the failure file (and ``exit_message``, for Processing jobs).
+    User errors and a peer's end (`HeteroError.peer_end`) print one line; internal errors print the
+    traceback. All write the failure file (and ``exit_message``, for Processing jobs).
     ``main`` returns 0 or raises.
     """
     try:
@@ -131,6 +134,9 @@ def run_step(main, *, output_dir: str | os.PathLike, exit_message: Path | None =
         storage = storage_error(exc)
         if storage is not None:
             reason, code = storage.one_line(), EXIT_USER_ERROR
+            print(f"ERROR {reason}", file=sys.stderr, flush=True)
+        elif isinstance(exc, HeteroError) and exc.peer_end:
+            reason, code = exc.one_line(), EXIT_INTERNAL_ERROR
             print(f"ERROR {reason}", file=sys.stderr, flush=True)
         else:
             traceback.print_exc()

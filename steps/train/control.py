@@ -36,6 +36,7 @@ SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 class TrainerGone(HeteroError):
     headline = "trainer lost"
+    peer_end = True  # a data host's end: the trainer's, told in one line
 
 
 class DataHostLost(HeteroError):
@@ -52,6 +53,7 @@ class JobStopped(HeteroError):
     """A trainer ended the job because something failed; the message leads with what (and who) did."""
 
     headline = "job stopped"
+    peer_end = True
 
 
 def failure_reason(trainer: str, exc: BaseException) -> str:

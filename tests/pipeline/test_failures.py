@@ -35,6 +35,8 @@ def test_killed_trainer_takes_every_data_host_down_within_30s(tmp_path, shards, 
         assert host.ended_at - killed_at < 30
         assert host.exit_code != 0
         assert trainer.name in host.failure and "without STOP" in host.failure
+        log = (host.base_dir / "output" / "host.log").read_text()  # the trainer's end, in one line: no stack of its own
+        assert "Traceback" not in log and log.rstrip().splitlines()[-1] == f"ERROR {host.failure}", log[-3000:]
 
 
 def test_frozen_trainer_is_noticed_after_the_silence_timeout(tmp_path, shards, code_uri, no_leftovers):

@@ -66,6 +66,9 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
     # every host exited cleanly, and metric lines were streamed while it ran
     for job in result.jobs.values():
         assert all(h.exit_code == 0 and not h.stopped_by_emulator for h in job.hosts)
+    for host in (h for h in result.jobs["TrainHeterogeneous"].hosts if h.role == "data"):  # the trainers' end is no error
+        log = (host.base_dir / "output" / "host.log").read_text()
+        assert "Traceback" not in log and log.rstrip().endswith(f"[data] {host.name}: all trainers stopped; exiting"), log[-3000:]
     assert any("step_time_ms=" in line for line in lines)
     # no port the run opened is still open
     assert not own_listening_ports() - ports_before

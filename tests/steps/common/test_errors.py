@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from steps.common.errors import EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, UserError, run_step, storage_error
+from steps.common.errors import EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, HeteroError, UserError, run_step, storage_error
 
 
 def fail(exc):
@@ -27,6 +27,17 @@ def test_internal_error_keeps_the_traceback(tmp_path, capsys):
     assert run_step(fail(ZeroDivisionError("boom")), output_dir=tmp_path) == EXIT_INTERNAL_ERROR
     assert (tmp_path / "failure").read_text().startswith("internal error: ZeroDivisionError: boom")
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_peers_end_is_one_line_and_a_failure(tmp_path, capsys):
+    class PeerStopped(HeteroError):
+        headline = "job stopped"
+        peer_end = True
+
+    assert run_step(fail(PeerStopped("trainer algo-1: out of memory (STOP from trainer algo-1)")), output_dir=tmp_path) \
+        == EXIT_INTERNAL_ERROR
+    assert capsys.readouterr().err == "ERROR job stopped: trainer algo-1: out of memory (STOP from trainer algo-1)\n"
+    assert (tmp_path / "failure").read_text() == "job stopped: trainer algo-1: out of memory (STOP from trainer algo-1)\n"
 
 
 def test_success_writes_nothing(tmp_path):
