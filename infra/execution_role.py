@@ -26,9 +26,11 @@ class ExecutionRole(Construct):
     """`role`: assumed by SageMaker (the pipeline and its training/processing jobs)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, bucket: s3.IBucket,
-                 bucket_prefixes: tuple[str, ...], code: s3_assets.Asset, images: tuple[str, ...]) -> None:
+                 bucket_prefixes: tuple[str, ...], code: s3_assets.Asset, images: tuple[str, ...],
+                 price_overrides: s3_assets.Asset | None = None) -> None:
         """`images`: the ECR image URIs the pipeline's jobs run (training and processing); pulling is allowed
-        from exactly their repositories, each in its own registry account and region."""
+        from exactly their repositories, each in its own registry account and region. `price_overrides`: the
+        PriceOverrides parameter's default object, which the Evaluate step reads as an input."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
@@ -52,6 +54,7 @@ class ExecutionRole(Construct):
             iam.PolicyStatement(sid="ListTrainingCode", actions=["s3:ListBucket"],
                                 resources=[f"arn:{stack.partition}:s3:::{code.s3_bucket_name}"],
                                 conditions={"StringEquals": {"s3:prefix": code.s3_object_key}}),
+            *(_read_one_object("DefaultPriceOverrides", price_overrides, stack.partition) if price_overrides else []),
             iam.PolicyStatement(sid="JobLogs", actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
                                                         "logs:DescribeLogStreams"],
                                 resources=[log_groups]),
@@ -106,6 +109,14 @@ class ExecutionRole(Construct):
         )
         self._acknowledge_wildcards({eni: "SageMaker creates the network interfaces of each job: their ids are not known "
                                           "in advance (creation is limited to this stack's subnet and security groups)."})
+
+
+def _read_one_object(name: str, asset: s3_assets.Asset, partition: str) -> list[iam.PolicyStatement]:
+    """Read one asset object, as a processing input does: it lists the key (an S3Prefix input) and gets it."""
+    return [iam.PolicyStatement(sid=f"Read{name}", actions=["s3:GetObject"],
+                                resources=[f"arn:{partition}:s3:::{asset.s3_bucket_name}/{asset.s3_object_key}"]),
+            iam.PolicyStatement(sid=f"List{name}", actions=["s3:ListBucket"], resources=[f"arn:{partition}:s3:::{asset.s3_bucket_name}"],
+                                conditions={"StringEquals": {"s3:prefix": asset.s3_object_key}})]
 
 
 def nag_form(stack: Stack, value: str) -> str:

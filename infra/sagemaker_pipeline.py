@@ -22,14 +22,16 @@ class SageMakerPipeline(Construct):
     """`pipeline`: the `CfnPipeline`; `ref`: the same pipeline as an `IPipeline` (for schedule targets)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, role: iam.IRole, bucket: s3.IBucket,
-                 code_url: str, prefix: str, framework: str = "pytorch", training_image: str | None = None,
+                 code_url: str, prefix: str, price_overrides_url: str | None = None, framework: str = "pytorch",
+                 training_image: str | None = None,
                  processing_image: str | None = None, fsx: FsxSettings | None = None,
                  inter_container_encryption: bool = False, network_isolation: bool = False, spot: bool = False) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         definition = build_definition(DeploySettings(
             pipeline_name=pipeline_name, region=stack.region, role_arn=role.role_arn, bucket=bucket.bucket_name,
-            code_uri=code_url, prefix=prefix, framework=framework, training_image=training_image or None,
+            code_uri=code_url, prefix=prefix, price_overrides_uri=price_overrides_url, framework=framework,
+            training_image=training_image or None,
             processing_image=processing_image or None, fsx=fsx,
             inter_container_encryption=inter_container_encryption, network_isolation=network_isolation, spot=spot))
         self.pipeline = sagemaker.CfnPipeline(

@@ -112,9 +112,12 @@ class StackSettings:
 
     def scheduled_parameters(self, *, bucket: str) -> dict[str, str]:
         """Parameter overrides (as strings) for scheduled and triggered executions."""
+        from pipeline.remote import pipeline_parameters
+
         layer = {"InputData": f"s3://{bucket}/{self.input_prefix}", **self.instance_defaults, **self.retrain_parameters}
         resolved = resolve_parameters(layer)  # rejects unknown names and ill-typed values, naming them
-        return {name: _as_parameter_string(resolved[name]) for name in layer}
+        sent = {p["Name"] for p in pipeline_parameters({name: resolved[name] for name in layer})}  # S3 URIs where the cloud needs them
+        return {name: _as_parameter_string(resolved[name]) for name in layer if name in sent}
 
 
 def _as_parameter_string(value: Any) -> str:

@@ -1,6 +1,7 @@
 """The stack: wires the constructs of `infra/` and nothing else.
 
     artifact bucket ──> training code (tar.gz asset) ──> execution role ──> SageMaker pipeline
+                        default price overrides ({} asset) ──┘
           │                                 (optional) VPC + FSx for Lustre ──┘      │
           └──> new-data trigger (optional)          retraining schedule (optional) ──┘
 """
@@ -14,6 +15,7 @@ from infra.artifact_bucket import ArtifactBucket
 from infra.execution_role import ExecutionRole
 from infra.lustre import LustreDataset
 from infra.new_data_trigger import NewDataTrigger
+from infra.price_overrides import DefaultPriceOverrides
 from infra.plan_adoption import PlanAdoption
 from infra.retrain_schedule import RetrainSchedule
 from infra.sagemaker_pipeline import SageMakerPipeline
@@ -29,11 +31,13 @@ class HeteroStack(Stack):
         super().__init__(scope, construct_id, description="Heterogeneous-cluster training pipeline on SageMaker (hetero)", **kwargs)
         store = ArtifactBucket(self, "Store", event_bridge=settings.new_data_trigger)
         code = TrainingCode(self, "TrainingCode")
+        no_price_overrides = DefaultPriceOverrides(self, "DefaultPriceOverrides")
         # resolved once: the role may pull exactly the images the pipeline runs (a token region needs both set)
         training_image, processing_image = pipeline_images(self.region, settings.framework, training_image=settings.training_image,
                                                            processing_image=settings.processing_image)
         role = ExecutionRole(
             self, "Execution", pipeline_name=settings.pipeline_name, bucket=store.bucket, code=code.asset,
+            price_overrides=no_price_overrides.asset,
             bucket_prefixes=(settings.prefix, settings.input_prefix), images=(training_image, processing_image))
 
         fsx = None
@@ -47,7 +51,7 @@ class HeteroStack(Stack):
 
         pipeline = SageMakerPipeline(
             self, "Pipeline", pipeline_name=settings.pipeline_name, role=role.role, bucket=store.bucket,
-            code_url=code.s3_url, prefix=settings.prefix, framework=settings.framework,
+            code_url=code.s3_url, price_overrides_url=no_price_overrides.s3_url, prefix=settings.prefix, framework=settings.framework,
             training_image=training_image, processing_image=processing_image, fsx=fsx,
             inter_container_encryption=settings.inter_container_encryption, network_isolation=settings.network_isolation,
             spot=settings.spot)

@@ -14,6 +14,7 @@ Parameter precedence: command line > environment (HETERO_PARAM_<Name>) > --confi
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import textwrap
 import os
@@ -22,10 +23,11 @@ import sys
 import traceback
 from pathlib import Path
 
+from pipeline.code import STEPS_DIR
 from pipeline.emulator import PROGRESS_TIMEOUT_S, StepFailed
 from pipeline.graph import PARAMETERS, resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
-from pipeline.remote import (DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions, pipeline_parameters,
+from pipeline.remote import (DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions,
                              price_performance_of, start_execution)
 from pipeline.plan_view import execution_report, plan_for, render_plan, stored_plan_parameters
 from pipeline.price_refresh import refresh as refresh_prices
@@ -66,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--progress-timeout", type=float, default=PROGRESS_TIMEOUT_S, metavar="SECONDS",
                      help="fail a training step none of whose hosts reports progress (a status or metric line) for this long, "
                           "naming the hosts that went silent (0: never; default %(default)g)")
-    run.add_argument("--prices", type=Path, help='JSON price overrides, e.g. {"prices": {"ml.g6.xlarge": 1.0}}')
+    run.add_argument("--prices", type=Path, metavar="FILE", help='JSON price file replacing or extending the bundled prices, '
+                     'e.g. {"prices": {"ml.g6.xlarge": 1.0}} or what `hetero prices refresh` writes [PriceOverrides]')
     sub.add_parser("params", help="list pipeline parameters")
     _remote_parsers(sub)
     _definition_parser(sub)
@@ -102,6 +105,8 @@ def _remote_parsers(sub) -> None:
     start.add_argument("--param", action="append", default=[], metavar="Name=Value", help="override a pipeline parameter (see `hetero params`)")
     start.add_argument("--config", type=Path, help="JSON file of pipeline parameters")
     start.add_argument("--display-name", help="execution display name shown in SageMaker Studio")
+    start.add_argument("--prices", metavar="FILE_OR_S3_URI",
+                       help="JSON price file (uploaded beside the pipeline's artifacts) or the s3:// URI of one [PriceOverrides]")
     start.set_defaults(no_baseline=False, **dict.fromkeys(FLAGS))  # so `_layers` reads --param, env and --config alike
     start.add_argument("--apply-plan", metavar="EXECUTION_ID",
                        help="run with the data group the plan of that execution recommends (its plan.json in --results)")
@@ -151,17 +156,63 @@ def _layers(args) -> list[dict]:
     if args.no_baseline:
         cli_layer["RunBaseline"] = "false"
     if getattr(args, "prices", None):
-        try:
-            cli_layer["PriceOverrides"] = json.dumps(json.loads(args.prices.read_text()), separators=(",", ":"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UserError(f"--prices {args.prices}: {exc}", headline="bad price file") from None
+        cli_layer["PriceOverrides"] = str(args.prices)  # the file itself travels as a file, never as a parameter value
     return [file_layer, env_layer, cli_layer]
 
 
 def _validate(params: dict) -> None:
-    prices = load_prices(override_json=params["PriceOverrides"])
+    """What `hetero run` can tell before anything runs: the price file, the instance types' prices, the workload."""
+    file = params["PriceOverrides"]
+    if file.startswith("s3://"):
+        raise UserError(f"PriceOverrides {file!r}: hetero run reads a local price file; download it and pass the file",
+                        headline="bad price file")
+    prices = load_prices(file or None)
     for key in ("DataInstanceType", "DnnInstanceType"):
         prices.hourly(params[key])  # an unknown type fails now, not after training
+    check_workload(params["Workload"], roots=_local_roots())
+
+
+def _local_roots() -> list[Path]:
+    """Where an emulated host imports from: the code, the folder `hetero run` started in, PYTHONPATH, this interpreter's."""
+    extra = [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [STEPS_DIR.parent, Path.cwd(), *extra, *(Path(p) for p in sys.path if p)]
+
+
+def check_workload(module: str, *, roots: list[Path], deployed: bool = False) -> None:
+    """A workload module that no host could import, or that defines no WORKLOAD, is refused before Shard runs (the hosts
+    would find out in training). Found by path and read, not imported: the CLI runs none of the user's code."""
+    example = "e.g. --workload steps.train.workloads.shapes"
+    if deployed and module.split(".")[0] != STEPS_DIR.name:
+        raise UserError(f"workload module {module!r} is not in the deployed code: the pipeline ships {STEPS_DIR.name}/ only "
+                        "(the code tarball `cdk deploy` packs); put the module under steps/ (steps/train/workloads/mine.py: "
+                        "--workload steps.train.workloads.mine) and deploy again", headline="bad workload")
+    parts = module.split(".")
+    found = None
+    if all(part.isidentifier() for part in parts):
+        candidates = [(Path(root, *parts).with_suffix(".py"), Path(root, *parts, "__init__.py")) for root in roots]
+        found = next((c for pair in candidates for c in pair if c.is_file()), None)
+    if found is None:
+        where = "this checkout's steps/" if deployed else "the code, the current folder, PYTHONPATH or this environment"
+        raise UserError(f"workload module {module!r} cannot be imported: no {'/'.join(parts)}.py in {where}; pass a module path "
+                        f"that every host can import, {example}", headline="bad workload")
+    try:
+        tree = ast.parse(found.read_bytes(), filename=str(found))
+    except (SyntaxError, ValueError) as exc:
+        raise UserError(f"workload module {module!r} ({found}) does not parse: {exc}", headline="bad workload") from None
+    if not _binds(tree, "WORKLOAD"):
+        raise UserError(f"workload module {module!r} ({found}) defines no WORKLOAD: add WORKLOAD = <a subclass of "
+                        f"steps.train.workload.Workload>, or pass another module, {example}", headline="bad workload")
+
+
+def _binds(tree: ast.AST, name: str) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+            return True
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name:
+            return True
+        if isinstance(node, ast.alias) and (node.asname or node.name.split(".")[-1]) in (name, "*"):
+            return True
+    return False
 
 
 class Signalled(KeyboardInterrupt):
@@ -233,6 +284,8 @@ def cmd_start(args) -> int:
     overrides = {}
     for layer in _layers(args):
         overrides.update(layer)
+    if "Workload" in overrides:
+        check_workload(str(overrides["Workload"]), roots=[STEPS_DIR.parent], deployed=True)
     if args.apply_plan:
         if not args.results:
             raise UserError("--apply-plan needs --results s3://bucket/prefix (or env HETERO_RESULTS_URI)", headline="bad option")
@@ -241,10 +294,10 @@ def cmd_start(args) -> int:
         if clash:
             raise UserError(f"--apply-plan sets {', '.join(sorted(clash))}, which you also set: drop one", headline="bad option")
         overrides.update(planned)
-    arn = start_execution(pipeline_name=args.pipeline_name, overrides=overrides, display_name=args.display_name)
+    arn, parameters = start_execution(pipeline_name=args.pipeline_name, overrides=overrides, display_name=args.display_name)
     print(f"started execution {execution_id(arn)} of {args.pipeline_name}")
     print(f"  arn:        {arn}")
-    sent = ", ".join(f"{p['Name']}={p['Value']}" for p in pipeline_parameters(overrides))
+    sent = ", ".join(f"{p['Name']}={p['Value']}" for p in parameters)
     print(f"  parameters: {sent or 'the deployed defaults'}")
     print(f"  watch:      hetero executions --pipeline-name {args.pipeline_name}")
     return 0
@@ -260,7 +313,7 @@ def cmd_plan(args) -> int:
 def cmd_prices(args) -> int:
     doc = refresh_prices(region=args.region, output=args.output)
     print(f"{len(doc['prices'])} training instance types priced for {doc['region']} as of {doc['as_of']}: {args.output}")
-    print(f"use it with --prices {args.output} (hetero run, hetero plan) or the PriceOverrides pipeline parameter")
+    print(f"use it with --prices {args.output} (hetero run, hetero start, hetero plan)")
     return 0
 
 

@@ -158,8 +158,9 @@ def build_graph(framework: str = "pytorch") -> Graph:
         "Shard", SHARD_SCRIPT,
         inputs={"input": Param("InputData")},
         outputs={"train": "train", "validation": "validation", "manifest": "manifest.json", "secret": SECRET_CHANNEL},
+        # --input-source: the input as the user named it, for messages (the step reads its container copy)
         arguments={"--target-shard-mb": Param("ShardSizeMB"), "--data-hosts": Param("DataInstanceCount"),
-                   "--format": SHARD_FORMATS[framework]},
+                   "--format": SHARD_FORMATS[framework], "--input-source": Param("InputData")},
     )
     train = Output("Shard", "train")
     validation = TrainChannel("validation", Output("Shard", "validation"), REPLICATED, (DNN_GROUP,))
@@ -186,9 +187,11 @@ def build_graph(framework: str = "pytorch") -> Graph:
     )
     evaluate = ProcessingStep(
         "Evaluate", EVALUATE_SCRIPT,
-        inputs={"heterogeneous": Output("TrainHeterogeneous", "model"), "baseline": Output("TrainBaseline", "model")},
+        # the price file is an input, never an argument: a refreshed table is several KB, an argument at most 256 characters
+        inputs={"heterogeneous": Output("TrainHeterogeneous", "model"), "baseline": Output("TrainBaseline", "model"),
+                "prices": Param("PriceOverrides")},
         outputs={"evaluation": "."},
-        arguments={"--execution-id": ExecutionId(), "--price-overrides": Param("PriceOverrides"),
+        arguments={"--execution-id": ExecutionId(),
                    "--billing-heterogeneous": Billing("TrainHeterogeneous"), "--billing-baseline": Billing("TrainBaseline")},
         depends_on=("TrainBaseline", "TrainHeterogeneous"),
         results_store=True,

@@ -29,9 +29,10 @@ from pipeline.emulator import PROGRESS_TIMEOUT_S, EmulatedJob, StepFailed
 from pipeline.graph import PIPELINE_NAME
 from pipeline.processing import run_processing_job
 from pipeline.sample_data import generate
-from pipeline.validation import validate_request
+from pipeline.validation import validate_execution, validate_request
 from steps.common.errors import EXIT_USER_ERROR, InternalError, UserError
 from steps.contract import PRICE_PERFORMANCE_FILE
+from steps.evaluate.prices import NO_OVERRIDES
 
 LOCAL_REGION = "us-east-1"
 LOCAL_ROLE = "arn:aws:iam::000000000000:role/hetero-local"
@@ -96,11 +97,17 @@ def local_settings(work_dir: Path, framework: str, code_uri: str, *, spot: bool 
 
 
 def compile_local(work_dir: Path, framework: str, *, spot: bool = False, network_isolation: bool = False) -> dict:
-    """The pipeline definition the local runner executes (the code packed under ``<work_dir>/code/``)."""
+    """The pipeline definition the local runner executes (the code packed under ``<work_dir>/code/``, the
+    PriceOverrides default object where the deployed pipeline has it: ``<work_dir>/price-overrides/none.json``)."""
     from pipeline.sagemaker import build_definition
+    from pipeline.sagemaker.settings import default_price_overrides_uri
 
     code = build_code_tarball(source=STEPS_DIR, destination=Path(work_dir).resolve() / "code" / "code.tar.gz")
-    return build_definition(local_settings(Path(work_dir), framework, storage.uri(code), spot=spot, network_isolation=network_isolation))
+    settings = local_settings(Path(work_dir), framework, storage.uri(code), spot=spot, network_isolation=network_isolation)
+    none = storage.path(default_price_overrides_uri(settings))
+    none.parent.mkdir(parents=True, exist_ok=True)
+    none.write_text(json.dumps(NO_OVERRIDES) + "\n")
+    return build_definition(settings)
 
 
 class LocalRunner:
@@ -110,6 +117,7 @@ class LocalRunner:
         self.execution_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
         self.run_dir = self.work_dir / self.execution_id
         _check_input(parameters.get("InputData") or "")
+        _check_prices(parameters.get("PriceOverrides") or "")
         self.definition = compile_local(self.work_dir, options.framework, spot=options.spot, network_isolation=options.network_isolation)
         self.params = self._bind_parameters(parameters)
         self.result = RunResult(self.execution_id, self.run_dir, self.definition)
@@ -119,6 +127,11 @@ class LocalRunner:
                        "PipelineExecutionArn": f"arn:aws:sagemaker:{LOCAL_REGION}:{LOCAL_ACCOUNT}:pipeline/{PIPELINE_NAME.lower()}"
                                                f"/execution/{self.execution_id}"},
             read_json=lambda uri: json.loads(storage.path(uri).read_text()))
+        # every request of the run, as the steps will send it, before any step (or the sample data) starts
+        validate_execution(self.definition, self.params, self.scope.execution)
+        if self._sample_data is not None:
+            self.options.echo(f"[Shard] no InputData: generating {self.options.sample_images} sample images in {self._sample_data}")
+            generate(self._sample_data, samples=self.options.sample_images)
 
     def _bind_parameters(self, parameters: dict) -> dict:
         """Declared defaults, the caller's values, and the input folder as a local location."""
@@ -128,11 +141,12 @@ class LocalRunner:
             raise InternalError(f"parameters {sorted(unknown)} are not in the compiled pipeline")
         bound = {**declared, **parameters}
         folder = parameters.get("InputData") or ""
-        if not folder:  # the local default: a generated dataset
-            folder = self.work_dir / "sample-data"
-            self.options.echo(f"[Shard] no InputData: generating {self.options.sample_images} sample images in {folder}")
-            generate(folder, samples=self.options.sample_images)
+        self._sample_data = None
+        if not folder:  # the local default: a generated dataset (generated once the run's requests are checked)
+            folder = self._sample_data = self.work_dir / "sample-data"
         bound["InputData"] = storage.uri(folder) + "/"
+        prices = parameters.get("PriceOverrides") or ""
+        bound["PriceOverrides"] = storage.uri(prices) if prices else declared["PriceOverrides"]  # a file, or the {} object
         return bound
 
     # -- the execution -------------------------------------------------------
@@ -243,6 +257,12 @@ def _check_input(folder: str) -> None:
     if folder and not Path(folder).is_dir():
         raise UserError(f"InputData {folder!r} (--input) is not a folder; pass a folder of images laid out as "
                         "<folder>/<class>/<image>.jpg", headline="missing input")
+
+
+def _check_prices(file: str) -> None:
+    if file and not Path(file).is_file():
+        raise UserError(f"PriceOverrides {file!r} (--prices) is not a file; the local runner reads a local JSON price file "
+                        "(schema: steps/evaluate/prices.py; `hetero prices refresh` writes one)", headline="missing price file")
 
 
 def _argument(args: list[str], flag: str) -> str | None:

@@ -3,9 +3,9 @@
 GetProducts (service code AmazonSageMaker) lists one product per instance type, region and
 SageMaker component; training rows carry ``platoinstancetype = Training`` and an on-demand term
 priced in ``Hrs``. The file written has the schema of `steps.evaluate.prices` overrides, so
-``hetero run --prices``, ``hetero plan --prices``, ``evaluate.py --prices`` and the PriceOverrides
-pipeline parameter take it as is. The Price List API answers in us-east-1 (and a few other
-regions) whatever region it is asked about.
+``hetero run --prices``, ``hetero start --prices`` (which uploads it: the PriceOverrides pipeline
+parameter is its S3 URI), ``hetero plan --prices`` and ``evaluate.py --prices`` take it as is. The
+Price List API answers in us-east-1 (and a few other regions) whatever region it is asked about.
 """
 
 from __future__ import annotations

@@ -7,7 +7,15 @@
 Overrides are checked against `pipeline.graph.PARAMETERS` before any AWS call:
 an unknown name or a value of the wrong type, outside its bounds or not among
 its choices fails here, not minutes later in a SageMaker step. Parameters
-left out take the defaults compiled into the deployed definition.
+left out take the defaults compiled into the deployed definition. Before the
+execution starts, every job request of the deployed definition (DescribePipeline)
+is checked with these parameters as the service will check it when the step is
+reached (`pipeline.validation.validate_execution`: lengths and sizes included).
+
+PriceOverrides names a JSON price file: an s3:// URI (read and checked here), or a
+local file, which is checked and uploaded beside the pipeline's artifacts
+(``s3://<bucket>/<prefix>/price-overrides/<sha256 of the content>.json``, where the
+pipeline's role may read) and passed as that URI.
 
 Clients are built on first use from the standard AWS environment (credentials,
 ``AWS_REGION``, ``AWS_ENDPOINT_URL`` for a local server such as moto).
@@ -15,12 +23,19 @@ Clients are built on first use from the standard AWS environment (credentials,
 
 from __future__ import annotations
 
+import hashlib
+import json
+import tempfile
 from contextlib import contextmanager
 from datetime import timezone
+from pathlib import Path
+from urllib.parse import urlparse
 
 from pipeline.graph import PIPELINE_NAME, parse_overrides
+from pipeline.validation import validate_execution
 from steps.common.errors import UserError
-from steps.contract import PRICE_PERFORMANCE_FILE
+from steps.contract import PRICE_PERFORMANCE_FILE, RESULTS_FOLDER
+from steps.evaluate.prices import load_prices
 from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id
 
 DEFAULT_PIPELINE_NAME = PIPELINE_NAME  # what `cdk deploy` names it by default
@@ -36,6 +51,12 @@ def pipeline_parameters(overrides: dict[str, str]) -> list[dict[str, str]]:
         if name == "InputData" and not value.startswith("s3://"):
             # a local folder means nothing to a SageMaker Processing job
             raise UserError(f"parameter InputData={value!r}: in the cloud it must be an s3://bucket/prefix URI", headline="bad parameter")
+        if name == "PriceOverrides":
+            if not value:
+                continue  # none: the deployed default (an object that overrides nothing)
+            if not value.startswith("s3://"):
+                raise UserError(f"parameter PriceOverrides={value!r}: in the cloud it must be the s3:// URI of a JSON price file "
+                                "(hetero start --prices FILE uploads a local file)", headline="bad parameter")
         out.append({"Name": name, "Value": _wire(value)})
     return out
 
@@ -47,15 +68,114 @@ def _wire(value) -> str:
     return str(value)
 
 
-def start_execution(*, pipeline_name: str, overrides: dict[str, str], client=None, display_name: str | None = None) -> str:
-    """Start one execution with the given overrides; returns its ARN."""
-    parameters = pipeline_parameters(overrides)  # before the client exists: bad input never reaches AWS
+def start_execution(*, pipeline_name: str, overrides: dict[str, str], client=None, display_name: str | None = None,
+                    s3=None) -> tuple[str, list[dict]]:
+    """Start one execution with the given overrides; returns its ARN and the PipelineParameters sent. A local
+    PriceOverrides file is uploaded (``s3``: the S3 client for that, and for reading an s3:// one)."""
+    overrides = dict(overrides)
+    prices = str(overrides.get("PriceOverrides") or "")
+    local_prices = Path(prices) if prices and not prices.startswith("s3://") else None
+    if local_prices is not None:
+        _check_price_file(local_prices, f"PriceOverrides {prices!r} (--prices)")
+        del overrides["PriceOverrides"]  # checked now; its S3 URI is known once the pipeline is
+    pipeline_parameters(overrides)  # before any client exists: bad input never reaches AWS
+    client = client or _client("sagemaker")
+    with sagemaker_errors(pipeline_name, client.meta.region_name):
+        definition = json.loads(client.describe_pipeline(PipelineName=pipeline_name)["PipelineDefinition"])
+    if local_prices is not None:
+        overrides["PriceOverrides"] = _price_file_uri(definition, pipeline_name, local_prices.read_bytes())
+    parameters = pipeline_parameters(overrides)
+    typed = parse_overrides(overrides)
+    declared = {p["Name"]: p.get("DefaultValue") for p in definition.get("Parameters", [])}
+    stand_in = "0123456789ab"  # the service's execution ids are 12 characters
+    validate_execution(definition, {**declared, **typed}, {
+        "PipelineExecutionId": stand_in, "PipelineName": pipeline_name,
+        "PipelineExecutionArn": f"arn:aws:sagemaker:{client.meta.region_name}:000000000000:pipeline/{pipeline_name.lower()}"
+                                f"/execution/{stand_in}"})
+    if prices and s3 is None:
+        s3 = _client("s3")
+    if local_prices is not None:
+        _upload(s3, overrides["PriceOverrides"], local_prices.read_bytes())
+    elif prices:
+        _check_price_object(s3, prices)
     request = {"PipelineName": pipeline_name, "PipelineParameters": parameters}
     if display_name:
         request["PipelineExecutionDisplayName"] = display_name
-    client = client or _client("sagemaker")
     with sagemaker_errors(pipeline_name, client.meta.region_name):
-        return client.start_pipeline_execution(**request)["PipelineExecutionArn"]
+        return client.start_pipeline_execution(**request)["PipelineExecutionArn"], parameters
+
+
+def _check_price_file(path: Path, what: str) -> None:
+    if not path.is_file():
+        raise UserError(f"{what}: no such file; pass a JSON price file (`hetero prices refresh` writes one) or the s3:// URI "
+                        "of one", headline="bad price file")
+    load_prices(path)  # a bad file fails here, naming the schema, not in the Evaluate step after training
+
+
+def _price_file_uri(definition: dict, pipeline_name: str, content: bytes) -> str:
+    """Where a price file is uploaded: beside the pipeline's artifacts (its results store's parent), which its role may read."""
+    root = artifact_root(definition)
+    if root is None:
+        raise UserError(f"the definition of pipeline {pipeline_name!r} names no results store (--store), so where its role "
+                        "may read a price file is unknown: upload the file under s3://<ArtifactBucket>/<prefix>/ yourself and "
+                        "pass --prices s3://...", headline="bad price file")
+    return f"{root}/price-overrides/{hashlib.sha256(content).hexdigest()[:16]}.json"
+
+
+def artifact_root(definition: dict) -> str | None:
+    """s3://<bucket>/<prefix> of a deployed definition: the parent of the results store its Evaluate step writes to."""
+    def walk(steps):
+        for step in steps:
+            args = step.get("Arguments", {})
+            yield from walk(args.get("IfSteps", []) + args.get("ElseSteps", []) if step.get("Type") == "Condition" else [])
+            items = args.get("AppSpecification", {}).get("ContainerArguments", []) if isinstance(args, dict) else []
+            for flag, value in zip(items, items[1:]):
+                if flag == "--store" and isinstance(value, str) and value.rstrip("/").endswith(f"/{RESULTS_FOLDER}"):
+                    yield value.rstrip("/")[:-len(RESULTS_FOLDER) - 1]
+
+    return next(walk(definition.get("Steps", [])), None)
+
+
+def _split(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def _upload(s3, uri: str, content: bytes) -> None:
+    bucket, key = _split(uri)
+    with _s3_errors(uri, "upload the price file to"):
+        s3.put_object(Bucket=bucket, Key=key, Body=content, ContentType="application/json")
+
+
+def _check_price_object(s3, uri: str) -> None:
+    """An s3:// price file must exist and be a valid table now, not when Evaluate reads it after training."""
+    bucket, key = _split(uri)
+    if not bucket or not key or key.endswith("/"):
+        raise UserError(f"PriceOverrides {uri!r}: name one object, s3://bucket/key.json", headline="bad price file")
+    with _s3_errors(uri, "read the price file"):
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / Path(key).name
+        path.write_bytes(body)
+        try:
+            load_prices(path)
+        except UserError as exc:
+            raise UserError(exc.message.replace(str(path), uri), headline="bad price file") from None
+
+
+@contextmanager
+def _s3_errors(uri: str, action: str):
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise UserError(f"cannot {action} {uri}: {error.get('Code', '')} {error.get('Message', '')}".rstrip() + " (check the "
+                        "bucket and key, and that your credentials may s3:GetObject / s3:PutObject there)",
+                        headline="bad price file") from None
+    except BotoCoreError as exc:
+        raise UserError(f"cannot {action} {uri}: {exc}", headline="bad price file") from None
 
 
 def list_executions(*, pipeline_name: str, results_uri: str | None, limit: int = 10, client=None) -> list[dict]:

@@ -10,15 +10,23 @@ Two layers, both offline:
 
 A rejected request raises `RequestRejected`, worded like the service's ValidationException and
 naming the step and the member or rule.
+
+`validate_execution` checks every job request of an execution at once, when it starts: each request
+as the service will receive it after parameter substitution, so a value over a length or size limit
+(a ContainerArguments item over 256 characters, an Environment value over 512 or 256, a hyperparameter
+over 2,500, more than 100 hyperparameters) fails before the first step runs, naming the parameter it
+came from, its length, the limit and the fix.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from steps.common.errors import UserError
+from steps.contract import LONG_VALUE_FIX, LONG_VALUE_FIXES
 
 MAX_INSTANCE_GROUPS = 5
 
@@ -28,21 +36,139 @@ class RequestRejected(UserError):
 
 
 JOB_NAME_MEMBER = {"CreateTrainingJob": "TrainingJobName", "CreateProcessingJob": "ProcessingJobName"}
+OPERATIONS = {"Training": "CreateTrainingJob", "Processing": "CreateProcessingJob"}  # pipeline step type -> the job it creates
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason the service would reject a request; ``where``: the member's path from the request's top (keys and
+    list indexes), ``size`` and ``limit`` for a length or size over its maximum."""
+
+    text: str
+    where: tuple = ()
+    size: int | None = None
+    limit: int | None = None
+    unit: str = ""  # of size and limit: characters, items or entries
 
 
 def validate_request(operation: str, request: dict, *, step: str, job_name: str | None = None) -> None:
     """Raise `RequestRejected` if SageMaker would reject ``request`` for ``operation``. A pipeline
     step's arguments carry no job name (the service names the job): ``job_name`` stands in for it."""
+    problems = request_problems(operation, request, step=step, job_name=job_name)
+    if problems:
+        raise RequestRejected(_rejection(step, operation, [p.text for p in problems]))
+
+
+def _rejection(step: str, operation: str, problems: list[str]) -> str:
+    return (f"step {step}: An error occurred (ValidationException) when calling the {operation} operation: "
+            + "; ".join(problems))
+
+
+def request_problems(operation: str, request: dict, *, step: str, job_name: str | None = None) -> list[Problem]:
     member = JOB_NAME_MEMBER.get(operation)
     if member and member not in request:
         request = {**request, member: job_name or f"pipelines-0123456789ab-{step}"[:63]}
-    problems = list(model_problems(operation, request))
+    problems = model_problems(operation, request)
     if not problems:
         rules = {"CreateTrainingJob": TRAINING_RULES, "CreateProcessingJob": PROCESSING_RULES}.get(operation, ())
-        problems = [p for rule in rules for p in rule(request)]
-    if problems:
-        raise RequestRejected(f"step {step}: An error occurred (ValidationException) when calling the {operation} operation: "
-                              + "; ".join(problems))
+        problems = [Problem(p) for rule in rules for p in rule(request)]
+    return problems
+
+
+# -- every request of an execution, when it starts -----------------------------------------------
+
+def validate_execution(definition: dict, parameters: dict, execution: dict) -> None:
+    """Raise `RequestRejected` if any job step of ``definition`` would be rejected when an execution with
+    ``parameters`` (every declared parameter, typed) reaches it. ``execution``: PipelineExecutionId,
+    PipelineExecutionArn and PipelineName as the steps will see them. Properties of steps that have not run
+    yet (a model's S3 URI, billed seconds) are stand-ins as long as the service's own; every branch's steps
+    are checked, whichever the conditions will take."""
+    from pipeline import expressions
+
+    scope = expressions.Scope(parameters=parameters, execution=execution)
+    pending = [s for s in _all_steps(definition.get("Steps", [])) if s.get("Type") in OPERATIONS]
+    messages = []
+    while pending:
+        step = next((s for s in pending if expressions.reads(s["Arguments"]) <= set(scope.steps)), None)
+        if step is None:  # reads a step that is not a job (nothing to stand in for): left to the run itself
+            break
+        pending.remove(step)
+        name, operation = step["Name"], OPERATIONS[step["Type"]]
+        request = expressions.evaluate(step["Arguments"], scope)
+        job_name = f"pipelines-{execution['PipelineExecutionId']}-{name}-0123456789"[:63]
+        scope.steps[name] = _stand_in_properties(request, job_name)
+        problems = request_problems(operation, request, step=name, job_name=job_name)
+        if problems:
+            messages.append(_rejection(name, operation, [_explain(p, step["Arguments"], parameters, operation)
+                                                        for p in problems]))
+    if messages:
+        raise RequestRejected("; ".join(messages))
+
+
+def _stand_in_properties(request: dict, job_name: str) -> dict:
+    """What DescribeTrainingJob / DescribeProcessingJob will answer, as long as the service makes it."""
+    output = request.get("OutputDataConfig", {}).get("S3OutputPath", "s3://bucket")
+    return {**request, "TrainingJobName": job_name, "ProcessingJobName": job_name,
+            "ModelArtifacts": {"S3ModelArtifacts": f"{output.rstrip('/')}/{job_name}/output/model.tar.gz"},
+            "TrainingTimeInSeconds": 8_640_000, "BillableTimeInSeconds": 8_640_000}
+
+
+def _explain(problem: Problem, compiled: dict, parameters: dict, operation: str) -> str:
+    """A length or size over the limit that a parameter's value makes: named with the parameter and the fix."""
+    names = sorted(_parameters_at(compiled, problem.where)) if problem.where and problem.unit == "characters" else []
+    if not names:
+        return problem.text
+    member = _member(problem.where)
+    lengths = ", ".join(f"{n} ({len(_text(parameters.get(n)))} characters)" for n in names)
+    fixes = "; ".join(f"{n}: {LONG_VALUE_FIXES.get(n, LONG_VALUE_FIX)}" if len(names) > 1 else LONG_VALUE_FIXES.get(n, LONG_VALUE_FIX)
+                      for n in names)
+    return (f"{member} would be {problem.size} characters long, from parameter {lengths}; {operation} allows at most "
+            f"{problem.limit}: {fixes}")
+
+
+def _parameters_at(compiled, where: tuple) -> set[str]:
+    """The parameters the expression that produces the member at ``where`` reads."""
+    node = compiled
+    for key in where:
+        if isinstance(node, dict) and len(node) == 1 and next(iter(node)) in ("Get", "Std:Join", "Std:JsonGet"):
+            break  # this expression produces everything below it
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            return set()
+    return _parameters_read(node)
+
+
+def _parameters_read(node) -> set[str]:
+    if isinstance(node, list):
+        return set().union(*map(_parameters_read, node)) if node else set()
+    if not isinstance(node, dict):
+        return set()
+    target = node.get("Get")
+    found = {target.split(".", 1)[1]} if isinstance(target, str) and target.startswith("Parameters.") else set()
+    return found.union(*map(_parameters_read, node.values()))
+
+
+def _member(where: tuple) -> str:
+    text = ""
+    for key in where:
+        text += f"[{key}]" if isinstance(key, int) else (f".{key}" if text and key.isidentifier() else f"[{key!r}]" if text else key)
+    return text
+
+
+def _text(value) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _all_steps(steps: list) -> list:
+    """Every step, condition branches included, in definition order."""
+    found = []
+    for step in steps:
+        found.append(step)
+        if step.get("Type") == "Condition":
+            args = step.get("Arguments", {})
+            found += _all_steps(args.get("IfSteps", []) + args.get("ElseSteps", []))
+    return found
 
 
 # -- the service model -------------------------------------------------------------------------
@@ -54,51 +180,54 @@ def _input_shape(operation: str):
     return botocore.session.get_session().get_service_model("sagemaker").operation_model(operation).input_shape
 
 
-def model_problems(operation: str, request: dict) -> list[str]:
+def model_problems(operation: str, request: dict) -> list[Problem]:
     from botocore.validate import ParamValidator
 
     shape = _input_shape(operation)
     report = ParamValidator().validate(request, shape)
     if report.has_errors():
         lines = [line.strip() for line in report.generate_report().splitlines() if line.strip()]
-        return lines[1:] if lines[0].startswith("Parameter validation failed") else lines
-    return list(_constraints(request, shape, "request"))
+        return [Problem(line) for line in (lines[1:] if lines[0].startswith("Parameter validation failed") else lines)]
+    return list(_constraints(request, shape, "request", ()))
 
 
-def _constraints(value, shape, path: str) -> Iterator[str]:
+def _constraints(value, shape, path: str, where: tuple) -> Iterator[Problem]:
     """What botocore does not check client-side: max, enum, pattern."""
     meta = shape.metadata
     kind = shape.type_name.lower()
     if kind == "structure":
         for name, member in shape.members.items():
             if name in value:
-                yield from _constraints(value[name], member, f"{path}.{name}")
+                yield from _constraints(value[name], member, f"{path}.{name}", (*where, name))
         return
     if kind == "list":
-        yield from _size(len(value), meta, path, "items")
+        yield from _size(len(value), meta, path, "items", where)
         for i, item in enumerate(value):
-            yield from _constraints(item, shape.member, f"{path}[{i}]")
+            yield from _constraints(item, shape.member, f"{path}[{i}]", (*where, i))
         return
     if kind == "map":
-        yield from _size(len(value), meta, path, "entries")
+        yield from _size(len(value), meta, path, "entries", where)
         for key, item in value.items():
-            yield from _constraints(key, shape.key, f"{path} key {key[:40]!r}")
-            yield from _constraints(item, shape.value, f"{path}[{key[:40]!r}]")
+            yield from _constraints(key, shape.key, f"{path} key {key[:40]!r}", ())  # a key's origin is not traced
+            yield from _constraints(item, shape.value, f"{path}[{key[:40]!r}]", (*where, key))
         return
     if kind == "string":
-        yield from _size(len(value), meta, path, "characters")
+        yield from _size(len(value), meta, path, "characters", where)
         if shape.enum and value not in shape.enum:
-            yield f"Invalid value {value!r} for {path}, valid values: {', '.join(shape.enum)}"
+            yield Problem(f"Invalid value {value!r} for {path}, valid values: {', '.join(shape.enum)}", where)
         pattern = _pattern(meta.get("pattern"))
         if pattern is not None and not pattern.fullmatch(value):
-            yield f"Value {value[:80]!r} at {path} failed to satisfy constraint: Member must satisfy regular expression pattern: {meta['pattern']}"
+            yield Problem(f"Value {value[:80]!r} at {path} failed to satisfy constraint: Member must satisfy regular expression "
+                          f"pattern: {meta['pattern']}", where)
     elif kind in ("integer", "long", "float", "double") and "max" in meta and value > meta["max"]:
-        yield f"Value {value} at {path} failed to satisfy constraint: Member must have value less than or equal to {meta['max']}"
+        yield Problem(f"Value {value} at {path} failed to satisfy constraint: Member must have value less than or equal to "
+                      f"{meta['max']}", where)
 
 
-def _size(size: int, meta: dict, path: str, unit: str) -> Iterator[str]:
+def _size(size: int, meta: dict, path: str, unit: str, where: tuple) -> Iterator[Problem]:
     if "max" in meta and size > meta["max"]:
-        yield f"Value at {path} failed to satisfy constraint: Member must have length less than or equal to {meta['max']} (has {size} {unit})"
+        yield Problem(f"Value at {path} failed to satisfy constraint: Member must have length less than or equal to "
+                      f"{meta['max']} (has {size} {unit})", where, size, meta["max"], unit)
 
 
 @functools.lru_cache(maxsize=None)

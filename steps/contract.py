@@ -67,6 +67,18 @@ METRIC_DEFINITIONS = [
 
 
 # -- tunables --------------------------------------------------------------------------------------
+MAX_PARAMETER_CHARS = 1024  # StartPipelineExecution: PipelineParameters[].Value
+# what to do with a value too long for the request member it ends up in (or for a pipeline parameter)
+LONG_VALUE_FIX = "put it in a file (an S3 object in the cloud) and pass the file's location instead"
+LONG_VALUE_FIXES = {
+    "InputData": "use a shorter S3 prefix (or local folder path) for the raw images",
+    "Workload": "use a shorter module path for the workload",
+    "WorkloadOptions": "keep long or fixed options in the workload module itself (its defaults) and pass only the ones "
+                       "that change per run",
+    "PriceOverrides": "it names the price file, it does not hold it: pass the file (--prices FILE) or its s3:// URI",
+}
+
+
 @dataclass(frozen=True)
 class Tunable:
     """One pipeline parameter. ``flag``: its `hetero run` option (without dashes); ``hyperparameter``:
@@ -86,6 +98,10 @@ class Tunable:
     def parse(self, raw: Any, *, what: str = "parameter") -> Any:
         """A user-supplied value (a string from a CLI/env, or typed) -> the checked value."""
         value = self._typed(raw, what)
+        if self.type is str and len(value) > MAX_PARAMETER_CHARS:
+            raise UserError(f"{what} {self.name} is {len(value)} characters long; a SageMaker pipeline parameter value may have "
+                            f"at most {MAX_PARAMETER_CHARS}: {LONG_VALUE_FIXES.get(self.name, LONG_VALUE_FIX)}",
+                            headline=f"bad {what}")
         if self.choices and value not in self.choices:
             raise UserError(f"{what} {self.name}={value!r}: allowed values are {', '.join(map(str, self.choices))}",
                             headline=f"bad {what}")
@@ -155,8 +171,9 @@ TUNABLES: tuple[Tunable, ...] = (
     Tunable("MaxCorruptShare", float, 0.01, "Fail training when more than this share of an epoch's samples does not "
             "decode (0: none may; 1: never fail on corrupt data).", minimum=0, maximum=1, flag="max-corrupt-share",
             hyperparameter="max_corrupt_share"),
-    Tunable("PriceOverrides", str, "{}", "JSON price table entries replacing or extending the bundled on-demand prices, "
-            "e.g. {\"prices\": {\"ml.g6.xlarge\": 0.98}} (hetero run --prices FILE reads it from a file).", json_object=True),
+    Tunable("PriceOverrides", str, "", "A JSON price file replacing or extending the bundled on-demand prices (schema: "
+            "steps/evaluate/prices.py; `hetero prices refresh` writes one): an s3:// URI in the cloud (hetero start --prices FILE "
+            "uploads it), a file locally (hetero run --prices FILE); empty: none (the deployed default is an object holding {})."),
     Tunable("RunBaseline", bool, True, "Also train homogeneously (dnn group alone) for the price-performance comparison."),
     Tunable("ImprovementThreshold", float, -1.0, "Fail the execution when price-performance improvement is below this "
             "(-1: never; above -1 needs RunBaseline=true).", minimum=-1, maximum=1, flag="threshold"),

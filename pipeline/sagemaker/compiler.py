@@ -15,6 +15,7 @@ from pipeline.sagemaker.offline import session
 from pipeline.sagemaker.settings import (
     CODE_CHANNEL_DIR, CODE_DIR, MAX_RUNTIME_S, MAX_WAIT_S, PROCESSING_ROOT, PROPERTY_FILE, TRAINING_RETRY_ATTEMPTS, VOLUME_GB,
     DeploySettings, code_file,
+    default_price_overrides_uri,
 )
 from steps.contract import CHECKPOINT_FOLDER, CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, METRIC_DEFINITIONS, REPLICATED, RESULTS_FOLDER
 
@@ -39,6 +40,8 @@ class Compiler:
             return f"s3://{self.s.bucket}/{self.s.prefix}/raw/"
         if p.name == "DataSource":
             return "FSx" if self.s.fsx else "S3"
+        if p.name == "PriceOverrides":  # a processing input's S3Uri cannot be empty: an object that overrides nothing
+            return self.s.price_overrides_uri or default_price_overrides_uri(self.s)
         return p.default
 
     # values of the graph -> pipeline expressions

@@ -62,6 +62,16 @@ class DeploySettings:
     network_isolation: bool = False
     # training jobs on managed spot capacity (up to 90% cheaper, may be interrupted: they resume from their checkpoint)
     spot: bool = False
+    # the PriceOverrides parameter's default: an S3 object holding {} (no overrides; the CDK app deploys one as an asset).
+    # None: s3://<bucket>/<prefix>/price-overrides/none.json, which whoever deploys the definition otherwise uploads
+    price_overrides_uri: str | None = None
+
+
+PRICE_OVERRIDES_FOLDER = "price-overrides"  # under s3://<bucket>/<prefix>/: price files `hetero start --prices FILE` uploads
+
+
+def default_price_overrides_uri(settings: DeploySettings) -> str:
+    return f"s3://{settings.bucket}/{settings.prefix}/{PRICE_OVERRIDES_FOLDER}/none.json"
 
 
 def check(settings: DeploySettings) -> None:

@@ -169,14 +169,14 @@ def summary_line(doc: dict) -> str:
 # --- the step ---
 
 def evaluate(*, heterogeneous: str | Path, baseline: str | Path | None, output: str | Path,
-             prices_file: str | Path | None = None, price_overrides: str | None = None, execution_id: str | None = None,
+             prices_file: str | Path | None = None, execution_id: str | None = None,
              store_uri: str | None = None, billing: dict | None = None) -> dict:
     """Write price_performance.json to ``output`` (and to the store if given); return it."""
     if execution_id is not None:
         validate_execution_id(execution_id)
     if store_uri and execution_id is None:
         raise UserError("--store needs --execution-id: results are keyed by pipeline execution id")
-    prices = load_prices(prices_file, override_json=price_overrides)
+    prices = load_prices(prices_file)
     hetero_metrics = load_metrics(heterogeneous)
     baseline_metrics = load_metrics(baseline) if baseline is not None else None
     doc = price_performance(hetero_metrics, baseline_metrics, prices, execution_id=execution_id, billing=billing)
@@ -243,8 +243,8 @@ def build_parser() -> StepArgumentParser:
                         help="metrics.json, a directory holding one, or model.tar.gz (default: %(default)s)")
     parser.add_argument("--baseline", default=None,
                         help=f"same forms; default {DEFAULT_BASELINE} if present, else no baseline")
-    parser.add_argument("--prices", default=None, help="JSON price override file (schema: steps/evaluate/prices.py)")
-    parser.add_argument("--price-overrides", default=None, help="the same as JSON text (the PriceOverrides parameter; {}: none)")
+    parser.add_argument("--prices", default=None, help="JSON price override file, or a folder holding one (the PriceOverrides "
+                        "input); {} overrides nothing (schema: steps/evaluate/prices.py)")
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="where price_performance.json goes (default: %(default)s)")
     parser.add_argument("--execution-id", default=None, help="pipeline execution id; required with --store")
     parser.add_argument("--store", default=None, help="results store: s3://bucket/prefix, file:///dir or a path")
@@ -257,7 +257,7 @@ def build_parser() -> StepArgumentParser:
 
 def _step(args) -> None:
     evaluate(heterogeneous=args.heterogeneous, baseline=resolve_baseline(args.baseline), output=args.output,
-             prices_file=args.prices, price_overrides=args.price_overrides, execution_id=args.execution_id, store_uri=args.store,
+             prices_file=args.prices, execution_id=args.execution_id, store_uri=args.store,
              billing={run: parse_billing(getattr(args, f"billing_{run}"), run) for run in ("heterogeneous", "baseline")})
 
 

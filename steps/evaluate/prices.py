@@ -9,7 +9,9 @@ replaces or extends entries::
      "prices": {"ml.c5.18xlarge": 3.1, "ml.c6i.32xlarge": 6.528}}
 
 Only ``prices`` is required in an override. An override for another region
-replaces the whole table: us-east-1 prices say nothing about eu-west-1.
+replaces the whole table: us-east-1 prices say nothing about eu-west-1. An empty
+object, ``{}``, overrides nothing (the PriceOverrides parameter's default object holds it).
+A folder holding one JSON file stands for that file (a processing job's input).
 
     >>> from steps.evaluate.prices import load_prices
     >>> load_prices().hourly("ml.p4d.24xlarge")
@@ -34,6 +36,11 @@ _OVERRIDE_HINT = (
     'add it with an override file, e.g. --prices my-prices.json containing '
     '{{"prices": {{"{itype}": <USD per hour>}}}} (see steps/evaluate/prices.py)'
 )
+
+# what every schema error shows, so a bad file can be fixed from the message alone
+SCHEMA = ('expected a JSON object {"prices": {"ml.<type>": <USD per hour>, ...}} with optional "source", "as_of", '
+          '"region" (non-empty strings) and "currency": "USD", as `hetero prices refresh` writes it (steps/evaluate/prices.py)')
+NO_OVERRIDES: dict = {}  # the override document that changes nothing
 
 
 @dataclass(frozen=True)
@@ -70,21 +77,15 @@ class PriceTable:
         )
 
 
-def load_prices(override_path: str | Path | None = None, *, override_json: str | None = None) -> PriceTable:
-    """The bundled table, with entries from ``override_path`` (a file) or ``override_json`` (its text,
-    the PriceOverrides parameter; "{}": none) replacing or extending it."""
+def load_prices(override_path: str | Path | None = None) -> PriceTable:
+    """The bundled table, with entries from the override file ``override_path`` (or the one JSON file in that
+    folder) replacing or extending it; an override document ``{}`` changes nothing."""
     bundled = _read_table(BUNDLED_PRICES, require_provenance=True)
-    if override_json not in (None, "", "{}"):
-        try:
-            doc = json.loads(override_json)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"price overrides {override_json[:80]!r} are not valid JSON: {exc}") from None
-        override = _parse_table(doc, "PriceOverrides", require_provenance=False)
-        override_path = "PriceOverrides"
-    elif override_path is None:
+    if override_path is None:
         return bundled
-    else:
-        override = _read_table(Path(override_path), require_provenance=False)
+    override = _read_table(_override_file(Path(override_path)), require_provenance=False)
+    if override is None:
+        return bundled
     if override.region != bundled.region:
         return override
     return PriceTable(
@@ -96,7 +97,18 @@ def load_prices(override_path: str | Path | None = None, *, override_json: str |
     )
 
 
-def _read_table(path: Path, *, require_provenance: bool) -> PriceTable:
+def _override_file(path: Path) -> Path:
+    """``path``, or the one file in the folder ``path`` (how a processing job receives an S3 object)."""
+    if not path.is_dir():
+        return path
+    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    if len(files) != 1:
+        raise UserError(f"price folder {path} holds {len(files)} files ({', '.join(p.name for p in files[:5]) or 'none'}); "
+                        "it must hold exactly one price file: pass that file to --prices")
+    return files[0]
+
+
+def _read_table(path: Path, *, require_provenance: bool) -> PriceTable | None:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -104,23 +116,25 @@ def _read_table(path: Path, *, require_provenance: bool) -> PriceTable:
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read price file {path}: {exc}") from None
     except json.JSONDecodeError as exc:
-        raise UserError(f"price file {path} is not valid JSON: {exc}") from None
+        raise UserError(f"price file {path} is not valid JSON: {exc}; {SCHEMA}") from None
+    if doc == NO_OVERRIDES and not require_provenance:
+        return None
     return _parse_table(doc, path, require_provenance=require_provenance)
 
 
 def _parse_table(doc, path, *, require_provenance: bool) -> PriceTable:
     if not isinstance(doc, dict):
-        raise UserError(f"price file {path}: top level must be a JSON object with a 'prices' key")
+        raise UserError(f"price file {path}: top level must be a JSON object with a 'prices' key; {SCHEMA}")
     meta = {}
     for key in ("source", "as_of", "region"):
         value = doc.get(key)
         if value is None and not require_provenance:
             continue
         if not isinstance(value, str) or not value:
-            raise UserError(f"price file {path}: key {key!r} must be a non-empty string, got {value!r}")
+            raise UserError(f"price file {path}: key {key!r} must be a non-empty string, got {value!r}; {SCHEMA}")
         meta[key] = value
     if "currency" in doc and doc["currency"] != "USD":
-        raise UserError(f"price file {path}: key 'currency' must be 'USD', got {doc['currency']!r}")
+        raise UserError(f"price file {path}: key 'currency' must be 'USD', got {doc['currency']!r}; {SCHEMA}")
     return PriceTable(
         usd_per_hour=_validate_prices(path, doc.get("prices")),
         source=meta.get("source", f"override file {path}"),
@@ -132,11 +146,11 @@ def _parse_table(doc, path, *, require_provenance: bool) -> PriceTable:
 
 def _validate_prices(path: Path, prices) -> dict[str, float]:
     if not isinstance(prices, dict) or not prices:
-        raise UserError(f"price file {path}: key 'prices' must be a non-empty object of instance type -> USD per hour")
+        raise UserError(f"price file {path}: key 'prices' must be a non-empty object of instance type -> USD per hour; {SCHEMA}")
     for itype, price in prices.items():
         if not itype.startswith("ml."):
-            raise UserError(f"price file {path}: key {itype!r} must be a SageMaker instance type such as 'ml.c5.18xlarge'")
+            raise UserError(f"price file {path}: key {itype!r} must be a SageMaker instance type such as 'ml.c5.18xlarge'; {SCHEMA}")
         # bool is an int subclass; true is not a price.
         if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) or price <= 0:
-            raise UserError(f"price file {path}: price for key {itype!r} must be a positive number of USD per hour, got {price!r}")
+            raise UserError(f"price file {path}: price for key {itype!r} must be a positive number of USD per hour, got {price!r}; {SCHEMA}")
     return {itype: float(price) for itype, price in prices.items()}

@@ -36,15 +36,17 @@ class Candidate:
     label: int
 
 
-def scan_input(input_dir: Path) -> tuple[list[str], list[Candidate], list[dict]]:
-    """Return (classes, image candidates in id order, skipped files with reasons)."""
+def scan_input(input_dir: Path, *, source: str | None = None) -> tuple[list[str], list[Candidate], list[dict]]:
+    """Return (classes, image candidates in id order, skipped files with reasons). ``source``: how messages name the
+    input (the user's name for it, when ``input_dir`` is a copy)."""
+    source = source or str(input_dir)
     if not input_dir.is_dir():
-        raise UserError(f"input folder {input_dir} does not exist or is not a folder; {LAYOUT_HINT}",
+        raise UserError(f"input folder {source} does not exist or is not a folder; {LAYOUT_HINT}",
                         headline="missing input")
     top = sorted(p for p in input_dir.iterdir() if not p.name.startswith("."))
     classes = [p.name for p in top if p.is_dir()]
     if not classes:
-        raise UserError(f"no class folders in {input_dir}; {LAYOUT_HINT}", headline="empty dataset")
+        raise UserError(f"no class folders in {source}; {LAYOUT_HINT}", headline="empty dataset")
     skipped = [{"path": p.name, "reason": "not inside a class folder"} for p in top if not p.is_dir()]
     candidates = []
     for label, name in enumerate(classes):

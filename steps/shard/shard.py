@@ -58,33 +58,36 @@ MB = 1024 * 1024
 
 
 def shard_dataset(input_dir, output_dir, *, target_shard_mb: float = 64, data_hosts: int = 1,
-                  validation_fraction: float = 0.1, seed: int = 0, shard_format: str = "webdataset") -> dict:
+                  validation_fraction: float = 0.1, seed: int = 0, shard_format: str = "webdataset",
+                  input_source: str | None = None) -> dict:
     """Validate, split and shard ``input_dir`` into ``output_dir``; return the manifest.
 
-    ``shard_format`` is ``"webdataset"`` (tar) or ``"tfrecord"``.
+    ``shard_format`` is ``"webdataset"`` (tar) or ``"tfrecord"``. ``input_source``: the input as the user named it
+    (an S3 prefix, a folder), which messages name instead of ``input_dir`` when the step reads a copy of it.
     """
     target_bytes = _check_options(target_shard_mb, data_hosts, validation_fraction, shard_format)
     input_dir, output_dir = Path(input_dir), Path(output_dir)
+    source = input_source or str(input_dir)
     if output_dir.resolve().is_relative_to(input_dir.resolve()):
-        raise UserError(f"output folder {output_dir} is inside input folder {input_dir}; "
+        raise UserError(f"output folder {output_dir} is inside input folder {source}; "
                         "it would be read as a class on the next run, choose another --output")
-    classes, candidates, skipped = scan_input(input_dir)
+    classes, candidates, skipped = scan_input(input_dir, source=source)
     clear_previous_output(output_dir)
     quarantined = quarantine_corrupt(candidates, output_dir)
     bad = {q["path"] for q in quarantined}
     items = assign_ids([c for c in candidates if c.rel not in bad])
     if not items:
-        raise UserError(f"no readable images in {input_dir} ({len(quarantined)} corrupt, "
+        raise UserError(f"no readable images in {source} ({len(quarantined)} corrupt, "
                         f"{len(skipped)} skipped); {LAYOUT_HINT}", headline="empty dataset")
     present = sorted({classes[item.label] for item in items})
     if len(present) < 2:
-        raise UserError(f"{input_dir} holds readable images of {len(present)} class ({', '.join(present)}): a classifier needs "
+        raise UserError(f"{source} holds readable images of {len(present)} class ({', '.join(present)}): a classifier needs "
                         f"at least two, or it trains to 100% accuracy and learns nothing; add one folder per class "
                         f"({len(classes)} class folder(s) found, {len(quarantined)} corrupt image(s) quarantined)",
                         headline="too few classes")
     train, validation = split(items, validation_fraction, seed)
     if len(train) < data_hosts:
-        raise UserError(f"{data_hosts} data hosts but only {len(train)} training samples; "
+        raise UserError(f"{data_hosts} data hosts but only {len(train)} training samples in {source}; "
                         "lower --data-hosts or add data")
     train_count = plan_shard_count(train, target_bytes, data_hosts, shard_format=shard_format)
     train_groups = deal(shuffled(train, seed), train_count)
@@ -96,7 +99,7 @@ def shard_dataset(input_dir, output_dir, *, target_shard_mb: float = 64, data_ho
                 "quarantined": len(quarantined), "skipped": len(skipped)}
     write_json(output_dir / "manifest.json", manifest)
     write_json(output_dir / "report.json",
-               report(input_dir, classes, candidates, train, validation, quarantined, skipped))
+               report(source, classes, candidates, train, validation, quarantined, skipped))
     return manifest
 
 
@@ -127,6 +130,8 @@ def summary_line(manifest: dict) -> str:
 def build_parser() -> StepArgumentParser:
     parser = StepArgumentParser(description="Validate a class-per-folder image dataset and write tar or TFRecord shards.")
     parser.add_argument("--input", default=DEFAULT_INPUT, help="class-per-folder images (default: %(default)s)")
+    parser.add_argument("--input-source", default=None,
+                        help="the input as the user named it (the pipeline's InputData), named in messages (default: --input)")
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="shards, manifest, report (default: %(default)s)")
     parser.add_argument("--target-shard-mb", type=float, default=64.0,
                         help=f"shard size aim, {MIN_SHARD_MB}..{MAX_SHARD_MB} MB (default: %(default)s)")
@@ -142,7 +147,7 @@ def build_parser() -> StepArgumentParser:
 def _step(args) -> None:
     manifest = shard_dataset(args.input, args.output, target_shard_mb=args.target_shard_mb,
                              data_hosts=args.data_hosts, validation_fraction=args.validation_fraction,
-                             seed=args.seed, shard_format=args.shard_format)
+                             seed=args.seed, shard_format=args.shard_format, input_source=args.input_source)
     write_job_secret(Path(args.output) / SECRET_CHANNEL)  # fresh each run: this execution's data-plane secret
     print(summary_line(manifest), flush=True)
 

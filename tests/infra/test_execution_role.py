@@ -166,3 +166,11 @@ def test_vpc_permissions_only_with_fsx(synth_default, synth_fsx):
     assert "JobNetworkInterfaces" not in _by_sid(synth_default)
     enis = json.dumps(_by_sid(synth_fsx)["JobNetworkInterfaces"]["Resource"])
     assert ":network-interface/*" in enis and ":subnet/" in enis and enis.count(":security-group/") == 2
+
+
+def test_the_default_price_overrides_object_is_readable_as_one_object(synth_default):
+    """Evaluate downloads the PriceOverrides default as an S3Prefix input: it lists the key and gets it, nothing else."""
+    read = json.dumps(_by_sid(synth_default)["ReadDefaultPriceOverrides"]["Resource"])
+    assert read.endswith('.json"]]}') and "cdk-" in read and "*" not in read
+    listed = _by_sid(synth_default)["ListDefaultPriceOverrides"]
+    assert listed["Action"] == "s3:ListBucket" and "s3:prefix" in json.dumps(listed["Condition"])

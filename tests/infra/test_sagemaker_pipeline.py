@@ -163,3 +163,16 @@ def test_spot_context_puts_every_training_job_on_managed_spot_with_its_checkpoin
     text = json.dumps(pipeline["Properties"]["PipelineDefinition"]["PipelineDefinitionBody"])
     assert text.count('\\"EnableManagedSpotTraining\\":true') == 2  # TrainHeterogeneous and TrainBaseline
     assert text.count('\\"MaxWaitTimeInSeconds\\":43200') == 2 and text.count('\\"LocalPath\\":\\"/opt/ml/checkpoints\\"') == 2
+
+
+def test_the_price_overrides_default_is_an_asset_object_holding_nothing_to_override(synth_default):
+    """A processing input cannot have an empty S3Uri: when no price file is passed, Evaluate reads this one ({})."""
+    definition, tokens = embedded_definition(synth_default)
+    default = {p["Name"]: p for p in definition["Parameters"]}["PriceOverrides"]["DefaultValue"]
+    bucket, key = re.fullmatch(r"s3://@@TOKEN(\d+)@@/([0-9a-f]{64}\.json)", default).groups()
+    assert tokens[int(bucket)] == {"Fn::Sub": "cdk-hnb659fds-assets-${AWS::AccountId}-us-east-1"}
+    (asset,) = synth_default.outdir.glob(f"asset.{key[:-len('.json')]}.json")
+    assert json.loads(asset.read_text()) == {}
+    for name in ("Evaluate", "EvaluateWithoutBaseline"):
+        inputs = {i["InputName"]: i["S3Input"]["S3Uri"] for i in all_steps(definition)[name]["Arguments"]["ProcessingInputs"]}
+        assert inputs["prices"] == {"Get": "Parameters.PriceOverrides"}

@@ -29,6 +29,8 @@ def test_command_line_strings_are_converted():
     ({"hetero:framework": "jax"}, "hetero:framework='jax': use one of pytorch, tensorflow"),
     ({"hetero:pytorchTrainingImage": "x"}, "hetero:pytorchTrainingImage"),  # renamed to hetero:trainingImage
     ({"hetero:dlcAccount": "763104351884"}, "hetero:dlcAccount"),  # removed: the account comes from each image URI
+    ({"hetero:retrainParameters": {"PriceOverrides": '{"prices": {"ml.g5.xlarge": 1.0}}'}},
+     "PriceOverrides=.*must be the s3:// URI of a JSON price file"),  # the file, never its text (Evaluate reads it as an input)
     ({"hetero:trainingImage": "img:gpu"}, "hetero:trainingImage: image 'img:gpu' is not an ECR image URI"),
     ({"hetero:processingImage": "public.ecr.aws/x/y:1"}, "hetero:processingImage: image 'public.ecr.aws/x/y:1'"),
 ])

@@ -90,8 +90,68 @@ def test_a_prices_file_makes_a_new_instance_type_known(tmp_path):
         _validate(params)
     args = cli._parser().parse_args(["run", "--prices", str(prices), "--dnn-instance-type", "ml.p9.mega"])
     params = resolve_parameters(*cli._layers(args))
-    assert json.loads(params["PriceOverrides"]) == {"prices": {"ml.p9.mega": 99.0}}  # the Evaluate step prices with it
+    assert params["PriceOverrides"] == str(prices)  # the file, which the Evaluate step reads as an input
     _validate(params)  # known now: no error
+
+
+@pytest.mark.parametrize("doc", ['{"prices": {"c5.xlarge": 0.2}}', '{"ml.c5.xlarge": 0.2}', "[1, 2]", "{bad json"])
+def test_a_bad_price_file_shows_the_expected_schema(tmp_path, capsys, doc):
+    prices = tmp_path / "prices.json"
+    prices.write_text(doc)
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--prices", str(prices))
+    assert code == 2 and "Traceback" not in err and str(prices) in err
+    assert '{"prices": {"ml.<type>": <USD per hour>, ...}}' in err and "hetero prices refresh" in err
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_refreshed_100_type_price_file_is_taken_by_run_and_plan(tmp_path, capsys):
+    from tests.pipeline.conftest import refreshed_price_file
+    from tests.steps.evaluate.test_evaluate import write_json
+    from tests.steps.evaluate.test_plan import _run
+
+    prices = refreshed_price_file(tmp_path / "prices-override.json", prices={"ml.p9.mega": 99.0})
+    assert len(prices.read_text()) > 2048  # over any request member's limit: it travels as a file
+    args = cli._parser().parse_args(["run", "--prices", str(prices), "--dnn-instance-type", "ml.p9.mega"])
+    _validate(resolve_parameters(*cli._layers(args)))
+    hetero = write_json(tmp_path / "h" / "metrics.json", _run())
+    assert main(["plan", "--metrics", str(hetero), "--prices", str(prices), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["unpriced"] == [] and str(prices) in plan["prices"]["source"]  # every catalogue type priced from the file
+
+
+@pytest.mark.parametrize("module,expected", [
+    ("no_such_pkg.workload", r"workload module 'no_such_pkg.workload' cannot be imported: no no_such_pkg/workload.py in"),
+    ("steps.train.workload", r"workload module 'steps.train.workload' \(.*steps/train/workload.py\) defines no WORKLOAD: add "
+                             r"WORKLOAD = "),
+    ("not a module", r"workload module 'not a module' cannot be imported"),
+])
+def test_an_unknown_workload_is_refused_before_any_work(tmp_path, capsys, module, expected):
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--workload", module)
+    assert code == 2 and "Traceback" not in err and err.startswith("error: bad workload: ")
+    assert __import__("re").search(expected, err), err
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_workload_beside_the_code_or_in_the_current_folder_is_accepted(tmp_path, monkeypatch):
+    cli.check_workload("tests.fixtures.tiny_workload", roots=cli._local_roots())  # the repository root: where `make run` runs
+    (tmp_path / "mine.py").write_text("from tests.fixtures.tiny_workload import Tiny as WORKLOAD\n")
+    monkeypatch.chdir(tmp_path)
+    cli.check_workload("mine", roots=cli._local_roots())
+    with pytest.raises(UserError, match="not in the deployed code: the pipeline ships steps/ only"):
+        cli.check_workload("mine", roots=[cli.STEPS_DIR.parent], deployed=True)
+
+
+def test_a_request_over_a_service_limit_is_refused_before_any_step_runs(tmp_path, capsys):
+    """A folder path that makes the Shard step's --input-source argument longer than 256 characters: refused when the run
+    starts, naming the parameter, its length, the limit and the fix; no step ran and no sample data was generated."""
+    deep = tmp_path.joinpath(*["d" * 60] * 4)
+    deep.mkdir(parents=True)
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--input", str(deep))
+    assert code == 2 and "Traceback" not in err
+    length = len(f"s3://local{deep}/")
+    assert f"step Shard: " in err and f"from parameter InputData ({length} characters)" in err, err
+    assert "CreateProcessingJob allows at most 256: use a shorter S3 prefix (or local folder path)" in err
+    assert not list((tmp_path / "w").glob("local-*")) and not (tmp_path / "w" / "sample-data").exists()
 
 
 def test_plan_needs_an_execution_or_metrics_and_says_why_it_cannot_plan(tmp_path, capsys):
@@ -190,3 +250,49 @@ def test_every_hetero_command_the_code_and_docs_name_exists():
             if command not in options or (option and option not in options[command]):
                 wrong.append(f"{path.relative_to(root)}: {m.group(0)!r}")
     assert not wrong, wrong
+
+
+@pytest.mark.e2e
+def test_run_prices_with_a_refreshed_100_type_file_through_the_evaluate_step(tmp_path, capsys, no_leftovers):
+    """The file `hetero prices refresh` writes (about 100 types, several KB) reaches Evaluate as a processing input, through
+    the same compiled request as in the cloud, and prices the run; the cheapest whole run: no baseline, one epoch."""
+    from tests.pipeline.conftest import refreshed_price_file
+
+    prices = refreshed_price_file(tmp_path / "prices-override.json", prices={"ml.g5.xlarge": 2.5, "ml.c5.4xlarge": 1.25})
+    work = tmp_path / "w"
+    code = main(["run", "--work-dir", str(work), "--prices", str(prices), "--no-baseline", "--sample-images", "80", "--epochs", "1",
+                 "--batch-size", "32", "--shard-size-mb", "1"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    (run,) = work.glob("local-*")
+    request = json.loads((run / "definition.json").read_text())
+    assert "PriceOverrides" not in json.dumps([s.get("Arguments", {}).get("AppSpecification") for s in _steps(request)])
+    doc = json.loads((run / "EvaluateWithoutBaseline" / "price_performance.json").read_text())
+    hetero = doc["runs"]["heterogeneous"]
+    assert {g["instance_type"]: g["instance_usd_per_hour"] for g in hetero["instance_groups"]} == {"ml.c5.4xlarge": 1.25, "ml.g5.xlarge": 2.5}
+    assert hetero["cluster_usd_per_hour"] == 3.75
+    assert "AWS Price List API" in doc["prices"]["source"] and doc["prices"]["as_of"].endswith(json.loads(prices.read_text())["as_of"])
+    linked = run / "jobs" / "EvaluateWithoutBaseline" / "opt" / "ml" / "processing" / "input" / "prices" / prices.name
+    assert linked.resolve() == prices.resolve()  # provisioned as the input's object, as SageMaker downloads it
+
+
+def _steps(definition: dict) -> list:
+    from pipeline.sagemaker import all_steps
+
+    return list(all_steps(definition).values())
+
+
+@pytest.mark.e2e
+def test_a_data_set_error_in_the_shard_step_names_the_users_input_folder(tmp_path, capsys):
+    """The step reads its container copy (<job>/opt/ml/processing/input/input); the message names the folder the user
+    passed, handed to the step as data (--input-source, the InputData parameter), never the copy."""
+    from pipeline.sample_data import generate
+
+    one_class = tmp_path / "my_images"
+    generated = generate(tmp_path / "all", samples=16, image_size=32)
+    first = sorted(p for p in generated.iterdir() if p.is_dir())[0]
+    shutil.copytree(first, one_class / first.name)
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--input", str(one_class))
+    assert code == 2 and "Traceback" not in err
+    assert f"step Shard" in err and f"{one_class} holds readable images of 1 class" in err, err
+    assert "opt/ml" not in err

@@ -29,14 +29,16 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+MINIMAL_DEFINITION = {"Version": "2020-12-01", "Steps": [],
+                      "Parameters": [{"Name": p.name, "Type": {int: "Integer", float: "Float", bool: "Boolean"}.get(p.type, "String"),
+                                      "DefaultValue": p.default} for p in PARAMETERS]}
+
+
 @pytest.fixture
 def sagemaker(aws_env):
     """A moto SageMaker with the pipeline created (a minimal definition declaring our parameters)."""
     client = boto3.client("sagemaker")
-    definition = {"Version": "2020-12-01", "Steps": [],
-                  "Parameters": [{"Name": p.name, "Type": {int: "Integer", float: "Float", bool: "Boolean"}.get(p.type, "String"),
-                                  "DefaultValue": p.default} for p in PARAMETERS]}
-    client.create_pipeline(PipelineName=PIPELINE, PipelineDefinition=json.dumps(definition),
+    client.create_pipeline(PipelineName=PIPELINE, PipelineDefinition=json.dumps(MINIMAL_DEFINITION),
                            RoleArn="arn:aws:iam::123456789012:role/hetero-pipeline")
     return client
 
@@ -90,8 +92,9 @@ class Recorder(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802 - http.server's naming
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.server.requests.append((self.headers.get("X-Amz-Target"), body))
-        status, reply = self.server.reply
+        target = self.headers.get("X-Amz-Target")
+        self.server.requests.append((target, body))
+        status, reply = self.server.replies.get(target, self.server.reply)
         data = json.dumps(reply).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/x-amz-json-1.1")
@@ -110,6 +113,8 @@ def endpoint(aws_env, monkeypatch):
     """An HTTP endpoint that records what reaches it; AWS_ENDPOINT_URL points at it."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
     server.requests, server.reply = [], (400, {"__type": "ValidationException", "message": "canned"})
+    # the deployed definition, read before an execution starts to check its requests
+    server.replies = {"SageMaker.DescribePipeline": (200, {"PipelineDefinition": json.dumps(MINIMAL_DEFINITION)})}
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_address[1]}")
@@ -145,8 +150,8 @@ def test_bad_parameters_are_rejected_before_any_request(endpoint, capsys, param,
 def test_the_recording_endpoint_does_see_a_valid_start(endpoint, capsys):
     code, _, err = run_cli(capsys, "start", "--param", "Epochs=2")
     assert code == 2 and "canned" in err
-    [(target, body)] = endpoint.requests
-    assert target == "SageMaker.StartPipelineExecution"
+    [(describe, _), (target, body)] = endpoint.requests
+    assert describe == "SageMaker.DescribePipeline" and target == "SageMaker.StartPipelineExecution"
     assert json.loads(body)["PipelineParameters"] == [{"Name": "Epochs", "Value": "2"}]
 
 
@@ -321,3 +326,95 @@ def test_apply_plan_needs_a_results_store(sagemaker, capsys, monkeypatch):
     monkeypatch.delenv("HETERO_RESULTS_URI", raising=False)
     code, _, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--apply-plan", "x")
     assert code == 2 and "--apply-plan needs --results" in err
+
+
+# --- price files, service limits and workloads: checked before the execution starts ---
+
+DEPLOYED = "HeteroDeployed"
+
+
+@pytest.fixture
+def deployed(aws_env):
+    """A moto SageMaker with the pipeline created from the real compiled definition, and its artifact bucket."""
+    from pipeline.sagemaker import DeploySettings, build_definition
+
+    client = boto3.client("sagemaker")
+    definition = build_definition(DeploySettings(pipeline_name=DEPLOYED, region="us-east-1", role_arn="arn:aws:iam::123456789012:role/h",
+                                                 bucket=BUCKET, code_uri=f"s3://{BUCKET}/hetero/code/code.tar.gz"))
+    client.create_pipeline(PipelineName=DEPLOYED, PipelineDefinition=json.dumps(definition),
+                           RoleArn="arn:aws:iam::123456789012:role/hetero-pipeline")
+    boto3.client("s3").create_bucket(Bucket=BUCKET)
+    return client
+
+
+def sent_parameters(client, out: str) -> dict:
+    arn = re.search(r"arn: +(\S+)", out)[1]
+    return {p["Name"]: p["Value"] for p in client.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]}
+
+
+def test_start_uploads_a_refreshed_price_file_beside_the_artifacts_and_passes_its_uri(deployed, capsys, tmp_path):
+    from tests.pipeline.conftest import refreshed_price_file
+
+    prices = refreshed_price_file(tmp_path / "prices-override.json")
+    assert len(prices.read_text()) > 2048  # over a parameter value's 1024 characters: it travels as an object
+    code, out, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--prices", str(prices), "--param", "Epochs=1")
+    assert code == 0, err
+    sent = sent_parameters(deployed, out)
+    assert sent["Epochs"] == "1" and re.fullmatch(rf"s3://{BUCKET}/hetero/price-overrides/[0-9a-f]{{16}}\.json", sent["PriceOverrides"])
+    key = sent["PriceOverrides"].split("/", 3)[3]
+    assert boto3.client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read() == prices.read_bytes()
+    code, out, _ = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--prices", str(prices))
+    assert code == 0 and sent_parameters(deployed, out)["PriceOverrides"] == sent["PriceOverrides"]  # content-addressed
+
+
+def test_start_takes_an_s3_price_file_once_it_has_read_it(deployed, capsys, tmp_path):
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=BUCKET, Key="hetero/mine/prices.json", Body=b'{"prices": {"ml.p9.mega": 99.0}}')
+    uri = f"s3://{BUCKET}/hetero/mine/prices.json"
+    code, out, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--prices", uri)
+    assert code == 0, err
+    assert sent_parameters(deployed, out) == {"PriceOverrides": uri}
+    s3.put_object(Bucket=BUCKET, Key="hetero/mine/bad.json", Body=b'{"ml.p9.mega": 99.0}')
+    for bad, expected in ((f"s3://{BUCKET}/hetero/mine/bad.json", "bad price file: price file s3://hetero-artifacts/hetero/mine/"
+                                                                 "bad.json: key 'prices' must be a non-empty object"),
+                          (f"s3://{BUCKET}/hetero/mine/none.json", "cannot read the price file s3://hetero-artifacts/hetero/mine/"
+                                                                  "none.json: NoSuchKey")):
+        code, _, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--param", f"PriceOverrides={bad}")
+        assert code == 2 and expected in err, err
+    assert '{"prices": {"ml.<type>": <USD per hour>, ...}}' in run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--prices",
+                                                                       f"s3://{BUCKET}/hetero/mine/bad.json")[2]
+    assert len(deployed.list_pipeline_executions(PipelineName=DEPLOYED)["PipelineExecutionSummaries"]) == 1
+
+
+def test_start_refuses_a_request_over_a_service_limit_before_the_execution_starts(deployed, capsys):
+    long = f"s3://{BUCKET}/" + "raw-images/" * 24  # a valid parameter (<= 1024), too long for the Shard step's argument
+    code, out, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--param", f"InputData={long}")
+    assert code == 2 and not out and "Traceback" not in err
+    assert (f"step Shard: An error occurred (ValidationException) when calling the CreateProcessingJob operation: "
+            f"AppSpecification.ContainerArguments[11] would be {len(long)} characters long, from parameter InputData "
+            f"({len(long)} characters); CreateProcessingJob allows at most 256: use a shorter S3 prefix") in err, err
+    code, _, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--param", "WorkloadOptions=" + json.dumps({"k": "x" * 1100}))
+    assert code == 2 and "parameter WorkloadOptions is 1109 characters long; a SageMaker pipeline parameter value may have at " \
+                         "most 1024: keep long or fixed options in the workload module" in err
+    assert deployed.list_pipeline_executions(PipelineName=DEPLOYED)["PipelineExecutionSummaries"] == []
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--param", "Workload=my_pkg.my_workload"], "workload module 'my_pkg.my_workload' is not in the deployed code: the pipeline "
+                                                 "ships steps/ only"),
+    (["--param", "Workload=steps.train.workloads.nope"], "workload module 'steps.train.workloads.nope' cannot be imported"),
+    (["--param", "Workload=steps.train.workload"], "defines no WORKLOAD"),
+    (["--prices", "no-such-prices.json"], "PriceOverrides 'no-such-prices.json' (--prices): no such file"),
+])
+def test_a_bad_workload_or_price_file_is_refused_before_any_request(endpoint, capsys, argv, expected):
+    code, out, err = run_cli(capsys, "start", *argv)
+    assert code == 2 and not out and expected in err, err
+    assert endpoint.requests == []
+
+
+def test_a_denied_describe_pipeline_names_the_permission(endpoint, capsys):
+    endpoint.replies["SageMaker.DescribePipeline"] = (400, {"__type": "AccessDeniedException", "Message": "not authorized"})
+    code, _, err = run_cli(capsys, "start")
+    assert code == 2 and "DescribePipeline on pipeline 'HeteroTraining' in us-east-1 was denied" in err
+    assert "needs sagemaker:DescribePipeline" in err
+    assert [t for t, _ in endpoint.requests] == ["SageMaker.DescribePipeline"]

@@ -152,10 +152,12 @@ def test_every_graph_parameter_is_a_pipeline_parameter_with_its_default(definiti
     assert list(declared) == [p.name for p in PARAMETERS]
     for p in PARAMETERS:
         assert declared[p.name]["Type"] == TYPES[p.type], p.name
-        if p.name not in ("InputData", "DataSource"):
+        if p.name not in ("InputData", "DataSource", "PriceOverrides"):
             assert declared[p.name]["DefaultValue"] == p.default, p.name
     assert declared["InputData"]["DefaultValue"] == f"s3://{BUCKET}/hetero/raw/"
     assert declared["DataSource"]["DefaultValue"] == "S3"
+    # an object holding {} (a processing input cannot be empty): where it is unless the deployment names one (CDK: an asset)
+    assert declared["PriceOverrides"]["DefaultValue"] == f"s3://{BUCKET}/hetero/price-overrides/none.json"
 
 
 # -- training ----------------------------------------------------------------------------------
@@ -300,6 +302,41 @@ def test_evaluate_reads_both_models_and_exposes_price_performance(steps):
         assert flags[f"--billing-{run}"] == {"Std:Join": {"On": "/", "Values": [
             {"Get": f"Steps.{step}.BillableTimeInSeconds"}, {"Get": f"Steps.{step}.TrainingTimeInSeconds"}]}}
     assert "python3 steps/evaluate/evaluate.py" in evaluate["Arguments"]["AppSpecification"]["ContainerEntrypoint"][2]
+
+
+def test_the_price_file_reaches_evaluate_as_an_input_never_as_an_argument(steps, built):
+    """A refreshed table (about 100 types, several KB) is far over a ContainerArguments item's 256 characters and a
+    parameter value's 1024: the parameter is the file's S3 URI, and each Evaluate job downloads the file."""
+    for name in ("Evaluate", "EvaluateWithoutBaseline"):
+        args = steps[name]["Arguments"]
+        inputs = {i["InputName"]: i["S3Input"] for i in args["ProcessingInputs"]}
+        assert inputs["prices"]["S3Uri"] == param("PriceOverrides") and inputs["prices"]["S3DataType"] == "S3Prefix"
+        flags = args_of(steps[name])
+        assert flags["--prices"] == inputs["prices"]["LocalPath"] == "/opt/ml/processing/input/prices"
+        assert "PriceOverrides" not in json.dumps(args["AppSpecification"])
+    declared = {p["Name"]: p for p in built["tensorflow"]["Parameters"]}
+    assert declared["PriceOverrides"]["DefaultValue"] == f"s3://{BUCKET}/hetero/price-overrides/none.json"
+    named = build_definition(replace(SETTINGS, price_overrides_uri="${Token[TOKEN.301]}"))  # the CDK app's asset
+    assert {p["Name"]: p for p in named["Parameters"]}["PriceOverrides"]["DefaultValue"] == "${Token[TOKEN.301]}"
+
+
+def test_a_refreshed_100_type_price_file_passes_every_request_check(tmp_path):
+    from pipeline.validation import validate_execution
+    from tests.pipeline.conftest import refreshed_price_file
+    from tests.pipeline.test_validation import SETTINGS as CONCRETE
+
+    file = refreshed_price_file(tmp_path / "prices-override.json")
+    assert len(json.loads(file.read_text())["prices"]) == 100 and file.stat().st_size > 2048
+    definition = build_definition(CONCRETE)
+    params = {p["Name"]: p.get("DefaultValue") for p in definition["Parameters"]}
+    params["PriceOverrides"] = "s3://my-bucket/hetero/price-overrides/0123456789abcdef.json"  # what `hetero start` uploads
+    validate_execution(definition, params, {"PipelineExecutionId": "abcdef123456", "PipelineName": "hetero-test",
+                                            "PipelineExecutionArn": "arn:aws:sagemaker:eu-west-1:123456789012:pipeline/"
+                                                                    "hetero-test/execution/abcdef123456"})
+
+
+def test_shard_names_the_users_input_in_its_messages(steps):
+    assert args_of(steps["Shard"])["--input-source"] == param("InputData")
 
 
 # -- control flow ------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ definitions pass, and each rule rejects a request that breaks it, naming the ste
 from __future__ import annotations
 
 import copy
+import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -183,3 +185,90 @@ def test_processing_paths_live_under_opt_ml_processing(processing):
 def test_processing_input_names_are_unique(processing):
     processing["ProcessingInputs"][1]["InputName"] = "code"
     rejected("CreateProcessingJob", processing, "processing input names must be unique: code")
+
+
+# -- every request of an execution, with its parameters, when it starts -----------------------------
+
+from pipeline.graph import PARAMETERS, resolve_parameters  # noqa: E402
+from pipeline.validation import validate_execution  # noqa: E402
+from steps.common.errors import UserError  # noqa: E402
+
+EXECUTION = {"PipelineExecutionId": "abcdef123456", "PipelineName": "hetero-test",
+             "PipelineExecutionArn": "arn:aws:sagemaker:eu-west-1:123456789012:pipeline/hetero-test/execution/abcdef123456"}
+
+
+def rejected_at_start(definition: dict, **overrides) -> str:
+    params = {p["Name"]: p.get("DefaultValue") for p in definition["Parameters"]} | overrides
+    with pytest.raises(RequestRejected) as caught:
+        validate_execution(definition, params, EXECUTION)
+    return caught.value.one_line()
+
+
+def with_arguments(definition: dict, step: str, **members) -> dict:
+    """A copy of ``definition`` whose ``step`` has these request members added (each may read parameters)."""
+    changed = copy.deepcopy(definition)
+    for name, value in members.items():
+        all_steps(changed)[step]["Arguments"][name] = value
+    return changed
+
+
+def get(name: str) -> dict:
+    return {"Get": f"Parameters.{name}"}
+
+
+@pytest.mark.parametrize("name", [p.name for p in PARAMETERS if p.type is str and not p.choices])
+def test_every_parameter_value_is_at_most_1024_characters(name):
+    value = '{"k": "' + "x" * 1018 + '"}'  # 1027: valid JSON for WorkloadOptions, too long for any parameter
+    with pytest.raises(UserError) as caught:
+        resolve_parameters({name: value})
+    message = caught.value.one_line()
+    assert f"parameter {name} is 1027 characters long; a SageMaker pipeline parameter value may have at most 1024: " in message
+    assert resolve_parameters({name: value[:1024]}) if name != "WorkloadOptions" else True  # 1024 is allowed
+
+
+def test_the_compiled_requests_with_default_parameters_pass_at_start(compiled):
+    for definition in compiled.values():
+        validate_execution(definition, {p["Name"]: p.get("DefaultValue") for p in definition["Parameters"]}, EXECUTION)
+
+
+def test_a_container_argument_over_256_characters_is_refused_at_start_naming_the_parameter(compiled):
+    long = "s3://my-bucket/" + "raw-images/" * 24  # 279 characters: a valid parameter, too long for an argument
+    message = rejected_at_start(compiled["pytorch"], InputData=long)
+    assert message.startswith("ValidationException: step Shard: ") and "CreateProcessingJob" in message
+    assert re.search(r"AppSpecification\.ContainerArguments\[\d+\] would be 279 characters long, from parameter InputData "
+                     r"\(279 characters\); CreateProcessingJob allows at most 256: use a shorter S3 prefix", message), message
+    validate_execution(compiled["pytorch"], {p["Name"]: p.get("DefaultValue") for p in compiled["pytorch"]["Parameters"]}
+                       | {"InputData": long[:250]}, EXECUTION)
+
+
+def test_a_container_entrypoint_item_over_256_characters_is_rejected(processing):
+    processing["AppSpecification"]["ContainerEntrypoint"].append("x" * 257)
+    rejected("CreateProcessingJob", processing, r"ContainerEntrypoint\[\d\].*less than or equal to 256 \(has 257 characters\)")
+
+
+def test_environment_values_are_at_most_512_characters_in_training_and_256_in_processing(compiled):
+    options = json.dumps({"note": "x" * 290})  # 302 characters
+    env = {"Environment": {"WORKLOAD_OPTIONS": get("WorkloadOptions")}}
+    training = with_arguments(compiled["pytorch"], "TrainHeterogeneous", **env)
+    validate_execution(training, {p["Name"]: p.get("DefaultValue") for p in training["Parameters"]} | {"WorkloadOptions": options},
+                       EXECUTION)  # 302 <= 512
+    message = rejected_at_start(training, WorkloadOptions=json.dumps({"note": "x" * 600}))
+    assert re.search(r"step TrainHeterogeneous: .*Environment\.WORKLOAD_OPTIONS would be 612 characters long, from parameter "
+                     r"WorkloadOptions \(612 characters\); CreateTrainingJob allows at most 512: keep long", message), message
+    message = rejected_at_start(with_arguments(compiled["pytorch"], "Shard", **env), WorkloadOptions=options)
+    assert re.search(r"step Shard: .*Environment\.WORKLOAD_OPTIONS would be 302 characters long, from parameter WorkloadOptions "
+                     r"\(302 characters\); CreateProcessingJob allows at most 256", message), message
+
+
+def test_at_most_100_hyperparameters_of_at_most_2500_characters(compiled):
+    step = all_steps(compiled["pytorch"])["TrainHeterogeneous"]["Arguments"]
+    many = {**step["HyperParameters"], **{f"extra_{i}": "1" for i in range(100)}}
+    message = rejected_at_start(with_arguments(compiled["pytorch"], "TrainHeterogeneous", HyperParameters=many))
+    assert re.search(r"step TrainHeterogeneous: .*HyperParameters failed to satisfy constraint: Member must have length less "
+                     r"than or equal to 100 \(has \d+ entries\)", message), message
+    thrice = {**step["HyperParameters"], "options_thrice": {"Std:Join": {"On": "", "Values": [get("WorkloadOptions")] * 3}}}
+    options = json.dumps({"note": "x" * 990})  # 1002 characters: a valid parameter, 3006 joined
+    message = rejected_at_start(with_arguments(compiled["pytorch"], "TrainHeterogeneous", HyperParameters=thrice),
+                                WorkloadOptions=options)
+    assert re.search(r"HyperParameters\.options_thrice would be 3006 characters long, from parameter WorkloadOptions \(1002 "
+                     r"characters\); CreateTrainingJob allows at most 2500", message), message

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from steps.common.errors import UserError
-from steps.evaluate.prices import BUNDLED_PRICES, PriceTable, load_prices
+from steps.evaluate.prices import BUNDLED_PRICES, NO_OVERRIDES, SCHEMA, PriceTable, load_prices
 
 # Quoted or implied by the AWS heterogeneous-clusters blog (see docs/domain.md).
 BLOG_PRICES = {
@@ -92,6 +92,21 @@ def test_bad_override_file_names_file_and_key(tmp_path, doc, expected):
     with pytest.raises(UserError, match=expected) as err:
         load_prices(path)
     assert str(path) in err.value.message
+    assert SCHEMA in err.value.message  # what a good file looks like, so it can be fixed from the message alone
+
+
+def test_an_empty_object_overrides_nothing(tmp_path):
+    assert load_prices(write(tmp_path / "none.json", NO_OVERRIDES)) == load_prices()
+
+
+def test_a_folder_holding_one_file_stands_for_it_as_a_processing_input_does(tmp_path):
+    folder = tmp_path / "prices"
+    folder.mkdir()
+    write(folder / "3f2a9c.json", {"prices": {"ml.p9.mega": 99.0}})
+    assert load_prices(folder).hourly("ml.p9.mega") == 99.0
+    write(folder / "other.json", {"prices": {"ml.p9.mega": 1.0}})
+    with pytest.raises(UserError, match="holds 2 files.*must hold exactly one"):
+        load_prices(folder)
 
 
 def test_missing_override_file_is_a_user_error(tmp_path):
