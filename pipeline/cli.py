@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import json
 import textwrap
 import os
@@ -234,7 +235,21 @@ def _stop_on_signals() -> None:
         signal.signal(sig, stop)
 
 
+# framework -> (the module its local run needs, the extra of pyproject.toml that installs it)
+FRAMEWORK_PACKAGES = {"tensorflow": ("tensorflow", "tensorflow"), "ray": ("ray", "ray")}
+
+
+def _require_framework(framework: str) -> None:
+    """A framework this environment lacks is named with the one command that adds it (`make run` installs PyTorch only)."""
+    module, extra = FRAMEWORK_PACKAGES.get(framework, (None, None))
+    if module and importlib.util.find_spec(module) is None:
+        raise UserError(f"--framework {framework}: {module} is not installed in this environment ({sys.prefix}); "
+                        f"`make run ARGS=\"--framework {framework}\"` installs it (or: {sys.executable} -m pip install "
+                        f"-c {STEPS_DIR.parent / 'constraints.txt'} -e '{STEPS_DIR.parent}[{extra}]')", headline="framework not installed")
+
+
 def cmd_run(args) -> int:
+    _require_framework(args.framework)
     params = resolve_parameters(*_layers(args))
     _validate(params)
     if args.sample_images < 10:

@@ -252,6 +252,17 @@ def test_every_hetero_command_the_code_and_docs_name_exists():
     assert not wrong, wrong
 
 
+@pytest.mark.parametrize("framework", ["tensorflow", "ray"])
+def test_a_framework_this_environment_lacks_is_named_with_the_command_that_adds_it(framework, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == framework else real(name, *a))
+    assert main(["run", "--framework", framework]) == 2
+    err = capsys.readouterr().err
+    assert f'make run ARGS="--framework {framework}"' in err and f"[{framework}]" in err
+
+
 @pytest.mark.e2e
 def test_run_prices_with_a_refreshed_100_type_file_through_the_evaluate_step(tmp_path, capsys, no_leftovers):
     """The file `hetero prices refresh` writes (about 100 types, several KB) reaches Evaluate as a processing input, through
