@@ -294,7 +294,7 @@ def _steps(definition: dict) -> list:
 
 
 @pytest.mark.e2e
-def test_a_data_set_error_in_the_shard_step_names_the_users_input_folder(tmp_path, capsys):
+def test_a_data_set_error_in_the_shard_step_names_the_users_input_folder(tmp_path, capsys, no_leftovers):
     """The step reads its container copy (<job>/opt/ml/processing/input/input); the message names the folder the user
     passed, handed to the step as data (--input-source, the InputData parameter), never the copy."""
     from pipeline.sample_data import generate
