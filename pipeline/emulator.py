@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline import image_guard, storage
-from pipeline.sessions import kill_session
 from pipeline.isolation import refuse_s3_fetches
+from pipeline.sessions import kill_session
 from steps.common.errors import HeteroError, UserError
 from steps.contract import CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, DATA_GROUP, EMULATED_HOST_ENV, FAILURE_FILE, HOSTS_FILE_ENV, SHARDED
 
@@ -422,7 +422,7 @@ class EmulatedJob:
         return bool(self.request.get("AlgorithmSpecification", {}).get("ContainerEntrypoint"))
 
     def _pump(self, host: Host) -> None:
-        log = (host.base_dir / "output" / "host.log").open("w")
+        log = (host.base_dir / "output" / "host.log").open("w", buffering=1)  # line by line: readable while the job runs
         host.progress_at = time.monotonic()
         with log:
             for raw in host.process.stdout:

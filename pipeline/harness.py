@@ -24,8 +24,8 @@ from pipeline.local import LOCAL_RAY_IMAGE, LOCAL_REGION
 from pipeline.sagemaker.settings import CODE_CHANNEL_DIR, TRAINING_ENTRYPOINT
 from steps.common.job_secret import write_job_secret
 from steps.contract import (
-    CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, DATA_GROUP, DNN_GROUP, HYBRID_CHANNEL, REPLICATED, SECRET_CHANNEL, SECRET_FILE, SHARDED,
-    TRAIN_ENTRY_POINT,
+    CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, DATA_GROUP, DNN_GROUP, HOSTS_FILE_ENV, HYBRID_CHANNEL, REPLICATED, SECRET_CHANNEL, SECRET_FILE,
+    SHARDED, TRAIN_ENTRY_POINT,
 )
 
 
@@ -183,3 +183,18 @@ def start_training_job(tmp_path: Path, shards: Path, code_uri: str, *, silence_t
 
 def by_role(job: EmulatedJob, role: str) -> list:
     return [h for h in job.hosts if h.role == role]
+
+def job_processes(*jobs) -> list[psutil.Process]:
+    """Live processes the hosts of ``jobs`` (EmulatedJob or JobResult) started, wherever they went: each inherits its
+    job's hosts file (HOSTS_FILE_ENV) in its environment. A search by command line misses Ray's workers, which rename
+    themselves ``ray::<Actor>``, and one by process group the processes that lead groups of their own, as they do."""
+    needles = {f"{HOSTS_FILE_ENV}={job.job_dir / 'hosts'}\0".encode() for job in jobs}
+    found = []
+    for process in psutil.process_iter():
+        try:
+            environ = Path(f"/proc/{process.pid}/environ").read_bytes()
+            if any(needle in environ for needle in needles) and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (psutil.Error, OSError):  # exited meanwhile, or another user's
+            continue
+    return found

@@ -22,24 +22,23 @@ import pytest
 
 from pipeline.emulator import EmulatedJob
 from pipeline.graph import resolve_parameters
-from pipeline.harness import by_role, confinement_breaches, host_processes, listeners, listeners_on, two_group_request
+from pipeline.harness import by_role, confinement_breaches, host_processes, job_processes, listeners, listeners_on, two_group_request
 from pipeline.local import LocalOptions, LocalRunner
 from steps.contract import DATA_GROUP, DNN_GROUP, HYBRID_CHANNEL, REPLICATED
 from steps.shard.shard import shard_dataset
 
 pytestmark = pytest.mark.e2e
 
-RAY = ("raylet", "gcs_server", "ray::", "default_worker.py", "ray.scripts.scripts")
-
-
-def _ray_processes() -> list[str]:
-    """Ray processes of a job's node (its /tmp/hray-* folder) run from this checkout's environment: another checkout's
-    test run on the same machine is not counted."""
+def _ray_processes(*jobs) -> list[str]:
+    """Processes the jobs' hosts started that are still there (Ray's GCS, raylets and workers among them), found by the
+    marker each inherits (`pipeline.harness.job_processes`): Ray's workers rename themselves, so their command lines name
+    no node folder; another job's (another test run's) processes are not counted."""
     found = []
-    for p in psutil.process_iter(["cmdline"]):
-        line = " ".join(p.info["cmdline"] or [])
-        if any(marker in line for marker in RAY) and "hray-" in line and sys.prefix in line:
-            found.append(f"{p.pid} {line[:120]}")
+    for p in job_processes(*jobs):
+        try:
+            found.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+        except psutil.Error:  # exited meanwhile
+            continue
     return found
 
 
@@ -82,7 +81,7 @@ def test_the_pipeline_trains_on_a_ray_cluster_one_data_host_one_trainer(tmp_path
     assert all(h.exit_code == 0 for h in job.hosts)
     data = next(h for h in job.hosts if h.role == "data")
     assert (data.base_dir / "model" / "metrics.json").read_bytes() == (job.model_dir / "metrics.json").read_bytes()
-    assert not _ray_processes() and not listeners_on(result.jobs.values())
+    assert not _ray_processes(*result.jobs.values()) and not listeners_on(result.jobs.values())
 
 
 def test_two_data_hosts_and_a_trainer_on_ray_consume_each_sample_once(tmp_path, shards, code_uri, no_leftovers):
@@ -95,7 +94,7 @@ def test_two_data_hosts_and_a_trainer_on_ray_consume_each_sample_once(tmp_path, 
     metrics = json.loads((result.model_dir / "metrics.json").read_text())
     assert [(e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]] == [(samples, samples, 0)] * 2
     assert all(h.exit_code == 0 for h in job.hosts)
-    assert not _ray_processes()
+    assert not _ray_processes(job)
 
 
 def _start(tmp_path, shards, code_uri, *, data: int = 2, dnn: int = 1, **hyperparameters) -> EmulatedJob:
@@ -139,7 +138,7 @@ def test_the_ray_cluster_is_confined_refuses_a_client_without_the_token_and_a_ki
         assert not host.stopped_by_emulator, f"{host.name} had to be stopped by the emulator"
         assert host.exit_code != 0 and head.name in host.failure
         assert host.ended_at - killed_at < 30
-    assert not _ray_processes()
+    assert not _ray_processes(job)
 
 
 def test_a_ray_job_flooded_on_every_port_trains_to_the_end_with_each_sample_once(tmp_path, shards, code_uri, no_leftovers):
@@ -180,7 +179,7 @@ def test_a_ray_job_flooded_on_every_port_trains_to_the_end_with_each_sample_once
     metrics = json.loads((result.model_dir / "metrics.json").read_text())
     assert [(e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]] == [(samples, samples, 0)] * 5
     assert all(h.exit_code == 0 for h in job.hosts)
-    assert not _ray_processes()
+    assert not _ray_processes(job)
 
 
 def test_a_killed_ray_data_host_ends_or_survives_with_every_host_exiting_by_itself(tmp_path, shards, code_uri, no_leftovers):
@@ -193,7 +192,7 @@ def test_a_killed_ray_data_host_ends_or_survives_with_every_host_exiting_by_itse
     assert not result.ok and not head.stopped_by_emulator and head.exit_code != 0
     assert victim.name in head.failure
     assert all(not h.stopped_by_emulator for h in job.hosts if h is not victim)
-    assert not _ray_processes()
+    assert not _ray_processes(job)
 
 
 def test_a_killed_ray_trainer_host_that_is_not_the_head_ends_the_job_naming_it(tmp_path, shards, code_uri, no_leftovers):
@@ -204,5 +203,5 @@ def test_a_killed_ray_trainer_host_that_is_not_the_head_ends_the_job_naming_it(t
         result = job.wait()
     assert not result.ok and victim.name in head.failure
     assert all(not h.stopped_by_emulator and h.exit_code != 0 for h in job.hosts if h is not victim)
-    assert not _ray_processes()
+    assert not _ray_processes(job)
 
