@@ -188,7 +188,11 @@ def job_processes(*jobs) -> list[psutil.Process]:
     """Live processes the hosts of ``jobs`` (EmulatedJob or JobResult) started, wherever they went: each inherits its
     job's hosts file (HOSTS_FILE_ENV) in its environment. A search by command line misses Ray's workers, which rename
     themselves ``ray::<Actor>``, and one by process group the processes that lead groups of their own, as they do."""
-    needles = {f"{HOSTS_FILE_ENV}={job.job_dir / 'hosts'}\0".encode() for job in jobs}
+    return marked_processes(*(f"{HOSTS_FILE_ENV}={job.job_dir / 'hosts'}" for job in jobs))
+
+def marked_processes(*markers: str) -> list[psutil.Process]:
+    """Live processes (zombies left out) with one of ``markers`` ("NAME=value") in their environment."""
+    needles = {f"{marker}\0".encode() for marker in markers}
     found = []
     for process in psutil.process_iter():
         try:

@@ -20,6 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pipeline.harness import marked_processes
+
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,15 +31,7 @@ STOPPED_WITHIN_S = 30
 
 def _marked(token: str) -> list[psutil.Process]:
     """Live processes whose environment carries this run's marker."""
-    needle = f"{MARKER}={token}\0".encode()
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.status() != psutil.STATUS_ZOMBIE and needle in Path(f"/proc/{process.pid}/environ").read_bytes():
-                found.append(process)
-        except (psutil.Error, OSError):  # exited meanwhile, or another user's
-            continue
-    return found
+    return marked_processes(f"{MARKER}={token}")
 
 
 def _names(processes: list[psutil.Process]) -> list[str]:
