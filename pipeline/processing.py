@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline import image_guard, storage
-from pipeline.sessions import kill_session
 from pipeline.isolation import refuse_s3_fetches
+from pipeline.sessions import kill_session
 from steps.contract import FAILURE_FILE
 
 CONTAINER_ROOT = "/opt/ml"
