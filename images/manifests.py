@@ -26,6 +26,7 @@ from pathlib import Path
 
 from packaging.markers import Marker
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name as canonical
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "pipeline" / "manifests"
@@ -48,10 +49,6 @@ PLATFORM = {"sys_platform": "linux", "platform_system": "Linux", "platform_machi
             "implementation_name": "cpython", "platform_python_implementation": "CPython", "python_version": "3.12",
             "python_full_version": "3.12.11"}
 RAY_REQUIREMENT = "ray[data,train]"
-
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _applies(marker: str | None, extra: str = "") -> bool:

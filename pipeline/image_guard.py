@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 MANIFESTS = Path(__file__).resolve().parent / "manifests"
 GUARD_MODULE = "sitecustomize"
 SHIPPED = "steps"  # the project's package that ships with the code; its other top-level packages do not
@@ -36,8 +38,7 @@ TESTED_AT_THIS_VERSION = ("torch", "tensorflow", "tensorflow-cpu", "ray")
 _IMAGE = re.compile(r"(?:[^/]+/)*(?P<repository>[^/:@]+)(?::(?P<tag>[^@]+))?(?:@.*)?")
 
 
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+canonical = canonicalize_name  # PEP 503: Tensorflow_CPU -> tensorflow-cpu
 
 
 @dataclass(frozen=True)
