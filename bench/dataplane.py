@@ -23,14 +23,14 @@ import torch
 
 from pipeline.sample_data import generate
 from steps.shard.format import count_samples, list_shards, write_shard
-from steps.train.config import TrainConfig
-from steps.train.data_client import DataServiceClient
-from steps.train.data_service import serve
-from steps.train.dataset import ShardDataset, batch_loader
-from steps.train.local_decode import LocalDecoder, loop_cpus, sample_pixels
-from steps.train.spare_cpus import Spare, kept_for_loop
-from steps.train.split import Split
-from steps.train.trainer import train_loop
+from steps.train.core.config import TrainConfig
+from steps.train.frameworks.pytorch.data import DataServiceClient
+from steps.train.frameworks.pytorch.data_host import serve
+from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
+from steps.train.frameworks.pytorch.local_decode import LocalDecoder, loop_cpus, sample_pixels
+from steps.train.core.spare_cpus import Spare, kept_for_loop
+from steps.train.core.split import Split
+from steps.train.frameworks.pytorch.trainer import train_loop
 from steps.train.workloads.shapes import Shapes
 
 SECRET = b"p" * 32
@@ -123,7 +123,7 @@ def _free_port(address: str) -> int:
 
 
 def local_decode(trainer_cpus: str, options: dict, model, device: torch.device, shards: list[Path], repeat: int) -> Spare:
-    """The trainer's own decode workers, decided as on a trainer host (`steps.train.spare_cpus.kept_for_loop`) whose
+    """The trainer's own decode workers, decided as on a trainer host (`steps.train.core.spare_cpus.kept_for_loop`) whose
     CPUs are this process's: ``trainer_cpus`` all (none), auto (probe the step) or a number of vCPUs kept."""
     cpus = len(os.sched_getaffinity(0))
     workload = Shapes(options)

@@ -128,8 +128,8 @@ FLOOD_HOST = """
 import resource, socket, sys, json, time
 sys.path.insert(0, {root!r})
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
-from steps.train import control
-from steps.train.config import TrainConfig
+from steps.train.dataplane import control
+from steps.train.core.config import TrainConfig
 server = socket.create_server(("127.0.0.1", 0), backlog=2048)
 print(server.getsockname()[1], flush=True)
 cfg = TrainConfig(heartbeat_s=0.5, silence_timeout_s=10, connect_timeout_s=60)
@@ -140,7 +140,7 @@ print(json.dumps({{"accepted": [t.host for t in trainers], "seconds": round(time
 
 
 def flood_run(connections: int) -> dict:
-    from steps.train.auth import client_handshake
+    from steps.train.dataplane.auth import client_handshake
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, connections + 256)), hard))

@@ -6,7 +6,7 @@ Needs a CUDA GPU (``--device cpu --size 32 --model small_cnn`` runs it small on 
 before a GPU machine's time is spent on it: the figures mean nothing there). A sender process runs the real
 data service (`serve()`) over pre-built 64 x 224 x 224 x 3 uint8 batches (producing costs nothing);
 this process is the trainer: the real `DataServiceClient` with pinned,
-pooled buffers, and the real training loop (`steps.train.trainer.train_loop`:
+pooled buffers, and the real training loop (`steps.train.frameworks.pytorch.trainer.train_loop`:
 non-blocking copies, normalisation on the GPU, event-guarded buffer reuse).
 The anchor, in the same run, is the same model stepping on one batch that is
 already on the GPU: ``fed_ratio`` = anchor step time / data-plane step time
@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from steps.train.config import TrainConfig  # noqa: E402
-from steps.train.data_client import DataServiceClient  # noqa: E402
-from steps.train.data_service import serve  # noqa: E402
-from steps.train.dataset import Batch  # noqa: E402
-from steps.train.trainer import train_loop  # noqa: E402
+from steps.train.core.config import TrainConfig  # noqa: E402
+from steps.train.frameworks.pytorch.data import DataServiceClient  # noqa: E402
+from steps.train.frameworks.pytorch.data_host import serve  # noqa: E402
+from steps.train.frameworks.pytorch.dataset import Batch  # noqa: E402
+from steps.train.frameworks.pytorch.trainer import train_loop  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
 SECRET = b"g" * 32

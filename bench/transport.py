@@ -16,7 +16,7 @@ so one run's ratios compare like with like even on a noisy machine.
                        messages to a plain TCP socket; the receiver
                        ``recv_into``s them into one preallocated buffer.
 ``hetero_data_plane``  the real path: the sender process runs
-                       `steps.train.data_service.serve` over pre-built
+                       `steps.train.frameworks.pytorch.data_host.serve` over pre-built
                        `Batch` objects (the same arrays every time, so
                        producing costs nothing); the receiver is the real
                        `DataServiceClient` (handshake, frames, receiver
@@ -40,7 +40,7 @@ so one run's ratios compare like with like even on a noisy machine.
                        raw run of the same repeat. Skipped when TensorFlow
                        is not installed (it is not a dependency).
 ``ray_data``           framework=ray's data plane: a two-node Ray cluster on loopback
-                       (`steps.train.ray_node`: ``ray start``, token auth), the
+                       (`steps.train.frameworks.ray.node`: ``ray start``, token auth), the
                        sender node (127.0.0.5) running Ray Data map tasks that
                        each return one pre-built batch (the same arrays every
                        time: producing costs only Ray's serialization), and this
@@ -95,12 +95,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from steps.common.job_secret import new_secret, write_job_secret  # noqa: E402
-from steps.train.auth import client_handshake, load_job_secret  # noqa: E402
-from steps.train.config import TrainConfig  # noqa: E402
-from steps.train.data_client import DataServiceClient  # noqa: E402
-from steps.train.data_service import serve  # noqa: E402
-from steps.train.dataset import Batch  # noqa: E402
-from steps.train.wire import FrameReader, Kind, send_frame  # noqa: E402
+from steps.train.dataplane.auth import client_handshake, load_job_secret  # noqa: E402
+from steps.train.core.config import TrainConfig  # noqa: E402
+from steps.train.frameworks.pytorch.data import DataServiceClient  # noqa: E402
+from steps.train.frameworks.pytorch.data_host import serve  # noqa: E402
+from steps.train.frameworks.pytorch.dataset import Batch  # noqa: E402
+from steps.train.dataplane.wire import FrameReader, Kind, send_frame  # noqa: E402
 
 BATCH, H, W, C = 64, 224, 224, 3
 PIXEL_BYTES = BATCH * H * W * C
@@ -347,9 +347,9 @@ def measure_tf_data_service(batches: int, warmup: int, pixels: np.ndarray, compr
 
 
 def measure_ray_data(batches: int, warmup: int) -> dict:
-    """Batches made by Ray Data tasks on one node, iterated by a driver on the other (`steps.train.ray_node` starts both)."""
-    from steps.train.cluster import Cluster
-    from steps.train.ray_node import RayNode
+    """Batches made by Ray Data tasks on one node, iterated by a driver on the other (`steps.train.frameworks.ray.node` starts both)."""
+    from steps.train.core.cluster import Cluster
+    from steps.train.frameworks.ray.node import RayNode
 
     cfg = _config(0)  # ray_port 0: the head picks a free port
     secret_dir = tempfile.mkdtemp(prefix="hetero-bench-secret-")

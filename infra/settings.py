@@ -16,7 +16,7 @@ from typing import Any
 from pipeline.graph import PIPELINE_NAME, resolve_parameters
 from pipeline.images import ecr_repository
 from steps.common.errors import UserError
-from steps.train.config import FRAMEWORKS
+from steps.train.core.config import FRAMEWORKS
 
 PREFIX = "hetero:"
 

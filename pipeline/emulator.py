@@ -62,7 +62,7 @@ from steps.contract import CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, DATA_GROUP, EMUL
 
 HOMOGENEOUS_GROUP = "homogeneousCluster"  # the group SageMaker names when a request has no InstanceGroups
 CONTAINER_ROOT = "/opt/ml/"  # what a host's base folder stands for
-# a trainer's metric line (steps.train.metrics); on the Ray path the head's driver prints its workers' lines after
+# a trainer's metric line (steps.train.core.metrics); on the Ray path the head's driver prints its workers' lines after
 # Ray's "(RayTrainWorker pid=N[, ip=...]) " prefix
 STEP_LINE = re.compile(r"^(?:\([\w:.-]+ pid=\d+(?:, ip=[\d.]+)?\) )?\[metrics\] .*\bstep=(\d+)\b")
 # a status or metric line of the step code ("[metrics] ...", "[data] ...", "[ray] ...", on the Ray path also after a

@@ -177,7 +177,7 @@ def build_graph(framework: str = "pytorch") -> Graph:
         shards = (TrainChannel("train", train, REPLICATED, (DATA_GROUP, DNN_GROUP), Param("InputMode"), file_system=True),)
     else:
         shards = (TrainChannel("train", train, Param("DataDistribution"), (DATA_GROUP,), Param("InputMode"), file_system=True),
-                  # the dnn hosts' own decode workers take their share of every shard (steps/train/split.py)
+                  # the dnn hosts' own decode workers take their share of every shard (steps/train/core/split.py)
                   TrainChannel(HYBRID_CHANNEL, train, REPLICATED, (DNN_GROUP,), Param("InputMode"), file_system=True))
     hetero = TrainingStep(
         "TrainHeterogeneous", groups=(data, dnn),

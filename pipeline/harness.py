@@ -110,7 +110,7 @@ def listeners_on(jobs) -> set[tuple[str, int]]:
             if c.status == psutil.CONN_LISTEN and c.laddr.ip in addresses}
 
 def confinement_breaches(job: EmulatedJob, *, host_local: tuple[str, ...] = ()) -> list[str]:
-    """What breaks a host's confinement (steps.train.bind_guard), for every process of every host (the host process
+    """What breaks a host's confinement (steps.train.dataplane.bind_guard), for every process of every host (the host process
     and all it started: TensorFlow servers, a local tf.data.service worker, Ray's GCS, raylets and workers): a listener
     on any address but the host's own (or one of ``host_local``, addresses a real instance reaches only from itself),
     a host with no listener on its own address, one of its ports answering on another address of this machine, the

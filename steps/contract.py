@@ -19,7 +19,7 @@ from steps.common.errors import FAILURE_FILE, UserError  # noqa: F401 - FAILURE_
 # -- environment variables -------------------------------------------------------------------------
 HOSTS_FILE_ENV = "HETERO_HOSTS_FILE"  # emulated cluster DNS: lines "<address> <host>"
 EMULATED_HOST_ENV = "HETERO_EMULATED_HOST"  # set on every emulated host: its instance type's GPUs are not there
-BIND_ADDRESS_ENV = "HETERO_BIND_ADDRESS"  # the one address a guarded TensorFlow host listens on (steps/train/bind_guard.c)
+BIND_ADDRESS_ENV = "HETERO_BIND_ADDRESS"  # the one address a guarded TensorFlow host listens on (steps/train/dataplane/bind_guard.c)
 
 # -- files -----------------------------------------------------------------------------------------
 METRICS_FILE = "metrics.json"  # written by trainers into model/ and output/data/

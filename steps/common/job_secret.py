@@ -3,7 +3,7 @@
 The Shard step, the execution's first job, draws it (``secrets.token_hex(32)``) and writes
 ``<output>/secret/job-secret``; the pipeline hands that object to every training job as the
 ``secret`` input channel (a channel reaches a network-isolated container too), and each training
-host reads it once from ``/opt/ml/input/data/secret/job-secret`` (`steps.train.auth.load_job_secret`).
+host reads it once from ``/opt/ml/input/data/secret/job-secret`` (`steps.train.dataplane.auth.load_job_secret`).
 Written here, the folder is 0700 and the file 0600, so a local run's copy under the run folder is
 readable by its owner only.
 """

@@ -8,7 +8,7 @@
 - **transport-bound**: they waited more while the data hosts had CPU to spare: the batches are ready but
   do not arrive fast enough (the network, or the trainers' receiving), so more decode buys nothing.
 
-The numbers come from `metrics.json` (schema 2: each data host measured itself, `steps.train.service_meter`).
+The numbers come from `metrics.json` (schema 2: each data host measured itself, `steps.train.dataplane.meter`).
 A schema-1 document has no data-host measurements, so input and transport are not told apart there.
 """
 

@@ -33,8 +33,8 @@ from steps.common.errors import run_step  # noqa: E402
 
 
 def dispatch(env) -> None:
-    from steps.train.cluster import DATA, Cluster, wait_for_host_names
-    from steps.train.config import TrainConfig
+    from steps.train.core.cluster import DATA, Cluster, wait_for_host_names
+    from steps.train.core.config import TrainConfig
     from steps.train.workload import load_workload
 
     cfg = TrainConfig.from_hyperparameters(env.hyperparameters)
@@ -49,32 +49,32 @@ def dispatch(env) -> None:
     if cfg.framework == "tensorflow":
         _quiet_tensorflow()
         if cluster.role == DATA:  # a tf.data.service worker: the dataset graph comes from the trainer
-            from steps.train.tf_data_service import run_tf_data_host
+            from steps.train.frameworks.tensorflow.data_host import run_tf_data_host
 
             run_tf_data_host(cfg, cluster)
         else:  # the dispatcher and the Keras training loop
-            from steps.train.tf_trainer import run_tf_trainer
+            from steps.train.frameworks.tensorflow.trainer import run_tf_trainer
 
             run_tf_trainer(cfg, cluster, workload)
-    elif cfg.framework == "ray":  # every host a Ray node; the first trainer host drives (steps.train.ray_job)
-        from steps.train.ray_job import run_ray_host
+    elif cfg.framework == "ray":  # every host a Ray node; the first trainer host drives (steps.train.frameworks.ray.job)
+        from steps.train.frameworks.ray.job import run_ray_host
 
         run_ray_host(cfg, cluster, workload)
     elif cluster.role == DATA:
-        from steps.train.data_service import run_data_service
+        from steps.train.frameworks.pytorch.data_host import run_data_service
 
         run_data_service(cfg, cluster, workload)
     else:
-        from steps.train.trainer import run_trainer
+        from steps.train.frameworks.pytorch.trainer import run_trainer
 
         run_trainer(cfg, cluster, workload)
 
 
 def _confine(cfg, cluster) -> None:
     """Before TensorFlow is imported or Ray started: re-execute this host with its listeners (and those of every process it
-    starts) on its cluster address (steps.train.bind_guard)."""
-    from steps.train import bind_guard
-    from steps.train.cluster import resolve
+    starts) on its cluster address (steps.train.dataplane.bind_guard)."""
+    from steps.train.dataplane import bind_guard
+    from steps.train.core.cluster import resolve
 
     if cfg.bind_guard == "on" and not bind_guard.guarded():
         bind_guard.reexec_guarded(resolve(cluster.current_host))
@@ -86,9 +86,9 @@ def _confine(cfg, cluster) -> None:
 
 def _load_secret(cluster) -> None:
     """The job secret, read once from the ``secret`` channel before any server starts (and its file removed:
-    steps.train.auth); a job without the channel fails where a peer first needs the secret, saying so."""
+    steps.train.dataplane.auth); a job without the channel fails where a peer first needs the secret, saying so."""
     from steps.contract import SECRET_CHANNEL
-    from steps.train.auth import load_job_secret
+    from steps.train.dataplane.auth import load_job_secret
 
     folder = cluster.channel(SECRET_CHANNEL, required=False)
     if folder is not None:
@@ -102,8 +102,8 @@ def _quiet_tensorflow() -> None:
 
 def main() -> int:
     # SageMaker stops a job (StopTrainingJob, a spot interruption) with SIGTERM: unwind so peers get STOP and the failure
-    # file is written; a training loop first finishes its step and saves a checkpoint (steps.train.checkpoint)
-    from steps.train.checkpoint import TERMINATE
+    # file is written; a training loop first finishes its step and saves a checkpoint (steps.train.frameworks.pytorch.checkpoint)
+    from steps.train.frameworks.pytorch.checkpoint import TERMINATE
 
     TERMINATE.install()
     # the toolkit reads SAGEMAKER_BASE_DIR once, at import: import it only now

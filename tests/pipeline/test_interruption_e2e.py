@@ -14,7 +14,7 @@ from pipeline.graph import resolve_parameters
 from pipeline.harness import listeners_on, two_group_request
 from pipeline.local import LocalOptions, LocalRunner
 from steps.shard.shard import shard_dataset
-from steps.train.ray_train import RAY_CHECKPOINT
+from steps.train.frameworks.ray.trainer import RAY_CHECKPOINT
 
 pytestmark = pytest.mark.e2e
 

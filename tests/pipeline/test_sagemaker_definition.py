@@ -21,9 +21,9 @@ from pipeline.graph import DATA_GROUP, DNN_GROUP, PARAMETERS, REPLICATED, build_
 from pipeline.images import default_processing_image, default_training_image  # noqa: E402
 from pipeline.sagemaker import DeploySettings, FsxSettings, all_steps, build_definition, definition_json  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
-from steps.train.config import TrainConfig  # noqa: E402
+from steps.train.core.config import TrainConfig  # noqa: E402
 from steps.contract import METRIC_DEFINITIONS  # noqa: E402
-from steps.train.metrics import metric_line  # noqa: E402
+from steps.train.core.metrics import metric_line  # noqa: E402
 
 ROLE, BUCKET, CODE = "${Token[TOKEN.101]}", "${Token[TOKEN.102]}", "${Token[TOKEN.103]}"
 SETTINGS = DeploySettings(pipeline_name="hetero-test", region="eu-west-1", role_arn=ROLE, bucket=BUCKET, code_uri=CODE)

@@ -59,7 +59,7 @@ class Shapes(Workload):
     def build_model(self, num_classes: int):
         import torch
 
-        from steps.train.models import resnet50, small_cnn
+        from steps.train.workloads.models import resnet50, small_cnn
 
         model = resnet50(num_classes) if self.model_name == "resnet50" else small_cnn(num_classes)
         return model.to(memory_format=torch.channels_last)
@@ -91,7 +91,7 @@ class Shapes(Workload):
         return tf.cast(tf.clip_by_value(tf.round(image[0]), 0, 255), tf.uint8)
 
     def build_keras_model(self, num_classes: int):
-        from steps.train.keras_models import resnet50, small_cnn
+        from steps.train.workloads.keras_models import resnet50, small_cnn
 
         build = resnet50 if self.model_name == "resnet50" else small_cnn
         return build(num_classes, self.image_size)

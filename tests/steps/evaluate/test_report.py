@@ -9,7 +9,7 @@ from steps.evaluate.plan import plan_document
 from steps.evaluate.prices import load_prices
 from steps.evaluate.report import report_html
 from steps.evaluate.store import open_store
-from steps.train.gpus import gpu_use
+from steps.train.core.gpus import gpu_use
 from tests.steps.evaluate.test_evaluate import metrics, write_json
 from tests.steps.evaluate.test_plan import _run
 

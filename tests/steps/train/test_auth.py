@@ -17,13 +17,13 @@ import torch
 from steps.common.errors import UserError
 from steps.common.job_secret import new_secret, write_job_secret
 from steps.contract import SECRET_FILE
-from steps.train import auth
-from steps.train.auth import AuthError, client_handshake, job_secret, load_job_secret, serve_handshake
-from steps.train.config import TrainConfig
-from steps.train.data_client import DataServiceClient
-from steps.train.data_service import serve
-from steps.train.dataset import Batch
-from steps.train.wire import FrameReader, Kind, PeerClosed, WireError, send_frame
+from steps.train.dataplane import auth
+from steps.train.dataplane.auth import AuthError, client_handshake, job_secret, load_job_secret, serve_handshake
+from steps.train.core.config import TrainConfig
+from steps.train.frameworks.pytorch.data import DataServiceClient
+from steps.train.frameworks.pytorch.data_host import serve
+from steps.train.frameworks.pytorch.dataset import Batch
+from steps.train.dataplane.wire import FrameReader, Kind, PeerClosed, WireError, send_frame
 
 SECRET = b"s" * 32
 OTHER = b"o" * 32
@@ -177,7 +177,7 @@ def test_trainer_rejects_a_data_host_that_cannot_prove_the_secret(pair):
 
 def test_a_mac_for_another_host_name_does_not_pass(pair):
     """The MAC binds the claimed host name: a valid proof cannot be relabelled."""
-    from steps.train.auth import _mac
+    from steps.train.dataplane.auth import _mac
 
     data_sock, trainer_sock = pair
     data = _Side(serve_handshake, data_sock, SECRET, host="data-1", info={})

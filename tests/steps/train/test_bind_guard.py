@@ -12,8 +12,7 @@ import pytest
 
 from steps.common.errors import UserError
 from steps.contract import BIND_ADDRESS_ENV
-from steps.train import bind_guard
-
+from steps.train.dataplane import bind_guard
 ROOT = Path(__file__).resolve().parents[3]
 
 BIND = """
@@ -55,7 +54,7 @@ def test_without_the_address_the_library_changes_nothing(library):
 REEXEC = """
 import json, os, sys
 sys.path.insert(0, {root!r})
-from steps.train import bind_guard
+from steps.train.dataplane import bind_guard
 if not bind_guard.guarded():
     bind_guard.reexec_guarded("127.0.0.9")
 print(json.dumps({{"pid": os.getpid(), "argv": sys.argv[1:], "address": os.environ[{address!r}], "kept": os.environ["KEPT"]}}))

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from steps.common.errors import UserError
-from steps.train.checkpoint import TERMINATE, Checkpoints, Interrupted, Ledger, digest
-from steps.train.config import TrainConfig
-from steps.train.dataset import Batch
-from steps.train.trainer import _Progress, _train
+from steps.train.frameworks.pytorch.checkpoint import TERMINATE, Checkpoints, Interrupted, Ledger, digest
+from steps.train.core.config import TrainConfig
+from steps.train.frameworks.pytorch.dataset import Batch
+from steps.train.frameworks.pytorch.trainer import _Progress, _train
 from steps.train.workloads.shapes import Shapes
 
 SAMPLES = 48

@@ -6,8 +6,8 @@ import pytest
 
 from steps.common.errors import UserError
 from steps.contract import HOSTS_FILE_ENV
-from steps.train.cluster import RESOLVE_MAX_WAIT_S, Cluster, resolve, wait_for_host_names
-from steps.train.config import TrainConfig
+from steps.train.core.cluster import RESOLVE_MAX_WAIT_S, Cluster, resolve, wait_for_host_names
+from steps.train.core.config import TrainConfig
 from tests.steps.train.test_training_parts import FakeEnv
 
 HOSTS = ("algo-1", "algo-2", "algo-3")

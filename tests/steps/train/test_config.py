@@ -14,7 +14,7 @@ import json
 import pytest
 
 from steps.common.errors import UserError
-from steps.train.config import TrainConfig
+from steps.train.core.config import TrainConfig
 
 # What the toolkit hands over for a typical job: strings as written by the SDK, plus its own keys.
 SAGEMAKER_HYPERPARAMETERS = {

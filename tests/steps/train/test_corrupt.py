@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from steps.train.config import TrainConfig
-from steps.train.corrupt import CorruptBudget, CorruptData
-from steps.train.dataset import Batch
-from steps.train.trainer import train_loop
+from steps.train.core.config import TrainConfig
+from steps.train.core.corrupt import CorruptBudget, CorruptData
+from steps.train.frameworks.pytorch.dataset import Batch
+from steps.train.frameworks.pytorch.trainer import train_loop
 from steps.train.workloads.shapes import Shapes
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from steps.shard.format import write_shard
-from steps.train.costs import isolated_costs
+from steps.train.frameworks.pytorch.costs import isolated_costs
 from tests.fixtures.tiny_workload import Tiny
 
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from steps.common.errors import UserError
-from steps.train.config import TrainConfig
-from steps.train.data_client import DataHostLost, DataServiceClient
-from steps.train.data_service import serve
-from steps.train.dataset import Batch
+from steps.train.core.config import TrainConfig
+from steps.train.frameworks.pytorch.data import DataHostLost, DataServiceClient
+from steps.train.frameworks.pytorch.data_host import serve
+from steps.train.frameworks.pytorch.dataset import Batch
 from tests.steps.train.test_auth import SECRET, _Side, no_leaked_threads  # noqa: F401 - fixture
 
 BATCH = 4
@@ -52,7 +52,7 @@ def tcp_pair() -> tuple[socket.socket, socket.socket]:
 
 
 def test_an_idle_peer_is_a_heartbeat_then_a_silent_peer():
-    from steps.train.link import Link, PeerSilent
+    from steps.train.dataplane.link import Link, PeerSilent
 
     a, b = tcp_pair()
     with a, b:
@@ -64,8 +64,8 @@ def test_an_idle_peer_is_a_heartbeat_then_a_silent_peer():
 
 
 def test_a_peer_that_stops_reading_stalls_a_send_into_peer_silent():
-    from steps.train.link import Link, PeerSilent
-    from steps.train.wire import Kind
+    from steps.train.dataplane.link import Link, PeerSilent
+    from steps.train.dataplane.wire import Kind
 
     a, b = tcp_pair()
     with a, b:

@@ -12,8 +12,8 @@ from torch.distributed import BackendConfig
 
 from steps.common.errors import UserError
 from steps.contract import EMULATED_HOST_ENV
-from steps.train.gpus import gpu_use, gpus_of, idle_gpus_line, require_usable_gpus
-from steps.train.trainer import process_group_backend
+from steps.train.core.gpus import gpu_use, gpus_of, idle_gpus_line, require_usable_gpus
+from steps.train.frameworks.pytorch.trainer import process_group_backend
 
 
 def test_one_process_on_a_multi_gpu_host_says_how_many_sit_idle_and_the_fix():
@@ -80,7 +80,7 @@ def test_a_cpu_type_or_a_usable_gpu_passes_silently(real_host):
 
 def test_the_check_imports_no_framework():
     # the TensorFlow image has no torch: the check must not pull it in
-    out = subprocess.run([sys.executable, "-c", "import sys, steps.train.gpus; print(sorted({'torch', 'tensorflow'} & set(sys.modules)))"],
+    out = subprocess.run([sys.executable, "-c", "import sys, steps.train.core.gpus; print(sorted({'torch', 'tensorflow'} & set(sys.modules)))"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -90,7 +90,7 @@ def _gpu_host(role="trainer"):
 
 
 def test_the_pytorch_trainer_checks_before_it_trains(real_host, monkeypatch):
-    from steps.train.trainer import run_trainer
+    from steps.train.frameworks.pytorch.trainer import run_trainer
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError, match=r"ml\.g5\.xlarge.*PyTorch finds no usable GPU \(torch.cuda.is_available\(\) is false\)"):
@@ -98,8 +98,7 @@ def test_the_pytorch_trainer_checks_before_it_trains(real_host, monkeypatch):
 
 
 def test_the_ray_path_checks_trainer_hosts_with_torch_before_its_ray_node_starts(real_host, monkeypatch):
-    from steps.train import ray_job
-
+    from steps.train.frameworks.ray import job as ray_job
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(ray_job, "RayNode", lambda *a: pytest.fail("the Ray node started"))
     with pytest.raises(UserError, match=r"PyTorch \(Ray Train\) finds no usable GPU"):
@@ -114,7 +113,7 @@ from types import SimpleNamespace
 import tensorflow as tf
 tf.config.list_physical_devices = lambda kind=None: []
 from steps.common.errors import UserError
-from steps.train.tf_trainer import run_tf_trainer
+from steps.train.frameworks.tensorflow.trainer import run_tf_trainer
 try:
     run_tf_trainer(None, SimpleNamespace(current_host="algo-2", instance_type="ml.g5.xlarge", trainer_hosts=("algo-2",)), None)
 except UserError as exc:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from steps.common.errors import UserError
-from steps.train.manifest import train_channel
+from steps.train.core.manifest import train_channel
 
 
 @dataclass

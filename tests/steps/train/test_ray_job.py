@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from steps.train.ray_job import _leave_room_for_data
+from steps.train.frameworks.ray.job import _leave_room_for_data
 
 
 def test_the_ray_train_workers_reservation_always_leaves_ray_data_a_cpu():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.train.ray_node import RayNodeFailed, _free_port, _processes_under, ray_token
+from steps.train.frameworks.ray.node import RayNodeFailed, _free_port, _processes_under, ray_token
 
 
 def test_the_ray_token_is_bound_to_the_job_secret_and_never_is_the_secret():

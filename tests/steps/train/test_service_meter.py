@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from steps.train.dataset import Batch
-from steps.train.service_meter import ProcessMeter, ServiceMeter, data_host_metrics
+from steps.train.frameworks.pytorch.dataset import Batch
+from steps.train.dataplane.meter import ProcessMeter, ServiceMeter, data_host_metrics
 
 import torch
 

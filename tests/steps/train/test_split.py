@@ -7,8 +7,8 @@ import pytest
 
 from steps.common.errors import UserError
 from steps.shard.format import write_shard
-from steps.train.dataset import ShardDataset, batch_loader
-from steps.train.split import ALL, Split, Take
+from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
+from steps.train.core.split import ALL, Split, Take
 from steps.train.workload import Workload
 
 
@@ -79,15 +79,15 @@ def test_a_resumed_trainer_leaves_out_what_was_consumed_from_its_own_share_too(t
 def test_trainer_cpus_auto_keeps_what_the_step_measured_and_says_when_it_could_not(tmp_path, monkeypatch):
     from steps.contract import HYBRID_CHANNEL
     from steps.shard.format import list_shards
-    from steps.train import spare_cpus
-    from steps.train.config import TrainConfig
+    from steps.train.core import spare_cpus
+    from steps.train.core.config import TrainConfig
     from tests.steps.train.test_training_parts import FakeEnv
 
     shard = tmp_path / "train-00000.tar"
     write_shard(shard, [(k, 0, "jpg", b"ok") for k in range(4)])
     env = FakeEnv("t-1", {"dnn_group": ("ml.g5.2xlarge", ["t-1"]), "data_group": ("ml.c5.xlarge", ["d-1"])}, current_group="dnn_group")
     env.channel_input_dirs, env.input_data_config = {HYBRID_CHANNEL: str(tmp_path)}, {HYBRID_CHANNEL: {"S3DistributionType": "ShardedByS3Key"}}
-    from steps.train.cluster import Cluster
+    from steps.train.core.cluster import Cluster
 
     cluster = Cluster.from_environment(env, TrainConfig())
     monkeypatch.setattr(spare_cpus, "available_cpus", lambda: 8)

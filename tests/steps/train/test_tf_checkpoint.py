@@ -10,7 +10,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from steps.common.errors import UserError  # noqa: E402
-from steps.train.tf_checkpoint import POINTER, TfCheckpoints  # noqa: E402
+from steps.train.frameworks.tensorflow.checkpoint import POINTER, TfCheckpoints  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
 

@@ -8,9 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from steps.train import auth, tf_data_client
-from steps.train.config import TrainConfig
-from steps.train.control import DataHostLost
+from steps.train.dataplane import auth
+
+from steps.train.frameworks.tensorflow import data as tf_data_client
+from steps.train.core.config import TrainConfig
+from steps.train.dataplane.control import DataHostLost
 
 
 @pytest.mark.parametrize("handled", [False, True])
@@ -34,7 +36,7 @@ def test_the_watchdog_ends_a_trainer_that_tensorflow_keeps_blocked(tmp_path, mon
 
 
 def test_a_watchdog_firing_while_the_job_is_being_stopped_reports_the_interruption(tmp_path, monkeypatch):
-    from steps.train.checkpoint import TERMINATE
+    from steps.train.frameworks.pytorch.checkpoint import TERMINATE
 
     exited = threading.Event()
     codes = []

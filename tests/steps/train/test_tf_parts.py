@@ -17,8 +17,8 @@ from PIL import Image
 tf = pytest.importorskip("tensorflow")
 
 from steps.shard.tfrecord import write_tfrecord_shard  # noqa: E402
-from steps.train.tf_data import SERVE_PATTERN, training_dataset  # noqa: E402
-from steps.train.tf_trainer import DuplicateSamples, _account  # noqa: E402
+from steps.train.frameworks.tensorflow.dataset import SERVE_PATTERN, training_dataset  # noqa: E402
+from steps.train.frameworks.tensorflow.trainer import DuplicateSamples, _account  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
@@ -127,10 +127,10 @@ MIRRORED = textwrap.dedent("""
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from steps.train.config import TrainConfig
-    from steps.train.tf_data import training_dataset
-    from steps.train.tf_checkpoint import TfCheckpoints
-    from steps.train.tf_trainer import _train
+    from steps.train.core.config import TrainConfig
+    from steps.train.frameworks.tensorflow.dataset import training_dataset
+    from steps.train.frameworks.tensorflow.checkpoint import TfCheckpoints
+    from steps.train.frameworks.tensorflow.trainer import _train
     from steps.train.workloads.shapes import Shapes
 
     class Source:
@@ -165,8 +165,8 @@ def test_the_training_loop_splits_each_batch_across_replicas(tmp_path):
 
 
 def test_isolated_costs_leave_the_trained_model_untouched(tmp_path):
-    from steps.train.config import TrainConfig
-    from steps.train.tf_costs import tf_isolated_costs
+    from steps.train.core.config import TrainConfig
+    from steps.train.frameworks.tensorflow.costs import tf_isolated_costs
 
     files = [str(f) for f in write_shards(tmp_path, [list(range(0, 20))])]
     workload = Shapes({"blur_passes": 0})

@@ -19,8 +19,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from steps.train import wire
-from steps.train.wire import (
+from steps.train.dataplane import wire
+from steps.train.dataplane.wire import (
     DTYPES,
     HEADER,
     MAGIC,

@@ -1,0 +1,111 @@
+"""One authenticated data-plane connection: serialised sends and liveness.
+
+Both ends send PING frames when they have nothing else to say, so silence
+means a gone peer (host lost, process frozen, network cut), not a slow one:
+a trainer busy validating still pings, and a data host still decoding its
+first batch still pings. A peer silent for ``silence_timeout_s`` raises
+`PeerSilent`, so neither side ever waits forever.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+from steps.train.dataplane.wire import TIMEOUTS, Allocator, FrameReader, Kind, WireError, _numpy_allocator, send_frame
+
+
+SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+
+
+class PeerSilent(WireError):
+    headline = "peer went silent"
+
+
+class Stopped(Exception):
+    """Internal: the local side is shutting down; abandon the current send or read."""
+
+
+class Link:
+    def __init__(self, sock: socket.socket, peer: str, *, heartbeat_s: float, silence_timeout_s: float, allocator: Allocator = _numpy_allocator):
+        # The kernel enforces the heartbeat timeout (SO_RCVTIMEO/SO_SNDTIMEO on a blocking socket): a Python
+        # socket timeout would add a poll() before every recv and split each 10 MB send into partial writes.
+        sock.settimeout(None)
+        timeval = struct.pack("ll", int(heartbeat_s), int((heartbeat_s % 1) * 1e6))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):  # fewer wake-ups per 10 MB batch
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
+        self.sock = sock
+        self.peer = peer
+        self.silence_timeout_s = silence_timeout_s
+        self.last_seen = time.monotonic()
+        self.closing = threading.Event()
+        self.bytes_sent = 0
+        self._send_lock = threading.Lock()
+        self._reader = FrameReader(sock, allocator=allocator, on_stall=self._on_stall)
+
+    def touch(self) -> None:
+        self.last_seen = time.monotonic()
+
+    def silent_for(self) -> float:
+        return time.monotonic() - self.last_seen
+
+    def _on_stall(self) -> None:
+        if self.closing.is_set():
+            raise Stopped()
+        if self.silent_for() > self.silence_timeout_s:
+            raise PeerSilent(f"{self.peer} sent nothing for {self.silent_for():.0f} s (silence_timeout_s={self.silence_timeout_s:g})")
+
+    def send(self, kind: Kind, meta: dict | None = None, arrays=()) -> None:
+        with self._send_lock:
+            self.bytes_sent += send_frame(self.sock, kind, meta, arrays, on_stall=self._on_stall)
+
+    @property
+    def bytes_read(self) -> int:
+        return self._reader.bytes_read
+
+    def read(self):
+        """The next frame, or None when the peer was idle for one heartbeat."""
+        try:
+            frame = self._reader.read()
+        except TIMEOUTS:
+            self._on_stall()
+            return None
+        self.touch()
+        return frame
+
+    def close(self) -> None:
+        self.closing.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+class Heartbeat:
+    """PINGs on every link while the owner is busy elsewhere (training, validating, blocked in TensorFlow)."""
+
+    def __init__(self, links, interval_s: float):
+        self.links = list(links)
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for link in self.links:
+                try:
+                    link.send(Kind.PING)
+                except (WireError, OSError, Stopped):
+                    pass  # the link's reader reports the loss
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+

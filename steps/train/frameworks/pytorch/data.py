@@ -1,0 +1,323 @@
+"""The trainer's side of the data plane: connect, merge, prefetch, account.
+
+One receiver thread per data host reads frames straight into reusable
+(pinned, on CUDA) buffers and posts ready `Batch` objects to one bounded
+queue: the merge. Bounded prefetch comes from that queue plus TCP
+backpressure. An epoch ends when every data host has sent its END frame,
+never by counting steps; the END's sample count is checked against what
+arrived. A data host that dies or goes silent ends the epoch with a
+`DataHostLost` that names it and the samples lost, instead of a hang.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from steps.common.errors import HeteroError, describe
+from steps.train.core.cluster import resolve
+from steps.train.core.config import TrainConfig
+from steps.train.dataplane.control import DataHostLost, LocalDecodeFailed, open_link, send_stop
+from steps.train.frameworks.pytorch.dataset import Batch
+from steps.train.dataplane.link import Heartbeat, Link, Stopped
+from steps.train.dataplane.meter import arrived, data_host_metrics
+from steps.train.core.split import NONE as NO_SPLIT
+from steps.train.core.split import Split
+from steps.train.dataplane.wire import Kind, Segment, WireError
+
+
+@dataclass(frozen=True)
+class _End:
+    host: str
+    epoch: int
+    samples: int
+
+
+@dataclass(frozen=True)
+class _Failure:
+    error: HeteroError
+
+
+@dataclass
+class _Host:
+    name: str
+    address: str
+    link: Link | None = None
+    samples_per_epoch: int = 0
+    received: dict = field(default_factory=dict)  # epoch -> samples received
+    first_report: dict = field(default_factory=dict)  # the data host's own running measurements, with its first batch
+    report: dict = field(default_factory=dict)  # ... and with its latest frame
+
+
+class BufferPool:
+    """Reuses pixel buffers so the hot path never page-faults fresh memory."""
+
+    def __init__(self, *, pinned: bool, limit: int):
+        self.pinned = pinned
+        self.limit = limit
+        self._free: dict[tuple, list] = {}
+        self._lock = threading.Lock()
+
+    def allocate(self, segment: Segment) -> np.ndarray:
+        key = (segment.dtype.str, segment.shape)
+        with self._lock:
+            free = self._free.get(key)
+            if free:
+                array, event = free.pop()
+                if event is not None:
+                    event.synchronize()  # a non-blocking copy to the GPU may still read it
+                return array
+        if self.pinned:
+            return torch.empty(segment.shape, dtype=torch.from_numpy(np.empty(0, segment.dtype)).dtype, pin_memory=True).numpy()
+        return np.empty(segment.shape, dtype=segment.dtype)
+
+    def give_back(self, array: np.ndarray, event=None) -> None:
+        key = (array.dtype.str, array.shape)
+        with self._lock:
+            free = self._free.setdefault(key, [])
+            if len(free) < self.limit:
+                free.append((array, event))
+
+
+class DataServiceClient:
+    def __init__(self, cfg: TrainConfig, *, me: str, data_hosts: tuple[str, ...], secret: bytes, pinned: bool = False):
+        self.cfg = cfg
+        self.me = me
+        self.hosts = [_Host(h, resolve(h)) for h in data_hosts]
+        self.secret = secret
+        self.pool = BufferPool(pinned=pinned, limit=cfg.prefetch_batches * len(data_hosts) + 2)
+        self.queue: queue.Queue = queue.Queue(maxsize=cfg.prefetch_batches * len(data_hosts))
+        self._epoch = 0
+        self._gate = threading.Condition()
+        self._stopping = threading.Event()  # STOP sent: drain until each data host hangs up
+        self._closing = threading.Event()  # sockets going away
+        self._threads: list[threading.Thread] = []
+        self._receivers: list[threading.Thread] = []
+        self._heartbeat: Heartbeat | None = None
+        self.failure: HeteroError | None = None  # the first lost host: raised before any batch still queued
+        self.split: Split = NO_SPLIT
+        self.local = None  # this host's own decode workers (`add_local`), a source beside the data hosts
+        self._local: _Host | None = None
+        self._local_cpu_s = 0.0
+
+    # -- lifecycle ---------------------------------------------------------
+    def connect(self, epoch: int = 0, consumed: np.ndarray | None = None, trainer_workers: list[int] | None = None
+                ) -> "DataServiceClient":
+        """Dial every data host, prove the secret, and say where to start: ``epoch``, without the sample ids
+        ``consumed`` of it (a checkpoint's input position), and which samples the trainers decode themselves:
+        ``trainer_workers`` (every trainer's local decode workers, by rank) against the data hosts' decode workers
+        (their HELLOs) settle the `Split` every trainer computes alike."""
+        consumed = np.empty(0, dtype=np.int64) if consumed is None else np.asarray(consumed, dtype=np.int64)
+        deadline = time.monotonic() + self.cfg.connect_timeout_s
+        data_workers = 0
+        for host in self.hosts:
+            host.link, hello = open_link(self.cfg, host.name, host.address, self.me, self.secret, deadline,
+                                         f"data host {host.name}", allocator=self._allocate)
+            host.samples_per_epoch = int(hello.get("samples_per_epoch", 0))
+            data_workers += max(int(hello.get("decode_workers", 1)), 1)
+        self.split = Split.weighted(list(trainer_workers or [0]), data_workers)
+        for host in self.hosts:
+            host.link.send(Kind.RESUME, {"epoch": epoch, "split": self.split.as_meta()}, [("consumed", consumed)])
+        self._epoch = epoch
+        for host in self.hosts:
+            self._receivers.append(self._spawn(self._receive, host))
+        self._heartbeat = Heartbeat([h.link for h in self.hosts], self.cfg.heartbeat_s)
+        return self
+
+    def add_local(self, local) -> None:
+        """Merge ``local``'s batches (a `steps.train.frameworks.pytorch.local_decode.LocalDecoder`: this host's side of the split) with
+        the data hosts' streams; before the first `batches` call. Its epochs end, and are checked, like a data host's."""
+        self.local = local
+        self._local = _Host(local.name, "local", samples_per_epoch=local.samples_per_epoch)
+        self._spawn(self._decode_locally, self._local)
+
+    def close(self, status: str = "completed", reason: str = "", files: dict[str, bytes] | None = None) -> None:
+        """Tell every data host to stop, handing it ``files`` (the trainer's outputs), then drop
+        the connections once each has hung up (`send_stop`). Idempotent."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        send_stop([h.link for h in self.hosts if h.link is not None], status, reason, files)
+        deadline = time.monotonic() + self.cfg.silence_timeout_s
+        for thread in self._receivers:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._closing.set()
+        for host in self.hosts:
+            if host.link is not None:
+                host.link.close()
+        with self._gate:
+            self._gate.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        if self.local is not None:
+            self.local.stop()
+
+    @property
+    def samples_per_epoch(self) -> int:
+        """Every data host's share of an epoch, as their HELLOs said."""
+        return sum(h.samples_per_epoch for h in self.hosts)
+
+    def measurements(self) -> dict:
+        """What the data hosts measured of themselves (`data_host_metrics`) and what arrived here."""
+        received = sum(sum(h.received.values()) for h in self.hosts)
+        read = sum(h.link.bytes_read for h in self.hosts if h.link is not None)
+        measured = arrived([data_host_metrics(h.name, h.report, h.first_report) for h in self.hosts if h.report], read, received)
+        return {**measured, "local_decode": self._local_metrics(received)}
+
+    def _local_metrics(self, remote: int) -> dict | None:
+        """This host's own decode (hybrid): its workers, its share of the samples that reached the loop, its CPU cost."""
+        if self._local is None:
+            return None
+        samples = sum(self._local.received.values())
+        return {"host": self.me, **self.local.spare.as_metrics(), "split": self.split.as_meta(), "samples": samples,
+                "share": samples / (samples + remote) if samples + remote else 0.0,
+                "decode_cpu_s_per_sample": self._local_cpu_s / samples if samples else 0.0}
+
+    def _spawn(self, target, *args) -> threading.Thread:
+        thread = threading.Thread(target=target, args=args, daemon=True, name=f"{target.__name__}")
+        thread.start()
+        self._threads.append(thread)
+        return thread
+
+    # -- consumer side -----------------------------------------------------
+    def batches(self, epoch: int):
+        """Every batch of ``epoch`` from every data host, in arrival order."""
+        ended: set[str] = set()
+        while len(ended) < len(self.hosts) + (self._local is not None):
+            item = self.queue.get()
+            if self.failure is not None:  # not after the batches still queued: a lost host ends training now
+                raise self.failure
+            if isinstance(item, _Failure):
+                raise item.error
+            if isinstance(item, _End):
+                self._check_end(item)
+                ended.add(item.host)
+                continue
+            yield item
+        with self._gate:
+            self._epoch = epoch + 1
+            self._gate.notify_all()
+
+    def _check_end(self, end: _End) -> None:
+        host = next(h for h in [*self.hosts, self._local] if h is not None and h.name == end.host)
+        got = host.received.get(end.epoch, 0)
+        if got != end.samples:
+            raise DataHostLost(f"data host {end.host} says it sent {end.samples} samples in epoch {end.epoch}, {got} arrived")
+
+    # -- threads -----------------------------------------------------------
+    def _allocate(self, segment: Segment) -> np.ndarray:
+        if segment.name == "pixels":
+            return self.pool.allocate(segment)
+        return np.empty(segment.shape, dtype=segment.dtype)
+
+    def _post(self, item) -> None:
+        while not self._stopping.is_set():  # after STOP nobody consumes: drop what still arrives
+            try:
+                self.queue.put(item, timeout=self.cfg.heartbeat_s)
+                return
+            except queue.Full:
+                continue
+
+    def _fail(self, error: HeteroError) -> None:
+        if self.failure is None:
+            self.failure = error
+        self._post(_Failure(error))  # wakes a consumer waiting on an empty queue
+
+    def _receive(self, host: _Host) -> None:
+        epoch = self._epoch  # the epoch the job starts (or resumes) at
+        while not self._closing.is_set():
+            try:
+                frame = host.link.read()
+            except Stopped:
+                return
+            except (WireError, OSError) as exc:
+                if not self._stopping.is_set():
+                    self._fail(self._lost(host, epoch, exc))
+                return  # after STOP, the data host hanging up is the expected end
+            if frame is None:
+                continue
+            kind, meta, arrays = frame
+            if kind is Kind.BATCH:
+                try:
+                    batch = self._batch(host, meta, arrays)
+                except WireError as exc:
+                    self._fail(self._lost(host, epoch, exc))
+                    return
+                host.received[batch.epoch] = host.received.get(batch.epoch, 0) + len(batch) + len(batch.corrupt)
+                self._keep_report(host, meta)
+                self._post(batch)
+            elif kind is Kind.END:
+                self._keep_report(host, meta)
+                self._post(_End(host.name, int(meta.get("epoch", -1)), int(meta.get("samples", -1))))
+                epoch += 1
+                with self._gate:  # hold this host's next epoch back until the trainer starts it
+                    while self._epoch < epoch and not self._stopping.is_set():
+                        self._gate.wait(self.cfg.heartbeat_s)
+                host.link.touch()
+            elif kind is Kind.ERROR:
+                self._fail(DataHostLost(f"data host {host.name} failed: {meta.get('reason', 'no reason given')}"))
+                return
+
+    def _decode_locally(self, host: _Host) -> None:
+        """Feed this host's own batches into the merge, one epoch at a time, in step with the data hosts' streams."""
+        epoch = self._epoch
+        try:
+            while epoch < self.cfg.epochs and not self._stopping.is_set():
+                for batch in self.local.batches(epoch):
+                    if self._stopping.is_set():
+                        return
+                    batch.epoch, batch.source = epoch, host.name
+                    host.received[epoch] = host.received.get(epoch, 0) + len(batch) + len(batch.corrupt)
+                    self._local_cpu_s += batch.cpu_s
+                    self._post(batch)
+                self._post(_End(host.name, epoch, host.received.get(epoch, 0)))
+                epoch += 1
+                with self._gate:
+                    while self._epoch < epoch and not self._stopping.is_set():
+                        self._gate.wait(self.cfg.heartbeat_s)
+        except Exception as exc:  # noqa: BLE001 - the loop learns why through the merge queue
+            if not self._stopping.is_set():
+                error = exc if isinstance(exc, HeteroError) else LocalDecodeFailed(
+                    f"this trainer host's own decode workers ({host.name}) failed in epoch {epoch}: {describe(exc)}")
+                self._fail(error)
+
+    @staticmethod
+    def _keep_report(host: _Host, meta: dict) -> None:
+        """BATCH and END frames carry the data host's running measurements (`ServiceMeter.report`)."""
+        report = meta.get("host")
+        if isinstance(report, dict):
+            host.report = report
+            host.first_report = host.first_report or report
+
+    def _batch(self, host: _Host, meta: dict, arrays: dict) -> Batch:
+        pixels, labels, ids = arrays.get("pixels"), arrays.get("labels"), arrays.get("ids")
+        if pixels is None or labels is None or ids is None:
+            raise WireError(f"BATCH frame lacks one of pixels, labels, ids (has {sorted(arrays)})")
+        n = pixels.shape[0] if pixels.ndim else -1
+        if pixels.dtype != np.uint8 or pixels.ndim != 4 or labels.shape != (n,) or ids.shape != (n,):
+            raise WireError(f"BATCH frame shapes disagree: pixels {pixels.dtype}{list(pixels.shape)}, labels {list(labels.shape)}, ids {list(ids.shape)}")
+        corrupt = meta.get("corrupt", [])
+        if not isinstance(corrupt, list):
+            raise WireError("BATCH frame's corrupt list is not a list")
+        pool = self.pool
+
+        def release(event=None) -> None:
+            pool.give_back(pixels, event)
+
+        return Batch(torch.from_numpy(pixels), torch.from_numpy(labels), torch.from_numpy(ids),
+                     corrupt=[tuple(c) for c in corrupt], epoch=int(meta.get("epoch", -1)), source=host.name, release=release)
+
+    def _lost(self, host: _Host, epoch: int, exc: Exception) -> DataHostLost:
+        got = host.received.get(epoch, 0)
+        total = host.samples_per_epoch
+        return DataHostLost(
+            f"data host {host.name} ({host.address}) was lost in epoch {epoch}: {exc}. It had delivered {got} of its "
+            f"{total} samples for this epoch to this trainer; up to {max(total - got, 0)} samples of the epoch are lost"
+        )

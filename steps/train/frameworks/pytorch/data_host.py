@@ -1,0 +1,269 @@
+"""The data service: runs on every data host, feeds every trainer host.
+
+Each data host decodes and augments the shards SageMaker gave it
+(ShardedByS3Key: its own share) with one DataLoader worker per CPU, and
+streams ready uint8 batches to the trainers that connect. Trainers pull from
+one shared queue, so a faster trainer gets more batches; each epoch closes
+with an END frame per trainer carrying the samples that trainer was sent.
+
+The service ends when every trainer has sent STOP (exit 0), or when a
+trainer disconnects without STOP, reports failure or goes silent (exit
+non-zero): SageMaker bills until every host exits, so a data host never
+outlives its trainers.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from steps.common.errors import HeteroError, UserError, describe
+from steps.shard.format import count_samples, list_shards
+from steps.train.dataplane.auth import job_secret
+from steps.train.core.cluster import Cluster, resolve
+from steps.train.core.config import TrainConfig
+from steps.train.dataplane.control import Trainer, TrainerGone, accept_trainers, trainer_frame, trainer_lost
+from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
+from steps.train.dataplane.link import Stopped
+from steps.train.core.manifest import train_channel
+from steps.train.dataplane.meter import ServiceMeter
+from steps.train.core.split import NONE as NO_SPLIT
+from steps.train.core.split import Split
+from steps.train.dataplane.wire import Kind, WireError
+from steps.train.workload import Workload
+
+
+class _AllStopped(Exception):
+    """Internal: every trainer said STOP; the service winds down cleanly."""
+
+
+def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
+    shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
+    if not shards:
+        raise UserError(
+            f"data host {cluster.current_host} found no *.tar shards in {cluster.channel('train')}; "
+            "point the train channel at the shard step's train/ output",
+            headline="no shards",
+        )
+    counts = [count_samples(s) for s in shards]
+    part = cluster.part("train", cluster.data_hosts)
+    dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=cluster.data_hosts.index(cluster.current_host), part=part)
+    loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
+    print(f"[data] {cluster.current_host}: {len(shards)} shards, {sum(counts)} samples (share {part[0] + 1}/{part[1]}), "
+          f"{loader.num_workers or 1} decode worker(s), serving {len(cluster.trainer_hosts)} trainer(s)", flush=True)
+
+    def start(epoch: int, consumed: np.ndarray, split: Split) -> None:
+        dataset.resume(epoch, consumed)
+        dataset.share(split.data())
+        if split.hybrid:
+            print(f"[data] {cluster.current_host}: the trainers decode {sum(split.trainers)} of every {split.period} samples "
+                  f"themselves; this host {dataset.samples_per_epoch(counts)} per epoch", flush=True)
+
+    with socket.create_server((resolve(cluster.current_host), cfg.data_port), backlog=64) as server:
+        serve(cfg, server, me=cluster.current_host, trainer_hosts=cluster.trainer_hosts, secret=job_secret(),
+              samples_per_epoch=sum(counts) // part[1], epoch_batches=lambda epoch: loader, results_dir=cluster.model_dir,
+              start=start, decode_workers=loader.num_workers or 1)
+    print(f"[data] {cluster.current_host}: all trainers stopped; exiting", flush=True)
+
+
+def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tuple[str, ...], secret: bytes,
+          samples_per_epoch: int, epoch_batches: Callable[[int], Iterable[Batch]], results_dir: Path | None = None,
+          start: Callable[[int, np.ndarray, Split], None] | None = None, decode_workers: int = 1) -> None:
+    """Accept the trainers on ``server``, stream ``epoch_batches(e)`` for every epoch, return when all said STOP.
+
+    Each trainer's first frame is RESUME: the epoch to start at and the sample ids of it already consumed
+    (a checkpoint's input position; epoch 0 and none on a fresh start), and the hybrid decode split
+    (`steps.train.core.split`: which samples the trainers decode themselves). ``start(epoch, ids, split)`` hands
+    them to the dataset before its first iteration. The HELLO tells the trainers ``samples_per_epoch``
+    (this host's share before any split) and ``decode_workers``, which they weigh the split by.
+
+    Files a trainer hands over with its STOP (its metrics and model) are written to ``results_dir``:
+    every host of the job then holds the job's results, whichever host's model directory
+    SageMaker packs into the model artifact.
+    """
+    trainers = accept_trainers(server, cfg, me, trainer_hosts, secret, {"samples_per_epoch": samples_per_epoch, "epochs": cfg.epochs,
+                                                                       "decode_workers": decode_workers})
+    first, consumed, split = receive_resume(trainers, cfg)
+    if first or consumed.size:
+        print(f"[data] {me}: resuming at epoch {first}, {consumed.size} sample(s) of it already consumed", flush=True)
+    if start is not None:
+        start(first, consumed, split)
+    service = DataService(trainers, cfg, results_dir)
+    service.start()
+    try:
+        for epoch in range(first, cfg.epochs):
+            for batch in epoch_batches(epoch):
+                service.put(epoch, batch)
+            service.end_epoch(epoch)
+        service.wait_for_stop()
+    except _AllStopped:
+        pass
+    except BaseException as exc:
+        service.abort(f"data host {me}: {describe(exc)}")  # the trainers learn why, not just that the socket closed
+        raise
+    finally:
+        service.close()
+
+
+def receive_resume(trainers: list[Trainer], cfg: TrainConfig) -> tuple[int, np.ndarray, Split]:
+    """Every trainer's RESUME: the epoch they all start at, the union of the ids they consumed in it, and the
+    decode split they settled on (`Split`; none when a RESUME carries no split)."""
+    epochs, ids, splits = {}, [], {}
+    deadline = time.monotonic() + cfg.connect_timeout_s
+    for t in trainers:
+        while True:
+            try:
+                frame = t.link.read()
+            except (WireError, OSError) as exc:
+                raise trainer_lost(t.host, exc) from None
+            if frame is not None and frame[0] is Kind.RESUME:
+                break
+            if frame is not None and frame[0] is not Kind.PING:
+                raise TrainerGone(f"trainer {t.host} sent {frame[0].name} before RESUME: run the same code on every host")
+            if time.monotonic() > deadline:
+                raise TrainerGone(f"trainer {t.host} sent no RESUME within connect_timeout_s={cfg.connect_timeout_s:g}")
+        _, meta, arrays = frame
+        epoch = meta.get("epoch")
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch <= cfg.epochs:
+            raise TrainerGone(f"trainer {t.host} asked to resume at epoch {epoch!r}; this job has {cfg.epochs}")
+        epochs[t.host] = epoch
+        raw = meta.get("split")
+        splits[t.host] = NO_SPLIT if raw is None else Split.from_meta(raw, trainers=len(trainers), sender=t.host)
+        consumed = arrays.get("consumed")
+        if consumed is not None:
+            ids.append(consumed.astype(np.int64, copy=False).ravel())
+    if len(set(epochs.values())) > 1:
+        raise TrainerGone(f"trainers resume at different epochs ({epochs}): they read different checkpoints")
+    if len(set(splits.values())) > 1:
+        raise TrainerGone(f"trainers sent different decode splits ({ {h: s.as_meta() for h, s in splits.items()} }): "
+                          "run the same code and hyperparameters on every trainer")
+    start = next(iter(epochs.values()), 0)
+    split = next(iter(splits.values()), NO_SPLIT)
+    return start, np.unique(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64), split
+
+
+class DataService:
+    """Fans batches out to trainer links; watches them for STOP and silence."""
+
+    def __init__(self, trainers: list[Trainer], cfg: TrainConfig, results_dir: Path | None = None):
+        self.trainers = trainers
+        self.cfg = cfg
+        self.results_dir = results_dir
+        self.queue: queue.Queue = queue.Queue(maxsize=2 * len(trainers))
+        self.failure: HeteroError | None = None
+        self.done = threading.Event()
+        self.meter = ServiceMeter()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for t in self.trainers:
+            for target in (self._control, self._send):
+                thread = threading.Thread(target=target, args=(t,), name=f"{target.__name__}-{t.host}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+        if self.done.is_set():
+            raise _AllStopped()
+
+    def put(self, epoch: int, batch: Batch) -> None:
+        while True:
+            self.check()
+            try:
+                self.queue.put((epoch, batch), timeout=self.cfg.heartbeat_s)
+                self.meter.count(batch)
+                return
+            except queue.Full:
+                continue
+
+    def end_epoch(self, epoch: int) -> None:
+        with self.queue.all_tasks_done:
+            while self.queue.unfinished_tasks:
+                self.check()
+                self.queue.all_tasks_done.wait(self.cfg.heartbeat_s)
+        report = self.meter.report(self.trainers)
+        for t in self.trainers:
+            if not t.stopped:
+                self._guarded(t, lambda: t.link.send(Kind.END, {"epoch": epoch, "samples": t.sent.get(epoch, 0), "host": report}))
+
+    def wait_for_stop(self) -> None:
+        while True:
+            self.check()
+            self.done.wait(self.cfg.heartbeat_s)
+
+    def abort(self, reason: str) -> None:
+        for t in self.trainers:
+            if not t.stopped:
+                try:
+                    t.link.send(Kind.ERROR, {"reason": reason[:1000]})
+                except (WireError, OSError, Stopped):
+                    pass
+
+    def close(self) -> None:
+        self.done.set()
+        for t in self.trainers:
+            t.link.close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def _fail(self, error: HeteroError) -> None:
+        with self._lock:
+            if self.failure is None and not self.done.is_set():
+                self.failure = error
+        self.done.set()
+
+    def _lost(self, t: Trainer, exc: Exception) -> None:
+        """A trainer link broke; the send and control threads both land here, so the reason is the same."""
+        if t.stopped or self.done.is_set():
+            return
+        self._fail(trainer_lost(t.host, exc))
+
+    def _guarded(self, t: Trainer, action) -> None:
+        try:
+            action()
+        except Stopped:
+            pass
+        except (WireError, OSError) as exc:
+            self._lost(t, exc)
+
+    def _control(self, t: Trainer) -> None:
+        while not (t.stopped or self.done.is_set()):
+            try:
+                frame = t.link.read()
+            except Stopped:
+                return
+            except (WireError, OSError) as exc:
+                self._lost(t, exc)
+                return
+            if frame is None:
+                continue
+            error = trainer_frame(t, *frame, self.results_dir)
+            if error is not None:
+                self._fail(error)
+            elif t.stopped and all(x.stopped for x in self.trainers):
+                self.done.set()
+
+    def _send(self, t: Trainer) -> None:
+        while not (t.stopped or self.done.is_set()):
+            try:
+                epoch, batch = self.queue.get(timeout=self.cfg.heartbeat_s)
+            except queue.Empty:
+                self._guarded(t, lambda: t.link.send(Kind.PING))
+                continue
+            try:
+                meta = {"epoch": epoch, "corrupt": batch.corrupt, "host": self.meter.report(self.trainers)}
+                arrays = [("pixels", batch.pixels.numpy()), ("labels", batch.labels.numpy()), ("ids", batch.ids.numpy())]
+                self._guarded(t, lambda: t.link.send(Kind.BATCH, meta, arrays))
+                t.sent[epoch] = t.sent.get(epoch, 0) + len(batch) + len(batch.corrupt)
+                t.batches += 1
+            finally:
+                self.queue.task_done()

@@ -1,0 +1,211 @@
+"""Reading shards into ready uint8 batches: the CPU-heavy half of training.
+
+The same code feeds both paths: a data host's data service, and the trainer's
+own DataLoader in a homogeneous run. Work is split across DataLoader workers
+by sample index, not by shard, so one shard per host still uses every core.
+A sample that fails to decode is not dropped silently: it travels in the
+batch's ``corrupt`` list (id and reason) and the trainer reports the count.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from steps.common.errors import HeteroError
+from steps.shard.format import iter_shard
+from steps.train.core.cluster import available_cpus
+from steps.train.core.split import ALL, Take
+from steps.train.workload import Workload
+
+SHUFFLE_BUFFER = 256
+
+
+@dataclass
+class Batch:
+    """One ready batch: uint8 NHWC pixels, int64 labels and sample ids."""
+
+    pixels: torch.Tensor
+    labels: torch.Tensor
+    ids: torch.Tensor
+    corrupt: list = field(default_factory=list)  # [(sample_id, reason)]
+    cpu_s: float = 0.0  # CPU seconds its worker spent reading, decoding and batching it
+    epoch: int = 0
+    source: str = "local"
+    release: Callable[..., None] = field(default=lambda event=None: None, repr=False)
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def __getstate__(self):  # crosses from DataLoader workers: the release hook stays behind
+        state = dict(self.__dict__)
+        state.pop("release")
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, release=_no_release)
+
+    def pin_memory(self) -> "Batch":  # DataLoader(pin_memory=True) calls this
+        self.pixels, self.labels, self.ids = self.pixels.pin_memory(), self.labels.pin_memory(), self.ids.pin_memory()
+        return self
+
+
+def _no_release(event=None) -> None:
+    pass
+
+
+class ShardDataset(IterableDataset):
+    """Samples of some shards, decoded; each ``__iter__`` call is one epoch."""
+
+    def __init__(self, shards: list[Path], workload: Workload, *, train: bool, seed: int = 0, stream: int = 0,
+                 part: tuple[int, int] = (0, 1), take: Take = ALL):
+        """``take``: only the samples at these positions of each shard (this host's side of a hybrid decode
+        split, `steps.train.core.split`); ``part=(i, n)``: of those, every n-th, for n hosts that all see the same
+        shards (a FullyReplicated channel) yet must each serve a distinct share."""
+        self.shards = list(shards)
+        self.part = part
+        self.take = take
+        self.workload = workload
+        self.train = train
+        self.seed = seed
+        self.stream = stream
+        self._epoch = -1  # persistent workers keep their copy: counting calls tracks the epoch
+        self._resumed: tuple[int, frozenset] = (-1, frozenset())
+
+    def resume(self, epoch: int, consumed) -> None:
+        """Start at ``epoch``, leaving out of it the sample ids in ``consumed`` (a checkpoint's input position).
+        Before the first iteration: DataLoader workers take their copy of the dataset then."""
+        self._epoch = epoch - 1
+        self._resumed = (epoch, frozenset(int(i) for i in consumed))
+
+    def share(self, take: Take) -> None:
+        """Decode only the samples at ``take``'s positions of each shard; before the first iteration, as `resume`."""
+        self.take = take
+
+    def samples_per_epoch(self, counts: list[int]) -> int:
+        """This host's samples per epoch, from every shard's sample count (same order as ``shards``)."""
+        return sum(self.take.count(n) for n in counts) // self.part[1]
+
+    def __iter__(self) -> Iterator:
+        self._epoch += 1
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        shards = list(self.shards)
+        if self.train:
+            # the same order on every host of a part split, or the shares would overlap
+            random.Random(f"{self.seed}/{self.stream if self.part[1] == 1 else 'replicated'}/{self._epoch}").shuffle(shards)
+        rng = np.random.default_rng([self.seed, self.stream, self._epoch, worker])
+        index, count = self.part
+        stride, offset = count * workers, index * workers + worker
+        samples = (s for i, s in enumerate(_chain(shards, self.take)) if i % stride == offset)
+        if self._epoch == self._resumed[0] and self._resumed[1]:
+            consumed = self._resumed[1]
+            samples = (s for s in samples if s.sample_id not in consumed)
+        decoded = (self._decode(s, rng) for s in samples)
+        yield from _costed(_shuffled(decoded, rng) if self.train else decoded)
+
+    def _decode(self, sample, rng):
+        try:
+            return sample.sample_id, sample.label, self.workload.decode(sample.raw, train=self.train, rng=rng), None
+        except Exception as exc:  # noqa: BLE001 - a bad sample must not end the epoch
+            return sample.sample_id, sample.label, None, f"{type(exc).__name__}: {exc}"[:200]
+
+
+def _costed(items):
+    """Each item with the CPU seconds this thread spent producing it (read, decode, shuffle) appended:
+    what a data host reports per sample, measured where the work runs."""
+    started = time.thread_time()
+    for item in items:
+        now = time.thread_time()
+        yield (*item, now - started)
+        started = time.thread_time()
+
+
+def _chain(shards, take: Take = ALL):
+    for shard in shards:
+        if take == ALL:
+            yield from iter_shard(shard)
+        else:
+            yield from (s for k, s in enumerate(iter_shard(shard)) if k in take)
+
+
+def _shuffled(items, rng: np.random.Generator):
+    buffer = []
+    for item in items:
+        buffer.append(item)
+        if len(buffer) >= SHUFFLE_BUFFER:
+            yield buffer.pop(int(rng.integers(len(buffer))))
+    rng.shuffle(buffer)
+    yield from buffer
+
+
+def collate(items) -> Batch:
+    """One `Batch` of ``(sample_id, label, pixels | None, error | None[, cpu_s])`` items."""
+    started = time.thread_time()
+    good = [(sid, label, px) for sid, label, px, err, *_ in items if err is None]
+    corrupt = [(sid, err) for sid, _, px, err, *_ in items if err is not None]
+    if good:
+        pixels = torch.from_numpy(np.stack([px for _, _, px in good]))
+    else:
+        pixels = torch.empty((0, 0, 0, 3), dtype=torch.uint8)
+    labels = torch.tensor([label for _, label, _ in good], dtype=torch.int64)
+    ids = torch.tensor([sid for sid, _, _ in good], dtype=torch.int64)
+    cpu_s = sum(item[4] for item in items if len(item) > 4) + time.thread_time() - started
+    return Batch(pixels=pixels, labels=labels, ids=ids, corrupt=corrupt, cpu_s=cpu_s)
+
+
+class BatchLoader(DataLoader):
+    """A DataLoader of `Batch` whose worker errors keep their own message.
+
+    torch re-raises a worker's exception in the parent with the message replaced by
+    "Caught X in DataLoader worker process N. Original Traceback: ...". For our own errors
+    (a malformed shard, say) the last line of that text is what the user must read.
+    """
+
+    def __iter__(self):
+        try:
+            yield from super().__iter__()
+        except Exception as exc:  # not GeneratorExit: a loop that stops early keeps its workers
+            self._stop_workers()
+            if not isinstance(exc, HeteroError) or "Original Traceback" not in exc.message:
+                raise
+            last = [line for line in exc.message.splitlines() if line.strip()][-1]
+            raise type(exc)(last.split(": ", 1)[-1], headline=exc.headline) from None
+
+    def _stop_workers(self) -> None:
+        """End the persistent workers now: a failed loader is not iterated again, and
+        left to garbage collection its workers are joined whenever that happens to run."""
+        iterator, self._iterator = getattr(self, "_iterator", None), None
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+
+
+def batch_loader(dataset: ShardDataset, *, batch_size: int, num_workers: int = 0, pin_memory: bool = False,
+                 in_process: bool = False, cpus: list[int] | None = None) -> DataLoader:
+    """A DataLoader of `Batch` over `dataset`, one worker per available CPU by default; ``in_process``: none,
+    the caller's process decodes between its own steps; ``cpus``: the CPUs its workers may run on (all of the
+    caller's by default)."""
+    workers = 0 if in_process else num_workers or available_cpus()
+    return BatchLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=workers,
+        collate_fn=collate,
+        pin_memory=pin_memory,
+        persistent_workers=workers > 0,
+        prefetch_factor=4 if workers > 0 else None,
+        worker_init_fn=functools.partial(_run_on, sorted(cpus)) if cpus else None,
+    )
+
+
+def _run_on(cpus: list[int], worker_id: int) -> None:
+    os.sched_setaffinity(0, cpus)

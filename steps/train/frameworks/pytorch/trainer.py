@@ -1,0 +1,432 @@
+"""The trainer: one torch training loop for every cluster shape.
+
+Heterogeneous: batches come from the data service on the data hosts.
+Homogeneous (the baseline): the same `ShardDataset` decodes in this host's
+own DataLoader workers. Either way the loop measures, per step, the time
+spent waiting for data and the time spent computing; with several trainer
+hosts it is DistributedDataParallel, with `Join` absorbing uneven batch
+counts (data hosts stream to whichever trainer is ready).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel
+
+from steps.common.errors import UserError, describe
+from steps.shard.format import count_samples, list_shards
+from steps.train.dataplane.auth import job_secret
+from steps.train.frameworks.pytorch.checkpoint import TERMINATE, Checkpoints, Interrupted, Ledger, restore_rng, rng_state
+from steps.train.core.cluster import Cluster, available_cpus, resolve
+from steps.train.core.config import TrainConfig
+from steps.train.dataplane.control import failure_reason
+from steps.train.core.corrupt import CorruptBudget
+from steps.train.core.cost_document import cost_line
+from steps.train.frameworks.pytorch.costs import isolated_costs
+from steps.train.frameworks.pytorch.data import DataServiceClient
+from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
+from steps.train.core.gpus import gpu_use, idle_gpus_line, require_usable_gpus
+from steps.train.frameworks.pytorch.local_decode import LocalDecoder, spare_workers
+from steps.common.files import write_json_atomic
+from steps.train.core.metrics import StepStats, final_line, metric_line, training_metrics
+from steps.train.core.manifest import read_classes, train_channel
+from steps.train.dataplane.meter import arrived
+from steps.train.workload import Workload
+
+
+class LocalSource:
+    """Homogeneous: this host's shards through its own DataLoader workers."""
+
+    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload, *, pinned: bool):
+        shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
+        if not shards:
+            raise UserError(f"trainer {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards")
+        self.dataset = dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=cluster.rank,
+                                              part=cluster.part("train", cluster.trainer_hosts))
+        # One CPU: decode in this process between steps, back to back as the one core runs them anyway. A worker
+        # process on the same core would add the cost of two processes contending for it (measured 20-30% on
+        # the default workload), and the data host would then seem to remove more than the decode itself.
+        self.loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers, pin_memory=pinned,
+                                   in_process=cfg.num_workers == 0 and available_cpus() == 1)
+        part = cluster.part("train", cluster.trainer_hosts)
+        self.samples_per_epoch = sum(count_samples(s) for s in shards) // part[1]
+
+    def resume(self, epoch: int, consumed) -> None:
+        self.dataset.resume(epoch, consumed)
+
+    def batches(self, epoch: int):
+        yield from self.loader
+
+    def measurements(self) -> dict:
+        return arrived([], 0, 0)
+
+    def close(self, status: str = "completed", reason: str = "", files: dict | None = None) -> None:
+        pass
+
+
+def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    require_usable_gpus(cluster.current_host, cluster.instance_type, torch.cuda.device_count() if device.type == "cuda" else 0,
+                        "pytorch", how="torch.cuda.is_available() is false")
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(available_cpus())
+    classes = read_classes(cluster.channel("manifest"))
+    _init_distributed(cfg, cluster, device)
+    gpus = gpu_use(int(device.type == "cuda"), torch.cuda.device_count(), "pytorch")
+    if warning := idle_gpus_line(cluster.current_host, gpus):
+        print(warning, flush=True)
+    source = None
+    try:
+        model = workload.build_model(len(classes)).to(device)
+        optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
+        checkpoints = Checkpoints(cluster.checkpoint_dir, rank=cluster.rank, world=cluster.world_size,
+                                  every_steps=cfg.checkpoint_every_steps, every_s=cfg.checkpoint_every_s)
+        progress = _Progress.fresh(cfg)
+        resumed = checkpoints.load()
+        if resumed is not None:
+            progress = _Progress.resume(*resumed, cluster, model, optimizer, checkpoints.folder)
+        if cluster.heterogeneous:
+            source = _hybrid_source(cfg, cluster, workload, model, device, progress)
+        else:
+            source = LocalSource(cfg, cluster, workload, pinned=device.type == "cuda")
+            source.resume(progress.epoch, progress.consumed)
+        if dist.is_initialized():
+            model = DistributedDataParallel(model)
+        _train(cfg, workload, model, optimizer, source, device, progress, checkpoints)
+        stats, corrupt = progress.stats, progress.corrupt
+        validation = _validation_shards(cluster) if cluster.rank == 0 else []
+        accuracy = _validate(cfg, cluster, workload, model, device, validation) if cluster.rank == 0 else None
+        summary = _gather(stats.summary(), len(corrupt))
+        measured = source.measurements()
+        local = [m for m in _all_objects(measured.pop("local_decode", None)) if m]
+        files = {}
+        if cluster.rank == 0:
+            costs = _isolated_costs(cfg, cluster, workload, model, device, validation)
+            _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=costs,
+                           sample_ledger=progress.ledger_report(), checkpoints={"saved": checkpoints.saves,
+                                                                                "seconds": round(checkpoints.seconds, 3)},
+                           local_decode=local, gpus=gpus, **measured)
+            files = {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
+        source.close("completed", files=files)  # every data host keeps a copy of the results
+    except BaseException as exc:
+        if source is not None:
+            source.close("failed", failure_reason(cluster.current_host, exc))
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@dataclass
+class _Progress:
+    """Everything a checkpoint restores besides the model and optimizer: one trainer's run so far."""
+
+    stats: StepStats
+    corrupt: list
+    ledger: Ledger
+    budget_seen: list = field(default_factory=list)  # corrupt samples of the current epoch, for the budget
+    consumed: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # every trainer's ids of the epoch
+    iteration: int = 0  # steps trained in the current epoch: DistributedDataParallel's lockstep count
+    resumes: int = 0
+    in_step: bool = False
+
+    @property
+    def epoch(self) -> int:
+        return self.ledger.epoch
+
+    @property
+    def tag(self) -> tuple[int, int]:
+        return self.ledger.epoch, self.iteration
+
+    @classmethod
+    def fresh(cls, cfg) -> "_Progress":
+        return cls(StepStats(cfg.warmup_steps), [], Ledger())
+
+    @classmethod
+    def resume(cls, tag, parts: list[dict], cluster: Cluster, model, optimizer, folder) -> "_Progress":
+        """From every trainer's part at ``tag`` (`Checkpoints.load`): this host's own, the model from the first's."""
+        mine, first = parts[cluster.rank], parts[0]
+        model.load_state_dict(first["model"])
+        optimizer.load_state_dict(first["optimizer"])
+        restore_rng(mine["rng"])
+        stats = StepStats(first["warmup_steps"])
+        stats.restore(mine["stats"])
+        ledger = Ledger.from_state(mine["ledger"])
+        consumed = np.unique(np.concatenate([np.asarray(p["ledger"]["ids"], dtype=np.int64) for p in parts]))
+        progress = cls(stats, list(mine["corrupt"]), ledger, list(mine["budget_seen"]), consumed, tag[1], first["resumes"] + 1)
+        print(f"[checkpoint] resuming from {folder}: epoch {tag[0]}, iteration {tag[1]} of it, step {stats.steps}, "
+              f"{consumed.size} sample(s) of the epoch already consumed by {len(parts)} trainer(s) (resume {progress.resumes})",
+              flush=True)
+        return progress
+
+    def part(self, model, optimizer, *, first: bool) -> dict:
+        """This trainer's part of a checkpoint; the first trainer's also holds the model and optimizer."""
+        part = {"stats": self.stats.state(), "corrupt": self.corrupt, "ledger": self.ledger.state(), "rng": rng_state(),
+                "budget_seen": self.budget_seen, "resumes": self.resumes}
+        if first:
+            net = model.module if isinstance(model, DistributedDataParallel) else model
+            part.update(model=net.state_dict(), optimizer=optimizer.state_dict(), warmup_steps=self.stats.warmup_steps)
+        return part
+
+    def ledger_report(self) -> dict:
+        partial = self.ledger.ids
+        return {"epochs": self.ledger.epochs, "resumes": self.resumes,
+                "partial_epoch": {"epoch": self.ledger.epoch, "samples": int(partial.size)} if partial.size else None}
+
+
+def _hybrid_source(cfg, cluster: Cluster, workload: Workload, model, device, progress: _Progress) -> DataServiceClient:
+    """The data hosts' streams, merged with this host's own decode workers where it has vCPUs to spare
+    (`steps.train.frameworks.pytorch.local_decode`); every trainer weighs the split by the same numbers."""
+    found = spare_workers(cfg, cluster, workload, model, device)
+    print(f"[trainer] {cluster.current_host}: {found.workers} local decode worker(s) of {found.cpus} vCPU(s), "
+          f"{found.kept} kept for the training loop ({found.why})", flush=True)
+    if found.workers:
+        torch.set_num_threads(found.kept)
+    pinned = device.type == "cuda"
+    source = DataServiceClient(cfg, me=cluster.current_host, data_hosts=cluster.data_hosts, secret=job_secret(), pinned=pinned)
+    source.connect(progress.epoch, progress.consumed, trainer_workers=_all_ints(found.workers))
+    take = source.split.trainer(cluster.rank)
+    if found.workers:
+        source.add_local(LocalDecoder(cfg, cluster.current_host, len(cluster.data_hosts) + cluster.rank, workload, found, take,
+                                      pinned=pinned, epoch=progress.epoch, consumed=progress.consumed))
+    return source
+
+
+def _all_ints(value: int) -> list[int]:
+    """``value`` of every trainer host, by rank."""
+    return [int(v) for v in _all_objects(value)]
+
+
+def _all_objects(value) -> list:
+    """``value`` of every trainer host, by rank."""
+    if not dist.is_initialized():
+        return [value]
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def process_group_backend(device: torch.device) -> str:
+    """On GPUs, NCCL for the model's gradients and gloo for what stays in host memory (the summaries and objects the
+    trainers exchange: NCCL has no CPU tensors); gloo alone on CPUs."""
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+
+
+def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) -> None:
+    if cluster.world_size < 2:
+        return
+    # the interface SageMaker names in resourceconfig.json (eth0; lo in the local emulator)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", cluster.network_interface)
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", cluster.network_interface)
+    dist.init_process_group(
+        backend=process_group_backend(device),
+        init_method=f"tcp://{resolve(cluster.trainer_hosts[0])}:{cfg.dist_port}",
+        rank=cluster.rank,
+        world_size=cluster.world_size,
+        timeout=datetime.timedelta(seconds=cfg.connect_timeout_s),
+    )
+
+
+def train_loop(cfg, workload, model, source, device) -> tuple[StepStats, list]:
+    """The job's training loop over ``source`` from the start, without checkpoints (what `bench/` times):
+    its step statistics and the corrupt samples it met."""
+    progress = _Progress.fresh(cfg)
+    _train(cfg, workload, model, workload.optimizer(model.parameters(), cfg.learning_rate), source, device, progress,
+           Checkpoints(None))
+    return progress.stats, progress.corrupt
+
+
+def _train(cfg, workload, model, optimizer, source, device, progress: _Progress, checkpoints: Checkpoints) -> None:
+    """Every epoch from where ``progress`` stands, saving checkpoints as `steps.train.frameworks.pytorch.checkpoint.Checkpoints` says."""
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    budget = CorruptBudget(cfg.max_corrupt_share, source.samples_per_epoch // world)  # this trainer's share of an epoch
+    budget.restore(progress.epoch, progress.budget_seen)
+    loss_fn = workload.loss().to(device)
+    model.train()
+    TERMINATE.armed = True
+    try:
+        if cfg.max_steps and progress.stats.steps >= cfg.max_steps:
+            return
+        for epoch in range(progress.epoch, cfg.epochs):
+            join = Join([model]) if dist.is_initialized() else contextlib.nullcontext()
+            with join:
+                stopped = _epoch(cfg, workload, model, optimizer, source, device, loss_fn, progress, epoch, budget, checkpoints)
+            if stopped:
+                break
+            progress.ledger.close_epoch(epoch, _all_ids(progress.ledger.ids))
+            progress.budget_seen, progress.iteration = [], 0
+            _checkpoint(checkpoints, progress, model, optimizer, "end of epoch", end_of_epoch=True)
+            if TERMINATE.requested:
+                raise _interrupted(progress, checkpoints)
+    except Interrupted:
+        raise
+    except BaseException as exc:
+        # between steps the state is whole: save it, so a retried or restarted job resumes here
+        whole = world == 1 and not progress.in_step
+        if TERMINATE.requested:  # the data hosts got SIGTERM too, and one said so first: still an interruption
+            if whole:
+                _checkpoint(checkpoints, progress, model, optimizer, "SIGTERM", quiet_failure=True)
+            raise _interrupted(progress, checkpoints) from exc
+        if whole and not isinstance(exc, UserError):
+            _checkpoint(checkpoints, progress, model, optimizer, f"after {type(exc).__name__}", quiet_failure=True)
+        raise
+    finally:
+        TERMINATE.armed = False
+
+
+def _epoch(cfg, workload, model, optimizer, source, device, loss_fn, progress: _Progress, epoch, budget, checkpoints) -> bool:
+    stats = progress.stats
+    last = time.perf_counter()
+    for batch in source.batches(epoch):
+        ready = time.perf_counter()
+        progress.in_step = True
+        progress.corrupt.extend(batch.corrupt)
+        progress.budget_seen.extend(batch.corrupt)
+        budget.add(epoch, batch.corrupt)
+        if len(batch):
+            x = workload.normalize(batch.pixels.to(device, non_blocking=True))
+            y = batch.labels.to(device, non_blocking=True)
+            ids = batch.ids.tolist()
+            batch.release(_copy_done(device))
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            loss_value = loss.item()  # also waits for the device, so compute time is real
+            done = time.perf_counter()
+            stats.record(wait=ready - last, compute=done - ready, samples=len(batch))
+            progress.iteration += 1
+        else:
+            ids = []
+            batch.release()
+        progress.ledger.add(epoch, ids + [sid for sid, _ in batch.corrupt])
+        progress.in_step = False
+        if not len(batch):
+            continue
+        if stats.steps % cfg.log_every == 0:
+            print(stats.last_step_line(epoch=epoch, loss=loss_value), flush=True)
+        sigterm = TERMINATE.requested and checkpoints.world == 1  # with several trainers only at points they all reach
+        if sigterm or checkpoints.due(progress.iteration, stats.steps):
+            _checkpoint(checkpoints, progress, model, optimizer, "SIGTERM" if sigterm else "interval")
+            done = time.perf_counter()  # saving is not waiting for data: the next step's wait starts now
+        if TERMINATE.requested:
+            raise _interrupted(progress, checkpoints)
+        last = done
+        if cfg.max_steps and stats.steps >= cfg.max_steps:
+            return True
+    return False
+
+
+def _checkpoint(checkpoints: Checkpoints, progress: _Progress, model, optimizer, why: str, *, end_of_epoch: bool = False,
+                quiet_failure: bool = False) -> None:
+    """Save this trainer's part. ``quiet_failure``: a save that itself fails is reported, not raised, so the error
+    that led here stays the one the job ends with."""
+    started = time.perf_counter()
+    try:
+        path = checkpoints.save(progress.tag, progress.part(model, optimizer, first=checkpoints.writer),
+                                steps=progress.stats.steps, end_of_epoch=end_of_epoch)
+    except Exception as exc:  # noqa: BLE001
+        if not quiet_failure:
+            raise
+        print(f"[checkpoint] could not save ({why}): {describe(exc)}", flush=True)
+        return
+    finally:
+        checkpoints.seconds += time.perf_counter() - started
+    if path is not None:
+        print(f"[checkpoint] saved ({why}): epoch {progress.epoch}, step {progress.stats.steps}, "
+              f"{progress.ledger.ids.size} sample(s) of the epoch consumed, in {time.perf_counter() - started:.2f} s -> {path}",
+              flush=True)
+
+
+def _interrupted(progress: _Progress, checkpoints: Checkpoints) -> Interrupted:
+    if checkpoints.saved_tag is None:
+        where = "no checkpoint written yet"
+    else:
+        epoch, iteration = checkpoints.saved_tag
+        where = f"checkpoint at epoch {epoch}, iteration {iteration} (step {checkpoints.saved_step}) in {checkpoints.folder}"
+        if progress.stats.steps > checkpoints.saved_step:
+            where += f"; the {progress.stats.steps - checkpoints.saved_step} step(s) since are redone"
+    return Interrupted(f"SIGTERM (a stop or a spot interruption) during training: {where}; a job restarted on the same "
+                       "checkpoint location resumes there")
+
+
+def _all_ids(ids: np.ndarray) -> np.ndarray:
+    """Every trainer host's sample ids of the epoch just ended."""
+    return np.concatenate(_all_objects(ids))
+
+
+def _copy_done(device: torch.device):
+    """An event the buffer pool waits on before reusing a buffer still being copied to the GPU."""
+    if device.type != "cuda":
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
+@torch.no_grad()
+def _validation_shards(cluster) -> list:
+    channel = cluster.channel("validation", required=False)
+    return list_shards(channel) if channel else []
+
+
+def _validate(cfg, cluster, workload, model, device, shards: list) -> float | None:
+    if not shards:
+        print(f"[trainer] {cluster.current_host}: no validation shards; accuracy not measured", flush=True)
+        return None
+    net = model.module if isinstance(model, DistributedDataParallel) else model
+    net.eval()
+    correct = total = 0
+    loader = batch_loader(ShardDataset(shards, workload, train=False), batch_size=cfg.batch_size, num_workers=min(2, available_cpus()))
+    for batch in loader:
+        if len(batch) == 0:
+            continue
+        logits = net(workload.normalize(batch.pixels.to(device)))
+        correct += int((logits.argmax(1).cpu() == batch.labels).sum())
+        total += len(batch)
+    net.train()
+    accuracy = correct / total if total else None
+    print(metric_line(accuracy=accuracy or 0.0, validation_samples=total), flush=True)
+    return accuracy
+
+
+def _isolated_costs(cfg, cluster, workload, model, device, shards: list) -> dict | None:
+    """Decode alone and the step alone on this host (`steps.train.frameworks.pytorch.costs`), on the validation shards."""
+    net = model.module if isinstance(model, DistributedDataParallel) else model
+    costs = isolated_costs(workload, net, device, shards, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate)
+    if costs:
+        print(cost_line(cluster.current_host, costs), flush=True)
+    return costs
+
+
+def _gather(summary: dict, corrupt: int) -> dict:
+    """Sum samples and corrupt counts over trainer hosts; the slowest host sets the time."""
+    if not dist.is_initialized():
+        return {**summary, "global_samples": summary["samples"], "global_seen": summary["seen"], "corrupt": corrupt}
+    sums = torch.tensor([summary["samples"], corrupt, summary["seen"]], dtype=torch.float64)
+    dist.all_reduce(sums)
+    slowest = torch.tensor([summary["elapsed_s"]], dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return {**summary, "global_samples": int(sums[0]), "corrupt": int(sums[1]), "global_seen": int(sums[2]),
+            "elapsed_s": float(slowest[0])}
+
+
+def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=None, **measured) -> None:
+    net = model.module if isinstance(model, DistributedDataParallel) else model
+    cluster.model_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(net.state_dict(), cluster.model_dir / "model.pt")
+    metrics = training_metrics(cfg=cfg, cluster=cluster, framework="pytorch", summary=summary, accuracy=accuracy,
+                               corrupt=corrupt, corrupt_count=summary["corrupt"], classes=classes, isolated_costs=isolated_costs,
+                               **measured)
+    for directory in (cluster.model_dir, cluster.output_data_dir):
+        write_json_atomic(directory / "metrics.json", metrics)
+    print(final_line(metrics), flush=True)

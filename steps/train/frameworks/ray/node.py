@@ -1,0 +1,220 @@
+"""This host's Ray node: started from the SageMaker Environment, locked down, and ended with the host.
+
+The first trainer host is the head; every other host of the job joins it at
+the head's address (resolved from the Environment's host name, never a
+hard-coded one). Each node advertises one custom resource saying what its
+host is (`TRAINER_RESOURCE` or `DATA_RESOURCE`), which places the Ray Train
+workers on the trainer hosts while Ray Data's decode tasks run on every CPU.
+
+Ray listens on every interface and, left to its defaults, lets anyone who
+reaches a port run code on the cluster. The launcher confines every process
+of a Ray host to the host's cluster address (`steps.train.dataplane.bind_guard`), and
+every node here runs with token authentication (``RAY_AUTH_MODE=token``),
+the token derived from the job secret and read from a file only this user
+can read, never from the environment. The node is ``ray start --block`` in a
+child process; `stop` ends it and every process Ray started for it (raylet, GCS, workers: found by
+the node's own temp folder), so no Ray process outlives its host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from steps.common.errors import HeteroError
+from steps.train.dataplane.auth import job_secret
+from steps.train.core.cluster import DATA, Cluster, available_cpus, resolve
+from steps.train.core.config import TrainConfig
+
+RAY_VERSION = "2.60.0"
+TRAINER_RESOURCE, DATA_RESOURCE = "hetero_trainer", "hetero_data"
+OBJECT_STORE_BYTES = 512 * 1024**2  # per node: batches in flight, not the dataset
+
+
+class RayNodeFailed(HeteroError):
+    headline = "ray node failed"
+
+
+def ray_token(secret: bytes) -> str:
+    """The cluster's Ray auth token: the job secret, bound to this use."""
+    return hmac.new(secret, b"hetero/ray-auth-token", hashlib.sha256).hexdigest()
+
+
+class RayNode:
+    """``ray start --block`` for this host, as head (the first trainer host) or joining the head."""
+
+    def __init__(self, cfg: TrainConfig, cluster: Cluster):
+        self.cfg, self.cluster = cfg, cluster
+        self.head_host = cluster.trainer_hosts[0]
+        self.is_head = cluster.current_host == self.head_host
+        self.address = ""  # the head's GCS, host:port: the head picks it, the others learn it (steps.train.frameworks.ray.job)
+        self.folder = Path(tempfile.mkdtemp(prefix="hray-", dir="/tmp"))  # short: Ray's unix sockets live under it
+        self.process: subprocess.Popen | None = None
+
+    def environment(self) -> dict:
+        """What every Ray process of this host (and a driver connecting to it) needs in its environment."""
+        token = self.folder / "token"
+        if not token.exists():
+            token.touch(mode=0o600)
+            token.write_text(ray_token(job_secret()))
+        # a head gone for silence_timeout_s is gone: raylets and drivers stop waiting for it then
+        timeout = str(max(5, int(self.cfg.silence_timeout_s)))
+        code = str(Path(__file__).resolve().parents[4])  # Ray's worker processes import the step code from here
+        path = os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p)
+        return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0",
+                "RAY_gcs_rpc_server_reconnect_timeout_s": timeout, "RAY_DEDUP_LOGS": "0", "PYTHONPATH": path,
+                "RAY_COLOR_PREFIX": "0",  # workers' lines reach the log as "(RayTrainWorker pid=N) ...", no ANSI codes
+                # no progress bars (Ray Data redraws one per operator every second: thousands of lines a minute in the job's
+                # log), and Ray Train workers' print() stays print(): its logging redirect wrote each line twice
+                "RAY_DATA_DISABLE_PROGRESS_BARS": "1", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+
+    @property
+    def ip(self) -> str:
+        return resolve(self.cluster.current_host)
+
+    def start(self, head: str = "", *, log=None) -> "RayNode":
+        """Start the node, joining the GCS at ``head`` (host:port; the head picks its own: ``ray_port``, or a free
+        port when 0). ``log``: where Ray's own output goes, this process's by default. A head is up when this
+        returns, a joining node once the head answered."""
+        ip = self.ip
+        resource = DATA_RESOURCE if self.cluster.role == DATA else TRAINER_RESOURCE
+        command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", f"--node-ip-address={ip}",
+                   f"--num-cpus={available_cpus()}", f"--num-gpus={_gpus()}", f"--resources={json.dumps({resource: 1})}",
+                   "--disable-usage-stats", f"--temp-dir={self.folder / 'ray'}", f"--object-store-memory={OBJECT_STORE_BYTES}"]
+        if self.is_head:
+            self.address = f"{ip}:{self.cfg.ray_port or _free_port(ip)}"
+            # the job API's minimal dashboard listens on 127.0.0.1 even without the dashboard: a free port, not 8265
+            command += ["--head", f"--port={self.address.rsplit(':', 1)[1]}", "--include-dashboard=false",
+                        f"--dashboard-port={_free_port('127.0.0.1')}"]
+            if _has_grpc():  # Ray runs its client server whenever grpc is there (the Ray image has none): a free port, not 10001
+                command += [f"--ray-client-server-port={_free_port(ip, '127.0.0.1')}"]
+        else:
+            self.address = head
+            self._await_head()
+            command += [f"--address={self.address}"]
+        self.process = subprocess.Popen(command, env=self.environment(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        print(f"[ray] {self.cluster.current_host}: {f'head at {self.address}' if self.is_head else f'node at {ip}'} "
+              f"({available_cpus()} CPU(s), {resource}){'' if self.is_head else f', joining {self.address}'}",
+              file=log or sys.stdout, flush=True)
+        if self.is_head:
+            self._await_head()
+        return self
+
+    def _await_head(self) -> None:
+        """Until the head's port answers: joining (or connecting a driver) earlier fails."""
+        import socket
+
+        host, port = self.address.rsplit(":", 1)
+        deadline = time.monotonic() + self.cfg.connect_timeout_s
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=2).close()
+                return
+            except OSError as exc:
+                if self.process is not None and self.process.poll() is not None:
+                    raise RayNodeFailed(f"the Ray head on {self.head_host} exited with code {self.process.returncode} "
+                                        "before it listened; its log is above") from None
+                if time.monotonic() > deadline:
+                    raise RayNodeFailed(f"the Ray head on {self.head_host} ({self.address}) did not come up within "
+                                        f"connect_timeout_s={self.cfg.connect_timeout_s:g}: {exc}") from None
+                time.sleep(0.5)
+
+    def connect(self) -> None:
+        """This process as a Ray driver on this host's node. Ray reads its auth settings once, when first imported:
+        a process that imported ray before this call connects without the token, and is refused."""
+        import logging
+
+        os.environ.update({k: v for k, v in self.environment().items() if k.startswith("RAY_")})
+        import ray  # after the environment: see above
+
+        ray.init(address=self.address, _node_ip_address=self.ip, logging_level=logging.WARNING, configure_logging=False,
+                 log_to_driver=self.is_head, runtime_env={"worker_process_setup_hook": f"{__name__}.{quiet_worker.__name__}"})
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> None:
+        """End the node and every process Ray started for it. Idempotent."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)  # ray start --block stops its processes on SIGTERM
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        for pid in _processes_under(self.folder):  # whatever survived it (a raylet whose parent was killed)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _has_grpc() -> bool:
+    """Whether Ray will start its client server (ray://): it does when grpc imports (ray[client]); the training image
+    (images/ray/Dockerfile: ray[data,train]) has no grpc, and a client server port asked of a Ray without it is an error."""
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def quiet_worker() -> None:
+    """Runs in each Ray worker of the job as it starts. Ray Train's placement-group cleaner asks the state API every
+    second whether the train controller lives; the state API needs the full dashboard, which no node here starts, so it
+    warned each second (the job's log held more of those lines than of its own). Nothing depends on the cleaner here:
+    the cluster ends with the job."""
+    import logging
+
+    logging.getLogger("ray.train.v2._internal.execution.controller.placement_group_cleaner").setLevel(logging.ERROR)
+
+
+def _free_port(ip: str, *also: str) -> int:
+    """A port free on ``ip`` (and on every address of ``also``) now, the OS's pick; Ray binds it a moment later."""
+    import socket
+
+    for _ in range(100):  # the OS's pick on ``ip`` taken on another address: pick again, a bounded number of times
+        with socket.socket() as probe:
+            probe.bind((ip, 0))
+            port = probe.getsockname()[1]
+            try:
+                for other in also:
+                    with socket.socket() as second:
+                        second.bind((other, port))
+            except OSError:
+                continue
+            return port
+    raise RayNodeFailed(f"no TCP port free on {ip} and {', '.join(also)} in 100 tries: is the loopback interface up?")
+
+
+def _processes_under(folder: Path) -> list[int]:
+    """Processes whose command line names ``folder`` (every Ray process of a node names its temp folder)."""
+    needle = str(folder).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if needle in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
