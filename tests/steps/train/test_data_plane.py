@@ -13,7 +13,10 @@ from steps.train.core.config import TrainConfig
 from steps.train.frameworks.pytorch.data import DataHostLost, DataServiceClient
 from steps.train.frameworks.pytorch.data_host import serve
 from steps.train.frameworks.pytorch.dataset import Batch
-from tests.steps.train.test_auth import SECRET, _Side, no_leaked_threads  # noqa: F401 - fixture
+from tests.support.threads import SECRET, no_leaked_threads  # noqa: F401 - fixture
+from tests.support.threads import Side as _Side
+
+pytestmark = pytest.mark.usefixtures("no_leaked_threads")
 
 BATCH = 4
 

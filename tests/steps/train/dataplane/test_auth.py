@@ -9,8 +9,6 @@ then as a real `DataServiceClient` that must still get every batch.
 from __future__ import annotations
 
 import socket
-import threading
-
 import pytest
 import torch
 
@@ -25,34 +23,10 @@ from steps.train.frameworks.pytorch.data_host import serve
 from steps.train.frameworks.pytorch.dataset import Batch
 from steps.train.dataplane.wire import FrameReader, Kind, PeerClosed, WireError, send_frame
 
-SECRET = b"s" * 32
-OTHER = b"o" * 32
+from tests.support.threads import OTHER, SECRET, no_leaked_threads  # noqa: F401 - fixture
+from tests.support.threads import Side as _Side
 
-
-@pytest.fixture(autouse=True)
-def no_leaked_threads():
-    """Every thread a test starts (its own, the service's, the client's) is gone when it ends."""
-    before = set(threading.enumerate())
-    yield
-    leaked = [t for t in threading.enumerate() if t not in before]
-    for t in leaked:
-        t.join(timeout=10)
-    assert [t.name for t in leaked if t.is_alive()] == []
-
-
-class _Side(threading.Thread):
-    """Runs one side of a handshake; keeps its result or exception."""
-
-    def __init__(self, fn, *args, **kwargs):
-        super().__init__(daemon=True)
-        self.fn, self.args, self.kwargs = fn, args, kwargs
-        self.result = self.error = None
-
-    def run(self):
-        try:
-            self.result = self.fn(*self.args, **self.kwargs)
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
-            self.error = exc
+pytestmark = pytest.mark.usefixtures("no_leaked_threads")
 
 
 @pytest.fixture
