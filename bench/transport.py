@@ -94,7 +94,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from steps.common.job_secret import new_secret, write_job_secret  # noqa: E402
+from steps.shard.job_secret import new_secret, write_job_secret  # noqa: E402
 from steps.train.dataplane.auth import client_handshake, load_job_secret  # noqa: E402
 from steps.train.core.config import TrainConfig  # noqa: E402
 from steps.train.frameworks.pytorch.data import DataServiceClient  # noqa: E402

@@ -22,7 +22,7 @@ from pipeline.emulator import EmulatedJob
 from pipeline.images import default_training_image
 from pipeline.local import LOCAL_RAY_IMAGE, LOCAL_REGION
 from pipeline.sagemaker.settings import CODE_CHANNEL_DIR, TRAINING_ENTRYPOINT
-from steps.common.job_secret import write_job_secret
+from steps.shard.job_secret import write_job_secret
 from steps.contract import (
     CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, DATA_GROUP, DNN_GROUP, HOSTS_FILE_ENV, HYBRID_CHANNEL, REPLICATED, SECRET_CHANNEL, SECRET_FILE,
     SHARDED, TRAIN_ENTRY_POINT,

@@ -30,7 +30,7 @@ HYBRID_CHANNEL = "train_local"  # the training shards as the dnn group sees them
 PRICE_PERFORMANCE_FILE = "price_performance.json"  # written by the Evaluate step
 RESULTS_FOLDER = "results"  # the results store of a deployed pipeline: s3://<bucket>/<prefix>/results/<execution id>/
 PLAN_FILE = "plan.json"
-# The data plane's secret, drawn per execution by the Shard step (steps/common/job_secret.py): <Shard output>/secret/job-secret,
+# The data plane's secret, drawn per execution by the Shard step (steps/shard/job_secret.py): <Shard output>/secret/job-secret,
 # the training jobs' `secret` input channel (never their Environment, which DescribeTrainingJob shows)
 SECRET_CHANNEL = "secret"
 SECRET_FILE = "job-secret"

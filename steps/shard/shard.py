@@ -23,7 +23,7 @@ defaults are Processing's conventional paths)::
 
 ``--format tfrecord`` needs TensorFlow in the Processing image; tar shards need only Pillow.
 Being the pipeline's first job, the step also draws the execution's job secret into
-``<output>/secret/job-secret`` (`steps.common.job_secret`): the training jobs' ``secret`` channel.
+``<output>/secret/job-secret`` (`steps.shard.job_secret`): the training jobs' ``secret`` channel.
 On failure, a bad argument included (`steps.common.cli`), the one-line reason goes
 to ``<output>/failure`` (and, in a Processing container, to ``/opt/ml/output/message``)
 and the exit code is non-zero.
@@ -41,7 +41,7 @@ if not __package__:
 
 from steps.common.cli import StepArgumentParser, run_step_cli  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
-from steps.common.job_secret import write_job_secret  # noqa: E402
+from steps.shard.job_secret import write_job_secret  # noqa: E402
 from steps.contract import SECRET_CHANNEL  # noqa: E402
 from steps.shard.formats import FORMATS  # noqa: E402
 from steps.shard.plan import assign_ids, deal, plan_shard_count, shuffled, split  # noqa: E402

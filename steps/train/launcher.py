@@ -103,7 +103,7 @@ def _quiet_tensorflow() -> None:
 def main() -> int:
     # SageMaker stops a job (StopTrainingJob, a spot interruption) with SIGTERM: unwind so peers get STOP and the failure
     # file is written; a training loop first finishes its step and saves a checkpoint (steps.train.frameworks.pytorch.checkpoint)
-    from steps.train.frameworks.pytorch.checkpoint import TERMINATE
+    from steps.train.core.terminate import TERMINATE
 
     TERMINATE.install()
     # the toolkit reads SAGEMAKER_BASE_DIR once, at import: import it only now

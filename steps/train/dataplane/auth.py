@@ -1,7 +1,7 @@
 """Per-job secret and the mutual handshake that opens every data-plane connection.
 
 Every host of a job reads the same secret from its ``secret`` input channel
-(`steps.common.job_secret`: the Shard step draws one per pipeline execution);
+(`steps.shard.job_secret`: the Shard step draws one per pipeline execution);
 it is never in the environment. A connection carries data, or a STOP, only
 after each side has proved it knows the secret by an HMAC over the other
 side's fresh nonce, so a port scan or a stray client can neither read batches
@@ -44,7 +44,7 @@ def load_job_secret(channel_dir: str | Path) -> bytes:
                         headline="missing job secret") from None
     if len(value) < MIN_SECRET_CHARS:
         raise UserError(f"the job secret {path} holds {len(value)} characters; it must hold at least {MIN_SECRET_CHARS}, "
-                        "shared by every host of the job (steps/common/job_secret.py writes one)", headline="missing job secret")
+                        "shared by every host of the job (steps/shard/job_secret.py writes one)", headline="missing job secret")
     try:
         path.unlink()
     except OSError as exc:  # a read-only channel: the secret stays readable on this host's disk

@@ -17,90 +17,17 @@ is always that of a whole number of steps.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import random
-import signal
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
-from steps.common.errors import Terminated, UserError
+from steps.common.errors import UserError
 from steps.common.files import write_atomic
 
 CHECKPOINT_VERSION = 2
-
-
-class Interrupted(Terminated):
-    """SIGTERM reached the trainer: the checkpoint is written, the job ends to be restarted."""
-
-    headline = "interrupted"
-
-
-class Terminate:
-    """SIGTERM while armed is noted, not raised: the training loop ends at the next step boundary.
-    Unarmed (start-up, validation, writing outputs) it ends the process at once, as before."""
-
-    def __init__(self):
-        self.event = threading.Event()
-        self.armed = False
-
-    def handler(self, signum, frame) -> None:
-        self.event.set()
-        if not self.armed:
-            raise Terminated()
-
-    def install(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self.handler)
-
-    @property
-    def requested(self) -> bool:
-        return self.event.is_set()
-
-
-TERMINATE = Terminate()
-
-
-class Ledger:
-    """Which samples this trainer consumed, per epoch: the current epoch's ids, and a summary of each finished one."""
-
-    def __init__(self, epochs: list | None = None, epoch: int = 0, ids: list | None = None):
-        self.epochs: list[dict] = list(epochs or [])
-        self.epoch = epoch
-        self._ids: list = list(ids or [])
-
-    def add(self, epoch: int, ids) -> None:
-        if epoch != self.epoch:
-            self.epoch, self._ids = epoch, []
-        self._ids.extend(int(i) for i in ids)
-
-    @property
-    def ids(self) -> np.ndarray:
-        return np.asarray(self._ids, dtype=np.int64)
-
-    def close_epoch(self, epoch: int, all_ids: np.ndarray) -> dict:
-        """``all_ids``: every trainer's ids of ``epoch`` together. Returns the epoch's summary, also kept."""
-        distinct = np.unique(all_ids)
-        summary = {"epoch": epoch, "samples": int(all_ids.size), "distinct": int(distinct.size),
-                   "duplicates": int(all_ids.size - distinct.size), "digest": digest(distinct)}
-        self.epochs.append(summary)
-        self.epoch, self._ids = epoch + 1, []
-        return summary
-
-    def state(self) -> dict:
-        return {"epochs": self.epochs, "epoch": self.epoch, "ids": self.ids}
-
-    @classmethod
-    def from_state(cls, state: dict) -> "Ledger":
-        return cls(state["epochs"], state["epoch"], [int(i) for i in state["ids"]])
-
-
-def digest(ids: np.ndarray) -> str:
-    """The same set of sample ids, in any order, gives the same digest."""
-    return hashlib.sha256(np.sort(np.asarray(ids, dtype=np.int64)).astype("<i8").tobytes()).hexdigest()[:16]
 
 
 class Checkpoints:

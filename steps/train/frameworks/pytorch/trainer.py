@@ -25,7 +25,9 @@ from torch.nn.parallel import DistributedDataParallel
 from steps.common.errors import UserError, describe
 from steps.shard.format import count_samples, list_shards
 from steps.train.dataplane.auth import job_secret
-from steps.train.frameworks.pytorch.checkpoint import TERMINATE, Checkpoints, Interrupted, Ledger, restore_rng, rng_state
+from steps.train.core.ledger import Ledger
+from steps.train.core.terminate import TERMINATE, Interrupted
+from steps.train.frameworks.pytorch.checkpoint import Checkpoints, restore_rng, rng_state
 from steps.train.core.cluster import Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.dataplane.control import failure_reason

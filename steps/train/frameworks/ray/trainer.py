@@ -107,7 +107,7 @@ def train_loop(config: dict) -> None:
     from ray.train.torch import prepare_model
     from torch.distributed.algorithms.join import Join
 
-    from steps.train.frameworks.pytorch.checkpoint import Ledger
+    from steps.train.core.ledger import Ledger
     from steps.train.core.config import TrainConfig
     from steps.train.frameworks.pytorch.costs import isolated_costs
     from steps.train.core.metrics import StepStats

@@ -3,7 +3,7 @@
 Decode: the training input pipeline (`steps.train.frameworks.tensorflow.dataset.training_dataset`, training augmentation) over
 the validation shards, in this process with its own parallelism, timed batch by batch as it is consumed
 (so the per-batch time is the pipeline's throughput on this host's CPUs); the batches are cached. Step:
-the training step (`steps.train.frameworks.tensorflow.trainer.make_train_step`) on those cached batches, with a clone of the
+the training step (`steps.train.frameworks.tensorflow.step.make_train_step`) on those cached batches, with a clone of the
 trained model and a fresh optimizer, so the model written is untouched.
 """
 
@@ -24,7 +24,7 @@ def tf_isolated_costs(cfg: TrainConfig, workload: Workload, model, strategy, fil
     """The same document as `steps.train.frameworks.pytorch.costs.isolated_costs`; None without validation files."""
     if not files:
         return None
-    from steps.train.frameworks.tensorflow.trainer import distribute, make_train_step
+    from steps.train.frameworks.tensorflow.step import distribute, make_train_step
 
     cached = training_dataset(files, workload, batch_size=cfg.batch_size, seed=cfg.seed, epoch=0) \
         .repeat().take(batches + 1).cache()

@@ -24,7 +24,7 @@ import numpy as np
 
 from steps.common.errors import EXIT_INTERNAL_ERROR, EXIT_TERMINATED, HeteroError, describe, write_failure
 from steps.train.dataplane.auth import job_secret
-from steps.train.frameworks.pytorch.checkpoint import TERMINATE, Interrupted
+from steps.train.core.terminate import TERMINATE, Interrupted
 from steps.train.core.cluster import Cluster, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.dataplane.control import DataHostLost, LocalDecodeFailed, end_links, open_link

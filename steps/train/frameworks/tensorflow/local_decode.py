@@ -55,7 +55,7 @@ def tf_loop_cpus(cfg, workload, model, strategy, files: list[str]) -> float:
     from steps.train.core.cluster import available_cpus
     from steps.train.core.spare_cpus import PROBE_STEPS
     from steps.train.frameworks.tensorflow.dataset import training_dataset
-    from steps.train.frameworks.tensorflow.trainer import distribute, make_train_step
+    from steps.train.frameworks.tensorflow.step import distribute, make_train_step
 
     batch = training_dataset(files, workload, batch_size=cfg.batch_size, seed=cfg.seed, epoch=0).take(1).cache()
     with strategy.scope():

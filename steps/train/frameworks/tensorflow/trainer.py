@@ -22,7 +22,7 @@ import tensorflow as tf
 from steps.common.errors import HeteroError
 from steps.common.files import write_json_atomic
 from steps.shard.tfrecord import list_tfrecord_shards
-from steps.train.frameworks.pytorch.checkpoint import TERMINATE, Interrupted
+from steps.train.core.terminate import TERMINATE, Interrupted
 from steps.train.core.cluster import Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.dataplane.control import failure_reason
@@ -36,6 +36,7 @@ from steps.train.frameworks.tensorflow.dataset import SERVE_PATTERN, TAKE_FILE, 
 from steps.train.frameworks.tensorflow.checkpoint import TfCheckpoints
 from steps.train.frameworks.tensorflow.data import TfDataService
 from steps.train.frameworks.tensorflow.local_decode import LocalWorker, tf_spare_workers
+from steps.train.frameworks.tensorflow.step import device_strategy, distribute, make_train_step
 from steps.train.workload import Workload
 
 
@@ -144,45 +145,6 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         if source is not None:
             source.close("failed", failure_reason(cluster.current_host, exc))
         raise
-
-
-def device_strategy() -> tf.distribute.Strategy:
-    """Every GPU of this host (MirroredStrategy: each step's batch is split across them), or the one device."""
-    gpus = tf.config.list_logical_devices("GPU")
-    if len(gpus) > 1:
-        return tf.distribute.MirroredStrategy([g.name for g in gpus])
-    return tf.distribute.get_strategy()
-
-
-def make_train_step(workload: Workload, model, optimizer, strategy):
-    """One training step over a distributed batch (``{"pixels", "labels", ...}``), its loss summed over replicas."""
-    with strategy.scope():
-        optimizer.build(model.trainable_variables)  # its slots, created once per replica before the first step
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-
-    def replica_step(pixels, labels):
-        with tf.GradientTape() as tape:
-            per_sample = loss_fn(labels, model(workload.tf_normalize(pixels), training=True))
-            loss = tf.nn.compute_average_loss(per_sample)  # over the whole step's batch, all replicas
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    # reduce_retracing: the last batch of an epoch may be short. No AutoGraph: the step has no tensor-dependent Python
-    # control flow, and converting what Keras calls inside it logged a warning that printed os.environ whole
-    @tf.function(reduce_retracing=True, autograph=False)
-    def train_step(batch):
-        losses = strategy.run(replica_step, args=(batch["pixels"], batch["labels"]))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-
-    return train_step
-
-
-def distribute(strategy, dataset):
-    """The host's batches split across the replicas; the dataset is already this host's whole share."""
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return strategy.experimental_distribute_dataset(dataset.with_options(options))
 
 
 def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strategy,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from steps.common.errors import UserError
-from steps.common.job_secret import new_secret, write_job_secret
+from steps.shard.job_secret import new_secret, write_job_secret
 from steps.contract import SECRET_FILE
 from steps.train.dataplane import auth
 from steps.train.dataplane.auth import AuthError, client_handshake, job_secret, load_job_secret, serve_handshake

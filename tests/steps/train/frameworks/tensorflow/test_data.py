@@ -36,7 +36,7 @@ def test_the_watchdog_ends_a_trainer_that_tensorflow_keeps_blocked(tmp_path, mon
 
 
 def test_a_watchdog_firing_while_the_job_is_being_stopped_reports_the_interruption(tmp_path, monkeypatch):
-    from steps.train.frameworks.pytorch.checkpoint import TERMINATE
+    from steps.train.core.terminate import TERMINATE
 
     exited = threading.Event()
     codes = []
