@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, Duration, Stack, Validations
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from infra.execution_role import nag_form
+from infra.nag import acknowledge_wildcards
 from steps.contract import TUNABLES_BY_NAME
 
 FUNCTION_CODE = Path(__file__).with_name("functions") / "adopt_plan"
@@ -47,13 +47,10 @@ class PlanAdoption(Construct):
                          "PARAMETERS": json.dumps(parameters, sort_keys=True),
                          "MIN_DATA_INSTANCE_COUNT": str(count.minimum), "MAX_DATA_INSTANCE_COUNT": str(count.maximum)})
         self.function.node.add_dependency(self.policy)
-        stack = Stack.of(self)
-        for resource, reason in {
+        acknowledge_wildcards(Stack.of(self), {
             bucket.arn_for_objects(f"{results_prefix}/*"): "Evaluate writes one plan.json per execution under the results "
                                                             "prefix: the prefix is all that is known",
             f"{log.log_group_arn}:*": "Lambda names the log streams of its own log group",
             f"{self.function.function_arn}:*": "The schedule may invoke this function's versions (the scheduler target grants "
                                                "the function and its qualifiers)",
-        }.items():
-            Validations.of(stack).acknowledge(Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_form(stack, resource)}]",
-                                                             reason=reason))
+        })

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.graph import PIPELINE_NAME, resolve_parameters
-from pipeline.images import ecr_repository
+from pipeline.images import RAY_BASE, ecr_repository, require_image_region
+from pipeline.job_access import INPUT_PREFIX_SETTING
 from steps.common.errors import UserError
 from steps.train.core.config import FRAMEWORKS
 
@@ -96,6 +97,11 @@ class StackSettings:
         if settings.input_prefix.startswith("/") or not settings.input_prefix.endswith("/"):
             raise UserError(f"{cls.context_key('input_prefix')}={settings.input_prefix!r}: a key prefix ending in '/', "
                             "without a leading '/'", headline="bad cdk.json context")
+        if f"{settings.prefix}/".startswith(settings.input_prefix):
+            raise UserError(f"{cls.context_key('input_prefix')}={settings.input_prefix!r} holds the pipeline's artifacts "
+                            f"({cls.context_key('prefix')}={settings.prefix!r}), which its jobs write, while they may only read "
+                            f"the inputs: use a prefix inside or beside it, e.g. {settings.prefix + '/raw/'!r}",
+                            headline="bad cdk.json context")
         if settings.framework not in FRAMEWORKS:
             raise UserError(f"{cls.context_key('framework')}={settings.framework!r}: use one of {', '.join(FRAMEWORKS)}",
                             headline="bad cdk.json context")
@@ -105,15 +111,32 @@ class StackSettings:
                     ecr_repository(getattr(settings, name))  # the role's ECR pull permission is derived from it
                 except UserError as exc:
                     raise UserError(f"{cls.context_key(name)}: {exc.message}", headline="bad cdk.json context") from exc
+        settings._check_region()
         if not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}", settings.pipeline_name):
             raise UserError(f"{cls.context_key('pipeline_name')}={settings.pipeline_name!r}: letters, digits and hyphens only",
                             headline="bad cdk.json context")
         return settings
 
+    def _check_region(self) -> None:
+        """A default image must exist in the region (a Ray stack's processing image is the PyTorch one)."""
+        if self.training_image and self.processing_image:
+            return
+        try:
+            require_image_region(self.region, RAY_BASE if self.framework == "ray" else self.framework)
+        except UserError as exc:
+            raise UserError(f"{self.context_key('region')}: {exc.message} ({self.context_key('training_image')}, "
+                            f"{self.context_key('processing_image')})", headline="bad cdk.json context") from None
+
     def scheduled_parameters(self, *, bucket: str) -> dict[str, str]:
         """Parameter overrides (as strings) for scheduled and triggered executions."""
         from pipeline.remote import pipeline_parameters
 
+        for key, layer in ((self.context_key("retrain_parameters"), self.retrain_parameters),
+                           (self.context_key("instance_defaults"), self.instance_defaults)):
+            if "InputData" in layer:  # the jobs may read the input prefix of the stack's bucket only (pipeline.job_access)
+                raise UserError(f"{key} sets InputData={layer['InputData']!r}: scheduled and triggered runs read "
+                                f"s3://<ArtifactBucket>/{self.input_prefix}; set {INPUT_PREFIX_SETTING} instead",
+                                headline="bad cdk.json context")
         layer = {"InputData": f"s3://{bucket}/{self.input_prefix}", **self.instance_defaults, **self.retrain_parameters}
         resolved = resolve_parameters(layer)  # rejects unknown names and ill-typed values, naming them
         sent = {p["Name"] for p in pipeline_parameters({name: resolved[name] for name in layer})}  # S3 URIs where the cloud needs them

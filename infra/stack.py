@@ -1,9 +1,13 @@
 """The stack: wires the constructs of `infra/` and nothing else.
 
-    artifact bucket ──> training code (tar.gz asset) ──> execution role ──> SageMaker pipeline
-                        default price overrides ({} asset) ──┘
-          │                                 (optional) VPC + FSx for Lustre ──┘      │
-          └──> new-data trigger (optional)          retraining schedule (optional) ──┘
+    artifact bucket ──> training code (tar.gz asset) ──> job role ──> pipeline role ──> SageMaker pipeline
+                        default price overrides ({} asset) ──┘                              │
+          │                            (optional) VPC + FSx for Lustre ──┘ (job role)        │
+          └──> new-data trigger (optional)          retraining schedule (optional) ─────────┘
+
+The jobs run as the job role; the pipeline runs as the pipeline role, which alone may start jobs and pass
+the job role. The trigger, the schedule and the plan-adoption function start executions with roles of
+their own (sagemaker:StartPipelineExecution on this pipeline): none of them passes either role.
 """
 
 from __future__ import annotations
@@ -12,11 +16,12 @@ from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
 from infra.artifact_bucket import ArtifactBucket
-from infra.execution_role import ExecutionRole
+from infra.job_role import JobRole
 from infra.lustre import LustreDataset
 from infra.new_data_trigger import NewDataTrigger
-from infra.price_overrides import DefaultPriceOverrides
+from infra.pipeline_role import PipelineRole
 from infra.plan_adoption import PlanAdoption
+from infra.price_overrides import DefaultPriceOverrides
 from infra.retrain_schedule import RetrainSchedule
 from infra.sagemaker_pipeline import SageMakerPipeline
 from infra.settings import StackSettings
@@ -35,27 +40,31 @@ class HeteroStack(Stack):
         # resolved once: the role may pull exactly the images the pipeline runs (a token region needs both set)
         training_image, processing_image = pipeline_images(self.region, settings.framework, training_image=settings.training_image,
                                                            processing_image=settings.processing_image)
-        role = ExecutionRole(
-            self, "Execution", pipeline_name=settings.pipeline_name, bucket=store.bucket, code=code.asset,
-            price_overrides=no_price_overrides.asset,
-            bucket_prefixes=(settings.prefix, settings.input_prefix), images=(training_image, processing_image))
+        jobs = JobRole(
+            self, "JobRole", pipeline_name=settings.pipeline_name, bucket=store.bucket, code=code.asset,
+            price_overrides=no_price_overrides.asset, prefix=settings.prefix, input_prefix=settings.input_prefix,
+            images=(training_image, processing_image))
+        runner = PipelineRole(self, "PipelineRole", pipeline_name=settings.pipeline_name, job_role=jobs.role)
 
         fsx = None
         if settings.fsx:
             lustre = LustreDataset(self, "Lustre", bucket=store.bucket, dataset_prefix=settings.prefix,
                                    log_bucket=store.log_bucket, storage_gib=settings.fsx_storage_gib,
                                    throughput_per_tib=settings.fsx_throughput_per_tib)
-            role.allow_vpc_jobs(subnet_arns=lustre.subnet_arns, security_group_arns=lustre.security_group_arns)
+            jobs.allow_vpc_jobs(subnet_arns=lustre.subnet_arns, security_group_arns=lustre.security_group_arns)
             fsx = FsxSettings(file_system_id=lustre.file_system_id, directory_path=lustre.directory_path,
                               subnets=lustre.subnet_ids, security_group_ids=lustre.security_group_ids)
 
         pipeline = SageMakerPipeline(
-            self, "Pipeline", pipeline_name=settings.pipeline_name, role=role.role, bucket=store.bucket,
-            code_url=code.s3_url, price_overrides_url=no_price_overrides.s3_url, prefix=settings.prefix, framework=settings.framework,
+            self, "Pipeline", pipeline_name=settings.pipeline_name, pipeline_role=runner.role, job_role=jobs.role, bucket=store.bucket,
+            code_url=code.s3_url, price_overrides_url=no_price_overrides.s3_url, prefix=settings.prefix,
+            input_prefix=settings.input_prefix, framework=settings.framework,
             training_image=training_image, processing_image=processing_image, fsx=fsx,
             inter_container_encryption=settings.inter_container_encryption, network_isolation=settings.network_isolation,
             spot=settings.spot)
-        pipeline.node.add_dependency(role.policy)  # the role can run jobs before the first execution can start
+        runner.read_property_files(bucket=store.bucket, keys=pipeline.property_file_keys)
+        # both roles hold their permissions before the first execution can start
+        pipeline.node.add_dependency(runner.policy, jobs.policy)
 
         parameters = settings.scheduled_parameters(bucket=store.bucket.bucket_name)
         if settings.schedule:

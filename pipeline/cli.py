@@ -82,7 +82,7 @@ def _definition_parser(sub) -> None:
     d.add_argument("--pipeline-name", default=DEFAULT_PIPELINE_NAME, help="(default %(default)s)")
     d.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
                    help="picks the default images (default: env AWS_REGION, AWS_DEFAULT_REGION or us-east-1)")
-    d.add_argument("--role-arn", default="arn:aws:iam::123456789012:role/hetero-pipeline", help="execution role (default: a placeholder)")
+    d.add_argument("--role-arn", default="arn:aws:iam::123456789012:role/hetero-pipeline", help="the jobs' role, every step's RoleArn (default: a placeholder)")
     d.add_argument("--bucket", default="hetero-artifacts-example", help="artifact bucket (default: a placeholder)")
     d.add_argument("--code-uri", help="s3:// URI of the code tar.gz (default s3://<bucket>/<prefix>/code/code.tar.gz)")
     d.add_argument("--prefix", default="hetero", help="key prefix of everything the pipeline writes (default %(default)s)")

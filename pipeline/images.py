@@ -3,9 +3,11 @@
 Every job of a heterogeneous cluster runs one image: training jobs get the GPU
 variant of the framework's SageMaker training container, processing jobs its CPU
 variant. Both are looked up offline, from the tables bundled with the SageMaker
-Python SDK (``sagemaker/core/image_uri_config/<framework>.json``) and botocore's
-endpoint data: nothing here calls out, and the SDK is imported only when an image
-is looked up.
+Python SDK (``sagemaker/core/image_uri_config/<framework>.json``), AWS's list of
+DLC regions (``pipeline.dlc_regions``) and botocore's endpoint data: nothing here
+calls out, and the SDK is imported only when an image is looked up. A region
+without the framework's image is refused, naming the regions that have it
+(``image_regions``).
 
     >>> default_training_image("us-east-1", "pytorch")
     '763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker'
@@ -19,8 +21,13 @@ image URI (``ecr_repository``), never from a fixed account.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import json
 import re
+from pathlib import Path
 
+from pipeline.dlc_regions import DLC_REGISTRIES
 from steps.common.errors import UserError
 
 # framework -> (SDK image name, version, py_version). Heterogeneous clusters need PyTorch >= 1.10, TensorFlow >= 2.6.
@@ -30,9 +37,10 @@ from steps.common.errors import UserError
 # (CUDA 13.3) and a CPU variant, both with the sagemaker-training toolkit (aws/deep-learning-containers:
 # docs/src/data/pytorch/2.13-{cuda,cpu}-sagemaker.yml, .github/config/image/pytorch/2.13-sagemaker-{cuda,cpu}.yml,
 # docs/pytorch/changelog/index.md). From 2.11 on, AWS publishes PyTorch DLCs on Amazon Linux 2023 in a new ECR
-# repository, `pytorch`, tagged <version>-<cu133|cpu>-amzn2023-sagemaker; the SDK's bundled table (sagemaker-core
-# 2.27) stops at 2.10.0 in `pytorch-training`, so `image_uris.retrieve` cannot return 2.13 and the URI is built
-# from the bundled registry-account table instead (DLC_TAGS below). 2.5.1 (the previous default) left support on
+# repository, `pytorch`, tagged <version>-<cu133|cpu>-amzn2023-sagemaker; the SDK's `pytorch` table (sagemaker-core
+# 2.27) stops at 2.10.0 in `pytorch-training`, and its `pytorch-amzn2023` table keys 2.13 by minor version (the
+# floating 2.13-... tag), so the URI with the pinned 2.13.0 tag is built from the DLC registry-account table instead
+# (DLC_TAGS below; the regions come from both tables). 2.5.1 (the previous default) left support on
 # 2025-10-29. CUDA 13 has no Volta kernels: the GPU image needs ml.g4dn (Turing) or newer, not ml.p3.
 # TensorFlow: 2.21.0 is the newest training version in the SDK's bundled table (image_uri_config/tensorflow.json),
 # with GPU and CPU images, py312 only; AWS lists it as its newest TensorFlow training DLC too.
@@ -40,6 +48,9 @@ IMAGES = {"pytorch": ("pytorch", "2.13.0", "py312"),
           "tensorflow": ("tensorflow", "2.21.0", "py312")}
 # Images newer than the SDK's table: framework -> (ECR repository, tag of the GPU variant, tag of the CPU variant)
 DLC_TAGS = {"pytorch": ("pytorch", "2.13.0-cu133-amzn2023-sagemaker", "2.13.0-cpu-amzn2023-sagemaker")}
+# framework -> (the SDK's image table, the version's key there) that lists the regions of the images above: the
+# amzn2023 PyTorch images have a table of their own, keyed by minor version
+SDK_TABLES = {"pytorch": ("pytorch-amzn2023", "2.13"), "tensorflow": ("tensorflow", "2.21.0")}
 # Ray: no AWS training image has Ray. Its training image is built by the user from images/ray/Dockerfile (the PyTorch
 # DLC above plus ray[data,train], the version pinned in pyproject.toml) and passed as the training image; its shard and
 # evaluate steps run on the PyTorch CPU image.
@@ -100,6 +111,48 @@ def ecr_partition(region: str) -> str:
                         headline="bad region") from exc
 
 
+def image_regions(framework: str) -> tuple[str, ...]:
+    """The regions where AWS publishes ``framework``'s default images: the DLC regions the SDK's table lists for them."""
+    listed = _sdk_version(framework)["registries"]
+    return tuple(sorted(region for region in DLC_REGISTRIES if region in listed))
+
+
+def require_image_region(region: str, framework: str) -> None:
+    """UserError unless AWS publishes ``framework``'s default images in ``region``, naming the regions that have them."""
+    regions = image_regions(framework)
+    if region not in regions:
+        raise UserError(f"region {region!r} has no AWS Deep Learning Container for {framework} {IMAGES[framework][1]}: AWS "
+                        f"publishes it in {len(regions)} regions ({', '.join(regions)}); use one of them, or your own "
+                        "images", headline="bad region")
+
+
+def dlc_framework(image_uri: str) -> str | None:
+    """The framework whose default AWS DLC ``image_uri`` is (its repository, in a registry account the SDK's table
+    names for that image), or None: a custom image, which exists wherever its owner pushed it."""
+    account, _, repository = ecr_repository(image_uri)
+    for framework in IMAGES:
+        version = _sdk_version(framework)
+        if repository == version["repository"] and account in version["registries"].values():
+            return framework
+    return None
+
+
+def _sdk_version(framework: str) -> dict:
+    table, version = SDK_TABLES[framework]
+    return _sdk_table(table)["training"]["versions"][version]
+
+
+@functools.cache
+def _sdk_table(name: str) -> dict:
+    """One of the SDK's bundled image tables, read as a file: importing the SDK takes seconds, `hetero start` needs none."""
+    spec = importlib.util.find_spec("sagemaker")
+    folders = [Path(p) / "core" / "image_uri_config" for p in (spec.submodule_search_locations or [])] if spec else []
+    path = next((f / f"{name}.json" for f in folders if (f / f"{name}.json").is_file()), None)
+    if path is None:
+        raise RuntimeError(f"the SageMaker SDK's image table {name}.json is missing: is the sagemaker package installed?")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def _image(region: str, framework: str, *, gpu: bool) -> str:
     if not isinstance(region, str) or not REGION.fullmatch(region):
         raise UserError(f"region {region!r} is not a region name (a CloudFormation token?), so the default images "
@@ -108,33 +161,15 @@ def _image(region: str, framework: str, *, gpu: bool) -> str:
     if framework not in IMAGES:
         raise UserError(f"framework {framework!r} has no default image; use one of {', '.join(IMAGES)}",
                         headline="bad deploy settings")
+    require_image_region(region, framework)
     name, version, py_version = IMAGES[framework]
     if framework in DLC_TAGS:
         repository, gpu_tag, cpu_tag = DLC_TAGS[framework]
-        return f"{_dlc_account(name, region)}.dkr.{_ecr_host(region)}/{repository}:{gpu_tag if gpu else cpu_tag}"
+        return f"{DLC_REGISTRIES[region]}.dkr.{_ecr_host(region)}/{repository}:{gpu_tag if gpu else cpu_tag}"
     from sagemaker.core import image_uris  # bundled tables, no network
 
-    try:
-        return image_uris.retrieve(name, region=region, version=version, py_version=py_version, image_scope="training",
-                                   instance_type=TRAINING_INSTANCE_TYPE if gpu else PROCESSING_INSTANCE_TYPE)
-    except ValueError as exc:  # the SDK's message names the unsupported region or version
-        raise UserError(f"no {framework} {version} training image in region {region!r}: {exc}",
-                        headline="bad deploy settings") from exc
-
-
-def _dlc_account(name: str, region: str) -> str:
-    """The DLC registry account of ``region``, from the SDK's table for the newest training version it lists
-    (the account of a region is the same for every DLC; newer versions list more regions)."""
-    from sagemaker.core import image_uris
-
-    versions = image_uris.config_for_framework(name)["training"]["versions"]
-    newest = max(versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
-    registries = versions[newest]["registries"]
-    if region not in registries:
-        raise UserError(f"AWS publishes no Deep Learning Containers in region {region!r} (per the SageMaker SDK's "
-                        f"table): use one of {', '.join(sorted(registries))}, or pass your own images",
-                        headline="bad deploy settings")
-    return registries[region]
+    return image_uris.retrieve(name, region=region, version=version, py_version=py_version, image_scope="training",
+                               instance_type=TRAINING_INSTANCE_TYPE if gpu else PROCESSING_INSTANCE_TYPE)
 
 
 def _ecr_host(region: str) -> str:

@@ -10,7 +10,9 @@ its choices fails here, not minutes later in a SageMaker step. Parameters
 left out take the defaults compiled into the deployed definition. Before the
 execution starts, every job request of the deployed definition (DescribePipeline)
 is checked with these parameters as the service will check it when the step is
-reached (`pipeline.validation.validate_execution`: lengths and sizes included).
+reached (`pipeline.validation.validate_execution`: lengths and sizes included);
+an S3 URI the jobs' role may not read (``pipeline.job_access``, from the pipeline's
+description) and an AWS image in a region where AWS does not publish it are refused.
 
 PriceOverrides names a JSON price file: an s3:// URI (read and checked here), or a
 local file, which is checked and uploaded beside the pipeline's artifacts
@@ -32,6 +34,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from pipeline.graph import PIPELINE_NAME, parse_overrides
+from pipeline.images import dlc_framework, ecr_repository, require_image_region
+from pipeline.job_access import JobAccess
 from pipeline.validation import validate_execution
 from steps.common.errors import UserError
 from steps.contract import PRICE_PERFORMANCE_FILE, RESULTS_FOLDER
@@ -81,11 +85,14 @@ def start_execution(*, pipeline_name: str, overrides: dict[str, str], client=Non
     pipeline_parameters(overrides)  # before any client exists: bad input never reaches AWS
     client = client or _client("sagemaker")
     with sagemaker_errors(pipeline_name, client.meta.region_name):
-        definition = json.loads(client.describe_pipeline(PipelineName=pipeline_name)["PipelineDefinition"])
+        described = client.describe_pipeline(PipelineName=pipeline_name)
+    definition = json.loads(described["PipelineDefinition"])
+    _check_images(definition, pipeline_name)
     if local_prices is not None:
         overrides["PriceOverrides"] = _price_file_uri(definition, pipeline_name, local_prices.read_bytes())
     parameters = pipeline_parameters(overrides)
     typed = parse_overrides(overrides)
+    _check_readable(JobAccess.from_description(described.get("PipelineDescription")), typed)
     declared = {p["Name"]: p.get("DefaultValue") for p in definition.get("Parameters", [])}
     stand_in = "0123456789ab"  # the service's execution ids are 12 characters
     validate_execution(definition, {**declared, **typed}, {
@@ -103,6 +110,36 @@ def start_execution(*, pipeline_name: str, overrides: dict[str, str], client=Non
         request["PipelineExecutionDisplayName"] = display_name
     with sagemaker_errors(pipeline_name, client.meta.region_name):
         return client.start_pipeline_execution(**request)["PipelineExecutionArn"], parameters
+
+
+def _check_readable(access: JobAccess | None, typed: dict) -> None:
+    """The S3 objects the jobs read must lie where their role may read (unknown when the description does not say)."""
+    for name in ("InputData", "PriceOverrides"):
+        if access and typed.get(name):
+            access.require_readable(name, str(typed[name]))
+
+
+def _check_images(definition: dict, pipeline_name: str) -> None:
+    """An AWS Deep Learning Container the deployed definition runs must exist in its region (a custom image is its owner's)."""
+    def images(node):
+        if isinstance(node, dict):
+            yield from (v for k, v in node.items() if k in ("TrainingImage", "ImageUri") and isinstance(v, str))
+            for v in node.values():
+                yield from images(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from images(v)
+
+    for image in sorted(set(images(definition))):
+        try:
+            framework = dlc_framework(image)
+        except UserError:
+            continue  # not an ECR URI: CreateTrainingJob's own validation names it
+        if framework:
+            try:
+                require_image_region(ecr_repository(image)[1], framework)
+            except UserError as exc:
+                raise UserError(f"pipeline {pipeline_name!r} runs {image}: {exc.message}", headline="bad region") from None
 
 
 def _check_price_file(path: Path, what: str) -> None:

@@ -47,7 +47,7 @@ class FsxSettings:
 class DeploySettings:
     pipeline_name: str
     region: str
-    role_arn: str
+    role_arn: str  # the jobs' role: every step's RoleArn (the pipeline's own role is given where the pipeline is created)
     bucket: str  # artifact bucket name
     code_uri: str  # s3 URI of the code tar.gz (steps/ at its root)
     prefix: str = "hetero"  # key prefix for everything the pipeline writes

@@ -1,5 +1,6 @@
-"""Synthesised stacks shared by the infra tests: FSx off (cdk.json defaults), FSx on, TensorFlow, and af-south-1
-(a region whose Deep Learning Containers live in another registry account).
+"""Synthesised stacks shared by the infra tests: FSx off (cdk.json defaults), FSx on, TensorFlow, af-south-1
+(a region whose Deep Learning Containers live in another registry account), and an input prefix outside the
+artifact prefix.
 
 Each is synthesised once per session exactly as `app.py` does it (same context,
 cdk-nag AwsSolutions through `Validations`); a validation failure is recorded
@@ -79,6 +80,11 @@ def synth_af_south(tmp_path_factory) -> Synthesised:
     return synthesise(tmp_path_factory.mktemp("cdk-af-south-1"), **{"hetero:region": "af-south-1"})
 
 
+@pytest.fixture(scope="session")
+def synth_inputs_apart(tmp_path_factory) -> Synthesised:
+    return synthesise(tmp_path_factory.mktemp("cdk-inputs-apart"), **{"hetero:inputPrefix": "incoming/images/"})
+
+
 @pytest.fixture(scope="session", params=["default", "fsx", "tensorflow"])
 def synth_any(request) -> Synthesised:
     """Every variant: for what must hold with FSx on and off, whatever the framework."""
@@ -87,6 +93,19 @@ def synth_any(request) -> Synthesised:
 
 def resources(synth: Synthesised, kind: str) -> list[dict]:
     return [r for r in synth.template_json["Resources"].values() if r["Type"] == kind]
+
+
+def statements(synth: Synthesised, policy_name: str) -> list[dict]:
+    """The statements of the inline policy named ``policy_name`` (infra.job_role / infra.pipeline_role POLICY_NAME)."""
+    (policy,) = [p for p in resources(synth, "AWS::IAM::Policy") if p["Properties"]["PolicyName"] == policy_name]
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+def role_arn_of(synth: Synthesised, policy_name: str) -> dict:
+    """{"Fn::GetAtt": [<role>, "Arn"]} of the role the named policy is attached to (found, never spelled out)."""
+    (policy,) = [p for p in resources(synth, "AWS::IAM::Policy") if p["Properties"]["PolicyName"] == policy_name]
+    (role,) = policy["Properties"]["Roles"]
+    return {"Fn::GetAtt": [role["Ref"], "Arn"]}
 
 
 def embedded_definition(synth: Synthesised) -> tuple[dict, list]:

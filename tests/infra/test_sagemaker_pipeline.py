@@ -5,10 +5,12 @@ import re
 
 from aws_cdk.assertions import Match
 
+from infra import job_role, pipeline_role
 from pipeline.graph import PARAMETERS
 from pipeline.images import default_processing_image, default_training_image
+from pipeline.job_access import JobAccess
 from pipeline.sagemaker import all_steps
-from tests.infra.conftest import embedded_definition, resources
+from tests.infra.conftest import embedded_definition, resources, role_arn_of
 
 
 def _token_of(tokens: list, cfn_value) -> str:
@@ -19,20 +21,32 @@ def _ids(synth, kind: str) -> list[str]:
     return [k for k, r in synth.template_json["Resources"].items() if r["Type"] == kind]
 
 
-def test_pipeline_resource_runs_as_the_execution_role(synth_any):
-    (role,) = [k for k, r in synth_any.template_json["Resources"].items()
-               if r["Type"] == "AWS::IAM::Role" and "sagemaker.amazonaws.com" in json.dumps(r["Properties"])]
+def test_the_pipeline_runs_as_its_role_and_every_job_as_the_job_role(synth_any):
+    pipeline, jobs = role_arn_of(synth_any, pipeline_role.POLICY_NAME), role_arn_of(synth_any, job_role.POLICY_NAME)
     synth_any.template.has_resource_properties("AWS::SageMaker::Pipeline", {
-        "PipelineName": "HeteroTraining", "RoleArn": {"Fn::GetAtt": [role, "Arn"]},
-        "PipelineDefinition": {"PipelineDefinitionBody": {"Fn::Join": ["", Match.array_with([{"Fn::GetAtt": [role, "Arn"]}])]}},
+        "PipelineName": "HeteroTraining", "RoleArn": pipeline,
+        "PipelineDefinition": {"PipelineDefinitionBody": {"Fn::Join": ["", Match.array_with([jobs])]}},
     })
+    (resource,) = resources(synth_any, "AWS::SageMaker::Pipeline")
+    assert pipeline not in resource["Properties"]["PipelineDefinition"]["PipelineDefinitionBody"]["Fn::Join"][1]
 
 
-def test_pipeline_waits_for_its_role_policy(synth_any):
+def test_pipeline_waits_for_both_role_policies(synth_any):
     (pipeline,) = resources(synth_any, "AWS::SageMaker::Pipeline")
-    (policy,) = [k for k, r in synth_any.template_json["Resources"].items()
-                 if r["Type"] == "AWS::IAM::Policy" and k.startswith("ExecutionPolicy")]
-    assert policy in pipeline["DependsOn"]
+    policies = [k for k, r in synth_any.template_json["Resources"].items() if r["Type"] == "AWS::IAM::Policy"
+                and r["Properties"]["PolicyName"] in (pipeline_role.POLICY_NAME, job_role.POLICY_NAME)]
+    assert len(policies) == 2 and set(policies) <= set(pipeline["DependsOn"])
+
+
+def test_the_description_says_what_the_jobs_may_read(synth_any):
+    """`hetero start` reads it back (DescribePipeline) to refuse an S3 URI the job role cannot read."""
+    (resource,) = resources(synth_any, "AWS::SageMaker::Pipeline")
+    (artifacts,) = [k for k, r in synth_any.template_json["Resources"].items()
+                    if r["Type"] == "AWS::S3::Bucket" and "LoggingConfiguration" in r["Properties"]]
+    _, parts = resource["Properties"]["PipelineDescription"]["Fn::Join"]
+    assert [p for p in parts if not isinstance(p, str)] == [{"Ref": artifacts}] * 2
+    text = "".join(p if isinstance(p, str) else "my-bucket" for p in parts)
+    assert JobAccess.from_description(text) == JobAccess(inputs="s3://my-bucket/hetero/raw/", artifacts="s3://my-bucket/hetero/")
 
 
 def test_definition_declares_every_graph_parameter(synth_default):
@@ -42,11 +56,9 @@ def test_definition_declares_every_graph_parameter(synth_default):
 
 def test_tokens_reach_the_definition(synth_default):
     definition, tokens = embedded_definition(synth_default)
-    (role,) = [k for k, r in synth_default.template_json["Resources"].items()
-               if r["Type"] == "AWS::IAM::Role" and "sagemaker.amazonaws.com" in json.dumps(r["Properties"])]
     (bucket,) = [k for k, r in synth_default.template_json["Resources"].items()
                  if r["Type"] == "AWS::S3::Bucket" and "LoggingConfiguration" in r["Properties"]]
-    role_token, bucket_token = _token_of(tokens, {"Fn::GetAtt": [role, "Arn"]}), _token_of(tokens, {"Ref": bucket})
+    role_token, bucket_token = _token_of(tokens, role_arn_of(synth_default, job_role.POLICY_NAME)), _token_of(tokens, {"Ref": bucket})
     steps = all_steps(definition)
     hetero = steps["TrainHeterogeneous"]["Arguments"]
     assert hetero["RoleArn"] == role_token
@@ -131,8 +143,8 @@ def test_network_isolation_gives_every_training_job_the_code_asset_as_its_code_c
     stack = Stack(App(), "Isolated", env={"region": "us-east-1", "account": "123456789012"})
     role = iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
     code = TrainingCode(stack, "TrainingCode")
-    SageMakerPipeline(stack, "Pipeline", pipeline_name="HeteroTraining", role=role, bucket=s3.Bucket(stack, "Bucket"),
-                      code_url=code.s3_url, prefix="hetero", network_isolation=True)
+    SageMakerPipeline(stack, "Pipeline", pipeline_name="HeteroTraining", pipeline_role=role, job_role=role, bucket=s3.Bucket(stack, "Bucket"),
+                      code_url=code.s3_url, prefix="hetero", input_prefix="hetero/raw/", network_isolation=True)
     body = Template.from_stack(stack).to_json()["Resources"]
     (pipeline,) = [r for r in body.values() if r["Type"] == "AWS::SageMaker::Pipeline"]
     parts = pipeline["Properties"]["PipelineDefinition"]["PipelineDefinitionBody"]["Fn::Join"][1]
@@ -156,8 +168,8 @@ def test_spot_context_puts_every_training_job_on_managed_spot_with_its_checkpoin
 
     stack = Stack(App(), "Spot", env={"region": "us-east-1", "account": "123456789012"})
     role = iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
-    SageMakerPipeline(stack, "Pipeline", pipeline_name="HeteroTraining", role=role, bucket=s3.Bucket(stack, "Bucket"),
-                      code_url="s3://b/code.tar.gz", prefix="hetero", spot=True)
+    SageMakerPipeline(stack, "Pipeline", pipeline_name="HeteroTraining", pipeline_role=role, job_role=role, bucket=s3.Bucket(stack, "Bucket"),
+                      code_url="s3://b/code.tar.gz", prefix="hetero", input_prefix="hetero/raw/", spot=True)
     body = Template.from_stack(stack).to_json()["Resources"]
     (pipeline,) = [r for r in body.values() if r["Type"] == "AWS::SageMaker::Pipeline"]
     text = json.dumps(pipeline["Properties"]["PipelineDefinition"]["PipelineDefinitionBody"])

@@ -1,6 +1,7 @@
 import pytest
 
 from infra.settings import StackSettings
+from pipeline.job_access import INPUT_PREFIX_SETTING
 from steps.common.errors import UserError
 from tests.infra.conftest import cdk_json_context
 
@@ -33,6 +34,15 @@ def test_command_line_strings_are_converted():
      "PriceOverrides=.*must be the s3:// URI of a JSON price file"),  # the file, never its text (Evaluate reads it as an input)
     ({"hetero:trainingImage": "img:gpu"}, "hetero:trainingImage: image 'img:gpu' is not an ECR image URI"),
     ({"hetero:processingImage": "public.ecr.aws/x/y:1"}, "hetero:processingImage: image 'public.ecr.aws/x/y:1'"),
+    # in the SageMaker SDK's image table, but AWS publishes no Deep Learning Containers there
+    ({"hetero:region": "us-gov-west-1"}, r"^hetero:region: region 'us-gov-west-1' has no AWS Deep Learning Container for pytorch "
+                                         r"2\.13\.0: AWS publishes it in 36 regions \(af-south-1, .*us-west-2\); use one of them, or "
+                                         r"your own images \(hetero:trainingImage, hetero:processingImage\)$"),
+    ({"hetero:region": "eusc-de-east-1", "hetero:framework": "tensorflow"}, "for tensorflow 2.21.0"),
+    ({"hetero:region": "me-west-1", "hetero:framework": "ray"}, "for pytorch 2.13.0"),  # Ray's processing image is PyTorch's
+    ({"hetero:inputPrefix": "hetero/"}, "hetero:inputPrefix='hetero/' holds the pipeline's artifacts"),
+    ({"hetero:retrainParameters": {"InputData": "s3://elsewhere/raw/"}},
+     "hetero:retrainParameters sets InputData='s3://elsewhere/raw/': .* set hetero:inputPrefix instead"),
 ])
 def test_bad_context_is_an_error_that_names_the_key(context, named):
     with pytest.raises(UserError, match=named):
@@ -52,3 +62,15 @@ def test_scheduled_parameters_are_strings_sagemaker_accepts():
     settings = StackSettings.from_context({"hetero:instanceDefaults": {"DnnInstanceType": "ml.g5.2xlarge", "DataInstanceCount": 2}})
     assert settings.scheduled_parameters(bucket="b") == {
         "InputData": "s3://b/hetero/raw/", "DnnInstanceType": "ml.g5.2xlarge", "DataInstanceCount": "2", "RunBaseline": "false"}
+
+
+def test_own_images_deploy_to_any_region_and_the_input_prefix_may_lie_beside_the_artifacts():
+    image = "123456789012.dkr.ecr.us-gov-west-1.amazonaws.com/team/pytorch:1"
+    settings = StackSettings.from_context({"hetero:region": "us-gov-west-1", "hetero:trainingImage": image,
+                                           "hetero:processingImage": image, "hetero:inputPrefix": "incoming/"})
+    assert settings.region == "us-gov-west-1"
+    assert settings.scheduled_parameters(bucket="b")["InputData"] == "s3://b/incoming/"
+
+
+def test_the_input_prefix_setting_named_by_hetero_start_is_this_one():
+    assert StackSettings.context_key("input_prefix") == INPUT_PREFIX_SETTING

@@ -19,12 +19,15 @@ def test_every_acknowledgment_has_a_reason(synth_any):
     acknowledged = {rule: (path, reason) for path, entries in metadata.items() for e in entries
                     if e["type"] == "aws:cdk:acknowledged-rules" for rule, reason in e["data"].items() if "AwsSolutions-" in rule}
     assert all(len(reason) > 40 for _, reason in acknowledged.values()), acknowledged
-    # only the access-log bucket's own logging and wildcard resources of the execution role, nothing else
+    # only the access-log bucket's own logging and wildcard resources of the two SageMaker roles, nothing else
     assert {(path.split("/", 2)[2], rule.split("[")[0]) for rule, (path, _) in acknowledged.items()} == {
-        ("Store/AccessLogs", "Annotation::AwsSolutions-S1"), ("Execution/Policy", "Annotation::AwsSolutions-IAM5")}
-    wildcards = sorted(rule.split("[", 1)[1] for rule in acknowledged if "IAM5" in rule)
-    expected = 6 if synth_any.settings.fsx else 5  # *, 2 job prefixes, bucket prefix, log groups (+ network interfaces)
-    assert len(wildcards) == expected and all(w.startswith("Resource::") for w in wildcards), wildcards
+        ("Store/AccessLogs", "Annotation::AwsSolutions-S1"), ("JobRole/Policy", "Annotation::AwsSolutions-IAM5"),
+        ("PipelineRole/Policy", "Annotation::AwsSolutions-IAM5")}
+    wildcards = {role: sorted(rule.split("[", 1)[1] for rule, (path, _) in acknowledged.items() if f"/{role}/" in path)
+                 for role in ("JobRole", "PipelineRole")}
+    # jobs: *, artifact prefix, input prefix, log groups (+ network interfaces); pipeline: 2 job name prefixes, property files
+    assert [len(wildcards["JobRole"]), len(wildcards["PipelineRole"])] == [5 if synth_any.settings.fsx else 4, 3], wildcards
+    assert all(w.startswith("Resource::") for w in wildcards["JobRole"] + wildcards["PipelineRole"]), wildcards
 
 
 def test_cfn_lint_is_clean(synth_any):

@@ -1,17 +1,22 @@
-"""Default images (offline, from the SageMaker SDK's bundled tables) and the ECR image-URI parser."""
+"""Default images (offline, from the SageMaker SDK's bundled tables and AWS's DLC regions) and the ECR image-URI parser."""
 
 import re
 
 import pytest
 
+from pipeline.dlc_regions import DLC_REGISTRIES
 from pipeline.images import (
     DLC_TAGS,
     IMAGES,
+    SDK_TABLES,
     default_processing_image,
     default_training_image,
+    dlc_framework,
     ecr_partition,
     ecr_repository,
+    image_regions,
     pipeline_images,
+    require_image_region,
 )
 from steps.common.errors import UserError
 
@@ -34,13 +39,49 @@ def test_tensorflow_defaults_resolve_through_the_sdk(region):
     assert default_processing_image(region, "tensorflow") == f"{host}/tensorflow-training:2.21.0-cpu-py312"
 
 
-def test_the_sdk_table_gives_the_same_registry_account_for_the_pinned_and_the_newest_listed_pytorch():
+@pytest.mark.parametrize("framework", sorted(IMAGES))
+def test_the_sdk_table_lists_the_pinned_version_with_the_dlc_registry_accounts(framework):
     from sagemaker.core import image_uris
 
-    for region in REGIONS:  # 2.10.0 is the newest PyTorch training version the bundled table lists
-        listed = image_uris.retrieve("pytorch", region=region, version="2.10.0", py_version="py313",
-                                     instance_type="ml.g5.xlarge", image_scope="training")
-        assert ecr_repository(listed)[:2] == ecr_repository(default_training_image(region, "pytorch"))[:2]
+    table, key = SDK_TABLES[framework]
+    assert IMAGES[framework][1].startswith(key)  # the table's entry is the pinned version (PyTorch's keyed by minor)
+    listed = image_uris.config_for_framework(table)["training"]["versions"][key]["registries"]
+    assert {r: listed[r] for r in DLC_REGISTRIES if r in listed} == {r: DLC_REGISTRIES[r] for r in listed if r in DLC_REGISTRIES}
+
+
+@pytest.mark.parametrize("framework", sorted(IMAGES))
+def test_the_images_exist_in_the_36_regions_aws_lists_not_the_45_the_sdk_lists(framework):
+    from sagemaker.core import image_uris
+
+    table, key = SDK_TABLES[framework]
+    assert len(image_uris.config_for_framework(table)["training"]["versions"][key]["registries"]) == 45
+    assert image_regions(framework) == tuple(sorted(DLC_REGISTRIES)) and len(DLC_REGISTRIES) == 36
+
+
+@pytest.mark.parametrize("region", ["us-gov-west-1", "me-west-1", "eusc-de-east-1"])  # in the SDK's table, not in AWS's list
+@pytest.mark.parametrize("framework", sorted(IMAGES))
+def test_a_region_without_the_image_is_refused_naming_the_framework_and_the_regions_that_have_it(region, framework):
+    for build in (default_training_image, default_processing_image):
+        with pytest.raises(UserError, match=rf"^region '{region}' has no AWS Deep Learning Container for {framework} "
+                                            rf"{re.escape(IMAGES[framework][1])}: AWS publishes it in 36 regions "
+                                            r"\(af-south-1, ap-east-1, .*, us-west-2\); use one of them, or your own images$"):
+            build(region, framework)
+    mine = f"123456789012.dkr.ecr.{region}.amazonaws.com/team/train:1"
+    assert pipeline_images(region, framework, training_image=mine, processing_image=mine) == (mine, mine)
+
+
+def test_the_default_images_are_aws_dlcs_of_their_framework_and_custom_images_are_not():
+    for framework in IMAGES:
+        for region in ("us-east-1", "af-south-1", "cn-northwest-1"):
+            assert dlc_framework(default_training_image(region, framework)) == framework
+            assert dlc_framework(default_processing_image(region, framework)) == framework
+    # the SDK's GovCloud account for the same image: recognised, so `hetero start` can refuse it by region
+    gov = "442386744353.dkr.ecr.us-gov-west-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker"
+    assert dlc_framework(gov) == "pytorch"
+    with pytest.raises(UserError, match="region 'us-gov-west-1' has no AWS Deep Learning Container for pytorch"):
+        require_image_region(ecr_repository(gov)[1], "pytorch")
+    assert dlc_framework("123456789012.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker") is None
+    assert dlc_framework("763104351884.dkr.ecr.us-east-1.amazonaws.com/my-team/pytorch:1") is None
 
 
 @pytest.mark.parametrize("framework", sorted(IMAGES))
@@ -117,12 +158,14 @@ def test_non_ecr_uris_are_user_errors_that_quote_the_value(uri):
     assert "<account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>" in raised.value.message
 
 
-def test_importing_the_module_does_not_import_the_sdk():
+def test_importing_the_module_and_checking_regions_does_not_import_the_sdk():  # hetero start checks regions
     import subprocess
     import sys
     from pathlib import Path
 
-    code = "import sys, pipeline.images; print(any(m == 'sagemaker' or m.startswith('sagemaker.') for m in sys.modules))"
+    code = ("import sys, pipeline.images as i; i.require_image_region('us-east-1', 'tensorflow'); "
+            "i.dlc_framework('763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:1'); "
+            "print(any(m == 'sagemaker' or m.startswith('sagemaker.') for m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             cwd=Path(__file__).resolve().parents[2])
     assert result.stdout.strip() == "False"

@@ -13,6 +13,8 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.graph import PARAMETERS
+from pipeline.images import default_processing_image, default_training_image
+from pipeline.job_access import JobAccess
 from pipeline.remote import execution_id, list_executions, pipeline_parameters
 from steps.common.errors import UserError
 from steps.evaluate import evaluate as ev
@@ -333,16 +335,25 @@ def test_apply_plan_needs_a_results_store(sagemaker, capsys, monkeypatch):
 DEPLOYED = "HeteroDeployed"
 
 
+def compiled_definition() -> dict:
+    from pipeline.sagemaker import DeploySettings, build_definition
+
+    return build_definition(DeploySettings(pipeline_name=DEPLOYED, region="us-east-1", role_arn="arn:aws:iam::123456789012:role/jobs",
+                                           bucket=BUCKET, code_uri=f"s3://{BUCKET}/hetero/code/code.tar.gz"))
+
+
+def create_deployed(client, definition: dict) -> None:
+    """As the stack deploys it: the description says what the jobs' role may read (infra/sagemaker_pipeline.py)."""
+    access = JobAccess(inputs=f"s3://{BUCKET}/hetero/raw/", artifacts=f"s3://{BUCKET}/hetero/")
+    client.create_pipeline(PipelineName=DEPLOYED, PipelineDefinition=json.dumps(definition),
+                           PipelineDescription=f"Shard -> ... {access.describe()}", RoleArn="arn:aws:iam::123456789012:role/pipeline")
+
+
 @pytest.fixture
 def deployed(aws_env):
     """A moto SageMaker with the pipeline created from the real compiled definition, and its artifact bucket."""
-    from pipeline.sagemaker import DeploySettings, build_definition
-
     client = boto3.client("sagemaker")
-    definition = build_definition(DeploySettings(pipeline_name=DEPLOYED, region="us-east-1", role_arn="arn:aws:iam::123456789012:role/h",
-                                                 bucket=BUCKET, code_uri=f"s3://{BUCKET}/hetero/code/code.tar.gz"))
-    client.create_pipeline(PipelineName=DEPLOYED, PipelineDefinition=json.dumps(definition),
-                           RoleArn="arn:aws:iam::123456789012:role/hetero-pipeline")
+    create_deployed(client, compiled_definition())
     boto3.client("s3").create_bucket(Bucket=BUCKET)
     return client
 
@@ -387,7 +398,7 @@ def test_start_takes_an_s3_price_file_once_it_has_read_it(deployed, capsys, tmp_
 
 
 def test_start_refuses_a_request_over_a_service_limit_before_the_execution_starts(deployed, capsys):
-    long = f"s3://{BUCKET}/" + "raw-images/" * 24  # a valid parameter (<= 1024), too long for the Shard step's argument
+    long = f"s3://{BUCKET}/hetero/raw/" + "raw-images/" * 22  # a valid parameter (<= 1024), too long for the Shard step's argument
     code, out, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--param", f"InputData={long}")
     assert code == 2 and not out and "Traceback" not in err
     assert (f"step Shard: An error occurred (ValidationException) when calling the CreateProcessingJob operation: "
@@ -418,3 +429,62 @@ def test_a_denied_describe_pipeline_names_the_permission(endpoint, capsys):
     assert code == 2 and "DescribePipeline on pipeline 'HeteroTraining' in us-east-1 was denied" in err
     assert "needs sagemaker:DescribePipeline" in err
     assert [t for t, _ in endpoint.requests] == ["SageMaker.DescribePipeline"]
+
+
+# --- what the jobs' role may read, and where the images exist: checked before the execution starts ---
+
+def test_start_refuses_input_data_the_jobs_role_cannot_read(deployed, capsys):
+    for uri in ("s3://someone-elses-bucket/images/", f"s3://{BUCKET}/incoming/", f"s3://{BUCKET}/het"):
+        code, out, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--param", f"InputData={uri}")
+        assert code == 2 and not out and "Traceback" not in err
+        assert err.strip() == (f"error: bad parameter: parameter InputData={uri!r}: the pipeline's jobs may read only "
+                               f"s3://{BUCKET}/hetero/raw/ (inputs) and s3://{BUCKET}/hetero/ (the pipeline's artifacts): copy the "
+                               f"data under s3://{BUCKET}/hetero/raw/, or redeploy with another input prefix of that bucket "
+                               "(npx cdk deploy -c hetero:inputPrefix=<prefix>/)"), err
+    assert deployed.list_pipeline_executions(PipelineName=DEPLOYED)["PipelineExecutionSummaries"] == []
+
+
+def test_start_takes_input_data_under_the_readable_prefixes(deployed, capsys):
+    for uri in (f"s3://{BUCKET}/hetero/raw", f"s3://{BUCKET}/hetero/raw/2026-11/", f"s3://{BUCKET}/hetero/curated/"):
+        code, out, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--param", f"InputData={uri}")
+        assert code == 0, err
+        assert sent_parameters(deployed, out) == {"InputData": uri}
+
+
+def test_start_refuses_a_price_file_the_jobs_role_cannot_read(deployed, capsys):
+    code, _, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--prices", "s3://someone-elses-bucket/prices.json")
+    assert code == 2 and "parameter PriceOverrides='s3://someone-elses-bucket/prices.json': the pipeline's jobs may read only" in err
+    assert f"pass the file with --prices FILE (hetero start uploads it under s3://{BUCKET}/hetero/)" in err
+
+
+def test_a_pipeline_that_does_not_say_what_its_jobs_read_is_not_checked(sagemaker, capsys):
+    arn = start(capsys, "InputData=s3://anywhere/images/")  # created without the stack's description
+    assert sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"] == [
+        {"Name": "InputData", "Value": "s3://anywhere/images/"}]
+
+
+def _in_region(definition: dict, registry: str) -> dict:
+    """The definition with its AWS images moved to another registry (account.dkr.ecr.region.domain)."""
+    return json.loads(json.dumps(definition).replace("763104351884.dkr.ecr.us-east-1.amazonaws.com", registry))
+
+
+def test_start_refuses_aws_images_of_a_region_where_aws_does_not_publish_them(aws_env, capsys):
+    client = boto3.client("sagemaker")
+    gov = "442386744353.dkr.ecr.us-gov-west-1.amazonaws.com"  # the SageMaker SDK's table lists it; AWS's DLC regions do not
+    create_deployed(client, _in_region(compiled_definition(), gov))
+    code, out, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED)
+    assert code == 2 and not out and "Traceback" not in err
+    image = default_processing_image("us-east-1").replace("763104351884.dkr.ecr.us-east-1.amazonaws.com", gov)
+    assert err.startswith(f"error: bad region: pipeline {DEPLOYED!r} runs {image}: region 'us-gov-west-1' has no AWS Deep "
+                          "Learning Container for pytorch 2.13.0: AWS publishes it in 36 regions (af-south-1, "), err
+    assert err.rstrip().endswith("us-west-2); use one of them, or your own images"), err
+    assert client.list_pipeline_executions(PipelineName=DEPLOYED)["PipelineExecutionSummaries"] == []
+
+
+def test_own_images_are_not_checked_by_region(aws_env, capsys):
+    client = boto3.client("sagemaker")
+    definition = _in_region(compiled_definition(), "123456789012.dkr.ecr.us-gov-west-1.amazonaws.com")
+    assert default_training_image("us-east-1").split("/", 1)[1] in json.dumps(definition)  # same repository, own account
+    create_deployed(client, definition)
+    code, _, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED)
+    assert code == 0, err

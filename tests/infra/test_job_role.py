@@ -1,26 +1,76 @@
+"""The jobs' role: what workload code runs with. It reads inputs, reads and writes the artifacts, pulls its images;
+it starts no job, passes no role and never changes the raw inputs."""
+
+import fnmatch
 import json
 
 import pytest
 from aws_cdk.assertions import Match
 
+from infra.job_role import POLICY_NAME
 from pipeline.images import default_processing_image, default_training_image, ecr_repository
+from pipeline.sagemaker import all_steps
 from steps.common.errors import UserError
-from tests.infra.conftest import embedded_definition, resources
-
-
-def _statements(synth) -> list[dict]:
-    (policy,) = [p for p in resources(synth, "AWS::IAM::Policy") if p["Properties"]["PolicyName"].startswith("ExecutionPolicy")]
-    return policy["Properties"]["PolicyDocument"]["Statement"]
+from tests.infra.conftest import embedded_definition, resources, role_arn_of, statements
 
 
 def _by_sid(synth) -> dict:
-    return {s["Sid"]: s for s in _statements(synth)}
+    return {s["Sid"]: s for s in statements(synth, POLICY_NAME)}
+
+
+def _actions(statement) -> list[str]:
+    return statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+
+
+def _decide(synth, action: str, key: str) -> str:
+    """IAM's answer for ``action`` on the artifact bucket's object ``key`` under the job policy: an explicit Deny wins,
+    then an Allow; otherwise the implicit deny."""
+    bucket = _by_sid(synth)["ListArtifacts"]["Resource"]  # {"Fn::GetAtt": [<artifact bucket>, "Arn"]}
+
+    def render(resource) -> str:
+        if isinstance(resource, str):
+            return resource
+        parts = resource.get("Fn::Join", ["", [resource]])[1]
+        return "".join("arn:aws:s3:::artifacts" if p == bucket else p if isinstance(p, str) else "<other>" for p in parts)
+
+    matching = [s for s in statements(synth, POLICY_NAME) if action in _actions(s)
+                and any(fnmatch.fnmatchcase(f"arn:aws:s3:::artifacts/{key}", render(r))
+                        for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]]))]
+    effects = {s["Effect"] for s in matching}
+    return "Deny" if "Deny" in effects else "Allow" if effects else "implicit deny"
+
+
+WRITES = ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload")
+
+
+@pytest.mark.parametrize("variant", ["default", "inputs_apart"])  # raw inputs inside the artifact prefix, and beside it
+def test_raw_inputs_are_readable_and_never_changed(request, variant):
+    synth = request.getfixturevalue(f"synth_{variant}")
+    raw, artifacts = synth.settings.input_prefix + "cats/0001.jpg", f"{synth.settings.prefix}/0123456789ab/Shard/train/0.tar"
+    assert _decide(synth, "s3:GetObject", raw) == "Allow"
+    assert [_decide(synth, a, raw) for a in WRITES] == ["Deny"] * 3
+    assert [_decide(synth, a, artifacts) for a in ("s3:GetObject", *WRITES)] == ["Allow"] * 4
+    assert _decide(synth, "s3:GetObject", "elsewhere/secret.csv") == "implicit deny"
+
+
+def test_the_inputs_are_protected_by_an_explicit_deny(synth_default):
+    synth_default.template.has_resource_properties("AWS::IAM::Policy", {"PolicyName": POLICY_NAME, "PolicyDocument": {
+        "Statement": Match.array_with([Match.object_like({
+            "Sid": "KeepInputs", "Effect": "Deny",
+            "Action": ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObject"],
+            "Resource": {"Fn::Join": ["", [Match.any_value(), "/hetero/raw/*"]]}})])}})
+
+
+def test_workload_code_cannot_start_jobs_or_pass_a_role(synth_any):
+    actions = [a for s in statements(synth_any, POLICY_NAME) for a in _actions(s)]
+    assert not [a for a in actions if a.startswith(("sagemaker:", "iam:", "sts:"))], actions
 
 
 def test_role_is_assumed_by_sagemaker_with_no_managed_policies(synth_default):
     synth_default.template.has_resource_properties("AWS::IAM::Role", {
         "AssumeRolePolicyDocument": {"Statement": [Match.object_like({
             "Action": "sts:AssumeRole", "Principal": {"Service": "sagemaker.amazonaws.com"}})]},
+        "Description": "Runs the training and processing jobs of the HeteroTraining SageMaker pipeline",
         "ManagedPolicyArns": Match.absent(),
     })
 
@@ -28,35 +78,21 @@ def test_role_is_assumed_by_sagemaker_with_no_managed_policies(synth_default):
 def test_no_wildcard_actions_anywhere(synth_any):
     for policy in resources(synth_any, "AWS::IAM::Policy"):
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
-            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-            assert not [a for a in actions if "*" in a], statement
+            assert not [a for a in _actions(statement) if "*" in a], statement
 
 
 def test_star_resources_only_where_the_api_forces_them(synth_any):
-    star = {a for s in _statements(synth_any) if s["Resource"] == "*" for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
+    star = {a for s in statements(synth_any, POLICY_NAME) if s["Resource"] == "*" for a in _actions(s)}
     assert star <= {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs",
                     "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "fsx:DescribeFileSystems"}
     assert _by_sid(synth_any)["JobMetrics"]["Condition"] == {"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}
 
 
-def test_jobs_are_scoped_to_pipeline_job_names(synth_default):
-    resource = json.dumps(_by_sid(synth_default)["PipelineJobs"]["Resource"])
-    assert ":training-job/pipelines-*" in resource and ":processing-job/pipelines-*" in resource
-
-
-def test_pass_role_only_itself_only_to_sagemaker(synth_default):
-    statement = _by_sid(synth_default)["PassSelfToSageMaker"]
-    assert statement["Action"] == "iam:PassRole"
-    assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
-    (role_id,) = [k for k, r in synth_default.template_json["Resources"].items()
-                  if r["Type"] == "AWS::IAM::Role" and "sagemaker.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
-    assert statement["Resource"] == {"Fn::GetAtt": [role_id, "Arn"]}
-
-
-def test_bucket_access_is_limited_to_the_pipeline_prefix(synth_default):
-    statement = _by_sid(synth_default)["ReadWriteArtifacts"]
-    assert statement["Action"] == ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
-    assert statement["Resource"]["Fn::Join"][1][-1] == "/hetero/*"  # <bucket arn>/hetero/* (the raw input prefix is inside)
+def test_every_step_runs_as_the_job_role(synth_any):
+    definition, tokens = embedded_definition(synth_any)
+    job_role = f"@@TOKEN{tokens.index(role_arn_of(synth_any, POLICY_NAME))}@@"
+    runs = {name: s["Arguments"]["RoleArn"] for name, s in all_steps(definition).items() if s["Type"] in ("Training", "Processing")}
+    assert runs and set(runs.values()) == {job_role}, runs
 
 
 def test_code_is_readable_as_one_object(synth_default):
@@ -70,7 +106,7 @@ PULL = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownload
 
 
 def _allows_pull(synth, resource) -> None:
-    synth.template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([
+    synth.template.has_resource_properties("AWS::IAM::Policy", {"PolicyName": POLICY_NAME, "PolicyDocument": {"Statement": Match.array_with([
         Match.object_like({"Sid": "PullJobImages", "Effect": "Allow", "Action": PULL, "Resource": resource})])}})
 
 

@@ -1,53 +1,54 @@
-"""The one role the pipeline and its jobs run as, with least privilege.
+"""The role the pipeline's training and processing jobs run as, with least privilege.
 
-No wildcard actions. Resources are scoped wherever the API allows; where the API
-forces `*` (no resource-level permissions) the statement says so. Jobs started by
-SageMaker Pipelines are named `pipelines-<execution id>-<step>-<suffix>`, so job
-permissions are scoped to that name prefix in this account and region.
+Workload code runs inside these jobs with this role's credentials, so it holds only what a
+container needs: read the raw inputs, read and write the pipeline's own artifacts, read the code
+and the default price file, write logs and metrics, pull its images. It cannot start, stop or
+describe a job, pass a role, or change the raw inputs (an explicit deny, since the default input
+prefix lies inside the artifact prefix). Starting jobs is the pipeline role's (`infra.pipeline_role`).
+
+No wildcard actions. Resources are scoped wherever the API allows; where the API forces `*` (no
+resource-level permissions) the statement says so.
 """
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Stack, Validations
+from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
+from infra.nag import acknowledge_wildcards
 from pipeline.images import ecr_partition, ecr_repository
 
-JOB_PREFIX = "pipelines-"
-JOB_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob",
-               "sagemaker:CreateProcessingJob", "sagemaker:DescribeProcessingJob", "sagemaker:StopProcessingJob",
-               "sagemaker:AddTags")
+POLICY_NAME = "JobAccess"  # inline, on this role only
+OBJECT_WRITES = ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload")
 
 
-class ExecutionRole(Construct):
-    """`role`: assumed by SageMaker (the pipeline and its training/processing jobs)."""
+class JobRole(Construct):
+    """`role`: assumed by SageMaker for the pipeline's jobs; the pipeline role passes it to each of them."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, bucket: s3.IBucket,
-                 bucket_prefixes: tuple[str, ...], code: s3_assets.Asset, images: tuple[str, ...],
+    def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, bucket: s3.IBucket, prefix: str,
+                 input_prefix: str, code: s3_assets.Asset, images: tuple[str, ...],
                  price_overrides: s3_assets.Asset | None = None) -> None:
-        """`images`: the ECR image URIs the pipeline's jobs run (training and processing); pulling is allowed
+        """`prefix`: the pipeline's artifacts (read and write); `input_prefix`: its raw inputs (read only), both key
+        prefixes in `bucket`. `images`: the ECR image URIs the jobs run (training and processing); pulling is allowed
         from exactly their repositories, each in its own registry account and region. `price_overrides`: the
         PriceOverrides parameter's default object, which the Evaluate step reads as an input."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
-                             description=f"Runs the {pipeline_name} SageMaker pipeline and its jobs")
-        arn = lambda service, resource: stack.format_arn(service=service, resource=resource)  # noqa: E731
-        training_jobs, processing_jobs = (arn("sagemaker", f"{kind}/{JOB_PREFIX}*") for kind in ("training-job", "processing-job"))
-        objects = [bucket.arn_for_objects(f"{p}*") for p in _outermost(bucket_prefixes)]
-        log_groups = arn("logs", "log-group:/aws/sagemaker/*")
+                             description=f"Runs the training and processing jobs of the {pipeline_name} SageMaker pipeline")
+        artifacts = bucket.arn_for_objects(f"{prefix.strip('/')}/*")
+        inputs = bucket.arn_for_objects(f"{input_prefix}*")
+        log_groups = stack.format_arn(service="logs", resource="log-group:/aws/sagemaker/*")
         statements = [
-            iam.PolicyStatement(sid="PipelineJobs", actions=list(JOB_ACTIONS), resources=[training_jobs, processing_jobs]),
-            # the pipeline hands this role to its jobs, and only to SageMaker
-            iam.PolicyStatement(sid="PassSelfToSageMaker", actions=["iam:PassRole"], resources=[self.role.role_arn],
-                                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}),
             iam.PolicyStatement(sid="ListArtifacts", actions=["s3:ListBucket", "s3:GetBucketLocation"], resources=[bucket.bucket_arn]),
-            iam.PolicyStatement(sid="ReadWriteArtifacts",
-                                actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-                                resources=objects),
+            iam.PolicyStatement(sid="ReadWriteArtifacts", actions=["s3:GetObject", *OBJECT_WRITES], resources=[artifacts]),
+            iam.PolicyStatement(sid="ReadInputs", actions=["s3:GetObject"], resources=[inputs]),
+            # workload code must not change or delete what it trains on, though the artifact prefix may hold it
+            iam.PolicyStatement(sid="KeepInputs", effect=iam.Effect.DENY, actions=[*OBJECT_WRITES, "s3:DeleteObjectVersion"],
+                                resources=[inputs]),
             iam.PolicyStatement(sid="ReadTrainingCode", actions=["s3:GetObject"],
                                 resources=[f"arn:{stack.partition}:s3:::{code.s3_bucket_name}/{code.s3_object_key}"]),
             # processing jobs download the code as an S3Prefix input, which lists the key first
@@ -69,30 +70,22 @@ class ExecutionRole(Construct):
             iam.PolicyStatement(sid="JobMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
                                 conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}),
         ]
-        self.policy = iam.Policy(self, "Policy", statements=statements)
+        self.policy = iam.Policy(self, "Policy", policy_name=POLICY_NAME, statements=statements)
         self.policy.attach_to_role(self.role)
-        self._acknowledge_wildcards({
+        keys = "Object keys under this prefix are written per execution (shards, models, checkpoints, evaluation) or uploaded by "
+        acknowledge_wildcards(self.policy, {
             "*": "Only where the API has no resource-level permissions: ecr:GetAuthorizationToken, "
                  "cloudwatch:PutMetricData (limited to /aws/sagemaker/* namespaces), EC2/FSx Describe* calls.",
-            training_jobs: "Training job names are generated per execution by SageMaker Pipelines "
-                                        "(pipelines-<execution id>-<step>-<suffix>): the prefix is all that is known.",
-            processing_jobs: "Processing job names are generated per execution by SageMaker Pipelines "
-                                        "(pipelines-<execution id>-<step>-<suffix>): the prefix is all that is known.",
-            **{r: "Object keys under this prefix are written per execution (shards, models, checkpoints, evaluation) "
-                  "or uploaded by users: the prefix is all that is known."
-               for r in objects},
-            log_groups: "SageMaker names the log groups and streams of its jobs "
-                                                       "(/aws/sagemaker/TrainingJobs, /aws/sagemaker/ProcessingJobs).",
+            artifacts: keys + "users (price files): the prefix is all that is known.",
+            inputs: "Raw inputs are uploaded by users under this prefix, which the jobs may read and never change: the prefix "
+                    "is all that is known.",
+            log_groups: "SageMaker names the log groups and streams of its jobs (/aws/sagemaker/TrainingJobs, "
+                        "/aws/sagemaker/ProcessingJobs).",
         })
 
-    def _acknowledge_wildcards(self, reasons: dict[str, str]) -> None:
-        """One cdk-nag acknowledgment per wildcard resource, named as cdk-nag names the finding."""
-        for resource, reason in reasons.items():
-            Validations.of(self.policy).acknowledge(
-                Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{nag_form(Stack.of(self), resource)}]", reason=reason))
-
     def allow_vpc_jobs(self, *, subnet_arns: list[str], security_group_arns: list[str]) -> None:
-        """What SageMaker needs to run jobs in the VPC (elastic network interfaces) with an FSx channel."""
+        """What SageMaker needs to run jobs in the VPC (elastic network interfaces) with an FSx channel: the job's own
+        role creates them (SageMaker guide, "Give SageMaker access to resources in your Amazon VPC")."""
         stack = Stack.of(self)
         eni = stack.format_arn(service="ec2", resource="network-interface/*")
         self.policy.add_statements(
@@ -107,8 +100,8 @@ class ExecutionRole(Construct):
                                          "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "fsx:DescribeFileSystems"],
                                 resources=["*"]),
         )
-        self._acknowledge_wildcards({eni: "SageMaker creates the network interfaces of each job: their ids are not known "
-                                          "in advance (creation is limited to this stack's subnet and security groups)."})
+        acknowledge_wildcards(self.policy, {eni: "SageMaker creates the network interfaces of each job: their ids are not "
+                                                 "known in advance (creation is limited to this stack's subnet and security groups)."})
 
 
 def _read_one_object(name: str, asset: s3_assets.Asset, partition: str) -> list[iam.PolicyStatement]:
@@ -117,28 +110,6 @@ def _read_one_object(name: str, asset: s3_assets.Asset, partition: str) -> list[
                                 resources=[f"arn:{partition}:s3:::{asset.s3_bucket_name}/{asset.s3_object_key}"]),
             iam.PolicyStatement(sid=f"List{name}", actions=["s3:ListBucket"], resources=[f"arn:{partition}:s3:::{asset.s3_bucket_name}"],
                                 conditions={"StringEquals": {"s3:prefix": asset.s3_object_key}})]
-
-
-def nag_form(stack: Stack, value: str) -> str:
-    """`value` as cdk-nag prints it in finding ids: Ref -> <Name>, Fn::GetAtt -> <Name.Attr>, joins concatenated."""
-    def render(v) -> str:
-        if isinstance(v, str):
-            return v
-        if "Ref" in v:
-            return f"<{v['Ref']}>"
-        if "Fn::GetAtt" in v:
-            return f"<{'.'.join(v['Fn::GetAtt'])}>"
-        if "Fn::Join" in v:
-            sep, parts = v["Fn::Join"]
-            return sep.join(render(p) for p in parts)
-        raise ValueError(f"no cdk-nag form for {v!r}")
-    return render(stack.resolve(value))
-
-
-def _outermost(prefixes: tuple[str, ...]) -> list[str]:
-    """Key prefixes ('a/b/' form), dropping those inside another: ('hetero', 'hetero/raw/') -> ['hetero/']."""
-    norm = sorted({p.strip("/") + "/" for p in prefixes})
-    return [p for p in norm if not any(p != q and p.startswith(q) for q in norm)]
 
 
 def _repository_arn(image: str) -> str:
