@@ -17,8 +17,8 @@ from __future__ import annotations
 import gzip
 import io
 import tarfile
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 
 from steps.common.errors import UserError
 

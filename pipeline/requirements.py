@@ -110,7 +110,8 @@ def unresolved(root: Path, python: str) -> str | None:
     if done.returncode == 0:
         return None
     errors = [line.strip() for line in done.stderr.splitlines() if line.strip().startswith("ERROR:")]
-    return (errors[-1] if errors else done.stderr.strip().splitlines()[-1:] or ["pip failed"])[0].removeprefix("ERROR: ")
+    last = errors[-1] if errors else (done.stderr.strip().splitlines() or ["pip failed"])[-1]
+    return last.removeprefix("ERROR: ")
 
 
 def image_python(image_uri: str) -> str:

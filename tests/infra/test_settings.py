@@ -52,3 +52,13 @@ def test_scheduled_parameters_are_strings_sagemaker_accepts():
     settings = StackSettings.from_context({"hetero:instanceDefaults": {"DnnInstanceType": "ml.g5.2xlarge", "DataInstanceCount": 2}})
     assert settings.scheduled_parameters(bucket="b") == {
         "InputData": "s3://b/hetero/raw/", "DnnInstanceType": "ml.g5.2xlarge", "DataInstanceCount": "2", "RunBaseline": "false"}
+
+
+def test_code_dirs_is_a_list_of_folders_and_the_cli_reads_the_same_key():
+    from pipeline.code import CODE_DIRS_KEY
+
+    assert StackSettings.context_key("code_dirs") == CODE_DIRS_KEY
+    assert StackSettings.from_context({CODE_DIRS_KEY: '["../mine", "lib"]'}).code_dirs == ["../mine", "lib"]
+    for bad in ("mine", '[1]', [""], {"a": 1}):
+        with pytest.raises(UserError, match=f"context {CODE_DIRS_KEY}=.* is not a list"):
+            StackSettings.from_context({CODE_DIRS_KEY: bad})
