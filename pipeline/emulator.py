@@ -26,7 +26,11 @@ hosts are killed), has ``grace_s`` to exit, and the job starts again on fresh ho
 checkpoints; the first attempt's folders stay beside, as ``<job_dir>.attempt-1``. ``late_hostnames_s``
 emulates a cluster whose host names do not resolve at first (SageMaker's guide warns of it): each host's
 entry appears in the hosts file at its own time, the last that many seconds after the hosts start.
-Every host has ``HETERO_EMULATED_HOST`` set: its instance type's GPUs are not there.
+Every host has ``HETERO_EMULATED_HOST`` set: its instance type's GPUs are not there. A host imports what its
+container would, and nothing of the caller's (its folder, its PYTHONPATH): the image's packages (`pipeline.image_guard`),
+the code, and what the code's ``requirements.txt`` installed when the request's ContainerEntrypoint ran the training
+toolkit's install (a container's pip installs into the image's Python; a host's into ``<job_dir>/site-packages/<host>``,
+`image_guard.pip_into`). In plain script mode the emulator runs the entry point directly, without that install.
 
 Like SageMaker, the job ends when every host has exited, or when
 ``StoppingCondition.MaxRuntimeInSeconds`` has passed; and, unlike SageMaker, when none of its hosts has
