@@ -23,8 +23,8 @@ PREFIX = "hetero:"
 
 
 def _key(default, help: str):
-    if isinstance(default, dict):
-        return field(default_factory=lambda: dict(default), metadata={"help": help})
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
     return field(default=default, metadata={"help": help})
 
 
@@ -62,6 +62,9 @@ class StackSettings:
                              "(README: Checkpoints and spot).")
     framework: str = _key("pytorch", f"Training framework, one of {', '.join(FRAMEWORKS)}: picks the shard format and "
                                      "the default images (AWS Deep Learning Containers of that framework).")
+    code_dirs: list = _key([], "Folders whose contents ship with the step code, at its root (like the SageMaker SDK's "
+                               "source_dir): your workload package, and a requirements.txt the training hosts pip-install "
+                               "before the entry point (README: Using your own data and model).")
     training_image: str = _key("", "Training image, an ECR image URI ('' for the framework's AWS DLC, GPU variant, in the "
                                    "stack's region); the role may pull from its repository only.")
     processing_image: str = _key("", "Processing image, an ECR image URI ('' for the CPU variant of that DLC); "
@@ -148,6 +151,10 @@ def _as_parameter_string(value: Any) -> str:
 
 
 def _convert(key: str, value: Any, kind: type) -> Any:
+    if kind is list and isinstance(value, list):
+        if all(isinstance(item, str) and item for item in value):
+            return value
+        raise UserError(f"context {key}={value!r} is not a list of folder paths (strings)", headline="bad cdk.json context")
     if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
         return value
     if isinstance(value, str):
@@ -156,10 +163,10 @@ def _convert(key: str, value: Any, kind: type) -> Any:
                 return value.lower() == "true"
             if kind is int:
                 return int(value)
-            if kind is dict:
+            if kind in (dict, list):
                 parsed = json.loads(value)
-                if isinstance(parsed, dict):
-                    return parsed
+                if isinstance(parsed, kind):
+                    return _convert(key, parsed, kind)
         except ValueError:
             pass
     raise UserError(f"context {key}={value!r} is not a {kind.__name__}", headline="bad cdk.json context")

@@ -12,6 +12,8 @@ their own (sagemaker:StartPipelineExecution on this pipeline): none of them pass
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
@@ -35,11 +37,12 @@ class HeteroStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, *, settings: StackSettings, **kwargs) -> None:
         super().__init__(scope, construct_id, description="Heterogeneous-cluster training pipeline on SageMaker (hetero)", **kwargs)
         store = ArtifactBucket(self, "Store", event_bridge=settings.new_data_trigger)
-        code = TrainingCode(self, "TrainingCode")
         no_price_overrides = DefaultPriceOverrides(self, "DefaultPriceOverrides")
         # resolved once: the role may pull exactly the images the pipeline runs (a token region needs both set)
         training_image, processing_image = pipeline_images(self.region, settings.framework, training_image=settings.training_image,
                                                            processing_image=settings.processing_image)
+        code = TrainingCode(self, "TrainingCode", code_dirs=tuple(map(Path, settings.code_dirs)),
+                            isolated_image=training_image if settings.network_isolation else None)
         jobs = JobRole(
             self, "JobRole", pipeline_name=settings.pipeline_name, bucket=store.bucket, code=code.asset,
             price_overrides=no_price_overrides.asset, prefix=settings.prefix, input_prefix=settings.input_prefix,

@@ -2,7 +2,7 @@
 
     hetero run                                  # sample data, 1 data host + 1 trainer, baseline too
     hetero run --input ./my_images --data-hosts 2 --dnn-hosts 2
-    hetero run --workload my_pkg.my_workload --workload-options '{"size": 128}'
+    hetero run --workload my_pkg.my_workload --code-dir . --workload-options '{"size": 128}'
     hetero params                               # every pipeline parameter with default and help
     hetero start --param Epochs=3               # an execution of the deployed pipeline (pipeline/remote.py)
     hetero executions --results s3://bucket/results   # recent executions, status and price-performance
@@ -24,7 +24,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from pipeline.code import STEPS_DIR
+from pipeline.code import CODE_DIRS_KEY, REQUIREMENTS, STEPS_DIR, shipped_files
 from pipeline.emulator import PROGRESS_TIMEOUT_S, StepFailed
 from pipeline.graph import PARAMETERS, resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
                          help=f"{param.help} [{param.name}, default {param.default!r}]")
     run.add_argument("--framework", choices=FRAMEWORKS, default=FRAMEWORKS[0],
                      help="training framework: PyTorch over the project's data plane, or TensorFlow over tf.data.service (default %(default)s)")
+    run.add_argument("--code-dir", action="append", default=[], type=Path, metavar="DIR",
+                     help="ship this folder's contents with the step code, at its root (repeatable; deployed: "
+                          f"{CODE_DIRS_KEY}): your --workload package, and a {REQUIREMENTS} every training host pip-installs")
     run.add_argument("--no-baseline", action="store_true", help="skip the homogeneous baseline [RunBaseline=false]")
     run.add_argument("--param", action="append", default=[], metavar="Name=Value", help="any pipeline parameter (see `hetero params`)")
     run.add_argument("--config", type=Path, help="JSON file of pipeline parameters")
@@ -161,7 +164,7 @@ def _layers(args) -> list[dict]:
     return [file_layer, env_layer, cli_layer]
 
 
-def _validate(params: dict) -> None:
+def _validate(params: dict, code_dirs: tuple[Path, ...] = ()) -> None:
     """What `hetero run` can tell before anything runs: the price file, the instance types' prices, the workload."""
     file = params["PriceOverrides"]
     if file.startswith("s3://"):
@@ -170,39 +173,57 @@ def _validate(params: dict) -> None:
     prices = load_prices(file or None)
     for key in ("DataInstanceType", "DnnInstanceType"):
         prices.hourly(params[key])  # an unknown type fails now, not after training
-    check_workload(params["Workload"], roots=_local_roots())
+    check_workload(params["Workload"], code_dirs=code_dirs)
 
 
-def _local_roots() -> list[Path]:
-    """Where an emulated host imports from: the code, the folder `hetero run` started in, PYTHONPATH, this interpreter's."""
-    extra = [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return [STEPS_DIR.parent, Path.cwd(), *extra, *(Path(p) for p in sys.path if p)]
-
-
-def check_workload(module: str, *, roots: list[Path], deployed: bool = False) -> None:
+def check_workload(module: str, *, code_dirs: tuple[Path, ...] = (), deployed: bool = False) -> None:
     """A workload module that no host could import, or that defines no WORKLOAD, is refused before Shard runs (the hosts
-    would find out in training). Found by path and read, not imported: the CLI runs none of the user's code."""
-    example = "e.g. --workload steps.train.workloads.shapes"
-    if deployed and module.split(".")[0] != STEPS_DIR.name:
-        raise UserError(f"workload module {module!r} is not in the deployed code: the pipeline ships {STEPS_DIR.name}/ only "
-                        "(the code tarball `cdk deploy` packs); put the module under steps/ (steps/train/workloads/mine.py: "
-                        "--workload steps.train.workloads.mine) and deploy again", headline="bad workload")
+    would find out in training). Hosts import what ships (`pipeline.code`: steps/ and the code folders, plus what a
+    requirements.txt installs, which is not known before it runs: a module missing from the files passes then). Found
+    by path and read, not imported: the CLI runs none of the user's code."""
+    files = shipped_files(code_dirs=code_dirs)
     parts = module.split(".")
     found = None
     if all(part.isidentifier() for part in parts):
-        candidates = [(Path(root, *parts).with_suffix(".py"), Path(root, *parts, "__init__.py")) for root in roots]
-        found = next((c for pair in candidates for c in pair if c.is_file()), None)
+        found = files.get(f"{'/'.join(parts)}.py") or files.get(f"{'/'.join(parts)}/__init__.py")
+    if found is None and REQUIREMENTS in files:
+        return
     if found is None:
-        where = "this checkout's steps/" if deployed else "the code, the current folder, PYTHONPATH or this environment"
-        raise UserError(f"workload module {module!r} cannot be imported: no {'/'.join(parts)}.py in {where}; pass a module path "
-                        f"that every host can import, {example}", headline="bad workload")
+        folders = ", ".join(map(str, code_dirs)) or "none"
+        ship = (f"deploy it with -c {CODE_DIRS_KEY}='[\"DIR\"]' and run hetero start from that folder, whose cdk.json it reads"
+                if deployed else "ship it with --code-dir DIR")
+        near = _importable_from(parts)
+        raise UserError(f"workload module {module!r} is not in the code the hosts get: no {'/'.join(parts)}.py in "
+                        f"{STEPS_DIR.name}/ or the code folders ({folders}); {ship}, DIR being the folder that holds "
+                        f"{parts[0]}/ ({'here: ' + str(near) if near else 'e.g. --workload steps.train.workloads.shapes'})",
+                        headline="bad workload")
     try:
         tree = ast.parse(found.read_bytes(), filename=str(found))
     except (SyntaxError, ValueError) as exc:
         raise UserError(f"workload module {module!r} ({found}) does not parse: {exc}", headline="bad workload") from None
     if not _binds(tree, "WORKLOAD"):
         raise UserError(f"workload module {module!r} ({found}) defines no WORKLOAD: add WORKLOAD = <a subclass of "
-                        f"steps.train.workload.Workload>, or pass another module, {example}", headline="bad workload")
+                        "steps.train.workload.Workload>, or pass another module, e.g. --workload steps.train.workloads.shapes",
+                        headline="bad workload")
+
+
+def _importable_from(parts: list[str]) -> Path | None:
+    """The folder (the current one, or one on this process's path) from which ``parts`` would import here."""
+    if not all(part.isidentifier() for part in parts):
+        return None
+    for root in (Path.cwd(), *(Path(p) for p in sys.path if p)):
+        if Path(root, *parts).with_suffix(".py").is_file() or Path(root, *parts, "__init__.py").is_file():
+            return root
+    return None
+
+
+def _deployed_code_dirs() -> tuple[Path, ...]:
+    """The code folders `cdk deploy` from this folder ships: cdk.json's CODE_DIRS_KEY, relative to it."""
+    try:
+        context = json.loads(Path("cdk.json").read_text()).get("context", {})
+    except (OSError, json.JSONDecodeError):
+        return ()
+    return tuple(Path(d) for d in context.get(CODE_DIRS_KEY) or ())
 
 
 def _binds(tree: ast.AST, name: str) -> bool:
@@ -251,7 +272,7 @@ def _require_framework(framework: str) -> None:
 def cmd_run(args) -> int:
     _require_framework(args.framework)
     params = resolve_parameters(*_layers(args))
-    _validate(params)
+    _validate(params, tuple(args.code_dir))
     if args.sample_images < 10:
         raise UserError(f"--sample-images {args.sample_images}: use at least 10", headline="bad option")
     if args.progress_timeout < 0:
@@ -261,7 +282,7 @@ def cmd_run(args) -> int:
     options = LocalOptions(work_dir=args.work_dir, framework=args.framework, sample_images=args.sample_images,
                            pin_cpus=not args.no_pin, spot=args.spot, network_isolation=args.network_isolation,
                            interrupt_after_steps=args.interrupt_after_steps,
-                           progress_timeout_s=args.progress_timeout or None)
+                           progress_timeout_s=args.progress_timeout or None, code_dirs=tuple(args.code_dir))
     _stop_on_signals()
     result = LocalRunner(params, options).run()
     print()
@@ -300,7 +321,7 @@ def cmd_start(args) -> int:
     for layer in _layers(args):
         overrides.update(layer)
     if "Workload" in overrides:
-        check_workload(str(overrides["Workload"]), roots=[STEPS_DIR.parent], deployed=True)
+        check_workload(str(overrides["Workload"]), code_dirs=_deployed_code_dirs(), deployed=True)
     if args.apply_plan:
         if not args.results:
             raise UserError("--apply-plan needs --results s3://bucket/prefix (or env HETERO_RESULTS_URI)", headline="bad option")

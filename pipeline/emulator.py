@@ -26,7 +26,11 @@ hosts are killed), has ``grace_s`` to exit, and the job starts again on fresh ho
 checkpoints; the first attempt's folders stay beside, as ``<job_dir>.attempt-1``. ``late_hostnames_s``
 emulates a cluster whose host names do not resolve at first (SageMaker's guide warns of it): each host's
 entry appears in the hosts file at its own time, the last that many seconds after the hosts start.
-Every host has ``HETERO_EMULATED_HOST`` set: its instance type's GPUs are not there.
+Every host has ``HETERO_EMULATED_HOST`` set: its instance type's GPUs are not there. A host imports what its
+container would, and nothing of the caller's (its folder, its PYTHONPATH): the image's packages (`pipeline.image_guard`),
+the code, and what the code's ``requirements.txt`` installed when the request's ContainerEntrypoint ran the training
+toolkit's install (a container's pip installs into the image's Python; a host's into ``<job_dir>/site-packages/<host>``,
+`image_guard.pip_into`). In plain script mode the emulator runs the entry point directly, without that install.
 
 Like SageMaker, the job ends when every host has exited, or when
 ``StoppingCondition.MaxRuntimeInSeconds`` has passed; and, unlike SageMaker, when none of its hosts has
@@ -55,6 +59,7 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline import image_guard, storage
+from pipeline.image_guard import pip_into
 from pipeline.isolation import refuse_s3_fetches
 from pipeline.sessions import kill_session
 from steps.common.errors import HeteroError, UserError
@@ -72,6 +77,7 @@ PROGRESS_LINE = re.compile(r"^(?:\((?:[\w:.-]+ )?pid=\d+(?:, ip=[\d.]+)?\) )?\[[
 # no host of a job reporting progress this long: the job is stuck (its longest legitimate silence, start-up, validation
 # or the cost measurement at the end, takes seconds to minutes)
 PROGRESS_TIMEOUT_S = 600.0
+SITE_PACKAGES = "site-packages"  # <job_dir>/site-packages/<host>: what pip installs on a host (its container's own)
 
 
 class StepFailed(HeteroError):
@@ -364,12 +370,14 @@ class EmulatedJob:
                 raise UserError(f"sagemaker_program {program!r} is not in the code at {self.hyperparameters['sagemaker_submit_directory']}",
                                 headline="no entry point")
             command = self._command(program)
-            # the toolkit runs the program from /opt/ml/code; the caller's folder stays importable for local workloads;
-            # the image guard goes first: each host imports only its image's packages (pipeline.image_guard)
-            pythonpath = os.pathsep.join(filter(None, [guard, str(code), os.getcwd(), base_env.get("PYTHONPATH")]))
+            # a host imports what a container has: the image's packages (the guard goes first, pipeline.image_guard), the
+            # code as shipped (the toolkit runs the program from /opt/ml/code) and what the code's requirements.txt
+            # installed; never the caller's folder or PYTHONPATH
+            packages = self.job_dir / SITE_PACKAGES / host.name
+            pythonpath = os.pathsep.join(filter(None, [guard, str(code), str(packages)]))
             env = {**base_env, **self.environment, "SAGEMAKER_BASE_DIR": str(host.base_dir),
                    HOSTS_FILE_ENV: str(self.job_dir / "hosts"), EMULATED_HOST_ENV: "1", "TRAINING_JOB_NAME": self.name,
-                   "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath}
+                   "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath, **pip_into(packages)}
             cpus = host.group.cpus
             host.process = subprocess.Popen(
                 command, cwd=code, env=env,

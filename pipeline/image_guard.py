@@ -10,7 +10,10 @@ container would raise, with one more line naming the image and its manifest. Chi
 workers, a local tf.data.service worker, Ray's raylets and workers) inherit ``PYTHONPATH``, so the guard holds
 for them too. Its cost: one set lookup per import of a top-level module not yet loaded.
 
-The project's ``pipeline`` package is refused too: only ``steps/`` ships with the code.
+The project's ``pipeline`` package is refused too: only ``steps/`` ships with the code. What the job brings itself
+is the job's own and never refused: its code (``$SAGEMAKER_BASE_DIR/code``: ``steps/`` and the user's code folders) and
+what its ``requirements.txt`` installed. A container's pip installs into the image's Python; an emulated host's pip
+installs into a folder of its own (``PIP_TARGET``, `pip_into`), never into this machine's environment.
 
     >>> manifest_for("763104351884.dkr.ecr.us-east-1.amazonaws.com/tensorflow-training:2.21.0-gpu-py312").name
     'tensorflow-gpu'
@@ -35,6 +38,7 @@ EQUIVALENT = {"tensorflow-cpu": "tensorflow", "tensorflow": "tensorflow-cpu"}
 # training frameworks step code may use only at the version it is tested with here: the TensorFlow image has torch
 # (a dependency of its SageMaker SDK) at 2.11 (GPU) / 2.12 (CPU), which no test of this project runs against
 TESTED_AT_THIS_VERSION = ("torch", "tensorflow", "tensorflow-cpu", "ray")
+TARGET_ENV = "PIP_TARGET"  # pip's --target: where an emulated host's pip installs (`pip_into`)
 _IMAGE = re.compile(r"(?:[^/]+/)*(?P<repository>[^/:@]+)(?::(?P<tag>[^@]+))?(?:@.*)?")
 
 
@@ -48,6 +52,7 @@ class Manifest:
     repository: str
     tags: tuple[str, ...]
     packages: dict  # canonical distribution name -> version
+    python: str = ""  # the image's Python, major.minor
 
     def has(self, distribution: str) -> bool:
         name = canonical(distribution)
@@ -60,7 +65,7 @@ def manifests() -> tuple[Manifest, ...]:
     for path in sorted(MANIFESTS.glob("*.json")):
         data = json.loads(path.read_text())
         found.append(Manifest(path.stem, path, data["image"]["repository"], tuple(data["image"]["tags"]),
-                              {canonical(k): v for k, v in data["packages"].items()}))
+                              {canonical(k): v for k, v in data["packages"].items()}, data.get("python", "")))
     return tuple(found)
 
 
@@ -120,6 +125,12 @@ def refused(manifest: Manifest) -> dict[str, str]:
     return dict(sorted(blocked.items()))
 
 
+def pip_into(folder: Path) -> dict[str, str]:
+    """The environment that makes a process's ``pip install`` (the training toolkit's ``install_requirements``) install
+    into ``folder``, which the guard then allows (pip reads every option from a ``PIP_<OPTION>`` variable)."""
+    return {TARGET_ENV: str(folder), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
 def guard_path(image_uri: str, folder: Path, *, enabled: bool = True, echo=print) -> str:
     """The PYTHONPATH entry that confines a job's processes to ``image_uri``'s packages ("" when there is none to
     apply: the guard is off, or the image has no manifest, which is said once)."""
@@ -138,6 +149,7 @@ def install(folder: Path, image_uri: str, manifest: Manifest) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "image_guard.json").write_text(json.dumps({
         "image": image_uri, "manifest": f"pipeline/manifests/{manifest.path.name}", "refused": refused(manifest),
+        "target_env": TARGET_ENV,
         "refused_distributions": sorted(d for d in _installed() if not manifest.has(d) or d in other_versions(manifest)),
         "other_versions": other_versions(manifest)}))
     (folder / f"{GUARD_MODULE}.py").write_text(_GUARD_SOURCE)
@@ -172,14 +184,27 @@ import json as _json
 import os as _os
 import re as _re
 import sys as _sys
+from importlib.machinery import PathFinder as _PathFinder
 
 
 def _install():
     with open(_os.path.join(_os.path.dirname(__file__), "image_guard.json")) as f:
         spec = _json.load(f)
     refused, absent = frozenset(spec["refused"]), frozenset(spec["refused_distributions"])
+    # the job's own: its code and what its pip installed (the guard's own module, pipeline.image_guard, says why)
+    base = _os.environ.get("SAGEMAKER_BASE_DIR")
+    own = [_os.path.realpath(p) for p in (_os.environ.get(spec["target_env"]), base and _os.path.join(base, "code")) if p]
+    owned = {}
+
+    def is_own(top):
+        if top not in owned:
+            owned[top] = bool(own) and _PathFinder.find_spec(top, own) is not None
+        return owned[top]
 
     def present(distribution):
+        where = _os.path.realpath(str(getattr(distribution, "_path", "")))
+        if any(where.startswith(p + _os.sep) for p in own):
+            return True
         name = getattr(distribution, "_normalized_name", None) or distribution.metadata["Name"] or ""
         return _re.sub(r"[-_.]+", "-", name).lower() not in absent
 
@@ -190,7 +215,8 @@ def _install():
             self._finder = finder
 
         def find_spec(self, name, path=None, target=None):
-            if name.partition(".")[0] in refused:
+            top = name.partition(".")[0]
+            if top in refused and not is_own(top):
                 return None
             find = getattr(self._finder, "find_spec", None)
             return find(name, path, target) if find else None

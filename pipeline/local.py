@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline import expressions, storage
-from pipeline.code import STEPS_DIR, build_code_tarball
+from pipeline.code import build_code_tarball, requirements_file
 from pipeline.emulator import PROGRESS_TIMEOUT_S, EmulatedJob, StepFailed
 from pipeline.graph import PIPELINE_NAME
+from pipeline.images import default_training_image
 from pipeline.processing import run_processing_job
+from pipeline.requirements import image_python, refuse_networked
 from pipeline.sample_data import generate
 from pipeline.validation import validate_execution, validate_request
 from steps.common.errors import EXIT_USER_ERROR, InternalError, UserError
@@ -55,6 +57,7 @@ class LocalOptions:
     network_isolation: bool = False  # compile as deployed with network isolation: the emulator refuses s3:// fetched at run time
     interrupt_after_steps: int | None = None  # each training job is interrupted once, at this step, and restarted
     progress_timeout_s: float | None = PROGRESS_TIMEOUT_S  # a training job none of whose hosts reports progress this long fails
+    code_dirs: tuple[Path, ...] = ()  # folders whose contents ship with steps/ (pipeline.code): the user's workload, requirements
     echo: Callable[[str], None] = print
 
 
@@ -96,14 +99,20 @@ def local_settings(work_dir: Path, framework: str, code_uri: str, *, spot: bool 
                           training_image=LOCAL_RAY_IMAGE if framework == "ray" else None)
 
 
-def compile_local(work_dir: Path, framework: str, *, spot: bool = False, network_isolation: bool = False) -> dict:
-    """The pipeline definition the local runner executes (the code packed under ``<work_dir>/code/``, the
-    PriceOverrides default object where the deployed pipeline has it: ``<work_dir>/price-overrides/none.json``)."""
+def compile_local(work_dir: Path, framework: str, *, spot: bool = False, network_isolation: bool = False,
+                  code_dirs: tuple[Path, ...] = ()) -> dict:
+    """The pipeline definition the local runner executes (the code, steps/ and ``code_dirs``, packed under
+    ``<work_dir>/code/``, the PriceOverrides default object where the deployed pipeline has it:
+    ``<work_dir>/price-overrides/none.json``). Isolated, code whose requirements.txt needs the network is refused."""
     from pipeline.sagemaker import build_definition
     from pipeline.sagemaker.settings import default_price_overrides_uri
 
-    code = build_code_tarball(source=STEPS_DIR, destination=Path(work_dir).resolve() / "code" / "code.tar.gz")
-    settings = local_settings(Path(work_dir), framework, storage.uri(code), spot=spot, network_isolation=network_isolation)
+    work_dir = Path(work_dir).resolve()
+    code = build_code_tarball(destination=work_dir / "code" / "code.tar.gz", code_dirs=code_dirs, exclude=[work_dir])
+    settings = local_settings(work_dir, framework, storage.uri(code), spot=spot, network_isolation=network_isolation)
+    if network_isolation and (requirements := requirements_file(code_dirs)):
+        image = settings.training_image or default_training_image(LOCAL_REGION, framework)
+        refuse_networked(code, python=image_python(image), origin=str(requirements))
     none = storage.path(default_price_overrides_uri(settings))
     none.parent.mkdir(parents=True, exist_ok=True)
     none.write_text(json.dumps(NO_OVERRIDES) + "\n")
@@ -118,7 +127,8 @@ class LocalRunner:
         self.run_dir = self.work_dir / self.execution_id
         _check_input(parameters.get("InputData") or "")
         _check_prices(parameters.get("PriceOverrides") or "")
-        self.definition = compile_local(self.work_dir, options.framework, spot=options.spot, network_isolation=options.network_isolation)
+        self.definition = compile_local(self.work_dir, options.framework, spot=options.spot, network_isolation=options.network_isolation,
+                                        code_dirs=options.code_dirs)
         self.params = self._bind_parameters(parameters)
         self.result = RunResult(self.execution_id, self.run_dir, self.definition)
         self.scope = expressions.Scope(

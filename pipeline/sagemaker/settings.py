@@ -10,13 +10,14 @@ from steps.contract import CODE_CHANNEL, FRAMEWORKS
 
 MAX_RUNTIME_S = 6 * 3600  # a stuck job bills every host of the cluster until this cap
 # Training jobs start the entry point through this, not through the toolkit's script-mode runner: it fetches the code
-# as script mode would (the toolkit's own download_and_extract: skipped when /opt/ml/code already holds it), then
-# becomes the entry point (exec: the same process, the container's first), so SIGTERM from StopTrainingJob or a spot
-# interruption reaches the trainer. Script mode runs the entry point as a child that never gets the signal
-# (aws/sagemaker-training-toolkit#125), and the trainer could not save its checkpoint in the notice period.
-TRAINING_BOOTSTRAP = ("import os,sys;from sagemaker_training import environment as e,files as f;v=e.Environment();"
-                      "f.download_and_extract(v.module_dir,e.code_dir);os.chdir(e.code_dir);"
-                      "os.execv(sys.executable,[sys.executable,v.user_entry_point])")
+# and installs it as script mode would (the toolkit's own download_and_extract, skipped when /opt/ml/code already holds
+# it, and entry_point.install, which pip-installs the code's requirements.txt), then becomes the entry point (exec: the
+# same process, the container's first), so SIGTERM from StopTrainingJob or a spot interruption reaches the trainer.
+# Script mode runs the entry point as a child that never gets the signal (aws/sagemaker-training-toolkit#125), and the
+# trainer could not save its checkpoint in the notice period. One ContainerEntrypoint item: at most 256 characters.
+TRAINING_BOOTSTRAP = ("import os,sys;from sagemaker_training import environment as e,files as f,entry_point as p;v=e.Environment();"
+                      "c=e.code_dir;u=v.user_entry_point;f.download_and_extract(v.module_dir,c);os.chdir(c);p.install(u,c);"
+                      "x=sys.executable;os.execv(x,[x,u])")
 TRAINING_ENTRYPOINT = ["python3", "-c", TRAINING_BOOTSTRAP]
 # Under network isolation nothing in the container reaches S3: the code tar.gz arrives as the `code` channel and
 # sagemaker_submit_directory names the file there (the toolkit's download_and_extract unpacks a local tar.gz path)

@@ -23,8 +23,9 @@ device, so the CPU hosts never touch float32. Minimal example::
     WORKLOAD = MyWorkload
 
 For ``--framework tensorflow`` a workload also implements `tf_decode` (in TF
-ops) and `build_keras_model`. Run it with ``hetero run --workload my_pkg.my_workload`` (the module must
-be importable on every host: ship it in the training code directory).
+ops) and `build_keras_model`. Run it with ``hetero run --workload my_pkg.my_workload --code-dir DIR``, DIR
+being the folder that holds ``my_pkg/``: it ships with the code, at its root (deployed: the ``hetero:codeDirs``
+context key).
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def load_workload(module_name: str, options: dict) -> Workload:
     except ImportError as exc:
         raise UserError(
             f"cannot import workload module {module_name!r} ({exc}); pass a module path importable on every host, "
-            "e.g. --workload my_pkg.my_workload",
+            "e.g. --workload my_pkg.my_workload with the folder holding my_pkg/ shipped in the code (--code-dir DIR)",
             headline="bad workload",
         ) from None
     cls = getattr(module, "WORKLOAD", None)

@@ -74,3 +74,13 @@ def test_own_images_deploy_to_any_region_and_the_input_prefix_may_lie_beside_the
 
 def test_the_input_prefix_setting_named_by_hetero_start_is_this_one():
     assert StackSettings.context_key("input_prefix") == INPUT_PREFIX_SETTING
+
+
+def test_code_dirs_is_a_list_of_folders_and_the_cli_reads_the_same_key():
+    from pipeline.code import CODE_DIRS_KEY
+
+    assert StackSettings.context_key("code_dirs") == CODE_DIRS_KEY
+    assert StackSettings.from_context({CODE_DIRS_KEY: '["../mine", "lib"]'}).code_dirs == ["../mine", "lib"]
+    for bad in ("mine", '[1]', [""], {"a": 1}):
+        with pytest.raises(UserError, match=f"context {CODE_DIRS_KEY}=.* is not a list"):
+            StackSettings.from_context({CODE_DIRS_KEY: bad})

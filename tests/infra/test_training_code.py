@@ -1,7 +1,12 @@
 import gzip
+import json
 import tarfile
 
+import pytest
+
 from pipeline.code import STEPS_DIR, build_code_tarball
+from steps.common.errors import UserError
+from tests.infra.conftest import synthesise
 
 
 def test_two_builds_are_byte_identical(tmp_path):
@@ -37,3 +42,44 @@ def test_the_asset_is_the_file_not_a_zipped_directory(synth_default):
     assert [p.suffixes[-2:] for p in assets] == [[".tar", ".gz"]]
     assert assets[0].read_bytes() == build_code_tarball(
         source=STEPS_DIR, destination=synth_default.outdir.parent / "again" / "code.tar.gz").read_bytes()
+
+
+def test_code_folders_ship_at_the_root_without_hidden_files_caches_or_the_work_folder(tmp_path):
+    """Like the SageMaker SDK's source_dir: a folder's contents land at the code's root (DIR/my_pkg/w.py ships
+    my_pkg.w), beside steps/; what a folder keeps for itself (.git, .venv, .env, caches, the runs) does not ship."""
+    mine = tmp_path / "mine"
+    for name in ("my_pkg/__init__.py", "my_pkg/w.py", "requirements.txt", "wheels/x-1-py3-none-any.whl", ".env", ".git/HEAD",
+                 ".venv/lib/x.py", "my_pkg/__pycache__/w.cpython-311.pyc", "runs/local-1/metrics.json"):
+        (mine / name).parent.mkdir(parents=True, exist_ok=True)
+        (mine / name).write_text(name)
+    archive = build_code_tarball(destination=tmp_path / "code.tar.gz", code_dirs=[mine], exclude=[mine / "runs"])
+    with tarfile.open(archive, "r:gz") as tar:
+        names = tar.getnames()
+        assert tar.extractfile("my_pkg/w.py").read() == b"my_pkg/w.py"
+    ours = [n for n in names if not n.startswith("steps/")]
+    assert ours == ["my_pkg/__init__.py", "my_pkg/w.py", "requirements.txt", "wheels/x-1-py3-none-any.whl"]
+    assert "steps/train/launcher.py" in names and names == sorted(names)
+
+
+def test_the_deployed_asset_holds_the_code_folders_hetero_code_dirs_names(tmp_path):
+    mine = tmp_path / "mine"
+    (mine / "my_pkg").mkdir(parents=True)
+    (mine / "my_pkg" / "w.py").write_text("WORKLOAD = None\n")
+    (mine / "requirements.txt").write_text("--no-index --find-links wheels\n")
+    synth = synthesise(tmp_path / "cdk", **{"hetero:codeDirs": [str(mine)]})
+    (asset,) = [p for p in synth.outdir.iterdir() if p.name.startswith("asset.") and p.name.endswith(".tar.gz")]
+    with tarfile.open(asset, "r:gz") as tar:
+        assert {"my_pkg/w.py", "requirements.txt", "steps/train/launcher.py"} <= set(tar.getnames())
+    assert asset.read_bytes() == build_code_tarball(destination=tmp_path / "again.tar.gz", code_dirs=[mine]).read_bytes()
+    digest = asset.name.split(".")[1]
+    body = json.dumps(synth.template.find_resources("AWS::SageMaker::Pipeline"))
+    assert f"{digest}.gz" in body  # the definition's sagemaker_submit_directory is this asset
+
+
+def test_an_isolated_deploy_refuses_requirements_that_need_the_index_at_synth(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "requirements.txt").write_text("tiny-dep\n")
+    with pytest.raises(UserError, match=r"requirements.txt needs the network, but the training jobs run with network "
+                                        r"isolation .*it does not say --no-index"):
+        synthesise(tmp_path / "cdk", **{"hetero:codeDirs": [str(mine)], "hetero:networkIsolation": True})

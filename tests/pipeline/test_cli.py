@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -120,10 +121,11 @@ def test_a_refreshed_100_type_price_file_is_taken_by_run_and_plan(tmp_path, caps
 
 
 @pytest.mark.parametrize("module,expected", [
-    ("no_such_pkg.workload", r"workload module 'no_such_pkg.workload' cannot be imported: no no_such_pkg/workload.py in"),
+    ("no_such_pkg.workload", r"workload module 'no_such_pkg.workload' is not in the code the hosts get: no "
+                             r"no_such_pkg/workload.py in steps/ or the code folders \(none\); ship it with --code-dir DIR"),
     ("steps.train.workload", r"workload module 'steps.train.workload' \(.*steps/train/workload.py\) defines no WORKLOAD: add "
                              r"WORKLOAD = "),
-    ("not a module", r"workload module 'not a module' cannot be imported"),
+    ("not a module", r"workload module 'not a module' is not in the code the hosts get"),
 ])
 def test_an_unknown_workload_is_refused_before_any_work(tmp_path, capsys, module, expected):
     code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--workload", module)
@@ -132,13 +134,65 @@ def test_an_unknown_workload_is_refused_before_any_work(tmp_path, capsys, module
     assert not (tmp_path / "w").exists()
 
 
-def test_a_workload_beside_the_code_or_in_the_current_folder_is_accepted(tmp_path, monkeypatch):
-    cli.check_workload("tests.fixtures.tiny_workload", roots=cli._local_roots())  # the repository root: where `make run` runs
-    (tmp_path / "mine.py").write_text("from tests.fixtures.tiny_workload import Tiny as WORKLOAD\n")
+def _user_code(tmp_path, requirements: str | None = None):
+    """A workload outside the repository, in a package of a user's folder (a copy of tests/fixtures/tiny_workload.py)."""
+    folder = tmp_path / "usercode"
+    (folder / "my_workloads").mkdir(parents=True)
+    (folder / "my_workloads" / "__init__.py").write_text("")
+    shutil.copy(Path(__file__).parents[1] / "fixtures" / "tiny_workload.py", folder / "my_workloads" / "tiny.py")
+    if requirements is not None:
+        (folder / "requirements.txt").write_text(requirements)
+    return folder
+
+
+def test_a_workload_in_a_folder_not_named_is_refused_before_any_work_naming_the_folder(tmp_path, capsys, monkeypatch):
+    """Hosts import what ships, never the caller's folder: a workload found here but in no code folder would fail on
+    every host (and in SageMaker), so the run stops before Shard and says which folder to name."""
+    folder = _user_code(tmp_path)
+    monkeypatch.chdir(folder)
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--workload", "my_workloads.tiny")
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: bad workload: workload module 'my_workloads.tiny' is "
+                                                                  "not in the code the hosts get"), err
+    assert f"ship it with --code-dir DIR, DIR being the folder that holds my_workloads/ (here: {folder})" in err
+    assert not (tmp_path / "w").exists()
+    cli.check_workload("my_workloads.tiny", code_dirs=(folder,))  # named: it ships
+    cli.check_workload("steps.train.workloads.shapes")  # the project's own always ships
+    with pytest.raises(UserError, match=r"not in the code the hosts get.*deploy it with -c hetero:codeDirs='\[\"DIR\"\]'"):
+        cli.check_workload("my_workloads.tiny", deployed=True)
+    with pytest.raises(UserError, match=r"\(.*usercode/my_workloads/__init__.py\) defines no WORKLOAD"):
+        cli.check_workload("my_workloads", code_dirs=(folder,))
+    # hetero start: what `cdk deploy` from this folder ships, its cdk.json's hetero:codeDirs (relative to it)
     monkeypatch.chdir(tmp_path)
-    cli.check_workload("mine", roots=cli._local_roots())
-    with pytest.raises(UserError, match="not in the deployed code: the pipeline ships steps/ only"):
-        cli.check_workload("mine", roots=[cli.STEPS_DIR.parent], deployed=True)
+    (tmp_path / "cdk.json").write_text(json.dumps({"context": {"hetero:codeDirs": ["usercode"]}}))
+    assert cli._deployed_code_dirs() == (Path("usercode"),)
+    cli.check_workload("my_workloads.tiny", code_dirs=cli._deployed_code_dirs(), deployed=True)
+
+
+@pytest.mark.parametrize("files, folders, expected", [
+    (["mine/steps/x.py"], ["mine"], r"code folder '.*/mine' holds a steps/ of its own"),
+    (["a/requirements.txt", "b/requirements.txt"], ["a", "b"], r"code folder '.*/b' ships requirements.txt, which '.*/a' ships too"),
+])
+def test_code_folders_that_would_clash_in_the_code_are_refused(tmp_path, capsys, files, folders, expected):
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    argv = [a for f in folders for a in ("--code-dir", str(tmp_path / f))]
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), *argv)
+    assert code == 2 and err.startswith("error: bad code folder: "), err
+    assert __import__("re").search(expected, err), err
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--code-dir", str(tmp_path / "nope"))
+    assert code == 2 and f"code folder '{tmp_path / 'nope'}' is not a folder" in err
+
+
+def test_isolated_requirements_that_need_the_index_are_refused_before_shard(tmp_path, capsys):
+    folder = _user_code(tmp_path, requirements="tiny-dep==0.0.1\n")
+    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--network-isolation", "--code-dir", str(folder),
+                        "--workload", "my_workloads.tiny")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"error: requirements need the network: {folder / 'requirements.txt'} needs the network, but the "
+                          "training jobs run with network isolation (no route to a package index): it does not say "
+                          "--no-index, so pip asks the package index about every requirement. Fix: vendor the wheels"), err
+    assert not list((tmp_path / "w").glob("local-*")) and not (tmp_path / "w" / "sample-data").exists()  # nothing ran
 
 
 def test_a_request_over_a_service_limit_is_refused_before_any_step_runs(tmp_path, capsys):

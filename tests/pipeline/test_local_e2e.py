@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
+from pipeline.emulator import SITE_PACKAGES
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.sagemaker import all_steps
 from pipeline.harness import listeners_on, own_listening_ports
+from tests.fixtures.wheels import write_wheel
 from tests.pipeline.conftest import assert_data_hosts_measured_themselves
 
 pytestmark = pytest.mark.e2e
@@ -91,18 +94,27 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
 def test_no_input_no_baseline_and_a_user_workload_in_one_run(tmp_path, no_leftovers):
     """Four options that change the graph or the hosts' code, one pipeline run: no InputData (the run generates
     its dataset), RunBaseline=false (the baseline branch is skipped, the evaluation has no comparison), a
-    user workload module (every host of the job imports it) and network isolation (the code reaches every host as
-    the code channel; nothing in a container fetches from S3)."""
-    params = resolve_parameters({"RunBaseline": False, "Workload": "tests.fixtures.tiny_workload",
-                                 "WorkloadOptions": '{"hidden": 4}', "Epochs": 1, "BatchSize": 32, "ShardSizeMB": 1})
+    user workload module from a folder outside the repository that ships with the code (every host of the job imports
+    it, and the package its requirements.txt names, installed from a vendored wheel) and network isolation (the code
+    reaches every host as the code channel; nothing in a container fetches from S3 or a package index)."""
+    user = tmp_path / "usercode"
+    (user / "my_workloads").mkdir(parents=True)
+    (user / "my_workloads" / "__init__.py").write_text("")
+    tiny = (Path(__file__).parents[1] / "fixtures" / "tiny_workload.py").read_text()
+    (user / "my_workloads" / "tiny.py").write_text("import tiny_dep  # from requirements.txt\n" + tiny.replace(
+        'int(self.options.get("hidden", 8))', 'int(self.options.get("hidden", tiny_dep.HIDDEN))'))
+    write_wheel(user / "wheels", "tiny-dep", "0.0.1", {"tiny_dep.py": "HIDDEN = 4\n"})
+    (user / "requirements.txt").write_text("--no-index --find-links wheels\ntiny-dep==0.0.1\n")
+    params = resolve_parameters({"RunBaseline": False, "Workload": "my_workloads.tiny",
+                                 "Epochs": 1, "BatchSize": 32, "ShardSizeMB": 1})
     assert params["InputData"] == ""
-    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, sample_images=80, grace_s=10, network_isolation=True,
-                                              echo=lambda _: None)).run()
+    result = LocalRunner(params, LocalOptions(work_dir=tmp_path / "w", sample_images=80, grace_s=10, network_isolation=True,
+                                              code_dirs=(user,), echo=lambda _: None)).run()
 
     manifest = json.loads((result.outputs["Shard"] / "manifest.json").read_text())
     assert manifest["splits"]["train"]["samples"] + manifest["splits"]["validation"]["samples"] == 80
     assert len(manifest["classes"]) == 8
-    assert (tmp_path / "sample-data").is_dir()
+    assert (tmp_path / "w" / "sample-data").is_dir()
 
     assert {"TrainBaseline", "Evaluate", "CheckImprovement"} <= set(result.skipped) and "EvaluateWithoutBaseline" in result.outputs
     assert set(result.jobs) == {"TrainHeterogeneous"}
@@ -111,11 +123,12 @@ def test_no_input_no_baseline_and_a_user_workload_in_one_run(tmp_path, no_leftov
 
     job = result.jobs["TrainHeterogeneous"]
     metrics = json.loads((job.model_dir / "metrics.json").read_text())
-    assert metrics["config"]["workload"] == "tests.fixtures.tiny_workload"
-    assert metrics["config"]["workload_options"] == {"hidden": 4}
+    assert metrics["config"]["workload"] == "my_workloads.tiny"
     state = torch.load(job.model_dir / "model.pt")
-    assert state["1.weight"].shape == (4, 16 * 16 * 3)
+    assert state["1.weight"].shape == (4, 16 * 16 * 3)  # the installed package's HIDDEN
     assert all(h.exit_code == 0 for h in job.hosts)
+    for host in job.hosts:  # each host installed it into its own folder, as each container does
+        assert (job.job_dir / SITE_PACKAGES / host.name / "tiny_dep.py").is_file(), host.name
     request = result.requests["TrainHeterogeneous"]
     assert request["EnableNetworkIsolation"] is True
     assert request["HyperParameters"]["sagemaker_submit_directory"] == "/opt/ml/input/data/code/code.tar.gz"

@@ -411,9 +411,10 @@ def test_start_refuses_a_request_over_a_service_limit_before_the_execution_start
 
 
 @pytest.mark.parametrize("argv,expected", [
-    (["--param", "Workload=my_pkg.my_workload"], "workload module 'my_pkg.my_workload' is not in the deployed code: the pipeline "
-                                                 "ships steps/ only"),
-    (["--param", "Workload=steps.train.workloads.nope"], "workload module 'steps.train.workloads.nope' cannot be imported"),
+    (["--param", "Workload=my_pkg.my_workload"], "workload module 'my_pkg.my_workload' is not in the code the hosts get: no "
+                                                 "my_pkg/my_workload.py in steps/ or the code folders (none); deploy it with "
+                                                 "-c hetero:codeDirs='[\"DIR\"]' and run hetero start from that folder"),
+    (["--param", "Workload=steps.train.workloads.nope"], "workload module 'steps.train.workloads.nope' is not in the code"),
     (["--param", "Workload=steps.train.workload"], "defines no WORKLOAD"),
     (["--prices", "no-such-prices.json"], "PriceOverrides 'no-such-prices.json' (--prices): no such file"),
 ])

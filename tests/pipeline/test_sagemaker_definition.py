@@ -231,6 +231,7 @@ def test_the_entry_point_runs_as_the_containers_first_process_so_sigterm_reaches
         entry = steps[name]["Arguments"]["AlgorithmSpecification"]["ContainerEntrypoint"]
         assert entry[:2] == ["python3", "-c"] and all(len(part) <= 256 for part in entry)  # the service's limit per item
         assert "download_and_extract(v.module_dir" in entry[2] and "os.execv(" in entry[2]  # script mode's code, then exec
+        assert "entry_point as p" in entry[2] and "p.install(u,c)" in entry[2]  # the toolkit installs requirements.txt first
 
 
 def test_script_mode_hyperparameters_and_the_graphs_own(steps):
