@@ -13,7 +13,7 @@ from pipeline.parameters_page import REGENERATE
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 MAPPED = ("steps", "pipeline", "infra")  # every module of these appears in the file map
-FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -52,7 +52,7 @@ def anchors(page: Path) -> set[str]:
     """The heading anchors GitHub gives a page: lowercase, punctuation dropped, spaces to hyphens, repeats numbered."""
     seen: dict[str, int] = {}
     found = set()
-    for heading in re.findall(r"^#{1,6} (.+)$", FENCE.sub("", page.read_text(encoding="utf-8")), re.M):
+    for heading in re.findall(r"^#{1,6} (.+)$", FENCE.sub("", page.read_text(encoding="utf-8")), re.MULTILINE):
         slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
         found.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
         seen[slug] = seen.get(slug, 0) + 1
