@@ -42,7 +42,7 @@ class StackSettings:
                                     "Pipeline parameter overrides for scheduled and triggered executions.")
     retrain_adopts_plan: bool = _key(False, "Scheduled retraining runs with the data group (DataInstanceType, DataInstanceCount) "
                                             "the latest execution's plan.json recommends, when CreateTrainingJob would accept "
-                                            "it; a function started by the schedule reads it (README: The planner).")
+                                            "it; a function started by the schedule reads it (docs/planner.md).")
     new_data_trigger: bool = _key(True, "Start the pipeline when the new-data marker object lands under inputPrefix.")
     new_data_marker: str = _key("_READY", "Object name (after inputPrefix) that starts a triggered execution; "
                                           "'' starts one per object created (one execution per uploaded file!).")
@@ -54,12 +54,12 @@ class StackSettings:
     fsx_throughput_per_tib: int = _key(125, "FSx PERSISTENT_2 throughput per TiB (125, 250, 500 or 1000 MB/s).")
     inter_container_encryption: bool = _key(False, "Encrypt traffic between the hosts of each training job "
                                                    "(EnableInterContainerTrafficEncryption): batches cross the network encrypted, "
-                                                   "at a cost in step time (README: Security).")
+                                                   "at a cost in step time (docs/deploy.md: Isolation and encryption).")
     network_isolation: bool = _key(False, "Training containers get no network beyond their own cluster "
-                                          "(EnableNetworkIsolation): a workload cannot send data out (README: Security).")
+                                          "(EnableNetworkIsolation): a workload cannot send data out (docs/deploy.md: Isolation and encryption).")
     spot: bool = _key(False, "Training jobs on managed spot capacity (EnableManagedSpotTraining, MaxWaitTimeInSeconds twice the "
                              "runtime cap): cheaper, may be interrupted; an interrupted job resumes from its checkpoint "
-                             "(README: Checkpoints and spot).")
+                             "(docs/checkpoints.md).")
     framework: str = _key("pytorch", f"Training framework, one of {', '.join(FRAMEWORKS)}: picks the shard format and "
                                      "the default images (AWS Deep Learning Containers of that framework).")
     code_dirs: list = _key([], "Folders whose contents ship with the step code, at its root (like the SageMaker SDK's "

@@ -1,12 +1,13 @@
-"""``hetero``: run the pipeline locally, and start and inspect it in AWS once deployed (``npx cdk deploy``, see README).
+"""``hetero``: run the pipeline locally, and start and inspect it in AWS once deployed (``npx cdk deploy``, see docs/deploy.md).
 
     hetero run                                  # sample data, 1 data host + 1 trainer, baseline too
     hetero run --input ./my_images --data-hosts 2 --dnn-hosts 2
     hetero run --workload my_pkg.my_workload --code-dir . --workload-options '{"size": 128}'
     hetero params                               # every pipeline parameter with default and help
+    hetero params --markdown                    # the same as docs/parameters.md
     hetero start --param Epochs=3               # an execution of the deployed pipeline (pipeline/remote.py)
     hetero executions --results s3://bucket/results   # recent executions, status and price-performance
-    hetero definition --bucket my-bucket         # the SageMaker pipeline definition JSON (pipeline/sagemaker.py)
+    hetero definition --bucket my-bucket         # the SageMaker pipeline definition JSON (pipeline/sagemaker/)
 
 Parameter precedence: command line > environment (HETERO_PARAM_<Name>) > --config file (JSON) > default.
 """
@@ -28,6 +29,7 @@ from pipeline.code import CODE_DIRS_KEY, REQUIREMENTS, STEPS_DIR, shipped_files
 from pipeline.emulator import PROGRESS_TIMEOUT_S, StepFailed
 from pipeline.graph import PARAMETERS, resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
+from pipeline.parameters_page import REGENERATE, markdown as parameters_markdown
 from pipeline.remote import (DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions,
                              price_performance_of, start_execution)
 from pipeline.plan_view import execution_report, plan_for, render_plan, stored_plan_parameters
@@ -74,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
                           "naming the hosts that went silent (0: never; default %(default)g)")
     run.add_argument("--prices", type=Path, metavar="FILE", help='JSON price file replacing or extending the bundled prices, '
                      'e.g. {"prices": {"ml.g6.xlarge": 1.0}} or what `hetero prices refresh` writes [PriceOverrides]')
-    sub.add_parser("params", help="list pipeline parameters")
+    params = sub.add_parser("params", help="list pipeline parameters")
+    params.add_argument("--markdown", action="store_true", help=f"print docs/parameters.md instead ({REGENERATE})")
     _remote_parsers(sub)
     _definition_parser(sub)
     return parser
@@ -310,6 +313,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_params(args) -> int:
+    if args.markdown:
+        sys.stdout.write(parameters_markdown(PARAMETERS, env_prefix=ENV_PREFIX))
+        return 0
     for p in PARAMETERS:
         extra = f" (one of {', '.join(map(str, p.choices))})" if p.choices else ""
         print(f"{p.name:<22} {p.default!r:<32} {p.help}{extra}")

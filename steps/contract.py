@@ -140,7 +140,7 @@ class Tunable:
 
 TUNABLES: tuple[Tunable, ...] = (
     Tunable("InputData", str, "", "Raw images, class-per-folder: an s3:// prefix in the cloud, a folder locally "
-            "(empty: generated sample data).", flag="input"),
+            "(empty: generated sample data; deployed default: s3://<bucket>/<prefix>/raw/).", flag="input"),
     Tunable("Workload", str, "steps.train.workloads.shapes", "Module defining WORKLOAD (decode/augment, model).",
             flag="workload", hyperparameter="workload"),
     Tunable("WorkloadOptions", str, "{}", "JSON object of workload options, e.g. {\"blur_passes\": 4}.", json_object=True,
@@ -150,18 +150,23 @@ TUNABLES: tuple[Tunable, ...] = (
     Tunable("DataInstanceType", str, "ml.c5.4xlarge", "Instance type of the data (CPU) group.", flag="data-instance-type"),
     Tunable("DataInstanceCount", int, 1, "Hosts in the data group; the train shard count is a multiple of it.",
             minimum=1, maximum=64, flag="data-hosts"),
-    Tunable("DnnInstanceType", str, "ml.g5.xlarge", "Instance type of the dnn (GPU) group, also used by the baseline.",
-            flag="dnn-instance-type"),
+    Tunable("DnnInstanceType", str, "ml.g5.xlarge", "Instance type of the dnn (GPU) group, also used by the baseline. "
+            "TensorFlow splits each step over every GPU of a host (MirroredStrategy); PyTorch and Ray run one training process "
+            "per host, on one GPU, so for them prefer more one-GPU hosts (a multi-GPU type leaves the rest idle: the trainer's "
+            "log, metrics.json gpus and the report say so).", flag="dnn-instance-type"),
     Tunable("DnnInstanceCount", int, 1, "Hosts in the dnn group.", minimum=1, maximum=64, flag="dnn-hosts"),
     Tunable("DataDistribution", str, SHARDED, "How training shards reach the data hosts.", choices=(SHARDED, REPLICATED)),
-    Tunable("InputMode", str, "File", "SageMaker input mode of the S3 training channel (FSx is always File).",
+    Tunable("InputMode", str, "File", "SageMaker input mode of the S3 training channel (FSx is always File). Not Pipe: "
+            "it delivers FIFOs (<channel>_<epoch>), and the step code reads folders of shards.",
             choices=INPUT_MODES),
-    Tunable("DataSource", str, "S3", "Where training reads shards from (fixed when deployed).", choices=("S3", "FSx")),
+    Tunable("DataSource", str, "S3", "Where training reads shards from: fixed when deployed (FSx with hetero:fsx=true, else "
+            "S3); a mismatching value fails the execution at CheckParameters.", choices=("S3", "FSx")),
     Tunable("ShardSizeMB", float, 64.0, "Target shard size; 1-128 MB objects transfer best.", minimum=1, maximum=128,
             flag="shard-size-mb"),
     Tunable("TrainerCpus", str, "auto", "vCPUs of each dnn host kept for the training loop in a heterogeneous run; the "
             "others decode a share of the data beside the data hosts (hybrid decode). auto: what a training step is measured "
-            "to keep busy at the start, plus one for the data plane; all: the dnn hosts decode nothing; or a number.",
+            "to keep busy (a few steps on a synthetic batch at the start), plus one for the data plane; all: the dnn hosts "
+            "decode nothing; or a number.",
             flag="trainer-cpus", hyperparameter="trainer_cpus"),
     Tunable("Epochs", int, 3, "Passes over the training shards.", minimum=1, flag="epochs", hyperparameter="epochs"),
     Tunable("MaxSteps", int, 0, "Stop each trainer after this many steps (0: no limit).", minimum=0, flag="max-steps",
@@ -169,12 +174,15 @@ TUNABLES: tuple[Tunable, ...] = (
     Tunable("BatchSize", int, 64, "Samples per step per trainer host.", minimum=1, flag="batch-size",
             hyperparameter="batch_size"),
     Tunable("MaxCorruptShare", float, 0.01, "Fail training when more than this share of an epoch's samples does not "
-            "decode (0: none may; 1: never fail on corrupt data).", minimum=0, maximum=1, flag="max-corrupt-share",
-            hyperparameter="max_corrupt_share"),
+            "decode, naming the count and examples (0: none may; 1: never fail on corrupt data).", minimum=0, maximum=1,
+            flag="max-corrupt-share", hyperparameter="max_corrupt_share"),
     Tunable("PriceOverrides", str, "", "A JSON price file replacing or extending the bundled on-demand prices (schema: "
             "steps/evaluate/prices.py; `hetero prices refresh` writes one): an s3:// URI in the cloud (hetero start --prices FILE "
-            "uploads it), a file locally (hetero run --prices FILE); empty: none (the deployed default is an object holding {})."),
-    Tunable("RunBaseline", bool, True, "Also train homogeneously (dnn group alone) for the price-performance comparison."),
+            "uploads it to s3://<ArtifactBucket>/<prefix>/price-overrides/<sha256>.json), a file locally (hetero run --prices FILE); "
+            "Evaluate reads it as a processing input; empty: none (the deployed default is a CDK asset holding {}, which "
+            "overrides nothing)."),
+    Tunable("RunBaseline", bool, True, "Also train homogeneously (dnn group alone) for the price-performance comparison "
+            "(hetero run --no-baseline: false)."),
     Tunable("ImprovementThreshold", float, -1.0, "Fail the execution when price-performance improvement is below this "
             "(-1: never; above -1 needs RunBaseline=true).", minimum=-1, maximum=1, flag="threshold"),
 )

@@ -57,7 +57,7 @@ class DeploySettings:
     processing_image: str | None = None  # default: the CPU variant of the same image
     fsx: FsxSettings | None = None
     # training jobs only (Shard and Evaluate call S3 themselves): SageMaker encrypts traffic between the
-    # cluster's hosts (slower steps, see README), and gives the containers no network beyond the cluster
+    # cluster's hosts (slower steps, see docs/deploy.md), and gives the containers no network beyond the cluster
     # (code, shards and the job secret then arrive as input channels: code_uri's object name must be concrete)
     inter_container_encryption: bool = False
     network_isolation: bool = False

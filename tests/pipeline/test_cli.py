@@ -293,7 +293,7 @@ def test_every_hetero_command_the_code_and_docs_name_exists():
     options = {name: {o for a in p._actions for o in a.option_strings} for name, p in subparsers.choices.items()}
     prose = {"failed", "data"}  # the base error's headline "hetero failed"; "a hetero data service"
     named = re.compile(r"(?<![\w./:-])hetero ([a-z][a-z-]*)(?: (--[a-z][a-z-]*))?")
-    files = [root / "README.md", root / "app.py", *(p for d in ("pipeline", "steps", "infra", "images", "bench")
+    files = [root / "README.md", root / "app.py", *(p for d in ("docs", "pipeline", "steps", "infra", "images", "bench")
                                                     for p in sorted((root / d).rglob("*")) if p.suffix in (".py", ".md"))]
     wrong = []
     for path in files:

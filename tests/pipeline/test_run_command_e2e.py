@@ -1,4 +1,4 @@
-"""`hetero run` as a user runs it, in a process of its own: the README's commands with their defaults end with exit 0
+"""`hetero run` as a user runs it, in a process of its own: the quick start's commands (docs/quickstart.md) with their defaults end with exit 0
 and leave no process behind, for each framework; SIGTERM, SIGINT or SIGHUP stop a run, and every process it started
 (emulated hosts, TensorFlow servers, Ray's daemons and its workers, which move to process groups of their own and
 rename themselves ``ray::<Actor>``), within 30 s.

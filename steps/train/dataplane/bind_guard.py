@@ -54,7 +54,7 @@ def build_library(cache_dir: Path | None = None) -> Path:
         raise UserError("the TensorFlow and Ray paths confine their servers (tf.data.service has no authentication of its own) "
                         f"to the cluster address with a small preloaded library built from {SOURCE.name}, and this image has no "
                         "C compiler (cc, gcc). Install gcc in the training image, or set the hyperparameter bind_guard=off to "
-                        "accept that they listen on every interface (README: Security)", headline="cannot confine listeners")
+                        "accept that they listen on every interface (docs/dataplane.md: Security)", headline="cannot confine listeners")
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / f"bind_guard.{os.getpid()}.so"
     result = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(SOURCE), "-ldl"],
