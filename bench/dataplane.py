@@ -24,12 +24,13 @@ import torch
 from pipeline.sample_data import generate
 from steps.shard.format import count_samples, list_shards, write_shard
 from steps.train.core.config import TrainConfig
+from steps.train.core.spare_cpus import Spare, kept_for_loop, sample_pixels
+from steps.train.core.split import Split
 from steps.train.frameworks.pytorch.data import DataServiceClient
 from steps.train.frameworks.pytorch.data_host import serve
 from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
-from steps.train.frameworks.pytorch.local_decode import LocalDecoder, loop_cpus, sample_pixels
-from steps.train.core.spare_cpus import Spare, kept_for_loop
-from steps.train.core.split import Split
+from steps.train.frameworks.pytorch.local_decode import LocalDecoder
+from steps.train.frameworks.pytorch.step import loop_cpus
 from steps.train.frameworks.pytorch.trainer import train_loop
 from steps.train.workloads.shapes import Shapes
 

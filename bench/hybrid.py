@@ -14,7 +14,7 @@ the data service, this process is the trainer, on the GPU when there is one). Th
 - hybrid N (``--forced N``): keeps N vCPUs.
 
 The bound beside the ratio: a run is at most as fast as its slower stage, the step with data resident or the decode
-of every worker it has, each measured alone in the same run (`steps.train.frameworks.pytorch.costs.isolated_costs`), so hybrid over
+of every worker it has, each measured alone in the same run (`steps.train.frameworks.pytorch.step.isolated_costs`), so hybrid over
 heterogeneous is at most min(step rate, (data + local workers) x per-worker decode rate) over min(step rate, data
 workers x the same rate). Judged: hybrid auto >= 1.2 x heterogeneous where auto found spare CPUs (it decoded),
 and >= 0.95 x where it found none (it must then cost nothing). Where the machine has fewer CPUs than the layout, the
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bench.dataplane import BATCH, by_core, cpu_share_since, cpu_ticks, emit, make_shards, run_configuration  # noqa: E402
-from steps.train.frameworks.pytorch.costs import isolated_costs  # noqa: E402
+from steps.train.frameworks.pytorch.step import isolated_costs  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
 SPARE_GOAL, NONE_GOAL = 1.2, 0.95

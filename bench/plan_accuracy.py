@@ -38,7 +38,7 @@ import torch  # noqa: E402
 from bench.dataplane import BATCH, by_core, cpu_share_since, cpu_ticks, emit, make_shards, run_configuration, siblings  # noqa: E402
 from steps.evaluate.planner import InstanceType, Prediction, predict, profile_from_metrics, recommend  # noqa: E402
 from steps.evaluate.prices import load_prices  # noqa: E402
-from steps.train.frameworks.pytorch.costs import isolated_costs  # noqa: E402
+from steps.train.frameworks.pytorch.step import isolated_costs  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
 EPOCH_SAMPLES = 1_000_000  # the nominal epoch cost per epoch is quoted for

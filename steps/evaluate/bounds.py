@@ -4,7 +4,7 @@ A homogeneous host decodes a batch (``d`` s) and trains on it (``s`` s) back to
 back; a heterogeneous cluster overlaps them on different hosts, so no speedup
 beats ``(d + s) / max(d, s)``. ``d`` and ``s`` are what the trainer measured
 alone on its CPUs after training (``isolated_costs`` in metrics.json,
-`steps.train.frameworks.pytorch.costs`); where the data hosts measured themselves (``data_hosts``), the heterogeneous run's
+`steps.train.frameworks.pytorch.step`); where the data hosts measured themselves (``data_hosts``), the heterogeneous run's
 decode stage is the lower of that and their own time per batch (their CPU per sample, on their cores, during the
 run): a data host whose cores are faster than the trainer's raises the bound. The document says how close the measured speedup came
 (efficiency), whether the baseline itself ran at the back-to-back cost (a

@@ -110,7 +110,7 @@ def validate_metrics(doc, source: str) -> dict:
         _field(doc, "accuracy", float, source, low=0, high=1)
     if "config" in doc:
         _field(doc, "config", dict, source)
-    if doc.get("isolated_costs") is not None:  # decode alone and step alone, per batch (steps/train/frameworks/pytorch/costs.py)
+    if doc.get("isolated_costs") is not None:  # decode alone and step alone, per batch (steps/train/frameworks/pytorch/step.py)
         costs = _field(doc, "isolated_costs", dict, source)
         for name in ("decode_s_per_batch", "step_s_per_batch"):
             _field(costs, name, float, source, label=f"isolated_costs.{name}", low=0, low_open=True)

@@ -131,7 +131,7 @@ def tf_shards(tmp_path_factory, tiny_images):
 
 def _local_worker(trainer) -> psutil.Process:
     (worker,) = [p for p in psutil.Process(trainer.process.pid).children(recursive=True)
-                 if any("tf_local_worker" in part for part in p.cmdline())]
+                 if any("frameworks.tensorflow.local_decode" in part for part in p.cmdline())]
     return worker
 
 

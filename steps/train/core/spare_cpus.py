@@ -5,7 +5,7 @@ data plane's receivers); the rest sit idle while the data hosts decode. How many
 the loop keeps is ``trainer_cpus``. ``auto`` measures it: a few training steps on
 a synthetic batch of the workload's shape, before training, timing this
 process's CPU use against the wall clock (``measure``: the framework's probe,
-`steps.train.frameworks.pytorch.local_decode.loop_cpus` or `steps.train.frameworks.tensorflow.local_decode.tf_loop_cpus`).
+`steps.train.frameworks.pytorch.step.loop_cpus` or `steps.train.frameworks.tensorflow.local_decode.tf_loop_cpus`).
 A step on a GPU keeps about one vCPU busy (the launching thread), a step on the
 CPU every vCPU the framework uses; one more is kept for the data plane. The rest
 decode the samples `steps.train.core.split` gives this trainer, from the trainer
@@ -19,7 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
+from steps.common.errors import UserError
 from steps.contract import HYBRID_CHANNEL
+from steps.shard.format import iter_shard
 from steps.train.core.cluster import Cluster, available_cpus
 from steps.train.core.config import TrainConfig
 from steps.train.core.manifest import train_channel
@@ -77,6 +81,24 @@ def kept_for_loop(trainer_cpus: str, cpus: int, measure: Callable[[], float | st
                       "vCPUs to keep for it"), None
     why = f"trainer_cpus=auto: a training step keeps {loop:.2f} vCPU(s) busy, +{DATA_PLANE_CPUS} for the data plane"
     return kept_cpus(loop, cpus), why, loop
+
+
+def sample_pixels(workload, shards: list[Path]) -> np.ndarray:
+    """One training sample of ``shards`` decoded by ``workload``: the shape and dtype of what a step takes, for a
+    probe's synthetic batch."""
+    rng = np.random.default_rng(0)
+    errors = []
+    for shard in shards[:2]:
+        for sample in iter_shard(shard):
+            try:
+                return workload.decode(sample.raw, train=True, rng=rng)
+            except Exception as exc:  # noqa: BLE001 - a corrupt sample: try the next
+                errors.append(f"{sample.sample_id}: {exc}")
+                if len(errors) >= 16:
+                    break
+    raise UserError(f"no sample of {', '.join(str(s) for s in shards[:2]) or 'the training shards'} decodes "
+                    f"({'; '.join(errors[:3]) or 'they are empty'}); set trainer_cpus to a number to skip measuring",
+                    headline="cannot measure the training step")
 
 
 def _channel(cluster: Cluster) -> str | None:

@@ -8,75 +8,29 @@ the same END accounting, sample-id ledger, RESUME position and failure handling.
 
 from __future__ import annotations
 
-import copy
 import os
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from steps.common.errors import UserError
-from steps.shard.format import count_samples, iter_shard, list_shards
-from steps.train.core.cluster import Cluster, available_cpus
+from steps.shard.format import count_samples, list_shards
+from steps.train.core.cluster import Cluster
 from steps.train.core.config import TrainConfig
-from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
-from steps.train.core.spare_cpus import PROBE_STEPS, Spare, spare
+from steps.train.core.spare_cpus import Spare, sample_pixels, spare
 from steps.train.core.split import Take
+from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
+from steps.train.frameworks.pytorch.step import loop_cpus
 from steps.train.workload import Workload
 
 
 def spare_workers(cfg: TrainConfig, cluster: Cluster, workload: Workload, model: torch.nn.Module, device: torch.device) -> Spare:
-    """This trainer host's decode workers beside its loop; ``auto`` probes the step with a copy of ``model``."""
+    """This trainer host's decode workers beside its loop; ``auto`` probes the step (`steps.train.frameworks.pytorch.step.loop_cpus`)
+    with a copy of ``model``."""
     def measure(shards: list[Path]) -> float:
         return loop_cpus(workload, model, device, sample_pixels(workload, shards), cfg.batch_size, cfg.learning_rate)
 
     return spare(cfg, cluster, measure, list_shards=list_shards)
-
-
-def sample_pixels(workload: Workload, shards: list[Path]) -> np.ndarray:
-    """One decoded training sample: the shape and dtype of what a step takes."""
-    rng = np.random.default_rng(0)
-    errors = []
-    for shard in shards[:2]:
-        for sample in iter_shard(shard):
-            try:
-                return workload.decode(sample.raw, train=True, rng=rng)
-            except Exception as exc:  # noqa: BLE001 - a corrupt sample: try the next
-                errors.append(f"{sample.sample_id}: {exc}")
-                if len(errors) >= 16:
-                    break
-    raise UserError(f"no sample of {', '.join(str(s) for s in shards[:2]) or 'the training shards'} decodes "
-                    f"({'; '.join(errors[:3]) or 'they are empty'}); set trainer_cpus to a number to skip measuring",
-                    headline="cannot measure the training step")
-
-
-def loop_cpus(workload: Workload, model: torch.nn.Module, device: torch.device, pixels: np.ndarray, batch_size: int,
-              learning_rate: float, steps: int = PROBE_STEPS) -> float:
-    """vCPUs this process keeps busy while training: CPU seconds over wall seconds of ``steps`` train steps on a
-    synthetic batch, with a copy of ``model`` and a fresh optimizer (the model trained is untouched)."""
-    net = copy.deepcopy(model).to(device)
-    net.train()
-    optimizer = workload.optimizer(net.parameters(), learning_rate)
-    loss_fn = workload.loss().to(device)
-    x_host = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(pixels, (batch_size, *pixels.shape))))
-    y_host = torch.zeros(batch_size, dtype=torch.int64)
-
-    def step() -> None:
-        x = workload.normalize(x_host.to(device))
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(net(x), y_host.to(device))
-        loss.backward()
-        optimizer.step()
-        loss.item()  # waits for the device
-
-    for _ in range(2):
-        step()
-    cpu, wall = time.process_time(), time.perf_counter()
-    for _ in range(steps):
-        step()
-    wall = time.perf_counter() - wall
-    return (time.process_time() - cpu) / wall if wall > 0 else float(available_cpus())
 
 
 class LocalDecoder:

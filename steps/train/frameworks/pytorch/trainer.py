@@ -33,11 +33,11 @@ from steps.train.core.config import TrainConfig
 from steps.train.dataplane.control import failure_reason
 from steps.train.core.corrupt import CorruptBudget
 from steps.train.core.cost_document import cost_line
-from steps.train.frameworks.pytorch.costs import isolated_costs
 from steps.train.frameworks.pytorch.data import DataServiceClient
 from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
 from steps.train.core.gpus import gpu_use, idle_gpus_line, require_usable_gpus
 from steps.train.frameworks.pytorch.local_decode import LocalDecoder, spare_workers
+from steps.train.frameworks.pytorch.step import TrainStep, bare, isolated_costs, validate
 from steps.common.files import write_json_atomic
 from steps.train.core.metrics import StepStats, final_line, metric_line, training_metrics
 from steps.train.core.manifest import read_classes, train_channel
@@ -175,8 +175,7 @@ class _Progress:
         part = {"stats": self.stats.state(), "corrupt": self.corrupt, "ledger": self.ledger.state(), "rng": rng_state(),
                 "budget_seen": self.budget_seen, "resumes": self.resumes}
         if first:
-            net = model.module if isinstance(model, DistributedDataParallel) else model
-            part.update(model=net.state_dict(), optimizer=optimizer.state_dict(), warmup_steps=self.stats.warmup_steps)
+            part.update(model=bare(model).state_dict(), optimizer=optimizer.state_dict(), warmup_steps=self.stats.warmup_steps)
         return part
 
     def ledger_report(self) -> dict:
@@ -252,8 +251,7 @@ def _train(cfg, workload, model, optimizer, source, device, progress: _Progress,
     world = dist.get_world_size() if dist.is_initialized() else 1
     budget = CorruptBudget(cfg.max_corrupt_share, source.samples_per_epoch // world)  # this trainer's share of an epoch
     budget.restore(progress.epoch, progress.budget_seen)
-    loss_fn = workload.loss().to(device)
-    model.train()
+    step = TrainStep(workload, model, optimizer, device)
     TERMINATE.armed = True
     try:
         if cfg.max_steps and progress.stats.steps >= cfg.max_steps:
@@ -261,7 +259,7 @@ def _train(cfg, workload, model, optimizer, source, device, progress: _Progress,
         for epoch in range(progress.epoch, cfg.epochs):
             join = Join([model]) if dist.is_initialized() else contextlib.nullcontext()
             with join:
-                stopped = _epoch(cfg, workload, model, optimizer, source, device, loss_fn, progress, epoch, budget, checkpoints)
+                stopped = _epoch(cfg, step, source, progress, epoch, budget, checkpoints)
             if stopped:
                 break
             progress.ledger.close_epoch(epoch, _all_ids(progress.ledger.ids))
@@ -285,8 +283,8 @@ def _train(cfg, workload, model, optimizer, source, device, progress: _Progress,
         TERMINATE.armed = False
 
 
-def _epoch(cfg, workload, model, optimizer, source, device, loss_fn, progress: _Progress, epoch, budget, checkpoints) -> bool:
-    stats = progress.stats
+def _epoch(cfg, step: TrainStep, source, progress: _Progress, epoch, budget, checkpoints) -> bool:
+    stats, model, optimizer = progress.stats, step.model, step.optimizer
     last = time.perf_counter()
     for batch in source.batches(epoch):
         ready = time.perf_counter()
@@ -295,15 +293,10 @@ def _epoch(cfg, workload, model, optimizer, source, device, loss_fn, progress: _
         progress.budget_seen.extend(batch.corrupt)
         budget.add(epoch, batch.corrupt)
         if len(batch):
-            x = workload.normalize(batch.pixels.to(device, non_blocking=True))
-            y = batch.labels.to(device, non_blocking=True)
+            x, y = step.inputs(batch.pixels, batch.labels)
             ids = batch.ids.tolist()
-            batch.release(_copy_done(device))
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
-            loss_value = loss.item()  # also waits for the device, so compute time is real
+            batch.release(_copy_done(step.device))
+            loss_value = step.update(x, y)
             done = time.perf_counter()
             stats.record(wait=ready - last, compute=done - ready, samples=len(batch))
             progress.iteration += 1
@@ -375,7 +368,6 @@ def _copy_done(device: torch.device):
     return event
 
 
-@torch.no_grad()
 def _validation_shards(cluster) -> list:
     channel = cluster.channel("validation", required=False)
     return list_shards(channel) if channel else []
@@ -385,26 +377,16 @@ def _validate(cfg, cluster, workload, model, device, shards: list) -> float | No
     if not shards:
         print(f"[trainer] {cluster.current_host}: no validation shards; accuracy not measured", flush=True)
         return None
-    net = model.module if isinstance(model, DistributedDataParallel) else model
-    net.eval()
-    correct = total = 0
-    loader = batch_loader(ShardDataset(shards, workload, train=False), batch_size=cfg.batch_size, num_workers=min(2, available_cpus()))
-    for batch in loader:
-        if len(batch) == 0:
-            continue
-        logits = net(workload.normalize(batch.pixels.to(device)))
-        correct += int((logits.argmax(1).cpu() == batch.labels).sum())
-        total += len(batch)
-    net.train()
-    accuracy = correct / total if total else None
+    accuracy, total = validate(workload, model, device, shards, batch_size=cfg.batch_size,
+                               num_workers=min(2, available_cpus()))
     print(metric_line(accuracy=accuracy or 0.0, validation_samples=total), flush=True)
     return accuracy
 
 
 def _isolated_costs(cfg, cluster, workload, model, device, shards: list) -> dict | None:
-    """Decode alone and the step alone on this host (`steps.train.frameworks.pytorch.costs`), on the validation shards."""
-    net = model.module if isinstance(model, DistributedDataParallel) else model
-    costs = isolated_costs(workload, net, device, shards, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate)
+    """Decode alone and the step alone on this host (`steps.train.frameworks.pytorch.step.isolated_costs`), on the
+    validation shards."""
+    costs = isolated_costs(workload, bare(model), device, shards, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate)
     if costs:
         print(cost_line(cluster.current_host, costs), flush=True)
     return costs
@@ -423,9 +405,8 @@ def _gather(summary: dict, corrupt: int) -> dict:
 
 
 def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=None, **measured) -> None:
-    net = model.module if isinstance(model, DistributedDataParallel) else model
     cluster.model_dir.mkdir(parents=True, exist_ok=True)
-    torch.save(net.state_dict(), cluster.model_dir / "model.pt")
+    torch.save(bare(model).state_dict(), cluster.model_dir / "model.pt")
     metrics = training_metrics(cfg=cfg, cluster=cluster, framework="pytorch", summary=summary, accuracy=accuracy,
                                corrupt=corrupt, corrupt_count=summary["corrupt"], classes=classes, isolated_costs=isolated_costs,
                                **measured)

@@ -173,13 +173,13 @@ def _per_trainer_host(resource: str) -> int:
 def _kept_cpus(cfg: TrainConfig, shards: list, classes: int, workers: int) -> tuple[int, str]:
     """The CPUs each of the ``workers`` Ray Train workers reserves on its trainer host (Ray schedules decode tasks on the
     rest), and why: ``trainer_cpus`` all, a number, or auto: the training step measured on this (the head's) host as the
-    PyTorch path measures it (`steps.train.frameworks.pytorch.local_decode.loop_cpus`), its busy vCPUs plus one for the data plane; never so
+    PyTorch path measures it (`steps.train.frameworks.pytorch.step.loop_cpus`), its busy vCPUs plus one for the data plane; never so
     many that Ray Data is left no CPU (`_leave_room_for_data`)."""
     import ray
     import torch
 
-    from steps.train.frameworks.pytorch.local_decode import loop_cpus, sample_pixels
-    from steps.train.core.spare_cpus import kept_for_loop
+    from steps.train.core.spare_cpus import kept_for_loop, sample_pixels
+    from steps.train.frameworks.pytorch.step import loop_cpus
     from steps.train.workload import load_workload
 
     def measure() -> float:

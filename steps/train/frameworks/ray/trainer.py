@@ -8,8 +8,9 @@ as a row marked not ``ok`` with its error, so the trainer counts and names
 it, as on the other paths.
 
 The loop runs in one Ray Train worker per trainer host (the hosts'
-`steps.train.frameworks.ray.node.TRAINER_RESOURCE`): the same per-step timing and
-sample-id ledger as `steps.train.frameworks.pytorch.trainer`, DistributedDataParallel with
+`steps.train.frameworks.ray.node.TRAINER_RESOURCE`): the same train step and validation
+(`steps.train.frameworks.pytorch.step`), per-step timing and sample-id ledger as
+`steps.train.frameworks.pytorch.trainer`, DistributedDataParallel with
 `Join` (each worker's share of an epoch is whatever it pulled, not an
 equal count: Ray Train's default split drops rows to make counts equal,
 `ExactSplit` does not).
@@ -107,12 +108,11 @@ def train_loop(config: dict) -> None:
     from ray.train.torch import prepare_model
     from torch.distributed.algorithms.join import Join
 
-    from steps.train.core.ledger import Ledger
-    from steps.train.core.config import TrainConfig
-    from steps.train.frameworks.pytorch.costs import isolated_costs
-    from steps.train.core.metrics import StepStats
     from steps.shard.format import list_shards
-    from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
+    from steps.train.core.config import TrainConfig
+    from steps.train.core.ledger import Ledger
+    from steps.train.core.metrics import StepStats
+    from steps.train.frameworks.pytorch.step import TrainStep, isolated_costs, validate
 
     cfg = TrainConfig(**config["cfg"])
     workload = _workload(cfg.workload, cfg.workload_options)
@@ -126,7 +126,6 @@ def train_loop(config: dict) -> None:
         net.load_state_dict(saved["model"])
     model = prepare_model(net)
     optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
-    loss_fn = workload.loss().to(device)
     shard = ray.train.get_dataset_shard("train")
     stats, ledger, corrupt, sources = StepStats(cfg.warmup_steps), Ledger(), [], {}
     start, resumes = 0, 0
@@ -142,7 +141,7 @@ def train_loop(config: dict) -> None:
         if rank == 0:
             print(f"[checkpoint] resuming from {config['checkpoint_folder']}: epoch {start}, step {stats.steps} (resume "
                   f"{resumes}); an interrupted epoch is redone whole", flush=True)
-    model.train()
+    step = TrainStep(workload, model, optimizer, device)
     stopped = False
     done = bool(cfg.max_steps and stats.steps >= cfg.max_steps)  # a resumed run that had reached max_steps
     for epoch in range(start, start if done else cfg.epochs):
@@ -160,13 +159,7 @@ def train_loop(config: dict) -> None:
                 ledger.add(epoch, batch["ids"].tolist())
                 if not ok.any():
                     continue
-                x = workload.normalize(torch.from_numpy(batch["pixels"][ok]).to(device, non_blocking=True))
-                y = torch.from_numpy(batch["labels"][ok]).to(device, non_blocking=True)
-                optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(model(x), y)
-                loss.backward()
-                optimizer.step()
-                loss_value = loss.item()
+                loss_value = step(torch.from_numpy(batch["pixels"][ok]), torch.from_numpy(batch["labels"][ok]))
                 done = time.perf_counter()
                 stats.record(wait=ready - last, compute=done - ready, samples=int(ok.sum()))
                 if stats.steps % cfg.log_every == 0:
@@ -185,7 +178,7 @@ def train_loop(config: dict) -> None:
     if rank == 0:
         validation = list_shards(config["validation"]) if config.get("validation") else []
         report = {"ranks": summaries, "ledger": ledger.epochs, "resumes": resumes,
-                  "accuracy": _validate(cfg, workload, net, device, validation, ShardDataset, batch_loader),
+                  "accuracy": validate(workload, net, device, validation, batch_size=cfg.batch_size, num_workers=0)[0],
                   "isolated_costs": isolated_costs(workload, net, device, validation, batch_size=cfg.batch_size,
                                                    learning_rate=cfg.learning_rate) if validation else None}
         buffer = io.BytesIO()
@@ -235,19 +228,3 @@ def _all_objects(value, world: int) -> list:
     gathered = [None] * world
     dist.all_gather_object(gathered, value)
     return gathered
-
-
-def _validate(cfg, workload, net, device, shards, dataset_class, loader) -> float | None:
-    import torch
-
-    if not shards:
-        return None
-    net.eval()
-    correct = total = 0
-    with torch.no_grad():
-        for batch in loader(dataset_class(shards, workload, train=False), batch_size=cfg.batch_size, num_workers=0):
-            if len(batch):
-                correct += int((net(workload.normalize(batch.pixels.to(device))).argmax(1).cpu() == batch.labels).sum())
-                total += len(batch)
-    net.train()
-    return correct / total if total else None

@@ -1,4 +1,4 @@
-"""The TensorFlow twin of `steps.train.frameworks.pytorch.costs`: decode alone and the train step alone, per batch, on this host.
+"""The TensorFlow twin of `steps.train.frameworks.pytorch.step`: decode alone and the train step alone, per batch, on this host.
 
 Decode: the training input pipeline (`steps.train.frameworks.tensorflow.dataset.training_dataset`, training augmentation) over
 the validation shards, in this process with its own parallelism, timed batch by batch as it is consumed
@@ -21,7 +21,7 @@ from steps.train.workload import Workload
 
 def tf_isolated_costs(cfg: TrainConfig, workload: Workload, model, strategy, files: list[str],
                       batches: int = MEASURED_BATCHES) -> dict | None:
-    """The same document as `steps.train.frameworks.pytorch.costs.isolated_costs`; None without validation files."""
+    """The same document as `steps.train.frameworks.pytorch.step.isolated_costs`; None without validation files."""
     if not files:
         return None
     from steps.train.frameworks.tensorflow.step import distribute, make_train_step

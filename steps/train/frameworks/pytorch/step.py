@@ -1,0 +1,124 @@
+"""The one PyTorch training step and the one validation: the trainer and Ray Train train with `TrainStep`, and the cost
+probe (`isolated_costs`) and the hybrid-decode sizing (`loop_cpus`) measure it, so what is measured is what is trained.
+
+The cost probe is the bound a data host is judged by. A homogeneous host decodes a batch (``d`` seconds) and trains on
+it (``s``) one after the other; a heterogeneous cluster overlaps the two on different hosts. No overlap of two stages
+beats ``(d + s) / max(d, s)``, so a measured speedup above that bound means the baseline (or the measurement) is wrong,
+not that the data host is worth more. After training, the trainer measures both on its own CPUs: decode in this process
+on a few validation shards' samples with training augmentation (what a data host does per sample), then train steps
+on those batches with a copy of the trained model and a fresh optimizer (so the model written is untouched). Evaluate
+reads the result (``isolated_costs`` in metrics.json) and prints the bound beside the measured speedup.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from steps.train.core.cluster import available_cpus
+from steps.train.core.cost_document import MEASURED_BATCHES, cost_document, timed_decode
+from steps.train.core.spare_cpus import PROBE_STEPS
+from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader, collate
+from steps.train.workload import Workload
+
+
+def bare(model: torch.nn.Module) -> torch.nn.Module:
+    """The model itself, outside a DistributedDataParallel wrapper (whose forward would wait for the other trainers)."""
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+class TrainStep:
+    """One training step of ``model``: the batch normalised on ``device``, forward, loss, backward, optimizer step.
+    Built once per model and optimizer; building it puts the model in training mode."""
+
+    def __init__(self, workload: Workload, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device):
+        self.workload, self.model, self.optimizer, self.device = workload, model, optimizer, device
+        self.loss_fn = workload.loss().to(device)
+        model.train()
+
+    @classmethod
+    def on_copy(cls, workload: Workload, model: torch.nn.Module, device: torch.device, learning_rate: float) -> TrainStep:
+        """The step on a copy of ``model`` with a fresh optimizer: what the probes measure, the model trained untouched."""
+        net = copy.deepcopy(bare(model)).to(device)
+        return cls(workload, net, workload.optimizer(net.parameters(), learning_rate), device)
+
+    def inputs(self, pixels: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A host batch (uint8 NHWC pixels, int64 labels) on the device, normalised there. The copies are queued, not
+        awaited: a pooled host buffer may be reused only once they are done."""
+        x = self.workload.normalize(pixels.to(self.device, non_blocking=True))
+        return x, labels.to(self.device, non_blocking=True)
+
+    def update(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        """Forward, loss, backward and optimizer step on a batch from `inputs`; its loss."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        self.optimizer.step()
+        return loss.item()  # also waits for the device, so a step timed around it is real
+
+    def __call__(self, pixels: torch.Tensor, labels: torch.Tensor) -> float:
+        return self.update(*self.inputs(pixels, labels))
+
+
+def validate(workload: Workload, model: torch.nn.Module, device: torch.device, shards: list[Path], *, batch_size: int,
+             num_workers: int) -> tuple[float | None, int]:
+    """Accuracy of ``model`` on ``shards`` (None without a sample) and the samples it counted. In eval mode and without
+    autograd (no graph is built for outputs nobody differentiates); the model is back in its mode afterwards. Not
+    inference mode: a model that caches a tensor in its forward would hand the probes an inference tensor to train on."""
+    if not shards:
+        return None, 0
+    net = bare(model)
+    training = net.training
+    correct = total = 0
+    net.eval()
+    try:
+        with torch.no_grad():
+            loader = batch_loader(ShardDataset(shards, workload, train=False), batch_size=batch_size, num_workers=num_workers)
+            for batch in loader:
+                if len(batch):
+                    logits = net(workload.normalize(batch.pixels.to(device)))
+                    correct += int((logits.argmax(1).cpu() == batch.labels).sum())
+                    total += len(batch)
+    finally:
+        net.train(training)
+    return (correct / total if total else None), total
+
+
+def isolated_costs(workload: Workload, model: torch.nn.Module, device: torch.device, shards: list[Path], *,
+                   batch_size: int, learning_rate: float, batches: int = MEASURED_BATCHES) -> dict | None:
+    """Seconds per batch of decode (one process, this host's CPUs assumed to split it evenly) and of the train
+    step (data resident), each the fastest of the measured batches: the stage's own cost with the least
+    interference from anything else on the machine, so a bound built from them is a true best case.
+    None when the shards hold fewer than two batches."""
+    decode_s, decoded = timed_decode(workload, shards, batch_size=batch_size, batches=batches, collate=collate)
+    if len(decoded) < 2:
+        return None
+    step = TrainStep.on_copy(workload, model, device, learning_rate)
+    step_s = []
+    for batch in decoded:
+        started = time.perf_counter()
+        step(batch.pixels, batch.labels)
+        step_s.append(time.perf_counter() - started)
+    return cost_document(decode_s, step_s, batch_size=batch_size, device=device.type, decode_in_one_process=True)
+
+
+def loop_cpus(workload: Workload, model: torch.nn.Module, device: torch.device, pixels: np.ndarray, batch_size: int,
+              learning_rate: float, steps: int = PROBE_STEPS) -> float:
+    """vCPUs this process keeps busy while training: CPU seconds over wall seconds of ``steps`` train steps on a
+    synthetic batch of ``pixels`` (one sample's), with a copy of ``model`` and a fresh optimizer (the model trained is
+    untouched)."""
+    step = TrainStep.on_copy(workload, model, device, learning_rate)
+    x_host = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(pixels, (batch_size, *pixels.shape))))
+    y_host = torch.zeros(batch_size, dtype=torch.int64)
+    for _ in range(2):
+        step(x_host, y_host)
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(steps):
+        step(x_host, y_host)
+    wall = time.perf_counter() - wall
+    return (time.process_time() - cpu) / wall if wall > 0 else float(available_cpus())

@@ -1,0 +1,138 @@
+"""The one PyTorch train step and validation, and the probes that measure that step on a copy of the model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from steps.shard.format import write_shard
+from steps.train.core.config import TrainConfig
+from steps.train.frameworks.pytorch.dataset import Batch
+from steps.train.frameworks.pytorch.step import TrainStep, isolated_costs, loop_cpus, validate
+from steps.train.frameworks.pytorch.trainer import train_loop
+from tests.fixtures.tiny_workload import Tiny
+
+CPU = torch.device("cpu")
+
+
+class Plain(Tiny):
+    """Sample ``i``'s pixels are all ``i % 256``: no image codec needed."""
+
+    def decode(self, raw, *, train, rng):
+        return np.full((16, 16, 3), int(raw) % 256, dtype=np.uint8)
+
+
+class Parity(torch.nn.Module):
+    """Predicts the parity of a sample's pixel value, and records each forward's autograd and train/eval mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(()))
+        self.calls: list[tuple[bool, bool]] = []
+
+    def forward(self, x):
+        self.calls.append((torch.is_grad_enabled(), self.training))
+        odd = (x[:, 0, 0, 0] * 255).round().remainder(2)
+        return torch.stack([1 - odd, odd], dim=1) * self.scale
+
+
+def _shard(path, count: int, label=lambda i: i % 2):
+    write_shard(path, [(i, label(i), "jpg", str(i).encode()) for i in range(count)])
+    return path
+
+
+def _batches(count: int, seed: int = 1) -> list[Batch]:
+    gen = torch.Generator().manual_seed(seed)
+    return [Batch(torch.randint(0, 256, (4, 16, 16, 3), dtype=torch.uint8, generator=gen),
+                  torch.randint(0, 2, (4,), generator=gen), torch.arange(4 * b, 4 * b + 4)) for b in range(count)]
+
+
+def test_one_step_changes_the_weights_and_returns_the_loss_before_it():
+    workload = Plain({"hidden": 4})
+    torch.manual_seed(0)
+    model = workload.build_model(2)
+    (batch,) = _batches(1)
+    with torch.no_grad():
+        expected = float(torch.nn.functional.cross_entropy(model(workload.normalize(batch.pixels)), batch.labels))
+    before = [p.detach().clone() for p in model.parameters()]
+    step = TrainStep(workload, model, workload.optimizer(model.parameters(), 0.1), CPU)
+    loss = step(batch.pixels, batch.labels)
+    assert isinstance(loss, float) and loss == pytest.approx(expected, rel=1e-6)
+    assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+
+
+def test_building_the_step_puts_the_model_in_training_mode():
+    workload = Plain({})
+    model = workload.build_model(2).eval()
+    TrainStep(workload, model, workload.optimizer(model.parameters(), 0.1), CPU)
+    assert model.training
+
+
+def test_validate_runs_the_model_in_eval_mode_without_autograd_and_returns_it_to_training(tmp_path):
+    shard = _shard(tmp_path / "validation-00000.tar", 20, label=lambda i: i % 2 if i < 15 else 1 - i % 2)
+    model = Parity().train()
+    accuracy, total = validate(Plain({}), model, CPU, [shard], batch_size=8, num_workers=1)
+    assert (accuracy, total) == (0.75, 20)
+    assert model.calls and set(model.calls) == {(False, False)}  # every forward: no graph, eval mode
+    assert model.training
+
+
+def test_validate_keeps_a_model_in_eval_mode_there_and_measures_nothing_without_shards(tmp_path):
+    model = Parity().eval()
+    validate(Plain({}), model, CPU, [_shard(tmp_path / "v.tar", 4)], batch_size=8, num_workers=1)
+    assert not model.training
+    assert validate(Plain({}), Parity(), CPU, [], batch_size=8, num_workers=1) == (None, 0)
+
+
+class _Source:
+    def __init__(self, batches: list[Batch]):
+        self._batches = batches
+        self.samples_per_epoch = sum(len(b) for b in batches)
+
+    def batches(self, epoch: int):
+        yield from self._batches
+
+
+def test_the_probes_copy_trains_exactly_as_the_trainers_loop():
+    """The cost probe and the hybrid-decode sizing measure `TrainStep.on_copy`: from the same weights, on the same
+    batches, it must end where the trainer's loop ends, or the probes would measure another step."""
+    workload = Plain({"hidden": 4})
+    torch.manual_seed(0)
+    model = workload.build_model(2)
+    batches = _batches(3)
+    cfg = TrainConfig(epochs=1, batch_size=4, learning_rate=0.05)
+    initial = [p.detach().clone() for p in model.parameters()]
+    probe = TrainStep.on_copy(workload, model, CPU, cfg.learning_rate)
+    for batch in batches:
+        probe(batch.pixels, batch.labels)
+    assert all(torch.equal(a, b) for a, b in zip(initial, model.parameters()))  # the probe trained its copy only
+    stats, corrupt = train_loop(cfg, workload, model, _Source(batches), CPU)
+    assert stats.steps == 3 and corrupt == []
+    assert not any(torch.equal(a, b) for a, b in zip(initial, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(probe.model.parameters(), model.parameters()))
+
+
+def test_loop_cpus_measures_on_a_copy(tmp_path):
+    workload = Plain({"hidden": 4})
+    model = workload.build_model(2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    busy = loop_cpus(workload, model, CPU, np.zeros((16, 16, 3), np.uint8), batch_size=4, learning_rate=0.1, steps=2)
+    assert busy > 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_costs_are_measured_per_batch_without_touching_the_model(tmp_path):
+    shard = _shard(tmp_path / "validation-00000.tar", 20)
+    workload = Plain({"hidden": 4})
+    model = workload.build_model(2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    costs = isolated_costs(workload, model, CPU, [shard], batch_size=8, learning_rate=0.1, batches=3)
+    assert costs["batches"] == 3 and costs["batch_size"] == 8 and costs["device"] == "cpu"  # 20 samples, read again as needed
+    assert costs["decode_s_per_batch"] > 0 and costs["step_s_per_batch"] > 0
+    assert costs["decode_s_per_batch"] == costs["decode_cpu_s_per_batch"] / costs["cpus"]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_no_shards_no_costs():
+    assert isolated_costs(Plain({}), Plain({}).build_model(2), CPU, [], batch_size=8, learning_rate=0.1) is None
