@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-from steps.common.errors import UserError
+from steps.common.errors import VOLUME_PARAMETER, UserError
 from steps.contract import (
     DATA_GROUP, DNN_GROUP, EVALUATE_SCRIPT, FRAMEWORKS, HYBRID_CHANNEL, MAX_TRAINER_HOSTS, PRICE_PERFORMANCE_FILE, REPLICATED,
     SECRET_CHANNEL, SHARD_FORMATS, SHARD_SCRIPT, TRAIN_ENTRY_POINT, TUNABLES, TUNABLES_BY_NAME, Tunable,
@@ -85,7 +85,7 @@ class ProcessingStep:
     instance_type: str = "ml.m5.xlarge"
     depends_on: tuple[str, ...] = ()
     results_store: bool = False  # the script also gets --store <the results store>
-    volume_gb: Value = Param("VolumeSizeGB")  # ProcessingResources.ClusterConfig.VolumeSizeInGB
+    volume_gb: Value = Param(VOLUME_PARAMETER)  # ProcessingResources.ClusterConfig.VolumeSizeInGB
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class TrainingStep:
     entry_point: str = TRAIN_ENTRY_POINT
     condition: Param | None = None  # skipped when this boolean parameter is false
     outputs: tuple[str, ...] = ("model",)
-    volume_gb: Value = Param("VolumeSizeGB")  # ResourceConfig.VolumeSizeInGB: one size for every group of the job
+    volume_gb: Value = Param(VOLUME_PARAMETER)  # ResourceConfig.VolumeSizeInGB: one size for every group of the job
 
 
 @dataclass(frozen=True)

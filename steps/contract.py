@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from steps.common.errors import FAILURE_FILE, UserError  # noqa: F401 - FAILURE_FILE: the failure-file contract lives with run_step
+from steps.common.errors import FAILURE_FILE, VOLUME_PARAMETER, UserError  # noqa: F401 - FAILURE_FILE: the failure-file contract lives with run_step
 
 # -- environment variables -------------------------------------------------------------------------
 HOSTS_FILE_ENV = "HETERO_HOSTS_FILE"  # emulated cluster DNS: lines "<address> <host>"
@@ -164,7 +164,7 @@ TUNABLES: tuple[Tunable, ...] = (
     Tunable("InputMode", str, "File", "SageMaker input mode of the S3 training channel (FSx is always File).",
             choices=INPUT_MODES),
     Tunable("DataSource", str, "S3", "Where training reads shards from (fixed when deployed).", choices=("S3", "FSx")),
-    Tunable("VolumeSizeGB", int, DEFAULT_VOLUME_GB, "Storage volume of every job's hosts, in GB: a data host holds its "
+    Tunable(VOLUME_PARAMETER, int, DEFAULT_VOLUME_GB, "Storage volume of every job's hosts, in GB: a data host holds its "
             "share of the training shards, a baseline trainer all of them, Shard the raw input and its shards. Instance "
             "types with NVMe instance storage (g4dn, g5, g6, p4d, p5) use that instead.", minimum=MIN_VOLUME_GB,
             maximum=MAX_VOLUME_GB, flag="volume-gb"),
