@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--progress-timeout", type=float, default=PROGRESS_TIMEOUT_S, metavar="SECONDS",
                      help="fail a training step none of whose hosts reports progress (a status or metric line) for this long, "
                           "naming the hosts that went silent (0: never; default %(default)g)")
+    run.add_argument("--volume-scale", type=float, default=1.0, metavar="F",
+                     help="each GB of a host's volume (VolumeSizeGB, or an instance type's NVMe store) is F GiB on this "
+                          "machine: a small F shows a full volume without writing gigabytes (default %(default)g)")
     run.add_argument("--prices", type=Path, metavar="FILE", help='JSON price file replacing or extending the bundled prices, '
                      'e.g. {"prices": {"ml.g6.xlarge": 1.0}} or what `hetero prices refresh` writes [PriceOverrides]')
     params = sub.add_parser("params", help="list pipeline parameters")
@@ -282,10 +285,13 @@ def cmd_run(args) -> int:
         raise UserError(f"--progress-timeout {args.progress_timeout:g}: use seconds > 0, or 0 for never", headline="bad option")
     if args.interrupt_after_steps is not None and args.interrupt_after_steps < 1:
         raise UserError(f"--interrupt-after-steps {args.interrupt_after_steps}: use a step number >= 1", headline="bad option")
+    if not 0 < args.volume_scale <= 1:
+        raise UserError(f"--volume-scale {args.volume_scale:g}: use a factor above 0 and at most 1", headline="bad option")
     options = LocalOptions(work_dir=args.work_dir, framework=args.framework, sample_images=args.sample_images,
                            pin_cpus=not args.no_pin, spot=args.spot, network_isolation=args.network_isolation,
                            interrupt_after_steps=args.interrupt_after_steps,
-                           progress_timeout_s=args.progress_timeout or None, code_dirs=tuple(args.code_dir))
+                           progress_timeout_s=args.progress_timeout or None, code_dirs=tuple(args.code_dir),
+                           volume_scale=args.volume_scale)
     _stop_on_signals()
     result = LocalRunner(params, options).run()
     print()

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from pipeline import image_guard, storage
+from pipeline import image_guard, storage, volumes
 from pipeline.image_guard import pip_into
 from pipeline.isolation import refuse_s3_fetches
 from pipeline.sessions import kill_session
@@ -134,10 +134,11 @@ class Host:
     checkpoints_restored: dict = field(default_factory=dict)  # relative path -> (mtime, size) as restored
     progress_at: float | None = None  # when it last reported progress (a PROGRESS_LINE), or started
     progress_line: str = ""  # that line
+    view: Path | None = None  # its folder as its processes see it, while its volume is mounted (`pipeline.volumes`)
 
     @property
     def failure(self) -> str:
-        path = self.base_dir / "output" / FAILURE_FILE
+        path = (self.view or self.base_dir) / "output" / FAILURE_FILE
         return path.read_text().strip() if path.is_file() else ""
 
 
@@ -202,6 +203,7 @@ class EmulatedJob:
     progress_timeout_s: float | None = PROGRESS_TIMEOUT_S  # no host reporting progress this long: the job fails (None: never)
     late_hostnames_s: float | None = None  # host names resolve only this long after the hosts start (each at its own time)
     image_guard: bool = True  # each host imports only its image's packages (pipeline.image_guard)
+    volume_scale: float | None = 1.0  # a GB of a host's volume is this many GiB here (`pipeline.volumes`; None: not enforced)
     echo: Callable[[str], None] = print  # the emulator's own lines
     hosts: list[Host] = field(default_factory=list)
     interruptions: int = 0
@@ -209,6 +211,8 @@ class EmulatedJob:
     _readers: list = field(default_factory=list)
     _interrupt: threading.Event = field(default_factory=threading.Event)
     _names_stop: threading.Event = field(default_factory=threading.Event)
+    _volumes: volumes.Volumes = field(default_factory=lambda: volumes.Volumes(None, [], "not mounted"))
+    _volume_plan: list = field(default_factory=list)
 
     def __post_init__(self):
         self.groups = _groups(self.request, self.cpus)
@@ -259,6 +263,9 @@ class EmulatedJob:
             self._write_config(host, provisioned[host.name])
             self._unpack_code(self._code(host), host.base_dir / "code")
             self._restore_checkpoints(host)
+        if self.volume_scale is not None:
+            self._volume_plan = volumes.plan(self.request, self.hosts)
+            volumes.check_downloads(self._volume_plan, self.volume_scale, step=self.step)
 
     # -- checkpoints ---------------------------------------------------------
     def _checkpoint_dir(self, host: Host) -> Path:
@@ -364,6 +371,7 @@ class EmulatedJob:
         base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_"))}
         program = self.hyperparameters.get("sagemaker_program", "")
         guard = self._image_guard()
+        self._mount_volumes()
         for host in self.hosts:
             code = host.base_dir / "code"
             if not (code / program).is_file():
@@ -379,17 +387,33 @@ class EmulatedJob:
                    HOSTS_FILE_ENV: str(self.job_dir / "hosts"), EMULATED_HOST_ENV: "1", "TRAINING_JOB_NAME": self.name,
                    "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath, **pip_into(packages)}
             cpus = host.group.cpus
+
+            def enter(cpus=cpus, cwd=str(code)) -> None:  # in the host's process, before it executes
+                if cpus:
+                    os.sched_setaffinity(0, cpus)
+                self._volumes.enter(cwd)
+
             host.process = subprocess.Popen(
                 command, cwd=code, env=env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=(lambda cpus=cpus: os.sched_setaffinity(0, cpus)) if cpus else None,
+                start_new_session=True, preexec_fn=enter if cpus or self._volumes.enforced else None,
             )
             reader = threading.Thread(target=self._pump, args=(host,), daemon=True)
             reader.start()
             self._readers.append(reader)
         if self.late_hostnames_s:
             self._publish_names_late()
+
+    def _mount_volumes(self) -> None:
+        """Each host's volume (`pipeline.volumes`), said once per job: its size per group, or why it is not enforced."""
+        if not self._volume_plan:
+            return
+        self._volumes = volumes.Volumes.mount(self._volume_plan, self.hosts, self.volume_scale)
+        for host in self.hosts:
+            host.view = self._volumes.live_dir(host.base_dir) if self._volumes.enforced else None
+        sizes = {v.group: v.describe(self.volume_scale) for v in self._volume_plan}
+        enforced = "" if self._volumes.enforced else f"; not enforced: {self._volumes.reason}"
+        self.echo(f"volume per host: {', '.join(f'{g} {d}' for g, d in sizes.items())}{enforced}")
 
     def _publish_names_late(self) -> None:
         """Each host's entry appears in the hosts file at its own time, in random order, the last ``late_hostnames_s``
@@ -528,10 +552,13 @@ class EmulatedJob:
     def _describe(self, host: Host) -> str:
         code = host.exit_code
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        reason = host.failure or "no failure file; see its log"
         log = host.base_dir / "output" / "host.log"
+        reason = host.failure or _last_error(log) or "no failure file; see its log"
         image = image_guard.explain(reason if host.failure else _tail(log), self.job_dir / ".image")
-        return f"step {self.step}: host {host.name} ({host.group.name}, {host.role}) {how}: {reason}{' ' + image if image else ''} [log: {log}]"
+        volume = next((v for v in self._volume_plan if v.host == host.name), None)
+        full = f" {volumes.full_volume(volume, self.volume_scale)}" if volume and "ENOSPC" in reason else ""
+        return (f"step {self.step}: host {host.name} ({host.group.name}, {host.role}) {how}: {reason}{full}"
+                f"{' ' + image if image else ''} [log: {log}]")
 
     def _stop(self, hosts: list[Host]) -> None:
         for host in hosts:
@@ -554,6 +581,9 @@ class EmulatedJob:
             host.process.wait()
             if host.exit_code is None:
                 host.exit_code = host.process.returncode
+        self._volumes.unmount(self.hosts)
+        for host in self.hosts:
+            host.view = None
         for reader in self._readers:
             reader.join(timeout=5)
 
@@ -595,6 +625,13 @@ def _files(folder: Path) -> dict[str, tuple[int, int]]:
             stat = path.stat()
             found[path.relative_to(folder).as_posix()] = (stat.st_mtime_ns, stat.st_size)
     return found
+
+
+def _last_error(log: Path) -> str:
+    """The step code's last one-line error in a host's log (`steps.common.errors.run_step`): its reason where the failure
+    file could not be written (a full volume has no room for it)."""
+    errors = [line[len("ERROR "):] for line in _tail(log, 50).splitlines() if line.startswith("ERROR ")]
+    return errors[-1] if errors else ""
 
 
 def _tail(log: Path, lines: int = 20) -> str:

@@ -15,13 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-from steps.common.errors import UserError
+from steps.common.errors import VOLUME_PARAMETER, UserError
 from steps.contract import (
     DATA_GROUP, DNN_GROUP, EVALUATE_SCRIPT, FRAMEWORKS, HYBRID_CHANNEL, MAX_TRAINER_HOSTS, PRICE_PERFORMANCE_FILE, REPLICATED,
     SECRET_CHANNEL, SHARD_FORMATS, SHARD_SCRIPT, TRAIN_ENTRY_POINT, TUNABLES, TUNABLES_BY_NAME, Tunable,
 )
 
 PIPELINE_NAME = "HeteroTraining"  # the deployed pipeline's default name
+HYBRID_INPUT_MODE = "FastFile"  # the dnn group's view of the training shards (hybrid decode)
 Parameter = Tunable  # a pipeline parameter is a tunable of the contract: declared once, in steps/contract.py
 PARAMETERS: tuple[Parameter, ...] = TUNABLES
 PARAMETERS_BY_NAME = TUNABLES_BY_NAME
@@ -84,6 +85,7 @@ class ProcessingStep:
     instance_type: str = "ml.m5.xlarge"
     depends_on: tuple[str, ...] = ()
     results_store: bool = False  # the script also gets --store <the results store>
+    volume_gb: Value = Param(VOLUME_PARAMETER)  # ProcessingResources.ClusterConfig.VolumeSizeInGB
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ class TrainingStep:
     entry_point: str = TRAIN_ENTRY_POINT
     condition: Param | None = None  # skipped when this boolean parameter is false
     outputs: tuple[str, ...] = ("model",)
+    volume_gb: Value = Param(VOLUME_PARAMETER)  # ResourceConfig.VolumeSizeInGB: one size for every group of the job
 
 
 @dataclass(frozen=True)
@@ -177,8 +180,11 @@ def build_graph(framework: str = "pytorch") -> Graph:
         shards = (TrainChannel("train", train, REPLICATED, (DATA_GROUP, DNN_GROUP), Param("InputMode"), file_system=True),)
     else:
         shards = (TrainChannel("train", train, Param("DataDistribution"), (DATA_GROUP,), Param("InputMode"), file_system=True),
-                  # the dnn hosts' own decode workers take their share of every shard (steps/train/core/split.py)
-                  TrainChannel(HYBRID_CHANNEL, train, REPLICATED, (DNN_GROUP,), Param("InputMode"), file_system=True))
+                  # the dnn hosts' own decode workers take their share of every shard (steps/train/core/split.py). FastFile: whether
+                  # they decode is known only at run time (TrainerCpus=auto measures it, and a definition's channels are fixed
+                  # for every execution), so the shards stream to them as they read; with TrainerCpus=all nothing moves and no
+                  # copy of the training set lands on their volume
+                  TrainChannel(HYBRID_CHANNEL, train, REPLICATED, (DNN_GROUP,), HYBRID_INPUT_MODE, file_system=True))
     hetero = TrainingStep(
         "TrainHeterogeneous", groups=(data, dnn),
         channels=(*shards, validation, TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED, (DATA_GROUP, DNN_GROUP)),

@@ -127,7 +127,7 @@ def confinement_breaches(job: EmulatedJob, *, host_local: tuple[str, ...] = ()) 
                     breaches.append(f"{host.name}: the job secret is in the environment of {process.pid} {process.name()}")
             except (psutil.Error, FileNotFoundError, ProcessLookupError):  # exited meanwhile
                 continue
-        if os.path.lexists(host.base_dir / "input" / "data" / SECRET_CHANNEL / SECRET_FILE):
+        if os.path.lexists((host.view or host.base_dir) / "input" / "data" / SECRET_CHANNEL / SECRET_FILE):  # as the host sees it
             breaches.append(f"{host.name}: its copy of the job secret is still in its {SECRET_CHANNEL!r} channel")
         own = {host.address, f"::ffff:{host.address}"}
         allowed = own | set(host_local) | {f"::ffff:{a}" for a in host_local}

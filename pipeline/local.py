@@ -58,6 +58,7 @@ class LocalOptions:
     interrupt_after_steps: int | None = None  # each training job is interrupted once, at this step, and restarted
     progress_timeout_s: float | None = PROGRESS_TIMEOUT_S  # a training job none of whose hosts reports progress this long fails
     code_dirs: tuple[Path, ...] = ()  # folders whose contents ship with steps/ (pipeline.code): the user's workload, requirements
+    volume_scale: float = 1.0  # a GB of an emulated host's volume is this many GiB (pipeline.volumes)
     echo: Callable[[str], None] = print
 
 
@@ -222,7 +223,7 @@ class LocalRunner:
 
         job = EmulatedJob(name=job_name, request=request, job_dir=self.run_dir / "jobs" / name, step=name, cpus=plan,
                           on_line=on_line, grace_s=self.options.grace_s, interrupt_after_steps=self.options.interrupt_after_steps,
-                          progress_timeout_s=self.options.progress_timeout_s,
+                          progress_timeout_s=self.options.progress_timeout_s, volume_scale=self.options.volume_scale,
                           echo=lambda line: self.options.echo(f"[{name}] {line}"))
         if self.options.step_timeout_s is not None:
             job.timeout_s = min(filter(None, [job.timeout_s, self.options.step_timeout_s]))

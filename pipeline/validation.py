@@ -48,7 +48,7 @@ class Problem:
     where: tuple = ()
     size: int | None = None
     limit: int | None = None
-    unit: str = ""  # of size and limit: characters, items or entries
+    unit: str = ""  # of size and limit: characters, items or entries; "value" for a number over its maximum
 
 
 def validate_request(operation: str, request: dict, *, step: str, job_name: str | None = None) -> None:
@@ -115,10 +115,13 @@ def _stand_in_properties(request: dict, job_name: str) -> dict:
 
 def _explain(problem: Problem, compiled: dict, parameters: dict, operation: str) -> str:
     """A length or size over the limit that a parameter's value makes: named with the parameter and the fix."""
-    names = sorted(_parameters_at(compiled, problem.where)) if problem.where and problem.unit == "characters" else []
+    names = sorted(_parameters_at(compiled, problem.where)) if problem.where and problem.unit in ("characters", "value") else []
     if not names:
         return problem.text
     member = _member(problem.where)
+    if problem.unit == "value":
+        return (f"{member} would be {problem.size}, from parameter {', '.join(f'{n}={parameters.get(n)}' for n in names)}; "
+                f"{operation} allows at most {problem.limit}: lower {' or '.join(names)}")
     lengths = ", ".join(f"{n} ({len(_text(parameters.get(n)))} characters)" for n in names)
     fixes = "; ".join(f"{n}: {LONG_VALUE_FIXES.get(n, LONG_VALUE_FIX)}" if len(names) > 1 else LONG_VALUE_FIXES.get(n, LONG_VALUE_FIX)
                       for n in names)
@@ -221,7 +224,7 @@ def _constraints(value, shape, path: str, where: tuple) -> Iterator[Problem]:
                           f"pattern: {meta['pattern']}", where)
     elif kind in ("integer", "long", "float", "double") and "max" in meta and value > meta["max"]:
         yield Problem(f"Value {value} at {path} failed to satisfy constraint: Member must have value less than or equal to "
-                      f"{meta['max']}", where)
+                      f"{meta['max']}", where, value, meta["max"], "value")
 
 
 def _size(size: int, meta: dict, path: str, unit: str, where: tuple) -> Iterator[Problem]:
@@ -347,4 +350,19 @@ def processing_local_paths(request: dict) -> Iterator[str]:
         yield f"LocalPath values must be distinct: {', '.join(repeated)} used more than once"
 
 
-PROCESSING_RULES: tuple[Callable[[dict], Iterator[str]], ...] = (processing_names_unique, processing_local_paths)
+def processing_volume_fits_instance_storage(request: dict) -> Iterator[str]:
+    """A processing instance with NVMe instance storage mounts that instead of an EBS volume, and the request may not ask
+    for more (API ProcessingClusterConfig.VolumeSizeInGB). Training differs: it ignores VolumeSizeInGB on such types."""
+    from pipeline.volumes import instance_storage_gb
+
+    cluster = request.get("ProcessingResources", {}).get("ClusterConfig", {})
+    store = instance_storage_gb(cluster.get("InstanceType", ""))
+    size = cluster.get("VolumeSizeInGB")
+    if store and isinstance(size, int) and size > store:
+        yield (f"ProcessingResources.ClusterConfig.VolumeSizeInGB {size} is more than the {store} GB of local instance storage "
+               f"of {cluster['InstanceType']}: request at most {store}, or an instance type without instance storage")
+
+
+PROCESSING_RULES: tuple[Callable[[dict], Iterator[str]], ...] = (
+    processing_names_unique, processing_local_paths, processing_volume_fits_instance_storage,
+)

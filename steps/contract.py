@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from steps.common.errors import FAILURE_FILE, UserError  # noqa: F401 - FAILURE_FILE: the failure-file contract lives with run_step
+from steps.common.errors import FAILURE_FILE, VOLUME_PARAMETER, UserError  # noqa: F401 - FAILURE_FILE: the failure-file contract lives with run_step
 
 # -- environment variables -------------------------------------------------------------------------
 HOSTS_FILE_ENV = "HETERO_HOSTS_FILE"  # emulated cluster DNS: lines "<address> <host>"
@@ -77,6 +77,13 @@ LONG_VALUE_FIXES = {
                        "that change per run",
     "PriceOverrides": "it names the price file, it does not hold it: pass the file (--prices FILE) or its s3:// URI",
 }
+
+
+# VolumeSizeInGB: CreateProcessingJob takes 1-16384 (botocore's ProcessingVolumeSizeInGB: min 1, max 16384);
+# CreateTrainingJob's ResourceConfig takes 0 and up (OptionalVolumeSizeInGB: min 0), and an EBS volume is at most
+# 16 TiB. One parameter sizes both, so it takes what both accept.
+MIN_VOLUME_GB, MAX_VOLUME_GB = 1, 16384
+DEFAULT_VOLUME_GB = 100
 
 
 @dataclass(frozen=True)
@@ -161,6 +168,10 @@ TUNABLES: tuple[Tunable, ...] = (
             choices=INPUT_MODES),
     Tunable("DataSource", str, "S3", "Where training reads shards from: fixed when deployed (FSx with hetero:fsx=true, else "
             "S3); a mismatching value fails the execution at CheckParameters.", choices=("S3", "FSx")),
+    Tunable(VOLUME_PARAMETER, int, DEFAULT_VOLUME_GB, "Storage volume of every job's hosts, in GB: a data host holds its "
+            "share of the training shards, a baseline trainer all of them, Shard the raw input and its shards. Instance "
+            "types with NVMe instance storage (g4dn, g5, g6, p4d, p5) use that instead.", minimum=MIN_VOLUME_GB,
+            maximum=MAX_VOLUME_GB, flag="volume-gb"),
     Tunable("ShardSizeMB", float, 64.0, "Target shard size; 1-128 MB objects transfer best.", minimum=1, maximum=128,
             flag="shard-size-mb"),
     Tunable("TrainerCpus", str, "auto", "vCPUs of each dnn host kept for the training loop in a heterogeneous run; the "

@@ -53,7 +53,9 @@ import json
 from pipeline.graph import build_graph
 from pipeline.sagemaker.compiler import Compiler
 from pipeline.sagemaker.offline import offline_sdk
-from pipeline.sagemaker.placeholders import all_steps, parameterise_instance_counts, placeholder_settings, substitute, substitutions
+from pipeline.sagemaker.placeholders import (
+    all_steps, parameterise_instance_counts, parameterise_volumes, placeholder_settings, substitute, substitutions,
+)
 from pipeline.sagemaker.settings import TRAINING_ENTRYPOINT, DeploySettings, FsxSettings, check
 
 __all__ = ["DeploySettings", "FsxSettings", "all_steps", "build_definition", "definition_json"]
@@ -73,6 +75,7 @@ def build_definition(settings: DeploySettings) -> dict:
         raw = Compiler(graph, placeholders).pipeline().definition()
     definition = json.loads(raw)
     parameterise_instance_counts(definition, graph)
+    parameterise_volumes(definition, graph)
     for step in all_steps(definition).values():  # ModelTrainer has no option for it (settings.TRAINING_BOOTSTRAP says why)
         if step["Type"] == "Training":
             step["Arguments"]["AlgorithmSpecification"]["ContainerEntrypoint"] = list(TRAINING_ENTRYPOINT)

@@ -13,7 +13,7 @@ from pipeline.graph import Billing, CheckStep, ExecutionId, Graph, Output, Param
 from pipeline.images import default_processing_image, default_training_image
 from pipeline.sagemaker.offline import session
 from pipeline.sagemaker.settings import (
-    CODE_CHANNEL_DIR, CODE_DIR, MAX_RUNTIME_S, MAX_WAIT_S, PROCESSING_ROOT, PROPERTY_FILE, TRAINING_RETRY_ATTEMPTS, VOLUME_GB,
+    CODE_CHANNEL_DIR, CODE_DIR, MAX_RUNTIME_S, MAX_WAIT_S, PROCESSING_ROOT, PROPERTY_FILE, TRAINING_RETRY_ATTEMPTS,
     DeploySettings, code_file,
     default_price_overrides_uri,
 )
@@ -105,7 +105,7 @@ class Compiler:
                   f'cd /opt/ml/code; exec python3 {step.script} "$@"')
         processor = Processor(role=self.s.role_arn, image_uri=self.processing_image, instance_count=1,
                               instance_type=step.instance_type, entrypoint=["/bin/sh", "-c", unpack, step.script],
-                              volume_size_in_gb=VOLUME_GB, max_runtime_in_seconds=MAX_RUNTIME_S,
+                              volume_size_in_gb=self.value(step.volume_gb), max_runtime_in_seconds=MAX_RUNTIME_S,
                               base_job_name=f"hetero-{name.lower()}", sagemaker_session=self.session)
         sm_step = SmProcessingStep(name=name, step_args=processor.run(inputs=inputs, outputs=outputs, arguments=args),
                                    property_files=list(property_files), depends_on=None)
@@ -156,7 +156,7 @@ class Compiler:
             base_job_name=f"hetero-{step.name.lower()}",
             # Managed spot is a deploy option, not a pipeline parameter: CreateTrainingJob rejects MaxWaitTimeInSeconds
             # unless EnableManagedSpotTraining is true, and a request member cannot be left out by a parameter's value
-            compute=Compute(instance_groups=groups, volume_size_in_gb=VOLUME_GB, **({"enable_managed_spot_training": True} if self.s.spot else {})),
+            compute=Compute(instance_groups=groups, volume_size_in_gb=_int_or_placeholder(step.volume_gb), **({"enable_managed_spot_training": True} if self.s.spot else {})),
             networking=self.networking(Networking),
             stopping_condition=StoppingCondition(max_runtime_in_seconds=MAX_RUNTIME_S,
                                                  **({"max_wait_time_in_seconds": MAX_WAIT_S} if self.s.spot else {})),
@@ -293,6 +293,12 @@ def _refs(step) -> list[Output | Billing]:
 def _reads(value, steps) -> bool:
     """Whether ``value`` is something one of ``steps`` produces (left out where that step does not run)."""
     return isinstance(value, PRODUCED) and value.step in steps
+
+
+def _int_or_placeholder(value) -> int:
+    """SDK v3 types the training volume as int: a parameter's is a placeholder here, `Parameters.<name>` after compiling
+    (`pipeline.sagemaker.placeholders.parameterise_volumes`)."""
+    return value if isinstance(value, int) else 1
 
 
 def _join(on: str, *values):

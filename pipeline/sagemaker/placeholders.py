@@ -76,6 +76,14 @@ def parameterise_instance_counts(definition: dict, graph: Graph) -> None:
             by_name[g.name]["InstanceCount"] = {"Get": f"Parameters.{g.count.name}"} if isinstance(g.count, Param) else g.count
 
 
+def parameterise_volumes(definition: dict, graph: Graph) -> None:
+    """Replace each placeholder ResourceConfig.VolumeSizeInGB of a training step by its graph parameter."""
+    steps = all_steps(definition)
+    for spec in graph.steps:
+        if isinstance(spec, TrainingStep) and isinstance(spec.volume_gb, Param):
+            steps[spec.name]["Arguments"]["ResourceConfig"]["VolumeSizeInGB"] = {"Get": f"Parameters.{spec.volume_gb.name}"}
+
+
 def _all_steps(steps: list) -> list:
     """Every step of a definition, those inside condition branches included."""
     found = []

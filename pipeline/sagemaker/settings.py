@@ -24,7 +24,6 @@ TRAINING_ENTRYPOINT = ["python3", "-c", TRAINING_BOOTSTRAP]
 CODE_CHANNEL_DIR = f"/opt/ml/input/data/{CODE_CHANNEL}"
 MAX_WAIT_S = 2 * MAX_RUNTIME_S  # managed spot: running plus waiting for capacity, interruptions included
 TRAINING_RETRY_ATTEMPTS = 3  # a training step started again on capacity and SageMaker-internal errors
-VOLUME_GB = 100
 PROCESSING_INSTANCE_TYPE = "ml.m5.xlarge"
 PROCESSING_ROOT = "/opt/ml/processing"
 CODE_DIR = f"{PROCESSING_ROOT}/input/code"

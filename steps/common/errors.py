@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -22,6 +23,8 @@ PROCESSING_EXIT_MESSAGE = Path("/opt/ml/output/message")
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 1
 EXIT_TERMINATED = 128 + 15  # SIGTERM: what a process ended by it exits with
+VOLUME_PARAMETER = "VolumeSizeGB"  # the pipeline parameter that sizes a job's storage volume (steps/contract.py)
+CONTAINER_BASE_DIR = "/opt/ml"  # a SageMaker container's base folder (SAGEMAKER_BASE_DIR where set): on the job's volume
 
 
 class HeteroError(Exception):
@@ -88,9 +91,21 @@ def storage_error(exc: BaseException) -> UserError | None:
         if isinstance(exc, OSError) and exc.errno in _STORAGE_CAUSES:
             cause, fix = _STORAGE_CAUSES[exc.errno]
             where = exc.filename if exc.filename is not None else "a file"
+            if exc.errno == errno.ENOSPC and (volume := _job_volume()):
+                cause, fix = f"the job's storage volume is full ({volume})", (
+                    f"raise the {VOLUME_PARAMETER} parameter (hetero run --volume-gb), or stream the training shards (InputMode=FastFile)")
             return UserError(f"cannot write {where}: {cause} ({errno.errorcode[exc.errno]}); {fix}", headline="storage")
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def _job_volume() -> str | None:
+    """The size and place of the volume a SageMaker job's container writes to; None outside one."""
+    base = Path(os.environ.get("SAGEMAKER_BASE_DIR") or CONTAINER_BASE_DIR)
+    if not base.is_dir():
+        return None
+    total = shutil.disk_usage(base).total
+    return f"{total / 2**30:,.1f} GB at {base}" if total >= 2**30 else f"{total / 2**20:,.1f} MB at {base}"
 
 
 def describe(exc: BaseException) -> str:
@@ -142,7 +157,10 @@ def run_step(main, *, output_dir: str | os.PathLike, exit_message: Path | None =
             traceback.print_exc()
             reason = describe(exc) if isinstance(exc, HeteroError) else f"internal error: {describe(exc)}"
             code = EXIT_INTERNAL_ERROR
-    write_failure(output_dir, reason)
-    if exit_message is not None:
-        exit_message.write_text(reason[:FAILURE_REASON_LIMIT] + "\n", encoding="utf-8")
+    try:
+        write_failure(output_dir, reason)
+        if exit_message is not None:
+            exit_message.write_text(reason[:FAILURE_REASON_LIMIT] + "\n", encoding="utf-8")
+    except OSError:  # a full volume has no room for it either: the ERROR line above, in the log, says why
+        pass
     return code

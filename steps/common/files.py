@@ -41,7 +41,13 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with writing(path), os.fdopen(fd, "wb") as fh:
-            write(fh)
+            sink = _Sink(fh)
+            try:
+                write(sink)
+            except Exception as exc:
+                if sink.error is None or sink.error is exc:
+                    raise
+                raise sink.error from exc  # the write's own error (a full disk), not what a C++ writer made of it
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -49,3 +55,22 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+class _Sink:
+    """A binary file that remembers the OSError its write raised: torch.save's writer reports a failed write as its own
+    RuntimeError ("unexpected pos"), which says nothing of a full disk."""
+
+    def __init__(self, fh: BinaryIO):
+        self._fh = fh
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self._fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._fh, name)

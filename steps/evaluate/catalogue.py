@@ -29,6 +29,7 @@ class Spec:
     gpu_memory_gib: float
     network_gbps: float
     network_burst: bool
+    instance_storage_gb: int = 0  # NVMe instance store; 0: EBS only (the job's VolumeSizeInGB)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from pipeline.images import default_processing_image, default_training_image  # 
 from pipeline.sagemaker import DeploySettings, FsxSettings, all_steps, build_definition, definition_json  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
 from steps.train.core.config import TrainConfig  # noqa: E402
-from steps.contract import METRIC_DEFINITIONS  # noqa: E402
+from steps.contract import HYBRID_CHANNEL, METRIC_DEFINITIONS  # noqa: E402
 from steps.train.core.metrics import metric_line  # noqa: E402
 
 ROLE, BUCKET, CODE = "${Token[TOKEN.101]}", "${Token[TOKEN.102]}", "${Token[TOKEN.103]}"
@@ -186,6 +186,22 @@ def test_training_channel_is_sharded_by_parameter_onto_the_data_group_only(steps
     assert s3["InstanceGroupNames"] == [DATA_GROUP]
     assert train["InputMode"] == param("InputMode")
     assert s3["S3Uri"]["Std:Join"]["Values"] == [{"Get": "Steps.Shard.ProcessingOutputConfig.Outputs['output'].S3Output.S3Uri"}, "train"]
+
+
+def test_the_dnn_hosts_stream_the_training_shards_and_hold_no_copy_of_them(steps):
+    """Hybrid decode: the dnn group sees every shard, read on demand (FastFile), so with TrainerCpus=all (no decode there)
+    nothing moves and nothing lands on its volume; the baseline's trainers decode everything and download it."""
+    local = channels(steps["TrainHeterogeneous"])[HYBRID_CHANNEL]
+    assert (local["InputMode"], local["DataSource"]["S3DataSource"]["InstanceGroupNames"]) == ("FastFile", [DNN_GROUP])
+    assert channels(steps["TrainBaseline"])["train"]["InputMode"] == param("InputMode")
+    assert HYBRID_CHANNEL not in channels(steps["TrainBaseline"])
+
+
+def test_every_job_sizes_its_volume_by_the_parameter(steps):
+    for name in ("TrainHeterogeneous", "TrainBaseline"):
+        assert steps[name]["Arguments"]["ResourceConfig"]["VolumeSizeInGB"] == param("VolumeSizeGB")
+    for name in ("Shard", "Evaluate"):
+        assert steps[name]["Arguments"]["ProcessingResources"]["ClusterConfig"]["VolumeSizeInGB"] == param("VolumeSizeGB")
 
 
 def test_validation_reaches_the_trainers_and_the_manifest_every_host(steps):

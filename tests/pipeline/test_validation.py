@@ -272,3 +272,45 @@ def test_at_most_100_hyperparameters_of_at_most_2500_characters(compiled):
                                 WorkloadOptions=options)
     assert re.search(r"HyperParameters\.options_thrice would be 3006 characters long, from parameter WorkloadOptions \(1002 "
                      r"characters\); CreateTrainingJob allows at most 2500", message), message
+
+
+# -- storage volumes ---------------------------------------------------------------------------------
+
+def test_the_volume_parameter_takes_what_both_job_kinds_accept():
+    import botocore.session
+
+    from steps.contract import MAX_VOLUME_GB, MIN_VOLUME_GB
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    processing = model.shape_for("ProcessingClusterConfig").members["VolumeSizeInGB"].metadata
+    training = model.shape_for("ResourceConfig").members["VolumeSizeInGB"].metadata
+    assert (MIN_VOLUME_GB, MAX_VOLUME_GB) == (processing["min"], processing["max"])
+    assert training["min"] <= MIN_VOLUME_GB and training.get("max", MAX_VOLUME_GB) >= MAX_VOLUME_GB
+    with pytest.raises(UserError, match=r"VolumeSizeGB=16385 must be between 1 and 16384"):
+        resolve_parameters({"VolumeSizeGB": "16385"})
+    assert resolve_parameters({"VolumeSizeGB": "500"})["VolumeSizeGB"] == 500
+
+
+def test_every_job_of_an_execution_gets_the_volume_parameter(compiled):
+    requests = requests_of(compiled["pytorch"], {"VolumeSizeGB": 750})
+    sizes = {step: (r["ResourceConfig"] if op == "CreateTrainingJob" else r["ProcessingResources"]["ClusterConfig"])["VolumeSizeInGB"]
+             for step, (op, r) in requests.items()}
+    assert sizes == {step: 750 for step in requests}
+
+
+def test_a_volume_over_the_service_limit_is_refused_at_start_naming_the_parameter(compiled):
+    message = rejected_at_start(compiled["pytorch"], VolumeSizeGB=20000)  # past the parameter's own check: a console start
+    assert re.search(r"step Shard: .*ProcessingResources\.ClusterConfig\.VolumeSizeInGB would be 20000, from parameter "
+                     r"VolumeSizeGB=20000; CreateProcessingJob allows at most 16384: lower VolumeSizeGB", message), message
+
+
+def test_a_processing_volume_may_not_exceed_the_instance_store_of_an_nvme_type(processing):
+    processing["ProcessingResources"]["ClusterConfig"].update(InstanceType="ml.g5.xlarge", VolumeSizeInGB=300)
+    rejected("CreateProcessingJob", processing, r"VolumeSizeInGB 300 is more than the 250 GB of local instance storage of ml.g5.xlarge")
+    processing["ProcessingResources"]["ClusterConfig"]["VolumeSizeInGB"] = 250
+    validate_request("CreateProcessingJob", processing, step="Shard")
+
+
+def test_a_training_volume_is_not_limited_by_an_nvme_instance_store(training):
+    training["ResourceConfig"]["VolumeSizeInGB"] = 2000  # g5.xlarge has 250 GB: SageMaker ignores VolumeSizeInGB there
+    validate_request("CreateTrainingJob", training, step="TrainHeterogeneous")

@@ -69,3 +69,16 @@ def test_other_os_errors_stay_internal_with_their_traceback(tmp_path, capsys):
     assert run_step(step, output_dir=tmp_path) == EXIT_INTERNAL_ERROR
     assert "Traceback" in capsys.readouterr().err
     assert storage_error(ValueError("x")) is None
+
+
+def test_a_full_volume_in_a_job_names_it_and_the_parameter_that_sizes_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SAGEMAKER_BASE_DIR", str(tmp_path))  # inside a job's container: its base folder is on the volume
+
+    def step():
+        raise OSError(errno.ENOSPC, "No space left on device")  # write() errors carry no file name
+
+    assert run_step(step, output_dir=tmp_path / "output") == EXIT_USER_ERROR
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ERROR storage: cannot write a file: the job's storage volume is full (") and f" at {tmp_path})" in err
+    assert err.endswith("(ENOSPC); raise the VolumeSizeGB parameter (hetero run --volume-gb), or stream the training shards "
+                        "(InputMode=FastFile)") and len(err.splitlines()) == 1
