@@ -38,8 +38,8 @@ from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
 from steps.train.core.gpus import gpu_use, idle_gpus_line, require_usable_gpus
 from steps.train.frameworks.pytorch.local_decode import LocalDecoder, spare_workers
 from steps.train.frameworks.pytorch.step import TrainStep, bare, isolated_costs, validate
-from steps.common.files import write_json_atomic
-from steps.train.core.metrics import StepStats, final_line, metric_line, training_metrics
+from steps.train.core.outputs import write_outputs
+from steps.train.core.metrics import StepStats, metric_line, training_metrics
 from steps.train.core.manifest import read_classes, train_channel
 from steps.train.dataplane.meter import arrived
 from steps.train.workload import Workload
@@ -113,11 +113,10 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         files = {}
         if cluster.rank == 0:
             costs = _isolated_costs(cfg, cluster, workload, model, device, validation)
-            _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=costs,
+            files = _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=costs,
                            sample_ledger=progress.ledger_report(), checkpoints={"saved": checkpoints.saves,
                                                                                 "seconds": round(checkpoints.seconds, 3)},
                            local_decode=local, gpus=gpus, **measured)
-            files = {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
         if source is not None:
@@ -404,12 +403,8 @@ def _gather(summary: dict, corrupt: int) -> dict:
             "elapsed_s": float(slowest[0])}
 
 
-def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=None, **measured) -> None:
-    cluster.model_dir.mkdir(parents=True, exist_ok=True)
-    torch.save(bare(model).state_dict(), cluster.model_dir / "model.pt")
+def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=None, **measured) -> dict[str, bytes]:
     metrics = training_metrics(cfg=cfg, cluster=cluster, framework="pytorch", summary=summary, accuracy=accuracy,
                                corrupt=corrupt, corrupt_count=summary["corrupt"], classes=classes, isolated_costs=isolated_costs,
                                **measured)
-    for directory in (cluster.model_dir, cluster.output_data_dir):
-        write_json_atomic(directory / "metrics.json", metrics)
-    print(final_line(metrics), flush=True)
+    return write_outputs(cluster, metrics, lambda folder: torch.save(bare(model).state_dict(), folder / "model.pt"))

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from steps.common.errors import HeteroError, UserError
-from steps.common.files import write_atomic, write_json_atomic
+from steps.common.files import write_atomic
 from steps.shard.format import count_samples, list_shards
 from steps.train.dataplane.auth import job_secret
 from steps.train.core.cluster import TRAINER, Cluster, resolve
@@ -40,7 +40,8 @@ from steps.train.dataplane.control import accept_trainers, end_links, failure_re
 from steps.train.core.gpus import gpu_use, idle_gpus_line, require_usable_gpus
 from steps.train.dataplane.link import Heartbeat, Link, Stopped
 from steps.train.core.manifest import read_classes, train_channel
-from steps.train.core.metrics import final_line, training_metrics
+from steps.train.core.outputs import write_outputs
+from steps.train.core.metrics import training_metrics
 from steps.train.frameworks.ray.node import TRAINER_RESOURCE, RayNode, RayNodeFailed
 from steps.train.frameworks.ray.trainer import RAY_CHECKPOINT
 from steps.train.dataplane.meter import arrived, data_host_metrics
@@ -154,12 +155,7 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str,
     wall = time.perf_counter() - started
     report, model = ray.get(box.get.remote())
     metrics = _metrics(cfg, cluster, report, classes, wall, kept, why, gpus)
-    cluster.model_dir.mkdir(parents=True, exist_ok=True)
-    (cluster.model_dir / "model.pt").write_bytes(model)
-    for directory in (cluster.model_dir, cluster.output_data_dir):
-        write_json_atomic(directory / "metrics.json", metrics)
-    print(final_line(metrics), flush=True)
-    return {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
+    return write_outputs(cluster, metrics, lambda folder: (folder / "model.pt").write_bytes(model))
 
 
 def _per_trainer_host(resource: str) -> int:

@@ -14,13 +14,11 @@ and metric lines as the PyTorch trainer.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
 from steps.common.errors import HeteroError
-from steps.common.files import write_json_atomic
 from steps.shard.tfrecord import list_tfrecord_shards
 from steps.train.core.terminate import TERMINATE, Interrupted
 from steps.train.core.cluster import Cluster, available_cpus, resolve
@@ -29,7 +27,8 @@ from steps.train.dataplane.control import failure_reason
 from steps.train.core.corrupt import CorruptBudget
 from steps.train.core.gpus import gpu_use, require_usable_gpus
 from steps.train.core.manifest import read_classes
-from steps.train.core.metrics import StepStats, final_line, metric_line, training_metrics
+from steps.train.core.outputs import write_outputs
+from steps.train.core.metrics import StepStats, metric_line, training_metrics
 from steps.train.dataplane.meter import arrived
 from steps.train.frameworks.tensorflow.cluster import check_single_trainer, local_shards, shard_counts
 from steps.train.frameworks.tensorflow.dataset import SERVE_PATTERN, TAKE_FILE, sample_ids, training_dataset, validation_dataset
@@ -139,7 +138,7 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
             corrupt=corrupt, corrupt_count=missing, classes=classes, epoch_accounting=accounting, isolated_costs=costs,
             resumes=checkpoints.resumes, gpus=gpu_use(gpus, gpus, "tensorflow"),  # MirroredStrategy: every GPU
             **source.measurements(summary["seen"], stats.bytes_per_sample))
-        files = _write_outputs(cluster, model, metrics)
+        files = write_outputs(cluster, metrics, lambda folder: model.save(folder / "model.keras"))
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
         if source is not None:
@@ -313,12 +312,3 @@ def _isolated_costs(cfg: TrainConfig, cluster: Cluster, workload: Workload, mode
     if costs:
         print(cost_line(cluster.current_host, costs), flush=True)
     return costs
-
-
-def _write_outputs(cluster: Cluster, model, metrics: dict) -> dict[str, bytes]:
-    cluster.model_dir.mkdir(parents=True, exist_ok=True)
-    model.save(cluster.model_dir / "model.keras")
-    for directory in (cluster.model_dir, cluster.output_data_dir):
-        write_json_atomic(directory / "metrics.json", metrics)
-    print(final_line(metrics), flush=True)
-    return {p.name: p.read_bytes() for p in sorted(Path(cluster.model_dir).iterdir()) if p.is_file()}
