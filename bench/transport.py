@@ -95,12 +95,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from steps.shard.job_secret import new_secret, write_job_secret  # noqa: E402
-from steps.train.dataplane.auth import client_handshake, load_job_secret  # noqa: E402
 from steps.train.core.config import TrainConfig  # noqa: E402
+from steps.train.dataplane.auth import client_handshake, load_job_secret  # noqa: E402
+from steps.train.dataplane.wire import FrameReader, Kind, send_frame  # noqa: E402
 from steps.train.frameworks.pytorch.data import DataServiceClient  # noqa: E402
 from steps.train.frameworks.pytorch.data_host import serve  # noqa: E402
 from steps.train.frameworks.pytorch.dataset import Batch  # noqa: E402
-from steps.train.dataplane.wire import FrameReader, Kind, send_frame  # noqa: E402
 
 BATCH, H, W, C = 64, 224, 224, 3
 PIXEL_BYTES = BATCH * H * W * C

@@ -6,7 +6,6 @@ from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-
 NONCURRENT_DAYS = 30
 
 

@@ -80,7 +80,7 @@ class StackSettings:
         return {cls.context_key(f.name): (getattr(cls(), f.name), f.metadata["help"]) for f in dataclasses.fields(cls)}
 
     @classmethod
-    def from_context(cls, context: dict[str, Any]) -> "StackSettings":
+    def from_context(cls, context: dict[str, Any]) -> StackSettings:
         """`context`: every context key (others than `hetero:` ones are ignored)."""
         fields = {cls.context_key(f.name): f for f in dataclasses.fields(cls)}
         unknown = sorted(k for k in context if k.startswith(PREFIX) and k not in fields)

@@ -18,10 +18,10 @@ import argparse
 import ast
 import importlib.util
 import json
-import textwrap
 import os
 import signal
 import sys
+import textwrap
 import traceback
 from pathlib import Path
 
@@ -29,16 +29,16 @@ from pipeline.code import CODE_DIRS_KEY, REQUIREMENTS, STEPS_DIR, shipped_files
 from pipeline.emulator import PROGRESS_TIMEOUT_S, StepFailed
 from pipeline.graph import PARAMETERS, resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
-from pipeline.parameters_page import REGENERATE, markdown as parameters_markdown
-from pipeline.remote import (DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions,
-                             price_performance_of, start_execution)
+from pipeline.parameters_page import REGENERATE
+from pipeline.parameters_page import markdown as parameters_markdown
 from pipeline.plan_view import execution_report, plan_for, render_plan, stored_plan_parameters
 from pipeline.price_refresh import refresh as refresh_prices
+from pipeline.remote import DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions, price_performance_of, start_execution
 from pipeline.summary import EMULATED, render
-from steps.evaluate.report import REPORT_FILE
 from steps.common.errors import HeteroError, UserError, storage_error
-from steps.evaluate.prices import load_prices
 from steps.contract import FRAMEWORKS, MANIFEST_FILE, METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE
+from steps.evaluate.prices import load_prices
+from steps.evaluate.report import REPORT_FILE
 
 ENV_PREFIX = "HETERO_PARAM_"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -8,8 +8,9 @@ deployed (JSON), so the local runner executes exactly what SageMaker would.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from steps.common.errors import InternalError, UserError
 

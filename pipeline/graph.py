@@ -13,12 +13,24 @@ earlier step produced, so each backend can map them to its own terms.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 from steps.common.errors import VOLUME_PARAMETER, UserError
 from steps.contract import (
-    DATA_GROUP, DNN_GROUP, EVALUATE_SCRIPT, FRAMEWORKS, HYBRID_CHANNEL, MAX_TRAINER_HOSTS, PRICE_PERFORMANCE_FILE, REPLICATED,
-    SECRET_CHANNEL, SHARD_FORMATS, SHARD_SCRIPT, TRAIN_ENTRY_POINT, TUNABLES, TUNABLES_BY_NAME, Tunable,
+    DATA_GROUP,
+    DNN_GROUP,
+    EVALUATE_SCRIPT,
+    FRAMEWORKS,
+    HYBRID_CHANNEL,
+    MAX_TRAINER_HOSTS,
+    PRICE_PERFORMANCE_FILE,
+    REPLICATED,
+    SECRET_CHANNEL,
+    SHARD_FORMATS,
+    SHARD_SCRIPT,
+    TRAIN_ENTRY_POINT,
+    TUNABLES,
+    TUNABLES_BY_NAME,
+    Tunable,
 )
 
 PIPELINE_NAME = "HeteroTraining"  # the deployed pipeline's default name
@@ -72,7 +84,7 @@ class ExecutionId:
     """The execution's id (SageMaker: ExecutionVariables.PIPELINE_EXECUTION_ID)."""
 
 
-Value = Union[str, int, float, bool, Param, Output, Billing, ExecutionId]
+Value = str | int | float | bool | Param | Output | Billing | ExecutionId
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from pipeline import expressions, storage
 from pipeline.code import build_code_tarball, requirements_file

@@ -18,9 +18,9 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from pipeline import image_guard, storage
 from pipeline.isolation import refuse_s3_fetches

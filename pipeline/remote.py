@@ -29,7 +29,7 @@ import hashlib
 import json
 import tempfile
 from contextlib import contextmanager
-from datetime import timezone
+from datetime import UTC
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -235,7 +235,7 @@ def list_executions(*, pipeline_name: str, results_uri: str | None, limit: int =
             "arn": s["PipelineExecutionArn"],
             "id": execution_id(s["PipelineExecutionArn"]),
             "status": status,
-            "start_time": s["StartTime"].astimezone(timezone.utc),
+            "start_time": s["StartTime"].astimezone(UTC),
             "display_name": s.get("PipelineExecutionDisplayName"),
             "failure_reason": s.get("PipelineExecutionFailureReason") if status == "Failed" else None,
             "price_performance": None,

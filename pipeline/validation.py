@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from steps.common.errors import UserError
 from steps.contract import LONG_VALUE_FIX, LONG_VALUE_FIXES
@@ -176,7 +176,7 @@ def _all_steps(steps: list) -> list:
 
 # -- the service model -------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _input_shape(operation: str):
     import botocore.session
 
@@ -233,7 +233,7 @@ def _size(size: int, meta: dict, path: str, unit: str, where: tuple) -> Iterator
                       f"{meta['max']} (has {size} {unit})", where, size, meta["max"], unit)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pattern(text: str | None):
     if not text:
         return None

@@ -54,7 +54,12 @@ from pipeline.graph import build_graph
 from pipeline.sagemaker.compiler import Compiler
 from pipeline.sagemaker.offline import offline_sdk
 from pipeline.sagemaker.placeholders import (
-    all_steps, parameterise_instance_counts, parameterise_volumes, placeholder_settings, substitute, substitutions,
+    all_steps,
+    parameterise_instance_counts,
+    parameterise_volumes,
+    placeholder_settings,
+    substitute,
+    substitutions,
 )
 from pipeline.sagemaker.settings import TRAINING_ENTRYPOINT, DeploySettings, FsxSettings, check
 

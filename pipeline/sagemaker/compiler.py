@@ -13,8 +13,15 @@ from pipeline.graph import Billing, CheckStep, ExecutionId, Graph, Output, Param
 from pipeline.images import default_processing_image, default_training_image
 from pipeline.sagemaker.offline import session
 from pipeline.sagemaker.settings import (
-    CODE_CHANNEL_DIR, CODE_DIR, MAX_RUNTIME_S, MAX_WAIT_S, PROCESSING_ROOT, PROPERTY_FILE, TRAINING_RETRY_ATTEMPTS,
-    DeploySettings, code_file,
+    CODE_CHANNEL_DIR,
+    CODE_DIR,
+    MAX_RUNTIME_S,
+    MAX_WAIT_S,
+    PROCESSING_ROOT,
+    PROPERTY_FILE,
+    TRAINING_RETRY_ATTEMPTS,
+    DeploySettings,
+    code_file,
     default_price_overrides_uri,
 )
 from steps.contract import CHECKPOINT_FOLDER, CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, METRIC_DEFINITIONS, REPLICATED, RESULTS_FOLDER
@@ -216,8 +223,8 @@ class Compiler:
 
     # -- the pipeline --------------------------------------------------------
     def pipeline(self):
-        from sagemaker.mlops.workflow.condition_step import ConditionStep
         from sagemaker.core.workflow.conditions import ConditionEquals
+        from sagemaker.mlops.workflow.condition_step import ConditionStep
         from sagemaker.mlops.workflow.pipeline import Pipeline
 
         g = self.graph

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 if not __package__:
@@ -41,15 +41,20 @@ if not __package__:
 from steps.common.cli import StepArgumentParser, run_step_cli  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
 from steps.common.files import write_json_atomic  # noqa: E402
-from steps.contract import (BASELINE_METRICS_FILE, HETEROGENEOUS_METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE,  # noqa: E402
-                            PRICE_PERFORMANCE_SCHEMA_VERSION)
+from steps.contract import (  # noqa: E402
+    BASELINE_METRICS_FILE,
+    HETEROGENEOUS_METRICS_FILE,
+    PLAN_FILE,
+    PRICE_PERFORMANCE_FILE,
+    PRICE_PERFORMANCE_SCHEMA_VERSION,
+)
 from steps.evaluate.bounds import speedup_bound  # noqa: E402
 from steps.evaluate.catalogue import load_catalogue  # noqa: E402
 from steps.evaluate.diagnosis import diagnose  # noqa: E402
 from steps.evaluate.metrics import load_metrics, validate_metrics  # noqa: E402
 from steps.evaluate.plan import plan_document  # noqa: E402
-from steps.evaluate.report import REPORT_CONTENT_TYPE, REPORT_FILE, report_html  # noqa: E402
 from steps.evaluate.prices import PriceTable, load_prices  # noqa: E402
+from steps.evaluate.report import REPORT_CONTENT_TYPE, REPORT_FILE, report_html  # noqa: E402
 from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id  # noqa: E402
 
 DEFAULT_HETEROGENEOUS = "/opt/ml/processing/input/heterogeneous"
@@ -128,7 +133,7 @@ def price_performance(hetero_metrics: dict, baseline_metrics: dict | None, price
     return {
         "schema_version": PRICE_PERFORMANCE_SCHEMA_VERSION,
         "execution_id": execution_id,
-        "evaluated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "evaluated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "prices": prices.describe(),
         "runs": {"heterogeneous": hetero, "baseline": baseline},
         "speedup": speedup,

@@ -23,10 +23,10 @@ from __future__ import annotations
 import difflib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
 
 from steps.common.errors import UserError
 

@@ -24,8 +24,9 @@ import hashlib
 import io
 import os
 import tarfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
 from steps.common.errors import UserError
 from steps.common.files import writing

@@ -9,12 +9,13 @@ stage (`steps.shard.plan`) sizes shards with ``sample_bytes``; the write stage
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 from steps.shard.format import write_shard
-from steps.shard.tfrecord import FRAME_BYTES, SUFFIX as TFRECORD_SUFFIX, write_tfrecord_shard
+from steps.shard.tfrecord import FRAME_BYTES, write_tfrecord_shard
+from steps.shard.tfrecord import SUFFIX as TFRECORD_SUFFIX
 
 # A tf.train.Example's feature names, tags and lengths around the image bytes: 71-76 bytes
 # measured for 1 KB-1 MB images and 9-digit ids; rounded up so shards err on the small side.

@@ -41,9 +41,9 @@ if not __package__:
 
 from steps.common.cli import StepArgumentParser, run_step_cli  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
-from steps.shard.job_secret import write_job_secret  # noqa: E402
 from steps.contract import SECRET_CHANNEL  # noqa: E402
 from steps.shard.formats import FORMATS  # noqa: E402
+from steps.shard.job_secret import write_job_secret  # noqa: E402
 from steps.shard.plan import assign_ids, deal, plan_shard_count, shuffled, split  # noqa: E402
 from steps.shard.scan import LAYOUT_HINT, quarantine_corrupt, scan_input  # noqa: E402
 from steps.shard.tfrecord import check_tensorflow  # noqa: E402

@@ -31,8 +31,8 @@ import importlib.util
 import os
 import re
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from steps.common.errors import UserError
 from steps.shard.format import IMAGE_EXTS, Sample, _checked_ext

@@ -73,8 +73,8 @@ def dispatch(env) -> None:
 def _confine(cfg, cluster) -> None:
     """Before TensorFlow is imported or Ray started: re-execute this host with its listeners (and those of every process it
     starts) on its cluster address (steps.train.dataplane.bind_guard)."""
-    from steps.train.dataplane import bind_guard
     from steps.train.core.cluster import resolve
+    from steps.train.dataplane import bind_guard
 
     if cfg.bind_guard == "on" and not bind_guard.guarded():
         bind_guard.reexec_guarded(resolve(cluster.current_host))

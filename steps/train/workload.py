@@ -66,17 +66,17 @@ class Workload:
     def build_model(self, num_classes: int) -> torch.nn.Module:
         raise NotImplementedError
 
-    def loss(self) -> "torch.nn.Module":
+    def loss(self) -> torch.nn.Module:
         import torch
 
         return torch.nn.CrossEntropyLoss()
 
-    def optimizer(self, parameters, learning_rate: float) -> "torch.optim.Optimizer":
+    def optimizer(self, parameters, learning_rate: float) -> torch.optim.Optimizer:
         import torch
 
         return torch.optim.AdamW(parameters, lr=learning_rate)
 
-    def normalize(self, pixels: "torch.Tensor") -> "torch.Tensor":
+    def normalize(self, pixels: torch.Tensor) -> torch.Tensor:
         """uint8 NHWC on the training device -> float NCHW, normalised there."""
         import torch
 
@@ -89,7 +89,7 @@ class Workload:
     # tf.data.service workers run the input pipeline as a TensorFlow graph, so decoding is
     # written in TF ops (no Python functions: they cannot travel to another process).
 
-    def tf_decode(self, raw: "tf.Tensor", *, train: bool, seed: "tf.Tensor") -> "tf.Tensor":
+    def tf_decode(self, raw: tf.Tensor, *, train: bool, seed: tf.Tensor) -> tf.Tensor:
         """Encoded sample (scalar string tensor) -> uint8 tensor (image_size, image_size, 3), in TF ops.
         ``seed`` is a shape-[2] int64 tensor for `tf.random.stateless_*` ops, distinct per sample and epoch."""
         raise NotImplementedError(f"workload {type(self).__name__} has no tf_decode: it supports PyTorch only")
@@ -102,7 +102,7 @@ class Workload:
 
         return keras.optimizers.AdamW(learning_rate=learning_rate)
 
-    def tf_normalize(self, pixels: "tf.Tensor") -> "tf.Tensor":
+    def tf_normalize(self, pixels: tf.Tensor) -> tf.Tensor:
         """uint8 NHWC on the training device -> float32 NHWC, normalised there."""
         import tensorflow as tf
 

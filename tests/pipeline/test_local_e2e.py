@@ -10,9 +10,9 @@ import torch
 
 from pipeline.emulator import SITE_PACKAGES
 from pipeline.graph import resolve_parameters
+from pipeline.harness import listeners_on, own_listening_ports
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.sagemaker import all_steps
-from pipeline.harness import listeners_on, own_listening_ports
 from tests.fixtures.wheels import write_wheel
 from tests.pipeline.conftest import assert_data_hosts_measured_themselves
 

@@ -21,8 +21,8 @@ from pipeline.graph import DATA_GROUP, DNN_GROUP, PARAMETERS, REPLICATED, build_
 from pipeline.images import default_processing_image, default_training_image  # noqa: E402
 from pipeline.sagemaker import DeploySettings, FsxSettings, all_steps, build_definition, definition_json  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
-from steps.train.core.config import TrainConfig  # noqa: E402
 from steps.contract import HYBRID_CHANNEL, METRIC_DEFINITIONS  # noqa: E402
+from steps.train.core.config import TrainConfig  # noqa: E402
 from steps.train.core.metrics import metric_line  # noqa: E402
 
 ROLE, BUCKET, CODE = "${Token[TOKEN.101]}", "${Token[TOKEN.102]}", "${Token[TOKEN.103]}"

@@ -87,7 +87,7 @@ class Cluster:
         return (hosts.index(self.current_host), len(hosts))
 
     @classmethod
-    def from_environment(cls, env, cfg: TrainConfig) -> "Cluster":
+    def from_environment(cls, env, cfg: TrainConfig) -> Cluster:
         raw_groups = env.instance_groups_dict or {
             "homogeneousCluster": {"instance_group_name": "homogeneousCluster", "instance_type": env.current_instance_type, "hosts": env.hosts}
         }

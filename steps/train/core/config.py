@@ -81,7 +81,7 @@ class TrainConfig:
         return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
 
     @classmethod
-    def from_hyperparameters(cls, hyperparameters: dict[str, Any]) -> "TrainConfig":
+    def from_hyperparameters(cls, hyperparameters: dict[str, Any]) -> TrainConfig:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
         for key, raw in hyperparameters.items():

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from steps.common.errors import UserError
@@ -34,7 +34,7 @@ IMAGE_NEEDS = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def _catalogue_gpus() -> dict[str, int]:
     return {name: spec["gpus"] for name, spec in json.loads(CATALOGUE.read_text(encoding="utf-8"))["instance_types"].items()}
 

@@ -38,7 +38,7 @@ class Ledger:
         return {"epochs": self.epochs, "epoch": self.epoch, "ids": self.ids}
 
     @classmethod
-    def from_state(cls, state: dict) -> "Ledger":
+    def from_state(cls, state: dict) -> Ledger:
         return cls(state["epochs"], state["epoch"], [int(i) for i in state["ids"]])
 
 

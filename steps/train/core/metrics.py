@@ -14,7 +14,6 @@ import numpy as np
 
 from steps.contract import METRICS_SCHEMA_VERSION
 
-
 SERIES_POINTS = 300  # step-time points kept in metrics.json for the report's charts
 
 

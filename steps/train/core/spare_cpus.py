@@ -15,9 +15,9 @@ group's view of the training shards (the ``train_local`` channel).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

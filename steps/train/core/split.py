@@ -45,7 +45,7 @@ class Split:
     trainers: tuple[int, ...]  # slots per trainer rank; the data hosts own the rest
 
     @classmethod
-    def weighted(cls, trainer_workers: list[int], data_workers: int) -> "Split":
+    def weighted(cls, trainer_workers: list[int], data_workers: int) -> Split:
         """Slots in proportion to decode workers: one slot per worker."""
         if data_workers < 1 or any(w < 0 for w in trainer_workers):
             raise ValueError(f"bad worker counts: trainers {trainer_workers}, data hosts {data_workers}")
@@ -66,7 +66,7 @@ class Split:
         return {"period": self.period, "trainers": list(self.trainers)}
 
     @classmethod
-    def from_meta(cls, meta, *, trainers: int, sender: str) -> "Split":
+    def from_meta(cls, meta, *, trainers: int, sender: str) -> Split:
         """The split a trainer sent, checked: it must leave the data hosts a share and name every trainer."""
         try:
             period, slots = int(meta["period"]), tuple(int(s) for s in meta["trainers"])

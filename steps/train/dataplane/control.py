@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from steps.common.errors import HeteroError, describe
-from steps.train.dataplane.auth import AuthError, client_handshake, serve_handshake
 from steps.train.core.config import TrainConfig
+from steps.train.dataplane.auth import AuthError, client_handshake, serve_handshake
 from steps.train.dataplane.link import Link, PeerSilent, Stopped
 from steps.train.dataplane.wire import Kind, WireError
 

@@ -16,7 +16,6 @@ import time
 
 from steps.train.dataplane.wire import TIMEOUTS, Allocator, FrameReader, Kind, WireError, _numpy_allocator, send_frame
 
-
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 
 

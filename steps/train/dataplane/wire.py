@@ -21,10 +21,10 @@ from __future__ import annotations
 import json
 import socket
 import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from math import prod
-from typing import Callable, Sequence
 
 import numpy as np
 

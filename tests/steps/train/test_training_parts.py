@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from steps.common.errors import UserError
+from steps.contract import METRIC_DEFINITIONS
 from steps.shard.format import write_shard
 from steps.train.core.cluster import DATA, TRAINER, Cluster
 from steps.train.core.config import TrainConfig
-from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
-from steps.contract import METRIC_DEFINITIONS
 from steps.train.core.metrics import StepStats, metric_line
-from steps.train.workloads.models import resnet50, small_cnn
+from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
 from steps.train.workload import Workload, load_workload
+from steps.train.workloads.models import resnet50, small_cnn
 
 
 def test_resnet50_has_the_torchvision_parameter_count():

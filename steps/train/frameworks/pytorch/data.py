@@ -22,13 +22,13 @@ import torch
 from steps.common.errors import HeteroError, describe
 from steps.train.core.cluster import resolve
 from steps.train.core.config import TrainConfig
-from steps.train.dataplane.control import DataHostLost, LocalDecodeFailed, open_link, send_stop
-from steps.train.frameworks.pytorch.dataset import Batch
-from steps.train.dataplane.link import Heartbeat, Link, Stopped
-from steps.train.dataplane.meter import arrived, data_host_metrics
 from steps.train.core.split import NONE as NO_SPLIT
 from steps.train.core.split import Split
+from steps.train.dataplane.control import DataHostLost, LocalDecodeFailed, open_link, send_stop
+from steps.train.dataplane.link import Heartbeat, Link, Stopped
+from steps.train.dataplane.meter import arrived, data_host_metrics
 from steps.train.dataplane.wire import Kind, Segment, WireError
+from steps.train.frameworks.pytorch.dataset import Batch
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class DataServiceClient:
 
     # -- lifecycle ---------------------------------------------------------
     def connect(self, epoch: int = 0, consumed: np.ndarray | None = None, trainer_workers: list[int] | None = None
-                ) -> "DataServiceClient":
+                ) -> DataServiceClient:
         """Dial every data host, prove the secret, and say where to start: ``epoch``, without the sample ids
         ``consumed`` of it (a checkpoint's input position), and which samples the trainers decode themselves:
         ``trainer_workers`` (every trainer's local decode workers, by rank) against the data hosts' decode workers

@@ -18,24 +18,24 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 
 from steps.common.errors import HeteroError, UserError, describe
 from steps.shard.format import count_samples, list_shards
-from steps.train.dataplane.auth import job_secret
 from steps.train.core.cluster import Cluster, resolve
 from steps.train.core.config import TrainConfig
-from steps.train.dataplane.control import Trainer, TrainerGone, accept_trainers, trainer_frame, trainer_lost
-from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
-from steps.train.dataplane.link import Stopped
 from steps.train.core.manifest import train_channel
-from steps.train.dataplane.meter import ServiceMeter
 from steps.train.core.split import NONE as NO_SPLIT
 from steps.train.core.split import Split
+from steps.train.dataplane.auth import job_secret
+from steps.train.dataplane.control import Trainer, TrainerGone, accept_trainers, trainer_frame, trainer_lost
+from steps.train.dataplane.link import Stopped
+from steps.train.dataplane.meter import ServiceMeter
 from steps.train.dataplane.wire import Kind, WireError
+from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
 from steps.train.workload import Workload
 
 
@@ -193,7 +193,7 @@ class DataService:
         report = self.meter.report(self.trainers)
         for t in self.trainers:
             if not t.stopped:
-                self._guarded(t, lambda: t.link.send(Kind.END, {"epoch": epoch, "samples": t.sent.get(epoch, 0), "host": report}))
+                self._guarded(t, lambda: t.link.send(Kind.END, {"epoch": epoch, "samples": t.sent.get(epoch, 0), "host": report}))  # noqa: B023 - called at once
 
     def wait_for_stop(self) -> None:
         while True:
@@ -262,7 +262,7 @@ class DataService:
             try:
                 meta = {"epoch": epoch, "corrupt": batch.corrupt, "host": self.meter.report(self.trainers)}
                 arrays = [("pixels", batch.pixels.numpy()), ("labels", batch.labels.numpy()), ("ids", batch.ids.numpy())]
-                self._guarded(t, lambda: t.link.send(Kind.BATCH, meta, arrays))
+                self._guarded(t, lambda: t.link.send(Kind.BATCH, meta, arrays))  # noqa: B023 - called at once
                 t.sent[epoch] = t.sent.get(epoch, 0) + len(batch) + len(batch.corrupt)
                 t.batches += 1
             finally:

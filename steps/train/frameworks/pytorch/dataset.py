@@ -13,9 +13,9 @@ import functools
 import os
 import random
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -54,7 +54,7 @@ class Batch:
     def __setstate__(self, state):
         self.__dict__.update(state, release=_no_release)
 
-    def pin_memory(self) -> "Batch":  # DataLoader(pin_memory=True) calls this
+    def pin_memory(self) -> Batch:  # DataLoader(pin_memory=True) calls this
         self.pixels, self.labels, self.ids = self.pixels.pin_memory(), self.labels.pin_memory(), self.ids.pin_memory()
         return self
 

@@ -24,24 +24,24 @@ from torch.nn.parallel import DistributedDataParallel
 
 from steps.common.errors import UserError, describe
 from steps.shard.format import count_samples, list_shards
-from steps.train.dataplane.auth import job_secret
-from steps.train.core.ledger import Ledger
-from steps.train.core.terminate import TERMINATE, Interrupted
-from steps.train.frameworks.pytorch.checkpoint import Checkpoints, restore_rng, rng_state
 from steps.train.core.cluster import Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
-from steps.train.dataplane.control import failure_reason
 from steps.train.core.corrupt import CorruptBudget
 from steps.train.core.cost_document import cost_line
+from steps.train.core.gpus import gpu_use, idle_gpus_line, require_usable_gpus
+from steps.train.core.ledger import Ledger
+from steps.train.core.manifest import read_classes, train_channel
+from steps.train.core.metrics import StepStats, metric_line, training_metrics
+from steps.train.core.outputs import write_outputs
+from steps.train.core.terminate import TERMINATE, Interrupted
+from steps.train.dataplane.auth import job_secret
+from steps.train.dataplane.control import failure_reason
+from steps.train.dataplane.meter import arrived
+from steps.train.frameworks.pytorch.checkpoint import Checkpoints, restore_rng, rng_state
 from steps.train.frameworks.pytorch.data import DataServiceClient
 from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
-from steps.train.core.gpus import gpu_use, idle_gpus_line, require_usable_gpus
 from steps.train.frameworks.pytorch.local_decode import LocalDecoder, spare_workers
 from steps.train.frameworks.pytorch.step import TrainStep, bare, isolated_costs, validate
-from steps.train.core.outputs import write_outputs
-from steps.train.core.metrics import StepStats, metric_line, training_metrics
-from steps.train.core.manifest import read_classes, train_channel
-from steps.train.dataplane.meter import arrived
 from steps.train.workload import Workload
 
 
@@ -149,11 +149,11 @@ class _Progress:
         return self.ledger.epoch, self.iteration
 
     @classmethod
-    def fresh(cls, cfg) -> "_Progress":
+    def fresh(cls, cfg) -> _Progress:
         return cls(StepStats(cfg.warmup_steps), [], Ledger())
 
     @classmethod
-    def resume(cls, tag, parts: list[dict], cluster: Cluster, model, optimizer, folder) -> "_Progress":
+    def resume(cls, tag, parts: list[dict], cluster: Cluster, model, optimizer, folder) -> _Progress:
         """From every trainer's part at ``tag`` (`Checkpoints.load`): this host's own, the model from the first's."""
         mine, first = parts[cluster.rank], parts[0]
         model.load_state_dict(first["model"])

@@ -23,17 +23,17 @@ import time
 import numpy as np
 
 from steps.common.errors import EXIT_INTERNAL_ERROR, EXIT_TERMINATED, HeteroError, describe, write_failure
-from steps.train.dataplane.auth import job_secret
-from steps.train.core.terminate import TERMINATE, Interrupted
 from steps.train.core.cluster import Cluster, resolve
 from steps.train.core.config import TrainConfig
+from steps.train.core.split import NONE as NO_SPLIT
+from steps.train.core.split import Split
+from steps.train.core.terminate import TERMINATE, Interrupted
+from steps.train.dataplane.auth import job_secret
 from steps.train.dataplane.control import DataHostLost, LocalDecodeFailed, end_links, open_link
 from steps.train.dataplane.link import Heartbeat, Link, Stopped
 from steps.train.dataplane.meter import arrived, data_host_metrics
-from steps.train.core.split import NONE as NO_SPLIT
-from steps.train.core.split import Split
-from steps.train.frameworks.tensorflow.servers import end_server
 from steps.train.dataplane.wire import Kind, WireError
+from steps.train.frameworks.tensorflow.servers import end_server
 
 COMPRESSION = {"none": None, "auto": "AUTO"}
 WATCHDOG_GRACE_S = 5.0  # how long a training loop blocked in TensorFlow gets to notice a lost data host itself
@@ -65,7 +65,7 @@ class TfDataService:
     def samples_per_epoch(self) -> int:
         return sum(self.samples_per_host.values())
 
-    def start(self, trainer_workers: int = 0) -> "TfDataService":
+    def start(self, trainer_workers: int = 0) -> TfDataService:
         """The dispatcher, and every data host told where it is and which samples it serves: all but the share
         ``trainer_workers`` decode vCPUs of this host take beside the data hosts' (their HELLOs say how many they have)."""
         import tensorflow as tf

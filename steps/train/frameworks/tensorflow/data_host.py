@@ -26,17 +26,17 @@ import socket
 import tempfile
 from pathlib import Path
 
-from steps.train.dataplane.auth import job_secret
 from steps.train.core.cluster import Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
+from steps.train.core.split import NONE as NO_SPLIT
+from steps.train.core.split import Split
+from steps.train.dataplane.auth import job_secret
 from steps.train.dataplane.control import Trainer, accept_trainers, tell_trainer, trainer_frame, trainer_lost
 from steps.train.dataplane.link import Heartbeat
 from steps.train.dataplane.meter import ProcessMeter
-from steps.train.core.split import NONE as NO_SPLIT
-from steps.train.core.split import Split
+from steps.train.dataplane.wire import Kind, WireError
 from steps.train.frameworks.tensorflow.cluster import check_single_trainer, local_shards
 from steps.train.frameworks.tensorflow.servers import end_server
-from steps.train.dataplane.wire import Kind, WireError
 
 
 def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:

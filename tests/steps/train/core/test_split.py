@@ -7,8 +7,8 @@ import pytest
 
 from steps.common.errors import UserError
 from steps.shard.format import write_shard
-from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
 from steps.train.core.split import ALL, Split, Take
+from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
 from steps.train.workload import Workload
 
 

@@ -9,20 +9,20 @@ then as a real `DataServiceClient` that must still get every batch.
 from __future__ import annotations
 
 import socket
+
 import pytest
 import torch
 
 from steps.common.errors import UserError
-from steps.shard.job_secret import new_secret, write_job_secret
 from steps.contract import SECRET_FILE
+from steps.shard.job_secret import new_secret, write_job_secret
+from steps.train.core.config import TrainConfig
 from steps.train.dataplane import auth
 from steps.train.dataplane.auth import AuthError, client_handshake, job_secret, load_job_secret, serve_handshake
-from steps.train.core.config import TrainConfig
+from steps.train.dataplane.wire import FrameReader, Kind, PeerClosed, WireError, send_frame
 from steps.train.frameworks.pytorch.data import DataServiceClient
 from steps.train.frameworks.pytorch.data_host import serve
 from steps.train.frameworks.pytorch.dataset import Batch
-from steps.train.dataplane.wire import FrameReader, Kind, PeerClosed, WireError, send_frame
-
 from tests.support.threads import OTHER, SECRET, no_leaked_threads  # noqa: F401 - fixture
 from tests.support.threads import Side as _Side
 

@@ -13,6 +13,7 @@ import pytest
 from steps.common.errors import UserError
 from steps.contract import BIND_ADDRESS_ENV
 from steps.train.dataplane import bind_guard
+
 ROOT = Path(__file__).resolve().parents[4]
 
 BIND = """

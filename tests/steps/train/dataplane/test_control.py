@@ -9,9 +9,9 @@ import time
 
 import pytest
 
+from steps.train.core.config import TrainConfig
 from steps.train.dataplane import control
 from steps.train.dataplane.auth import client_handshake
-from steps.train.core.config import TrainConfig
 from tests.support.threads import SECRET
 
 CFG = TrainConfig(heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=20.0)

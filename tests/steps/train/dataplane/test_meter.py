@@ -3,11 +3,10 @@
 import time
 
 import pytest
-
-from steps.train.frameworks.pytorch.dataset import Batch
-from steps.train.dataplane.meter import ProcessMeter, ServiceMeter, data_host_metrics
-
 import torch
+
+from steps.train.dataplane.meter import ProcessMeter, ServiceMeter, data_host_metrics
+from steps.train.frameworks.pytorch.dataset import Batch
 
 
 class _Link:

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from steps.common.errors import UserError
+from steps.train.core.config import TrainConfig
 from steps.train.core.ledger import Ledger, digest
 from steps.train.core.terminate import TERMINATE, Interrupted
 from steps.train.frameworks.pytorch.checkpoint import Checkpoints
-from steps.train.core.config import TrainConfig
 from steps.train.frameworks.pytorch.dataset import Batch
 from steps.train.frameworks.pytorch.trainer import _Progress, _train
 from steps.train.workloads.shapes import Shapes

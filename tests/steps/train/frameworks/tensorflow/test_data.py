@@ -8,11 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from steps.train.dataplane import auth
-
-from steps.train.frameworks.tensorflow import data as tf_data_client
 from steps.train.core.config import TrainConfig
+from steps.train.dataplane import auth
 from steps.train.dataplane.control import DataHostLost
+from steps.train.frameworks.tensorflow import data as tf_data_client
 
 
 @pytest.mark.parametrize("handled", [False, True])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 
 from steps.train.frameworks.tensorflow import servers as tf_servers
+
+
 class Server:
     def __init__(self, log):
         self.log = log
