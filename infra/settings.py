@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.graph import PIPELINE_NAME, resolve_parameters
-from pipeline.images import RAY_BASE, ecr_repository, require_image_region
+from pipeline.images import ecr_repository, require_image_region
 from pipeline.job_access import INPUT_PREFIX_SETTING
 from steps.common.errors import UserError
-from steps.train.core.config import FRAMEWORKS
+from steps.frameworks import FRAMEWORKS, framework
 
 PREFIX = "hetero:"
 
@@ -125,7 +125,7 @@ class StackSettings:
         if self.training_image and self.processing_image:
             return
         try:
-            require_image_region(self.region, RAY_BASE if self.framework == "ray" else self.framework)
+            require_image_region(self.region, framework(self.framework).image_family)
         except UserError as exc:
             raise UserError(f"{self.context_key('region')}: {exc.message} ({self.context_key('training_image')}, "
                             f"{self.context_key('processing_image')})", headline="bad cdk.json context") from None

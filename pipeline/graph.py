@@ -19,19 +19,17 @@ from steps.contract import (
     DATA_GROUP,
     DNN_GROUP,
     EVALUATE_SCRIPT,
-    FRAMEWORKS,
     HYBRID_CHANNEL,
-    MAX_TRAINER_HOSTS,
     PRICE_PERFORMANCE_FILE,
     REPLICATED,
     SECRET_CHANNEL,
-    SHARD_FORMATS,
     SHARD_SCRIPT,
     TRAIN_ENTRY_POINT,
     TUNABLES,
     TUNABLES_BY_NAME,
     Tunable,
 )
+from steps.frameworks import framework as framework_row
 
 PIPELINE_NAME = "HeteroTraining"  # the deployed pipeline's default name
 HYBRID_INPUT_MODE = "FastFile"  # the dnn group's view of the training shards (hybrid decode)
@@ -153,7 +151,7 @@ class Graph:
 
     @property
     def max_dnn_hosts(self) -> int | None:
-        return MAX_TRAINER_HOSTS[self.framework]
+        return framework_row(self.framework).max_trainer_hosts
 
 
 def _hyperparameters(framework: str) -> dict:
@@ -165,8 +163,7 @@ def build_graph(framework: str = "pytorch") -> Graph:
     """Every channel of a training step names its instance groups (CreateTrainingJob takes all or none):
     the data group reads the training shards, the dnn group the validation split, both the manifest and
     the job secret Shard draws for the execution (a file: never in a job's Environment)."""
-    if framework not in FRAMEWORKS:
-        raise UserError(f"framework {framework!r} is not supported; use one of {', '.join(FRAMEWORKS)}", headline="bad framework")
+    fw = framework_row(framework)  # an unknown name is refused here
     dnn = Group(DNN_GROUP, Param("DnnInstanceType"), Param("DnnInstanceCount"))
     data = Group(DATA_GROUP, Param("DataInstanceType"), Param("DataInstanceCount"))
     shard = ProcessingStep(
@@ -175,7 +172,7 @@ def build_graph(framework: str = "pytorch") -> Graph:
         outputs={"train": "train", "validation": "validation", "manifest": "manifest.json", "secret": SECRET_CHANNEL},
         # --input-source: the input as the user named it, for messages (the step reads its container copy)
         arguments={"--target-shard-mb": Param("ShardSizeMB"), "--data-hosts": Param("DataInstanceCount"),
-                   "--format": SHARD_FORMATS[framework], "--input-source": Param("InputData")},
+                   "--format": fw.shard_format, "--input-source": Param("InputData")},
     )
     train = Output("Shard", "train")
     validation = TrainChannel("validation", Output("Shard", "validation"), REPLICATED, (DNN_GROUP,))
@@ -187,7 +184,7 @@ def build_graph(framework: str = "pytorch") -> Graph:
                   TrainChannel(SECRET_CHANNEL, Output("Shard", "secret"), REPLICATED, (DNN_GROUP,))),
         hyperparameters=_hyperparameters(framework), condition=Param("RunBaseline"),
     )
-    if framework == "ray":
+    if fw.every_host_reads_every_shard:
         # Ray Data's read tasks run on any node and open the files the driver listed: every host sees every shard
         shards = (TrainChannel("train", train, REPLICATED, (DATA_GROUP, DNN_GROUP), Param("InputMode"), file_system=True),)
     else:

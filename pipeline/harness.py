@@ -19,14 +19,22 @@ import psutil
 
 from pipeline import storage
 from pipeline.emulator import EmulatedJob
-from pipeline.images import default_training_image
-from pipeline.local import LOCAL_RAY_IMAGE, LOCAL_REGION
+from pipeline.local import local_training_image
 from pipeline.sagemaker.settings import CODE_CHANNEL_DIR, TRAINING_ENTRYPOINT
-from steps.shard.job_secret import write_job_secret
 from steps.contract import (
-    CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, DATA_GROUP, DNN_GROUP, HOSTS_FILE_ENV, HYBRID_CHANNEL, REPLICATED, SECRET_CHANNEL, SECRET_FILE,
-    SHARDED, TRAIN_ENTRY_POINT,
+    CHECKPOINT_LOCAL_PATH,
+    CODE_CHANNEL,
+    DATA_GROUP,
+    DNN_GROUP,
+    HOSTS_FILE_ENV,
+    HYBRID_CHANNEL,
+    REPLICATED,
+    SECRET_CHANNEL,
+    SECRET_FILE,
+    SHARDED,
+    TRAIN_ENTRY_POINT,
 )
+from steps.shard.job_secret import write_job_secret
 
 
 def s3_channel(name: str, source: Path, *, distribution: str = REPLICATED, groups: tuple[str, ...] | None = None,
@@ -42,7 +50,7 @@ def training_request(*, code_uri: str, output: Path, groups: list[tuple[str, str
     """A CreateTrainingJob request as a pipeline step carries it (every value a string where the API wants one)."""
     hp = {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()}
     framework = hyperparameters.get("framework", "pytorch")  # the image the pipeline gives its training jobs
-    image = LOCAL_RAY_IMAGE if framework == "ray" else default_training_image(LOCAL_REGION, framework)
+    image = local_training_image(framework)
     return {
         "AlgorithmSpecification": {"TrainingImage": image,
                                    "TrainingInputMode": "File", "ContainerEntrypoint": list(TRAINING_ENTRYPOINT)},

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from pipeline.dlc_regions import DLC_REGISTRIES
 from steps.common.errors import UserError
+from steps.frameworks import framework as framework_row
 
 # framework -> (SDK image name, version, py_version). Heterogeneous clusters need PyTorch >= 1.10, TensorFlow >= 2.6.
 #
@@ -51,11 +52,9 @@ DLC_TAGS = {"pytorch": ("pytorch", "2.13.0-cu133-amzn2023-sagemaker", "2.13.0-cp
 # framework -> (the SDK's image table, the version's key there) that lists the regions of the images above: the
 # amzn2023 PyTorch images have a table of their own, keyed by minor version
 SDK_TABLES = {"pytorch": ("pytorch-amzn2023", "2.13"), "tensorflow": ("tensorflow", "2.21.0")}
-# Ray: no AWS training image has Ray. Its training image is built by the user from images/ray/Dockerfile (the PyTorch
-# DLC above plus ray[data,train], the version pinned in pyproject.toml) and passed as the training image; its shard and
-# evaluate steps run on the PyTorch CPU image.
-RAY_BASE = "pytorch"
-RAY_DOCKERFILE = "images/ray/Dockerfile"
+# A framework without an AWS training image (steps/frameworks.py: aws_image=False; Ray: no DLC has Ray) is trained on an
+# image the user builds from images/<framework>/Dockerfile (the DLC of its image family plus the framework, the version
+# pinned in pyproject.toml) and passes as the training image; its Shard and Evaluate steps run on that family's CPU image.
 TRAINING_INSTANCE_TYPE = "ml.g5.xlarge"  # any GPU type: only picks the GPU variant in the SDK's table
 PROCESSING_INSTANCE_TYPE = "ml.m5.xlarge"  # any CPU type: only picks the CPU variant
 
@@ -70,17 +69,18 @@ _ECR_IMAGE = re.compile(r"(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z]{2,4}(?
 
 def default_training_image(region: str, framework: str = "pytorch") -> str:
     """The framework's SageMaker training DLC, GPU variant, in ``region``."""
-    if framework == "ray":
-        raise UserError(f"framework ray has no AWS training image (none has Ray installed): build {RAY_DOCKERFILE} (the PyTorch "
-                        f"training image plus Ray), push it to ECR and pass its URI as the training image (npx cdk deploy -c "
-                        "hetero:trainingImage=<uri>; hetero definition --training-image <uri> for the definition alone)",
-                        headline="bad deploy settings")
+    fw = framework_row(framework)
+    if not fw.aws_image:
+        raise UserError(f"framework {framework} has no AWS training image (none has it installed): build "
+                        f"images/{framework}/Dockerfile (the {fw.image_family} training image plus {framework}), push it to ECR "
+                        "and pass its URI as the training image (npx cdk deploy -c hetero:trainingImage=<uri>; hetero "
+                        "definition --training-image <uri> for the definition alone)", headline="bad deploy settings")
     return _image(region, framework, gpu=True)
 
 
 def default_processing_image(region: str, framework: str = "pytorch") -> str:
-    """The CPU variant of the same image (processing jobs run on CPU instances); Ray's shard and evaluate steps need no Ray."""
-    return _image(region, RAY_BASE if framework == "ray" else framework, gpu=False)
+    """The CPU variant of the image family (processing jobs run on CPU instances); Ray's shard and evaluate steps need no Ray."""
+    return _image(region, framework_row(framework).image_family, gpu=False)
 
 
 def pipeline_images(region: str, framework: str, *, training_image: str = "", processing_image: str = "") -> tuple[str, str]:

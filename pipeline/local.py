@@ -35,12 +35,21 @@ from pipeline.validation import validate_execution, validate_request
 from steps.common.errors import EXIT_USER_ERROR, InternalError, UserError
 from steps.contract import PRICE_PERFORMANCE_FILE
 from steps.evaluate.prices import NO_OVERRIDES
+from steps.frameworks import framework as framework_row
 
 LOCAL_REGION = "us-east-1"
 LOCAL_ROLE = "arn:aws:iam::000000000000:role/hetero-local"
-# framework=ray has no AWS image (pipeline/images.py): the definition run locally names the image a user builds from
-# images/ray/Dockerfile; the emulator runs the step code on this machine's interpreter, never the image
-LOCAL_RAY_IMAGE = f"000000000000.dkr.ecr.{LOCAL_REGION}.amazonaws.com/hetero-ray:2.60.0"
+# A framework without an AWS image (steps/frameworks.py) runs locally under the name of the image a user builds from
+# images/<framework>/Dockerfile (its manifest: pipeline/manifests/); the emulator runs the step code on this machine's
+# interpreter, never the image
+LOCAL_BUILT_IMAGES = {"ray": f"000000000000.dkr.ecr.{LOCAL_REGION}.amazonaws.com/hetero-ray:2.60.0"}
+
+
+def local_training_image(framework: str) -> str:
+    """The training image a local run's definition names for ``framework``."""
+    if framework_row(framework).aws_image:
+        return default_training_image(LOCAL_REGION, framework)
+    return LOCAL_BUILT_IMAGES[framework]
 LOCAL_ACCOUNT = "000000000000"
 
 
@@ -97,7 +106,7 @@ def local_settings(work_dir: Path, framework: str, code_uri: str, *, spot: bool 
     prefix = storage.uri(work_dir)[len(storage.SCHEME):]
     return DeploySettings(pipeline_name=PIPELINE_NAME, region=LOCAL_REGION, role_arn=LOCAL_ROLE, bucket=storage.LOCAL_BUCKET,
                           code_uri=code_uri, prefix=prefix, framework=framework, spot=spot, network_isolation=network_isolation,
-                          training_image=LOCAL_RAY_IMAGE if framework == "ray" else None)
+                          training_image=None if framework_row(framework).aws_image else local_training_image(framework))
 
 
 def compile_local(work_dir: Path, framework: str, *, spot: bool = False, network_isolation: bool = False,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from steps.common.errors import FAILURE_FILE, VOLUME_PARAMETER, UserError  # noqa: F401 - FAILURE_FILE: the failure-file contract lives with run_step
+from steps.frameworks import FRAMEWORKS  # noqa: F401 - declared in the frameworks' table
 
 # -- environment variables -------------------------------------------------------------------------
 HOSTS_FILE_ENV = "HETERO_HOSTS_FILE"  # emulated cluster DNS: lines "<address> <host>"
@@ -42,10 +43,6 @@ BASELINE_METRICS_FILE = "baseline_metrics.json"  # written by the Evaluate step 
 PRICE_PERFORMANCE_SCHEMA_VERSION = 2  # 2: each run's bottleneck (steps/evaluate/diagnosis.py)
 
 # -- the job's shape -------------------------------------------------------------------------------
-FRAMEWORKS = ("pytorch", "tensorflow", "ray")  # ray: Ray Data decoding on every CPU, Ray Train's TorchTrainer on the GPUs
-# Trainer hosts each framework's path can use: TensorFlow trains on one host (every GPU of it), PyTorch and Ray on any number.
-MAX_TRAINER_HOSTS = {"pytorch": None, "tensorflow": 1, "ray": None}
-SHARD_FORMATS = {"pytorch": "webdataset", "tensorflow": "tfrecord", "ray": "webdataset"}  # what each input pipeline reads
 DATA_GROUP, DNN_GROUP = "data_group", "dnn_group"
 SHARDED, REPLICATED = "ShardedByS3Key", "FullyReplicated"
 INPUT_MODES = ("File", "FastFile")  # what the step code reads: folders of files (Pipe would deliver FIFOs)

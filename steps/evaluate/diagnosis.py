@@ -14,6 +14,8 @@ A schema-1 document has no data-host measurements, so input and transport are no
 
 from __future__ import annotations
 
+from steps.frameworks import TABLE
+
 WAIT_SHARE = 0.05
 BUSY_SHARE = 0.80
 
@@ -45,7 +47,7 @@ def diagnose(metrics: dict) -> dict:
         return {**doc, "label": "input-bound",
                 "reason": f"the trainers waited for data {wait:.1%} of their step time and the data hosts were busy "
                           f"{mean:.0%} of their CPUs (at least {BUSY_SHARE:.0%}): more data-host CPUs would raise the rate"}
-    if metrics.get("framework") == "ray":  # Ray moves blocks through its object store: no bytes per sample measured
+    if not _measures_wire(metrics):  # Ray moves blocks through its object store: no bytes per sample measured
         return {**doc, "label": "transport-bound", "wire_mb_per_s": None,
                 "reason": f"the trainers waited for data {wait:.1%} of their step time while the data hosts were busy only "
                           f"{mean:.0%} of their CPUs: Ray Data's scheduling and object transfers, not decode, set the pace; "
@@ -54,3 +56,9 @@ def diagnose(metrics: dict) -> dict:
             "reason": f"the trainers waited for data {wait:.1%} of their step time while the data hosts were busy only "
                       f"{mean:.0%} of their CPUs: batches were ready but arrived too slowly ({wire / 1e6:.1f} MB/s into "
                       "the trainers); more decode would not help, more network (or fewer bytes per sample) would"}
+
+
+def _measures_wire(metrics: dict) -> bool:
+    """Whether the run's data hosts counted the bytes they sent (steps/frameworks.py), for a framework this table knows."""
+    row = TABLE.get(metrics.get("framework", ""))
+    return row is None or row.measures_wire_bytes

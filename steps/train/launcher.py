@@ -22,6 +22,7 @@ host: Ray Data decodes on every CPU, Ray Train trains on the trainer hosts).
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -33,44 +34,30 @@ from steps.common.errors import run_step  # noqa: E402
 
 
 def dispatch(env) -> None:
+    from steps.frameworks import framework
     from steps.train.core.cluster import DATA, Cluster, wait_for_host_names
     from steps.train.core.config import TrainConfig
     from steps.train.workload import load_workload
 
     cfg = TrainConfig.from_hyperparameters(env.hyperparameters)
+    fw = framework(cfg.framework)
     cluster = Cluster.from_environment(env, cfg)
     wait_for_host_names(cluster.hosts, cfg.connect_timeout_s)  # the toolkit's wait before user code, which this entry replaces
-    if cfg.framework in ("tensorflow", "ray"):
-        _confine(cfg, cluster)  # re-executes this process once, before anything imports TensorFlow or starts Ray
+    if fw.unguarded_listeners:
+        _confine(cfg, cluster, fw.unguarded_listeners)  # re-executes this process once, before the framework starts a server
     _load_secret(cluster)
     workload = load_workload(cfg.workload, cfg.workload_options)
     print(f"[launcher] host={cluster.current_host} group={cluster.current_group} role={cluster.role} "
           f"framework={cfg.framework} heterogeneous={cluster.heterogeneous}", flush=True)
-    if cfg.framework == "tensorflow":
-        _quiet_tensorflow()
-        if cluster.role == DATA:  # a tf.data.service worker: the dataset graph comes from the trainer
-            from steps.train.frameworks.tensorflow.data_host import run_tf_data_host
-
-            run_tf_data_host(cfg, cluster)
-        else:  # the dispatcher and the Keras training loop
-            from steps.train.frameworks.tensorflow.trainer import run_tf_trainer
-
-            run_tf_trainer(cfg, cluster, workload)
-    elif cfg.framework == "ray":  # every host a Ray node; the first trainer host drives (steps.train.frameworks.ray.job)
-        from steps.train.frameworks.ray.job import run_ray_host
-
-        run_ray_host(cfg, cluster, workload)
-    elif cluster.role == DATA:
-        from steps.train.frameworks.pytorch.data_host import run_data_service
-
-        run_data_service(cfg, cluster, workload)
-    else:
-        from steps.train.frameworks.pytorch.trainer import run_trainer
-
-        run_trainer(cfg, cluster, workload)
+    for name, value in fw.quiet_env.items():
+        os.environ.setdefault(name, value)
+    # the framework's data-host entry on a data host (if it has one: Ray runs one cluster of every host), else its trainer
+    entry = fw.data_host if cluster.role == DATA and fw.data_host else fw.trainer
+    module, _, function = entry.partition(":")
+    getattr(importlib.import_module(module), function)(cfg, cluster, workload)
 
 
-def _confine(cfg, cluster) -> None:
+def _confine(cfg, cluster, listeners: str) -> None:
     """Before TensorFlow is imported or Ray started: re-execute this host with its listeners (and those of every process it
     starts) on its cluster address (steps.train.dataplane.bind_guard)."""
     from steps.train.core.cluster import resolve
@@ -79,9 +66,7 @@ def _confine(cfg, cluster) -> None:
     if cfg.bind_guard == "on" and not bind_guard.guarded():
         bind_guard.reexec_guarded(resolve(cluster.current_host))
     if not bind_guard.guarded():
-        what = "tf.data.service listens on every interface without authentication" if cfg.framework == "tensorflow" else \
-            "Ray listens on every interface (its token still applies)"
-        print(f"[launcher] WARNING bind_guard=off: {what}", flush=True)
+        print(f"[launcher] WARNING bind_guard=off: {listeners}", flush=True)
 
 
 def _load_secret(cluster) -> None:
@@ -93,11 +78,6 @@ def _load_secret(cluster) -> None:
     folder = cluster.channel(SECRET_CHANNEL, required=False)
     if folder is not None:
         load_job_secret(folder)
-
-
-def _quiet_tensorflow() -> None:
-    # TensorFlow's C++ INFO lines (CPU features, oneDNN) would drown the job's own log; warnings still show
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 
 def main() -> int:

@@ -13,7 +13,7 @@ from pipeline import image_guard, storage
 from pipeline.emulator import EmulatedJob
 from pipeline.harness import training_request
 from pipeline.images import default_processing_image, default_training_image
-from pipeline.local import LOCAL_RAY_IMAGE, LOCAL_REGION
+from pipeline.local import LOCAL_REGION, local_training_image
 from pipeline.processing import run_processing_job
 from steps.contract import FRAMEWORKS
 
@@ -56,7 +56,7 @@ def _probe(tmp_path: Path, framework: str, modules: list[str]) -> dict:
 
 def test_every_image_the_pipeline_runs_has_a_manifest():
     for framework in FRAMEWORKS:
-        training = LOCAL_RAY_IMAGE if framework == "ray" else default_training_image(LOCAL_REGION, framework)
+        training = local_training_image(framework)
         for image in (training, default_processing_image(LOCAL_REGION, framework)):
             manifest = image_guard.manifest_for(image)
             assert manifest is not None, image

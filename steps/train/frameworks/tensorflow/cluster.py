@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from steps.common.errors import UserError
-from steps.contract import MAX_TRAINER_HOSTS
+from steps.frameworks import framework
 from steps.shard.tfrecord import list_tfrecord_shards
 from steps.train.core.cluster import Cluster
 from steps.train.core.manifest import read_manifest, train_channel
@@ -19,7 +19,7 @@ from steps.train.core.manifest import read_manifest, train_channel
 
 def check_single_trainer(cluster: Cluster) -> None:
     """The job-level twin of `pipeline.graph.Graph.check_parameters`, for jobs started outside the pipeline."""
-    if len(cluster.trainer_hosts) > MAX_TRAINER_HOSTS["tensorflow"]:
+    if len(cluster.trainer_hosts) > framework("tensorflow").max_trainer_hosts:
         raise UserError(
             f"the TensorFlow path trains on one host ({len(cluster.trainer_hosts)} given: {', '.join(cluster.trainer_hosts)}); "
             "it uses every GPU of that host (MirroredStrategy). Set DnnInstanceCount=1 (--dnn-hosts 1), or use --framework pytorch "

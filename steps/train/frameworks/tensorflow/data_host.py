@@ -39,7 +39,8 @@ from steps.train.frameworks.tensorflow.cluster import check_single_trainer, loca
 from steps.train.frameworks.tensorflow.servers import end_server
 
 
-def run_tf_data_host(cfg: TrainConfig, cluster: Cluster) -> None:
+def run_tf_data_host(cfg: TrainConfig, cluster: Cluster, workload=None) -> None:
+    """``workload`` is not used here: the dataset graph, the workload's decode in it, comes from the trainer."""
     import tensorflow as tf
 
     from steps.train.frameworks.tensorflow.dataset import write_take
