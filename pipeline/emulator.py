@@ -33,7 +33,11 @@ Like SageMaker, the job ends when every host has exited, or when
 reported progress (a status or metric line of the step code, `PROGRESS_LINE`) for ``progress_timeout_s``:
 it fails naming the hosts still running, the one silent longest first, with the last line each reported. When one host fails, the others get
 ``grace_s`` to exit on their own (the step code must make them) before the emulator stops
-them; every process is gone when `EmulatedJob` is closed, whatever happened. The model and
+them (SIGTERM, then SIGKILL `STOP_WAIT_S` later); every process is gone when `EmulatedJob` is closed, whatever
+happened, and so is each host's temp dir (``TMPDIR``, its instance's /tmp, which goes with the instance however it
+ends). The job's failure is the first failed host's; where that host's reason blames another host of the job (a
+trainer that went silent, a data host lost), the failure leads with the blamed host: a frozen host never exits by
+itself, and the first to fail is the peer that noticed. The model and
 output folders are packed as ``<S3OutputPath>/<job name>/output/{model,output}.tar.gz``.
 """
 from __future__ import annotations
@@ -48,6 +52,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -72,6 +77,8 @@ PROGRESS_LINE = re.compile(r"^(?:\((?:[\w:.-]+ )?pid=\d+(?:, ip=[\d.]+)?\) )?\[[
 # no host of a job reporting progress this long: the job is stuck (its longest legitimate silence, start-up, validation
 # or the cost measurement at the end, takes seconds to minutes)
 PROGRESS_TIMEOUT_S = 600.0
+STOP_WAIT_S = 5.0  # a host the emulator stops gets SIGTERM, and SIGKILL this long after
+HOST_NAME = re.compile(r"\balgo-\d+\b")  # SageMaker's host names
 
 
 class StepFailed(HeteroError):
@@ -128,6 +135,7 @@ class Host:
     checkpoints_restored: dict = field(default_factory=dict)  # relative path -> (mtime, size) as restored
     progress_at: float | None = None  # when it last reported progress (a PROGRESS_LINE), or started
     progress_line: str = ""  # that line
+    temp_dir: Path | None = None  # its TMPDIR, removed with the job
 
     @property
     def failure(self) -> str:
@@ -370,6 +378,8 @@ class EmulatedJob:
             env = {**base_env, **self.environment, "SAGEMAKER_BASE_DIR": str(host.base_dir),
                    HOSTS_FILE_ENV: str(self.job_dir / "hosts"), EMULATED_HOST_ENV: "1", "TRAINING_JOB_NAME": self.name,
                    "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath}
+            host.temp_dir = Path(tempfile.mkdtemp(prefix="hetero-"))  # short: Ray puts unix sockets under it
+            env["TMPDIR"] = str(host.temp_dir)
             cpus = host.group.cpus
             host.process = subprocess.Popen(
                 command, cwd=code, env=env,
@@ -523,14 +533,24 @@ class EmulatedJob:
         reason = host.failure or "no failure file; see its log"
         log = host.base_dir / "output" / "host.log"
         image = image_guard.explain(reason if host.failure else _tail(log), self.job_dir / ".image")
-        return f"step {self.step}: host {host.name} ({host.group.name}, {host.role}) {how}: {reason}{' ' + image if image else ''} [log: {log}]"
+        who, tail = f"host {host.name} ({host.group.name}, {host.role})", f"{reason}{' ' + image if image else ''} [log: {log}]"
+        blamed = self._blamed(host)
+        if blamed is not None:
+            return f"step {self.step}: host {blamed.name} ({blamed.group.name}, {blamed.role}) failed, as {who} reports ({how}): {tail}"
+        return f"step {self.step}: {who} {how}: {tail}"
+
+    def _blamed(self, host: Host) -> Host | None:
+        """The other host of the job that ``host``'s failure names first (the step code's failures lead with the host
+        that failed), or None."""
+        named = HOST_NAME.search(host.failure)
+        return next((h for h in self.hosts if named and h.name == named.group() and h is not host), None)
 
     def _stop(self, hosts: list[Host]) -> None:
         for host in hosts:
             if host.process.poll() is None:
                 host.stopped_by_emulator = True
                 _signal_group(host.process, signal.SIGTERM)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + STOP_WAIT_S
         while time.monotonic() < deadline and any(h.process.poll() is None for h in hosts):
             time.sleep(0.05)
         for host in hosts:
@@ -546,6 +566,8 @@ class EmulatedJob:
             host.process.wait()
             if host.exit_code is None:
                 host.exit_code = host.process.returncode
+            if host.temp_dir is not None:
+                shutil.rmtree(host.temp_dir, ignore_errors=True)
         for reader in self._readers:
             reader.join(timeout=5)
 

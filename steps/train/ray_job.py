@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from steps.common.errors import HeteroError, UserError
+from steps.common.errors import HeteroError, UserError, describe
 from steps.common.files import write_atomic, write_json_atomic
 from steps.shard.format import count_samples, list_shards
 from steps.train.auth import job_secret
@@ -60,19 +60,28 @@ def run_ray_host(cfg: TrainConfig, cluster: Cluster, workload) -> None:
         require_usable_gpus(cluster.current_host, cluster.instance_type, torch.cuda.device_count() if torch.cuda.is_available()
                             else 0, "ray", how="torch.cuda.is_available() is false")
     node = RayNode(cfg, cluster)
+    completed = False
     try:
         if node.is_head:
             _run_head(cfg, cluster, node)
         else:
             _follow(cfg, cluster, node)
+        completed = True
     finally:
-        try:
-            import ray
+        _end(node, completed)
 
-            if ray.is_initialized():
-                ray.shutdown()
-        finally:
-            node.stop()
+
+def _end(node: RayNode, completed: bool) -> None:
+    """This host's Ray node, gone: after a completed job the driver disconnects and the node stops in order; after a
+    failure (a lost host, SIGTERM) the node is killed at once, since the job's other hosts exit as soon as they learn
+    of it and SageMaker bills until the last one has."""
+    try:
+        import ray
+
+        if completed and ray.is_initialized():
+            ray.shutdown()
+    finally:
+        node.stop(graceful=completed)
 
 
 # -- the head: driver, trainer of record, end of the job -------------------------------------------------------
@@ -88,8 +97,8 @@ def _run_head(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
         _await_nodes(cfg, len(others) + 1, node, links)
         files = _train(cfg, cluster, links)
         links.close("completed", files=files)
-    except BaseException as exc:
-        links.close("failed", failure_reason(cluster.current_host, exc))
+    except BaseException as exc:  # a lost host by its own name (the others' failures lead with it), else the head's
+        links.close("failed", describe(exc) if isinstance(exc, HostLost) else failure_reason(cluster.current_host, exc))
         raise
 
 
