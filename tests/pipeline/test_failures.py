@@ -23,7 +23,7 @@ def shards(tmp_path_factory, tiny_images):
     return out
 
 
-def test_killed_trainer_takes_every_data_host_down_within_30s(tmp_path, shards, code_uri, no_leftovers):
+def test_killed_trainer_takes_every_data_host_down_by_itself(tmp_path, shards, code_uri, no_leftovers):
     job = start_training_job(tmp_path, shards, code_uri)
     with job:
         trainer = by_role(job, "trainer")[0]
