@@ -2,23 +2,31 @@
 
     .venv/bin/python bench/faults.py [--repeats 5] [--silence 5] [--only pytorch-kill-data ...]
 
-The matrix {kill, freeze} x {trainer, data host} x {PyTorch, TensorFlow} on a
-2 data host + 1 trainer job (shards of 240 small images, training "forever"),
-the fault injected once training runs; plus a pre-authentication flood: 1,100
-connections that never prove the secret against a data host's accept loop in
-a process limited to 256 file descriptors, then the real trainer.
+The matrix {kill, freeze} x {trainer, data host} x {PyTorch, TensorFlow, Ray} on a
+2 data host + 1 trainer job (shards of 240 small images, training "forever"; on
+Ray the trainer is the Ray head), the fault injected once training runs, to
+every process of the victim's host (its session: a whole instance); plus a
+pre-authentication flood: 1,100 connections that never prove the secret
+against a data host's accept loop in a process limited to 256 file
+descriptors, then the real trainer.
 
 For each run: seconds from the fault until every other host has exited,
-their exit codes, the host each survivor's failure names first (it must be
-the victim), and processes or listening ports left behind. Bounds (issue
-"survive"): freeze <= silence_timeout_s + 10 s, kill <= 5 s.
+their exit codes, the host each survivor's failure names first and the host
+the job's failure (the run's first error line) names first (both must be the
+victim), for a frozen victim the seconds from the first failure until the
+emulator ended it, and processes (found by the job's environment marker,
+`pipeline.harness.job_processes`), listening ports and temp folders (each
+host's TMPDIR, each Ray node's folder) left behind. Bounds (issue "survive"):
+freeze <= silence_timeout_s + 10 s, kill <= 5 s; a frozen host ended within
+the emulator's grace (`FAULT_GRACE_S` + its SIGTERM wait) after the first
+failure.
 
 Then an interruption per framework, as a spot interruption does it: SIGTERM to
 every host of a 3-epoch job in its second epoch, then the job started again on
 fresh hosts from its checkpoint folder. For each: seconds from SIGTERM until
-every host exited (bound 5 s), the job's result, and the accounting of the
+every host exited (bound 5 s), whether each wrote its failure file, the job's result, and the accounting of the
 whole run: per epoch, samples lost and duplicated (the PyTorch sample ledger;
-TensorFlow's per-epoch id count), steps redone, samples seen against epochs x
+TensorFlow's per-epoch id count; Ray's ledger), steps redone, samples seen against epochs x
 dataset. Prints JSON.
 """
 
@@ -38,48 +46,57 @@ import tempfile
 import time
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline import storage  # noqa: E402
 from pipeline.code import STEPS_DIR, build_code_tarball  # noqa: E402
-from pipeline.emulator import EmulatedJob  # noqa: E402
+from pipeline.emulator import HOST_NAME, STOP_WAIT_S, EmulatedJob  # noqa: E402
+from pipeline.harness import by_role, fault, job_processes, listeners_on, start_training_job, temp_left, two_group_request  # noqa: E402
 from pipeline.sample_data import generate  # noqa: E402
 from steps.shard.shard import shard_dataset  # noqa: E402
-from pipeline.harness import by_role, children, listeners_on, start_training_job, two_group_request  # noqa: E402
 
-FIRST_HOST = re.compile(r"algo-\d+")
+FRAMEWORKS = ("pytorch", "tensorflow", "ray")
+SHARD_FORMAT = {"pytorch": "webdataset", "tensorflow": "tfrecord", "ray": "webdataset"}
+FAULT_GRACE_S = 10.0  # the emulator's grace after a job's first failure: the survivors' bound, less the silence noticed
+# a frozen host ignores the emulator's SIGTERM: SIGKILL ends it STOP_WAIT_S later; 1 s for the emulator to notice
+# the first failure and the victim's end (it polls), and to kill the session's last process
+VICTIM_BOUND_S = FAULT_GRACE_S + STOP_WAIT_S + 1.0
+
+
+def _first_host(text: str | None) -> str | None:
+    found = HOST_NAME.search(text or "")
+    return found.group() if found else None
 
 
 def fault_run(work: Path, shards: Path, code_uri: str, framework: str, action: str, role: str, silence: float) -> dict:
-    before = {p.pid for p in children()}
-    job = start_training_job(work, shards, code_uri, silence_timeout_s=silence, hyperparameters={"framework": framework})
+    work.mkdir(parents=True)
+    job = start_training_job(work, shards, code_uri, silence_timeout_s=silence, grace_s=FAULT_GRACE_S,
+                             hyperparameters={"framework": framework})
     with job:
         victim = by_role(job, role)[0]
         others = [h for h in job.hosts if h is not victim]
         faulted_at = time.monotonic()
-        os.killpg(victim.process.pid, signal.SIGKILL if action == "kill" else signal.SIGSTOP)
-        ended: dict[str, float] = {}
-        while len(ended) < len(others) and time.monotonic() - faulted_at < 120:
-            for h in others:
-                if h.name not in ended and h.process.poll() is not None:
-                    ended[h.name] = round(time.monotonic() - faulted_at, 2)
-            time.sleep(0.05)
-        all_ended_s = time.monotonic() - faulted_at
-        if action == "freeze":
-            os.killpg(victim.process.pid, signal.SIGCONT)
-        result = job.wait()
-    blamed = {h.name: (FIRST_HOST.search(h.failure or "") or [None])[0] for h in others}
-    left = [p.pid for p in children() if p.pid not in before]
+        fault(victim, signal.SIGKILL if action == "kill" else signal.SIGSTOP)
+        result = job.wait()  # the frozen victim is still frozen: the emulator ends it, FAULT_GRACE_S after the first failure
+    ended = {h.name: round(h.ended_at - faulted_at, 2) for h in others}
+    all_ended_s = max(ended.values())
+    blamed = {h.name: _first_host(h.failure) for h in others}
     bound = silence + 10 if action == "freeze" else 5.0
-    return {
-        "all_others_ended_s": round(all_ended_s, 2), "bound_s": bound, "within_bound": all_ended_s <= bound,
-        "ended_s": {h.name: ended.get(h.name) for h in others}, "roles": {h.name: h.role for h in job.hosts},
+    run = {
+        "all_others_ended_s": all_ended_s, "bound_s": bound, "within_bound": all_ended_s <= bound,
+        "ended_s": ended, "roles": {h.name: h.role for h in job.hosts},
         "exit_codes": {h.name: h.exit_code for h in others}, "all_nonzero": all(h.exit_code not in (0, None) for h in others),
         "victim": victim.name, "blamed": blamed, "blames_victim": all(b == victim.name for b in blamed.values()),
+        "job_failure": (result.failure or "")[:300], "job_failure_names": _first_host(result.failure),
         "stopped_by_emulator": [h.name for h in others if h.stopped_by_emulator], "job_ok": result.ok,
-        "processes_left": len(left), "ports_left": len(listeners_on([job])),
+        "processes_left": len(job_processes(job)), "ports_left": len(listeners_on([job])),
+        "temp_left": temp_left(job),
     }
+    if action == "freeze":
+        first_failure = min(h.ended_at for h in others)
+        run.update(victim_ended_after_first_failure_s=round(victim.ended_at - first_failure, 2), victim_bound_s=VICTIM_BOUND_S,
+                   victim_within_bound=victim.ended_at - first_failure <= VICTIM_BOUND_S)
+    return run
 
 
 INTERRUPT_EPOCHS = 3
@@ -88,19 +105,19 @@ REDONE = re.compile(r"the (\d+) step\(s\) of epoch \d+ done so far are redone")
 
 def interruption_run(work: Path, shards: Path, code_uri: str, framework: str, silence: float) -> dict:
     """A job interrupted in its second epoch and restarted from its checkpoints: timing and accounting."""
-    before = {p.pid for p in children()}
+    work.mkdir(parents=True)
     train = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
     request = two_group_request(work, shards, code_uri, data=2, checkpoints=work / "checkpoints", hyperparameters={
         "framework": framework, "epochs": INTERRUPT_EPOCHS, "batch_size": 8, "log_every": 1, "heartbeat_s": 0.5,
-        "silence_timeout_s": silence, "connect_timeout_s": 60, "workload_options": {"blur_passes": 0}})
+        "silence_timeout_s": silence, "connect_timeout_s": 120, "workload_options": {"blur_passes": 0}})
     steps_per_epoch = train // 8
-    job = EmulatedJob(name="job", request=request, job_dir=work / "job", grace_s=30, timeout_s=300,
+    job = EmulatedJob(name="job", request=request, job_dir=work / "job", grace_s=30, timeout_s=600 if framework == "ray" else 300,
                       interrupt_after_steps=steps_per_epoch + steps_per_epoch // 2)
     with job:
         job.start()
         result = job.wait()
     metrics = json.loads((result.model_dir / "metrics.json").read_text()) if result.ok else {}
-    if framework == "pytorch":
+    if framework in ("pytorch", "ray"):
         epochs = (metrics.get("sample_ledger") or {}).get("epochs", [])
         per_epoch = [{"epoch": e["epoch"], "lost": train - e["distinct"], "duplicated": e["duplicates"]} for e in epochs]
     else:
@@ -111,16 +128,19 @@ def interruption_run(work: Path, shards: Path, code_uri: str, framework: str, si
     first = work / "job.attempt-1"
     said = " ".join(p.read_text() for p in first.glob("algo-*/output/failure"))
     redone = int(REDONE.search(said).group(1)) if REDONE.search(said) else 0
-    left = [p.pid for p in children() if p.pid not in before]
+    failures = {p.parent.parent.name: p.read_text().strip()[:120] for p in sorted(first.glob("algo-*/output/failure"))}
     return {
         "job_ok": result.ok, "failure": result.failure, "interruptions": result.interruptions,
         "all_exited_s": interrupted.get("all_exited_s"), "bound_s": 5.0,
         "within_bound": interrupted.get("all_exited_s", 99) <= 5.0 and not interrupted.get("stopped_by_emulator"),
         "hosts_exited_s": interrupted.get("hosts_exited_s"), "exit_codes": interrupted.get("exit_codes"),
+        "roles": interrupted.get("roles"), "failure_files": failures,
+        "all_wrote_failure_files": set(failures) == set(interrupted.get("exit_codes") or {}),
         "epochs": per_epoch, "samples_lost": sum(e["lost"] for e in per_epoch),
         "samples_duplicated": sum(e["duplicated"] for e in per_epoch), "steps_redone": redone,
         "samples_seen": metrics.get("samples_seen"), "samples_expected": INTERRUPT_EPOCHS * train,
-        "processes_left": len(left), "ports_left": len(listeners_on([job])), "wall_s": round(result.wall_s, 1),
+        "processes_left": len(job_processes(job)), "ports_left": len(listeners_on([job])),
+        "temp_left": temp_left(job, first), "wall_s": round(result.wall_s, 1),
     }
 
 
@@ -183,9 +203,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--silence", type=float, default=5.0, help="silence_timeout_s of the jobs")
-    parser.add_argument("--only", nargs="*", default=None, help="cells to run, e.g. pytorch-kill-data tensorflow-freeze-trainer flood")
+    parser.add_argument("--only", nargs="*", default=None, help="cells to run, e.g. pytorch-kill-data ray-freeze-trainer ray-interrupt flood")
     args = parser.parse_args()
-    cells = [(f, a, r) for f in ("pytorch", "tensorflow") for a in ("kill", "freeze") for r in ("trainer", "data")]
+    cells = [(f, a, r) for f in FRAMEWORKS for a in ("kill", "freeze") for r in ("trainer", "data")]
     report = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "repeats": args.repeats,
               "silence_timeout_s": args.silence, "cells": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -193,9 +213,9 @@ def main() -> None:
         images = generate(work / "images", samples=240, image_size=48, seed=1)
         code_uri = storage.uri(build_code_tarball(source=STEPS_DIR, destination=work / "code.tar.gz"))
         shards = {}
-        for framework, fmt in (("pytorch", "webdataset"), ("tensorflow", "tfrecord")):
+        for framework in FRAMEWORKS:
             shards[framework] = work / f"shards-{framework}"
-            shard_dataset(images, shards[framework], target_shard_mb=1, data_hosts=2, shard_format=fmt)
+            shard_dataset(images, shards[framework], target_shard_mb=1, data_hosts=2, shard_format=SHARD_FORMAT[framework])
         for framework, action, role in cells:
             name = f"{framework}-{action}-{role}"
             if args.only is not None and name not in args.only:
@@ -207,11 +227,15 @@ def main() -> None:
                 "ended_s": {"min": min(times), "median": statistics.median(times), "max": max(times)}, "bound_s": runs[0]["bound_s"],
                 "all_within_bound": all(r["within_bound"] for r in runs), "all_nonzero": all(r["all_nonzero"] for r in runs),
                 "all_blame_the_victim": all(r["blames_victim"] for r in runs),
+                "all_job_failures_name_the_victim": all(r["job_failure_names"] == r["victim"] for r in runs),
+                "none_stopped_by_emulator": not any(r["stopped_by_emulator"] for r in runs),
+                **({"victim_ended_after_first_failure_s": [r["victim_ended_after_first_failure_s"] for r in runs],
+                    "victims_within_bound": all(r["victim_within_bound"] for r in runs)} if action == "freeze" else {}),
                 "processes_left": sum(r["processes_left"] for r in runs), "ports_left": sum(r["ports_left"] for r in runs),
-                "runs": runs,
+                "temp_left": sum(len(r["temp_left"]) for r in runs), "runs": runs,
             }
             print(json.dumps({name: report["cells"][name]["ended_s"]}), file=sys.stderr, flush=True)
-        for framework in ("pytorch", "tensorflow"):
+        for framework in FRAMEWORKS:
             name = f"{framework}-interrupt"
             if args.only is not None and name not in args.only:
                 continue
@@ -221,10 +245,11 @@ def main() -> None:
             report["cells"][name] = {
                 "exited_s": {"min": min(times), "median": statistics.median(times), "max": max(times)} if times else None,
                 "bound_s": 5.0, "all_within_bound": all(r["within_bound"] for r in runs), "all_jobs_ok": all(r["job_ok"] for r in runs),
+                "all_wrote_failure_files": all(r["all_wrote_failure_files"] for r in runs),
                 "samples_lost": sum(r["samples_lost"] for r in runs), "samples_duplicated": sum(r["samples_duplicated"] for r in runs),
                 "steps_redone": [r["steps_redone"] for r in runs],
                 "processes_left": sum(r["processes_left"] for r in runs), "ports_left": sum(r["ports_left"] for r in runs),
-                "runs": runs,
+                "temp_left": sum(len(r["temp_left"]) for r in runs), "runs": runs,
             }
             print(json.dumps({name: report["cells"][name]["exited_s"]}), file=sys.stderr, flush=True)
     if args.only is None or "flood" in args.only:

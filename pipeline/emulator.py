@@ -37,7 +37,11 @@ Like SageMaker, the job ends when every host has exited, or when
 reported progress (a status or metric line of the step code, `PROGRESS_LINE`) for ``progress_timeout_s``:
 it fails naming the hosts still running, the one silent longest first, with the last line each reported. When one host fails, the others get
 ``grace_s`` to exit on their own (the step code must make them) before the emulator stops
-them; every process is gone when `EmulatedJob` is closed, whatever happened. The model and
+them (SIGTERM, then SIGKILL `STOP_WAIT_S` later); every process is gone when `EmulatedJob` is closed, whatever
+happened, and so is each host's temp dir (``TMPDIR``, its instance's /tmp, which goes with the instance however it
+ends). The job's failure is the first failed host's; where that host's reason blames another host of the job (a
+trainer that went silent, a data host lost), the failure leads with the blamed host: a frozen host never exits by
+itself, and the first to fail is the peer that noticed. The model and
 output folders are packed as ``<S3OutputPath>/<job name>/output/{model,output}.tar.gz``.
 """
 from __future__ import annotations
@@ -52,18 +56,27 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from pipeline import image_guard, storage, volumes
 from pipeline.image_guard import pip_into
 from pipeline.isolation import refuse_s3_fetches
 from pipeline.sessions import kill_session
 from steps.common.errors import HeteroError, UserError
-from steps.contract import CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, DATA_GROUP, EMULATED_HOST_ENV, FAILURE_FILE, HOSTS_FILE_ENV, SHARDED
+from steps.contract import (
+    CHECKPOINT_LOCAL_PATH,
+    CODE_CHANNEL,
+    DATA_GROUP,
+    EMULATED_HOST_ENV,
+    FAILURE_FILE,
+    HOSTS_FILE_ENV,
+    SHARDED,
+)
 
 HOMOGENEOUS_GROUP = "homogeneousCluster"  # the group SageMaker names when a request has no InstanceGroups
 CONTAINER_ROOT = "/opt/ml/"  # what a host's base folder stands for
@@ -78,6 +91,8 @@ PROGRESS_LINE = re.compile(r"^(?:\((?:[\w:.-]+ )?pid=\d+(?:, ip=[\d.]+)?\) )?\[[
 # or the cost measurement at the end, takes seconds to minutes)
 PROGRESS_TIMEOUT_S = 600.0
 SITE_PACKAGES = "site-packages"  # <job_dir>/site-packages/<host>: what pip installs on a host (its container's own)
+STOP_WAIT_S = 5.0  # a host the emulator stops gets SIGTERM, and SIGKILL this long after
+HOST_NAME = re.compile(r"\balgo-\d+\b")  # SageMaker's host names
 
 
 class StepFailed(HeteroError):
@@ -108,7 +123,7 @@ class Channel:
     mount: Path | None = None  # a file-system channel's directory
 
     @classmethod
-    def from_request(cls, channel: dict) -> "Channel":
+    def from_request(cls, channel: dict) -> Channel:
         source = channel["DataSource"]
         mode = channel.get("InputMode", "File")
         if "FileSystemDataSource" in source:
@@ -135,6 +150,7 @@ class Host:
     progress_at: float | None = None  # when it last reported progress (a PROGRESS_LINE), or started
     progress_line: str = ""  # that line
     view: Path | None = None  # its folder as its processes see it, while its volume is mounted (`pipeline.volumes`)
+    temp_dir: Path | None = None  # its TMPDIR, removed with the job
 
     @property
     def failure(self) -> str:
@@ -386,6 +402,8 @@ class EmulatedJob:
             env = {**base_env, **self.environment, "SAGEMAKER_BASE_DIR": str(host.base_dir),
                    HOSTS_FILE_ENV: str(self.job_dir / "hosts"), EMULATED_HOST_ENV: "1", "TRAINING_JOB_NAME": self.name,
                    "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath, **pip_into(packages)}
+            host.temp_dir = Path(tempfile.mkdtemp(prefix="hetero-"))  # short: Ray puts unix sockets under it
+            env["TMPDIR"] = str(host.temp_dir)
             cpus = host.group.cpus
 
             def enter(cpus=cpus, cwd=str(code)) -> None:  # in the host's process, before it executes
@@ -557,15 +575,24 @@ class EmulatedJob:
         image = image_guard.explain(reason if host.failure else _tail(log), self.job_dir / ".image")
         volume = next((v for v in self._volume_plan if v.host == host.name), None)
         full = f" {volumes.full_volume(volume, self.volume_scale)}" if volume and "ENOSPC" in reason else ""
-        return (f"step {self.step}: host {host.name} ({host.group.name}, {host.role}) {how}: {reason}{full}"
-                f"{' ' + image if image else ''} [log: {log}]")
+        who, tail = f"host {host.name} ({host.group.name}, {host.role})", f"{reason}{full}{' ' + image if image else ''} [log: {log}]"
+        blamed = self._blamed(host)
+        if blamed is not None:
+            return f"step {self.step}: host {blamed.name} ({blamed.group.name}, {blamed.role}) failed, as {who} reports ({how}): {tail}"
+        return f"step {self.step}: {who} {how}: {tail}"
+
+    def _blamed(self, host: Host) -> Host | None:
+        """The other host of the job that ``host``'s failure names first (the step code's failures lead with the host
+        that failed), or None."""
+        named = HOST_NAME.search(host.failure)
+        return next((h for h in self.hosts if named and h.name == named.group() and h is not host), None)
 
     def _stop(self, hosts: list[Host]) -> None:
         for host in hosts:
             if host.process.poll() is None:
                 host.stopped_by_emulator = True
                 _signal_group(host.process, signal.SIGTERM)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + STOP_WAIT_S
         while time.monotonic() < deadline and any(h.process.poll() is None for h in hosts):
             time.sleep(0.05)
         for host in hosts:
@@ -584,6 +611,8 @@ class EmulatedJob:
         self._volumes.unmount(self.hosts)
         for host in self.hosts:
             host.view = None
+            if host.temp_dir is not None:
+                shutil.rmtree(host.temp_dir, ignore_errors=True)
         for reader in self._readers:
             reader.join(timeout=5)
 
@@ -603,7 +632,7 @@ class EmulatedJob:
         return JobResult(self.name, self.job_dir, self.hosts, failure, merged, output, artifacts, wall_s, self.interruptions,
                          self.interrupted)
 
-    def __enter__(self) -> "EmulatedJob":
+    def __enter__(self) -> EmulatedJob:
         return self
 
     def __exit__(self, *exc) -> None:

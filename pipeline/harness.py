@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import socket
 import tempfile
 import threading
@@ -21,6 +23,7 @@ from pipeline import storage
 from pipeline.emulator import EmulatedJob
 from pipeline.local import local_training_image
 from pipeline.sagemaker.settings import CODE_CHANNEL_DIR, TRAINING_ENTRYPOINT
+from pipeline.sessions import kill_session, session_members
 from steps.contract import (
     CHECKPOINT_LOCAL_PATH,
     CODE_CHANNEL,
@@ -167,11 +170,23 @@ def two_group_request(tmp_path: Path, shards: Path, code_uri: str, *, data: int,
         hyperparameters=hyperparameters)
     if checkpoints is not None:
         request["CheckpointConfig"] = {"S3Uri": storage.uri(checkpoints), "LocalPath": CHECKPOINT_LOCAL_PATH}
+    if hyperparameters.get("framework") == "ray":
+        ray_layout(request)
     return isolate(request) if network_isolation else request
 
+def ray_layout(request: dict) -> dict:
+    """``request``'s channels as the pipeline lays them out for Ray: the train channel replicated to both groups (Ray
+    Data's read tasks run on any node and open the files the driver listed), no hybrid channel."""
+    channels = [c for c in request["InputDataConfig"] if c["ChannelName"] != HYBRID_CHANNEL]
+    train = next(c for c in channels if c["ChannelName"] == "train")["DataSource"]["S3DataSource"]
+    train.update(S3DataDistributionType=REPLICATED, InstanceGroupNames=[DATA_GROUP, DNN_GROUP])
+    request["InputDataConfig"] = channels
+    return request
+
 def start_training_job(tmp_path: Path, shards: Path, code_uri: str, *, silence_timeout_s: float = 30.0, data: int = 2,
-                       hyperparameters: dict | None = None) -> EmulatedJob:
-    """A 2-group emulated job on ``shards`` that trains "forever"; returns once the first step is logged."""
+                       dnn: int = 1, hyperparameters: dict | None = None, grace_s: float = 120.0) -> EmulatedJob:
+    """A 2-group emulated job on ``shards`` that trains "forever"; returns once the first step is logged (a Ray cluster
+    takes longest to get there)."""
     training = threading.Event()
 
     def on_line(host, line):
@@ -179,12 +194,12 @@ def start_training_job(tmp_path: Path, shards: Path, code_uri: str, *, silence_t
             training.set()
 
     request = two_group_request(
-        tmp_path, shards, code_uri, data=data,
+        tmp_path, shards, code_uri, data=data, dnn=dnn,
         hyperparameters={"epochs": 1000, "batch_size": 8, "log_every": 1, "workload_options": {"blur_passes": 0},
                          "heartbeat_s": 0.5, "silence_timeout_s": silence_timeout_s, "connect_timeout_s": 60, **(hyperparameters or {})})
-    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", on_line=on_line, grace_s=120, timeout_s=240)
+    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", on_line=on_line, grace_s=grace_s, timeout_s=240)
     job.start()
-    if not training.wait(120):
+    if not training.wait(180 if request["HyperParameters"].get("framework") == "ray" else 120):
         job.close()  # every host ended before the error goes up
         raise RuntimeError(f"training never started: see the hosts' logs under {tmp_path / 'job'}")
     return job
@@ -192,11 +207,40 @@ def start_training_job(tmp_path: Path, shards: Path, code_uri: str, *, silence_t
 def by_role(job: EmulatedJob, role: str) -> list:
     return [h for h in job.hosts if h.role == role]
 
+def fault(host, sig: int) -> None:
+    """``sig`` to every process of an emulated host (its session: Ray's workers lead process groups of their own), as a
+    fault hits a whole instance: SIGKILL, a lost instance; SIGSTOP, a frozen one; SIGCONT thaws it."""
+    if sig == signal.SIGKILL:
+        kill_session(host.process.pid)  # until none is left: one may start another meanwhile
+        return
+    for pid in session_members(host.process.pid):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:  # exited meanwhile
+            pass
+
 def job_processes(*jobs) -> list[psutil.Process]:
     """Live processes the hosts of ``jobs`` (EmulatedJob or JobResult) started, wherever they went: each inherits its
     job's hosts file (HOSTS_FILE_ENV) in its environment. A search by command line misses Ray's workers, which rename
     themselves ``ray::<Actor>``, and one by process group the processes that lead groups of their own, as they do."""
     return marked_processes(*(f"{HOSTS_FILE_ENV}={job.job_dir / 'hosts'}" for job in jobs))
+
+RAY_FOLDER = re.compile(r"; temp folder (\S+)$", re.M)  # a Ray node's start line names its folder (steps.train.frameworks.ray.node)
+
+def ray_folders(*job_dirs: Path) -> dict[str, list[Path]]:
+    """Host -> the temp folders its Ray nodes said they use, from the host logs under ``job_dirs`` (a job and its
+    earlier attempts)."""
+    found: dict[str, list[Path]] = {}
+    for log in sorted(log for d in job_dirs for log in Path(d).glob("algo-*/output/host.log")):
+        found.setdefault(log.parent.parent.name, []).extend(Path(f) for f in RAY_FOLDER.findall(log.read_text(errors="replace")))
+    return found
+
+def temp_left(job, *earlier: Path) -> list[str]:
+    """Temp folders the job (and its ``earlier`` attempts' folders) left: a host's TMPDIR (its instance's /tmp), a Ray
+    node's folder."""
+    folders = [h.temp_dir for h in job.hosts if h.temp_dir is not None]
+    folders += [f for listed in ray_folders(job.job_dir, *earlier).values() for f in listed]
+    return sorted(str(f) for f in folders if f.exists())
 
 def marked_processes(*markers: str) -> list[psutil.Process]:
     """Live processes (zombies left out) with one of ``markers`` ("NAME=value") in their environment."""

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import storage
 from pipeline.emulator import EmulatedJob
+from pipeline.harness import s3_channel, training_request
 from steps.common.errors import UserError
 from steps.contract import SHARDED
-from pipeline.harness import s3_channel, training_request
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -185,3 +186,40 @@ def test_the_first_process_is_the_container_entrypoint_and_only_it_would_get_sig
     del job.request["AlgorithmSpecification"]["ContainerEntrypoint"]  # plain script mode: the toolkit runs the entry point
     assert job._command("steps/train/launcher.py") == [sys.executable, "steps/train/launcher.py"]
     assert not job.signals_reach_entry_point  # the toolkit does not pass SIGTERM on: an interruption kills the hosts
+
+
+HOST_SCRIPT = """
+import json, os, pathlib, time
+config = json.loads(pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"], "input/config/resourceconfig.json").read_text())
+output = pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"], "output")
+pathlib.Path(os.environ["TMPDIR"], "scratch").write_text("x")
+(output / "tmpdir").write_text(os.environ["TMPDIR"])
+if config["current_group_name"] == "dnn_group":
+    time.sleep(600)  # frozen: it never exits by itself
+trainer = next(g["hosts"][0] for g in config["instance_groups"] if g["instance_group_name"] == "dnn_group")
+(output / "failure").write_text(f"trainer lost: trainer {trainer} went silent")
+raise SystemExit(1)
+"""
+
+
+def test_a_job_fails_naming_the_host_its_first_failure_blames_and_each_hosts_temp_dir_goes_with_it(tmp_path, shards):
+    """The data hosts fail first, each blaming the trainer, which never exits (frozen): the job's failure leads with the
+    trainer; the emulator stops it after grace_s; every host had a TMPDIR of its own, gone with the job."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "host.py").write_text(HOST_SCRIPT)
+    job = make_job(tmp_path, shards, storage.uri(code))
+    del job.request["AlgorithmSpecification"]["ContainerEntrypoint"]
+    job.hyperparameters["sagemaker_program"] = "host.py"
+    job.grace_s, job.image_guard = 5.0, False
+    with job:
+        job.start()
+        result = job.wait()
+    trainer = next(h for h in job.hosts if h.role == "trainer")
+    data = [h for h in job.hosts if h.role == "data"]
+    assert result.failure.startswith(f"step job: host {trainer.name} (dnn_group, trainer) failed, as host algo-"), result.failure
+    assert "(data_group, data) reports (exited with code 1): trainer lost" in result.failure
+    assert trainer.stopped_by_emulator and not any(h.stopped_by_emulator for h in data)
+    temp_dirs = {Path((h.base_dir / "output" / "tmpdir").read_text()) for h in job.hosts}
+    assert len(temp_dirs) == len(job.hosts) and temp_dirs == {h.temp_dir for h in job.hosts}
+    assert not [d for d in temp_dirs if d.exists()]

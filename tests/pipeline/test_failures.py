@@ -1,16 +1,17 @@
-"""Hosts that die or freeze: every other host exits by itself, and says why."""
+"""Hosts that die or freeze: every other host exits by itself, and says why, naming the host that failed first (as does
+the job's failure, its first error line). How fast is the fault bench's to measure (bench/faults.py)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
+from pipeline.emulator import HOST_NAME, EmulatedJob
+from pipeline.harness import by_role, fault, start_training_job, two_group_request
+from steps.contract import DNN_GROUP
 from steps.shard.shard import shard_dataset
-from pipeline.emulator import EmulatedJob
-from pipeline.harness import by_role, start_training_job, two_group_request
 
 pytestmark = pytest.mark.e2e
 
@@ -22,40 +23,34 @@ def shards(tmp_path_factory, tiny_images):
     return out
 
 
-def test_killed_trainer_takes_every_data_host_down_within_30s(tmp_path, shards, code_uri, no_leftovers):
+def test_killed_trainer_takes_every_data_host_down_by_itself(tmp_path, shards, code_uri, no_leftovers):
     job = start_training_job(tmp_path, shards, code_uri)
     with job:
         trainer = by_role(job, "trainer")[0]
-        killed_at = time.monotonic()
         os.kill(trainer.process.pid, signal.SIGKILL)
         result = job.wait()
     assert not result.ok and trainer.name in result.failure and "signal 9" in result.failure
     for host in by_role(job, "data"):
         assert not host.stopped_by_emulator, f"{host.name} had to be stopped by the emulator"
-        assert host.ended_at - killed_at < 30
         assert host.exit_code != 0
         assert trainer.name in host.failure and "without STOP" in host.failure
         log = (host.base_dir / "output" / "host.log").read_text()  # the trainer's end, in one line: no stack of its own
         assert "Traceback" not in log and log.rstrip().splitlines()[-1] == f"ERROR {host.failure}", log[-3000:]
 
 
-def test_frozen_trainer_is_noticed_after_the_silence_timeout(tmp_path, shards, code_uri, no_leftovers):
-    job = start_training_job(tmp_path, shards, code_uri, silence_timeout_s=3)
+def test_frozen_trainer_is_noticed_by_every_data_host_and_named_first_by_the_job(tmp_path, shards, code_uri, no_leftovers):
+    job = start_training_job(tmp_path, shards, code_uri, silence_timeout_s=3, grace_s=20)
     with job:
         trainer = by_role(job, "trainer")[0]
-        os.kill(trainer.process.pid, signal.SIGSTOP)  # alive but silent: no FIN ever reaches the data hosts
-        frozen_at = time.monotonic()
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and any(h.process.poll() is None for h in by_role(job, "data")):
-                time.sleep(0.1)
-            all_gone_at = time.monotonic()
-        finally:
-            os.kill(trainer.process.pid, signal.SIGCONT)
-        for host in by_role(job, "data"):
-            assert host.process.poll() is not None, f"{host.name} still running a minute after its trainer froze"
-            assert "silent" in host.failure or "sent nothing" in host.failure
-        assert all_gone_at - frozen_at < 30
+        fault(trainer, signal.SIGSTOP)  # alive but silent: no FIN ever reaches the data hosts
+        result = job.wait()  # the frozen trainer never exits: the emulator ends it, grace_s after the first data host
+    for host in by_role(job, "data"):
+        assert not host.stopped_by_emulator, f"{host.name} had to be stopped by the emulator"
+        assert host.exit_code != 0 and ("silent" in host.failure or "sent nothing" in host.failure), host.failure
+        assert HOST_NAME.search(host.failure).group() == trainer.name, host.failure
+    # a data host failed first, yet the job's failure leads with the host that froze
+    assert result.failure.startswith(f"step job: host {trainer.name} ({DNN_GROUP}, trainer) failed, as host algo-"), result.failure
+    assert trainer.stopped_by_emulator and not trainer.failure
 
 
 def test_killed_data_host_is_named_with_the_samples_lost(tmp_path, shards, code_uri, no_leftovers):

@@ -1,7 +1,8 @@
 """framework=ray on the emulated cluster: a Ray cluster over the job's hosts (head on the first trainer host), Ray Data
 decoding the WebDataset shards on every CPU, Ray Train training; each sample once per epoch, every host (and every Ray
-process) gone at the end, also when a host dies; the cluster refuses clients without the job's token and trains
-through a flood of connections and garbage on every port."""
+process and temp folder) gone at the end, also when a host dies, freezes or gets SIGTERM, each survivor out by itself
+naming the host that failed; the cluster refuses clients without the job's token and trains through a flood of
+connections and garbage on every port. How fast each host goes is the fault bench's to measure (bench/faults.py)."""
 
 from __future__ import annotations
 
@@ -15,19 +16,36 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-from pipeline.emulator import EmulatedJob
+from pipeline.emulator import HOST_NAME, EmulatedJob
 from pipeline.graph import resolve_parameters
-from pipeline.harness import by_role, confinement_breaches, host_processes, job_processes, listeners, listeners_on, two_group_request
+from pipeline.harness import (
+    by_role,
+    confinement_breaches,
+    fault,
+    host_processes,
+    job_processes,
+    listeners,
+    listeners_on,
+    ray_folders,
+    temp_left,
+    two_group_request,
+)
 from pipeline.local import LocalOptions, LocalRunner
-from steps.contract import DATA_GROUP, DNN_GROUP, HYBRID_CHANNEL, REPLICATED
 from steps.shard.shard import shard_dataset
 
 pytestmark = pytest.mark.e2e
+
+def _left_behind(job) -> dict:
+    """What a Ray job left: processes (by the marker every process of its hosts inherits) and temp folders (a host's
+    TMPDIR, a Ray node's folder); and Ray node folders outside their host's TMPDIR (in the machine's /tmp)."""
+    outside = [str(f) for host in job.hosts for f in ray_folders(job.job_dir).get(host.name, [])
+               if host.temp_dir not in f.parents]
+    return {k: v for k, v in {"processes": _ray_processes(job), "temp": temp_left(job), "outside": outside}.items() if v}
+
 
 def _ray_processes(*jobs) -> list[str]:
     """Processes the jobs' hosts started that are still there (Ray's GCS, raylets and workers among them), found by the
@@ -50,15 +68,10 @@ def shards(tmp_path_factory, tiny_images):
 
 
 def _ray_request(tmp_path, shards, code_uri, *, data: int, dnn: int = 1, **hyperparameters) -> dict:
-    """The pipeline's Ray layout: the train channel replicated to both groups (Ray Data reads it from any node)."""
-    request = two_group_request(tmp_path, shards, code_uri, data=data, dnn=dnn, hyperparameters={
+    """The pipeline's Ray layout (`pipeline.harness.ray_layout`): the train channel replicated to both groups."""
+    return two_group_request(tmp_path, shards, code_uri, data=data, dnn=dnn, hyperparameters={
         "framework": "ray", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0}, "heartbeat_s": 0.5,
         "silence_timeout_s": 10, "connect_timeout_s": 120, **hyperparameters})
-    channels = [c for c in request["InputDataConfig"] if c["ChannelName"] != HYBRID_CHANNEL]
-    train = next(c for c in channels if c["ChannelName"] == "train")["DataSource"]["S3DataSource"]
-    train.update(S3DataDistributionType=REPLICATED, InstanceGroupNames=[DATA_GROUP, DNN_GROUP])
-    request["InputDataConfig"] = channels
-    return request
 
 
 def test_the_pipeline_trains_on_a_ray_cluster_one_data_host_one_trainer(tmp_path, tiny_images, no_leftovers):
@@ -97,7 +110,7 @@ def test_two_data_hosts_and_a_trainer_on_ray_consume_each_sample_once(tmp_path, 
     assert not _ray_processes(job)
 
 
-def _start(tmp_path, shards, code_uri, *, data: int = 2, dnn: int = 1, **hyperparameters) -> EmulatedJob:
+def _start(tmp_path, shards, code_uri, *, data: int = 2, dnn: int = 1, grace_s: float = 60, **hyperparameters) -> EmulatedJob:
     training = []
 
     def on_line(host, line):
@@ -105,7 +118,7 @@ def _start(tmp_path, shards, code_uri, *, data: int = 2, dnn: int = 1, **hyperpa
             training.append(host)
 
     request = _ray_request(tmp_path, shards, code_uri, data=data, dnn=dnn, epochs=1000, log_every=1, **hyperparameters)
-    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", on_line=on_line, grace_s=60, timeout_s=240)
+    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", on_line=on_line, grace_s=grace_s, timeout_s=240)
     job.start()
     deadline = time.monotonic() + 180
     while not training and time.monotonic() < deadline:
@@ -130,15 +143,13 @@ def test_the_ray_cluster_is_confined_refuses_a_client_without_the_token_and_a_ki
         # no Ray client server (ray://, it runs drivers for remote clients): the image has no grpc, so Ray starts none
         lines = [" ".join(p.cmdline()) for p in psutil.Process(head.process.pid).children(recursive=True)]
         assert not [line for line in lines if "ray.util.client.server" in line]
-        killed_at = time.monotonic()
-        os.killpg(head.process.pid, signal.SIGKILL)  # the instance: the driver, its Ray node and workers
+        fault(head, signal.SIGKILL)  # the instance: the driver, its Ray node and workers
         result = job.wait()
-    assert not result.ok and head.name in result.failure
+    assert not result.ok and HOST_NAME.search(result.failure).group() == head.name
     for host in by_role(job, "data"):
         assert not host.stopped_by_emulator, f"{host.name} had to be stopped by the emulator"
-        assert host.exit_code != 0 and head.name in host.failure
-        assert host.ended_at - killed_at < 30
-    assert not _ray_processes(job)
+        assert host.exit_code != 0 and HOST_NAME.search(host.failure).group() == head.name, host.failure
+    assert not _left_behind(job)
 
 
 def test_a_ray_job_flooded_on_every_port_trains_to_the_end_with_each_sample_once(tmp_path, shards, code_uri, no_leftovers):
@@ -186,22 +197,57 @@ def test_a_killed_ray_data_host_ends_or_survives_with_every_host_exiting_by_itse
     job = _start(tmp_path, shards, code_uri)
     with job:
         victim = by_role(job, "data")[0]
-        os.killpg(victim.process.pid, signal.SIGKILL)
+        fault(victim, signal.SIGKILL)
         result = job.wait()
     head = by_role(job, "trainer")[0]
     assert not result.ok and not head.stopped_by_emulator and head.exit_code != 0
-    assert victim.name in head.failure
-    assert all(not h.stopped_by_emulator for h in job.hosts if h is not victim)
-    assert not _ray_processes(job)
+    for host in (h for h in job.hosts if h is not victim):  # each survivor's failure leads with the lost host
+        assert not host.stopped_by_emulator and host.exit_code != 0 and HOST_NAME.search(host.failure).group() == victim.name, host.failure
+    assert not _left_behind(job)
 
 
 def test_a_killed_ray_trainer_host_that_is_not_the_head_ends_the_job_naming_it(tmp_path, shards, code_uri, no_leftovers):
     job = _start(tmp_path, shards, code_uri, data=1, dnn=2)
     with job:
         head, victim = by_role(job, "trainer")
-        os.killpg(victim.process.pid, signal.SIGKILL)  # the instance: its Ray node, its Ray Train worker
+        fault(victim, signal.SIGKILL)  # the instance: its Ray node, its Ray Train worker
         result = job.wait()
     assert not result.ok and victim.name in head.failure
     assert all(not h.stopped_by_emulator and h.exit_code != 0 for h in job.hosts if h is not victim)
-    assert not _ray_processes(job)
+    assert not _left_behind(job)
+
+
+@pytest.mark.parametrize("role", ["trainer", "data"])
+def test_a_frozen_ray_host_is_named_first_by_every_other_host_which_exits_by_itself(role, tmp_path, shards, code_uri, no_leftovers):
+    """SIGSTOP to every process of one host (the head, or a data host): it never exits by itself. Every other host notices
+    the silence and exits non-zero on its own, each naming the frozen host first, as does the job's failure (its first
+    error line), though a peer failed first; the emulator ends the frozen host after its grace; nothing is left."""
+    job = _start(tmp_path, shards, code_uri, grace_s=15, silence_timeout_s=5)
+    with job:
+        victim = by_role(job, role)[0]
+        fault(victim, signal.SIGSTOP)
+        result = job.wait()
+    others = [h for h in job.hosts if h is not victim]
+    assert not result.ok and HOST_NAME.search(result.failure).group() == victim.name, result.failure
+    for host in others:
+        assert not host.stopped_by_emulator, f"{host.name} had to be stopped by the emulator: {host.failure}"
+        assert host.exit_code not in (0, None) and HOST_NAME.search(host.failure).group() == victim.name, host.failure
+        assert "silent" in host.failure or "sent nothing" in host.failure or "STOP from" in host.failure, host.failure
+    assert victim.stopped_by_emulator and not victim.failure  # frozen to the end: it wrote nothing
+    assert not _left_behind(job)
+
+
+def test_sigterm_to_every_ray_host_ends_each_by_itself_with_its_failure_file(tmp_path, shards, code_uri, no_leftovers):
+    """StopTrainingJob, or a spot interruption: SIGTERM to each host's entry process. Each, the head (a Ray driver, whose
+    SIGTERM handler Ray replaces) included, writes its failure file and exits 143 by itself; its Ray node goes with it."""
+    job = _start(tmp_path, shards, code_uri, grace_s=30)
+    with job:
+        for host in job.hosts:
+            host.process.send_signal(signal.SIGTERM)
+        result = job.wait()
+    assert not result.ok
+    for host in job.hosts:
+        assert not host.stopped_by_emulator, f"{host.name} had to be stopped by the emulator"
+        assert host.exit_code == 143 and host.failure.startswith("terminated: SIGTERM"), (host.name, host.exit_code, host.failure)
+    assert not _left_behind(job)
 

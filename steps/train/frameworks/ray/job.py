@@ -30,22 +30,30 @@ import threading
 import time
 from pathlib import Path
 
-from steps.common.errors import HeteroError, UserError
+from steps.common.errors import HeteroError, UserError, describe
 from steps.common.files import write_atomic
 from steps.shard.format import count_samples, list_shards
-from steps.train.dataplane.auth import job_secret
 from steps.train.core.cluster import TRAINER, Cluster, resolve
 from steps.train.core.config import TrainConfig
-from steps.train.dataplane.control import accept_trainers, end_links, failure_reason, open_link, tell_trainer, trainer_frame, trainer_lost
 from steps.train.core.gpus import gpu_use, idle_gpus_line, require_usable_gpus
-from steps.train.dataplane.link import Heartbeat, Link, Stopped
 from steps.train.core.manifest import read_classes, train_channel
-from steps.train.core.outputs import write_outputs
 from steps.train.core.metrics import training_metrics
-from steps.train.frameworks.ray.node import TRAINER_RESOURCE, RayNode, RayNodeFailed
-from steps.train.frameworks.ray.trainer import RAY_CHECKPOINT
+from steps.train.core.outputs import write_outputs
+from steps.train.dataplane.auth import job_secret
+from steps.train.dataplane.control import (
+    accept_trainers,
+    end_links,
+    failure_reason,
+    open_link,
+    tell_trainer,
+    trainer_frame,
+    trainer_lost,
+)
+from steps.train.dataplane.link import Heartbeat, Link, Stopped
 from steps.train.dataplane.meter import arrived, data_host_metrics
 from steps.train.dataplane.wire import Kind, WireError
+from steps.train.frameworks.ray.node import TRAINER_RESOURCE, RayNode, RayNodeFailed
+from steps.train.frameworks.ray.trainer import RAY_CHECKPOINT
 
 RESULTS_ACTOR = "hetero-results"
 
@@ -61,19 +69,28 @@ def run_ray_host(cfg: TrainConfig, cluster: Cluster, workload) -> None:
         require_usable_gpus(cluster.current_host, cluster.instance_type, torch.cuda.device_count() if torch.cuda.is_available()
                             else 0, "ray", how="torch.cuda.is_available() is false")
     node = RayNode(cfg, cluster)
+    completed = False
     try:
         if node.is_head:
             _run_head(cfg, cluster, node)
         else:
             _follow(cfg, cluster, node)
+        completed = True
     finally:
-        try:
-            import ray
+        _end(node, completed)
 
-            if ray.is_initialized():
-                ray.shutdown()
-        finally:
-            node.stop()
+
+def _end(node: RayNode, completed: bool) -> None:
+    """This host's Ray node, gone: after a completed job the driver disconnects and the node stops in order; after a
+    failure (a lost host, SIGTERM) the node is killed at once, since the job's other hosts exit as soon as they learn
+    of it and SageMaker bills until the last one has."""
+    try:
+        import ray
+
+        if completed and ray.is_initialized():
+            ray.shutdown()
+    finally:
+        node.stop(graceful=completed)
 
 
 # -- the head: driver, trainer of record, end of the job -------------------------------------------------------
@@ -89,12 +106,12 @@ def _run_head(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
         _await_nodes(cfg, len(others) + 1, node, links)
         files = _train(cfg, cluster, links)
         links.close("completed", files=files)
-    except BaseException as exc:
-        links.close("failed", failure_reason(cluster.current_host, exc))
+    except BaseException as exc:  # a lost host by its own name (the others' failures lead with it), else the head's
+        links.close("failed", describe(exc) if isinstance(exc, HostLost) else failure_reason(cluster.current_host, exc))
         raise
 
 
-def _await_nodes(cfg: TrainConfig, count: int, node: RayNode, links: "_Followers") -> None:
+def _await_nodes(cfg: TrainConfig, count: int, node: RayNode, links: _Followers) -> None:
     import ray
 
     deadline = time.monotonic() + cfg.connect_timeout_s
@@ -111,7 +128,7 @@ def _await_nodes(cfg: TrainConfig, count: int, node: RayNode, links: "_Followers
         time.sleep(0.5)
 
 
-def _train(cfg: TrainConfig, cluster: Cluster, links: "_Followers") -> dict[str, bytes]:
+def _train(cfg: TrainConfig, cluster: Cluster, links: _Followers) -> dict[str, bytes]:
     import ray
     from ray.data import DataContext
     from ray.train import FailureConfig, RunConfig, ScalingConfig
@@ -200,7 +217,7 @@ def _leave_room_for_data(kept: int, why: str, workers: int, cpus: int) -> tuple[
                   f"on: {fits} each, the decode shares the trainers' CPUs")
 
 
-def _fit(trainer, cfg: TrainConfig, links: "_Followers") -> None:
+def _fit(trainer, cfg: TrainConfig, links: _Followers) -> None:
     """``trainer.fit()``, ended early when another host of the job is lost: SageMaker fails a job whose host fails
     anyway, so riding it out on Ray's retries would only keep the rest billing. The head's process then exits (its
     Ray node and workers with it) with the lost host's name."""

@@ -13,7 +13,10 @@ every node here runs with token authentication (``RAY_AUTH_MODE=token``),
 the token derived from the job secret and read from a file only this user
 can read, never from the environment. The node is ``ray start --block`` in a
 child process; `stop` ends it and every process Ray started for it (raylet, GCS, workers: found by
-the node's own temp folder), so no Ray process outlives its host.
+the marker `NODE_ENV` each inherits in its environment; Ray's workers rename themselves and lead process groups of
+their own, so neither their command lines nor the node's group name them all) and removes the node's temp folder,
+so no Ray process or file outlives its host: gracefully after a job that completed, at once after a failure (the
+job's other hosts are waiting on this one to exit).
 """
 
 from __future__ import annotations
@@ -31,13 +34,19 @@ import time
 from pathlib import Path
 
 from steps.common.errors import HeteroError
-from steps.train.dataplane.auth import job_secret
 from steps.train.core.cluster import DATA, Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
+from steps.train.core.terminate import TERMINATE
+from steps.train.dataplane.auth import job_secret
 
 RAY_VERSION = "2.60.0"
 TRAINER_RESOURCE, DATA_RESOURCE = "hetero_trainer", "hetero_data"
 OBJECT_STORE_BYTES = 512 * 1024**2  # per node: batches in flight, not the dataset
+NODE_ENV = "HETERO_RAY_NODE"  # in every Ray process of a node: the node's temp folder
+# Ray's deepest unix socket is <folder>/ray/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store, about 70 characters
+# below the folder, and a socket path has at most 107 (sun_path): a temp dir longer than this gives way to /tmp
+TEMP_DIR_ROOM = 24
+STOP_WAIT_S = 15.0  # for ray start to stop its processes, then for the last of them to go
 
 
 class RayNodeFailed(HeteroError):
@@ -57,7 +66,7 @@ class RayNode:
         self.head_host = cluster.trainer_hosts[0]
         self.is_head = cluster.current_host == self.head_host
         self.address = ""  # the head's GCS, host:port: the head picks it, the others learn it (steps.train.frameworks.ray.job)
-        self.folder = Path(tempfile.mkdtemp(prefix="hray-", dir="/tmp"))  # short: Ray's unix sockets live under it
+        self.folder = _node_folder()
         self.process: subprocess.Popen | None = None
 
     def environment(self) -> dict:
@@ -70,7 +79,7 @@ class RayNode:
         timeout = str(max(5, int(self.cfg.silence_timeout_s)))
         code = str(Path(__file__).resolve().parents[4])  # Ray's worker processes import the step code from here
         path = os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p)
-        return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0",
+        return {**os.environ, NODE_ENV: str(self.folder), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0",
                 "RAY_gcs_rpc_server_reconnect_timeout_s": timeout, "RAY_DEDUP_LOGS": "0", "PYTHONPATH": path,
                 "RAY_COLOR_PREFIX": "0",  # workers' lines reach the log as "(RayTrainWorker pid=N) ...", no ANSI codes
                 # no progress bars (Ray Data redraws one per operator every second: thousands of lines a minute in the job's
@@ -81,7 +90,7 @@ class RayNode:
     def ip(self) -> str:
         return resolve(self.cluster.current_host)
 
-    def start(self, head: str = "", *, log=None) -> "RayNode":
+    def start(self, head: str = "", *, log=None) -> RayNode:
         """Start the node, joining the GCS at ``head`` (host:port; the head picks its own: ``ray_port``, or a free
         port when 0). ``log``: where Ray's own output goes, this process's by default. A head is up when this
         returns, a joining node once the head answered."""
@@ -103,7 +112,8 @@ class RayNode:
             command += [f"--address={self.address}"]
         self.process = subprocess.Popen(command, env=self.environment(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         print(f"[ray] {self.cluster.current_host}: {f'head at {self.address}' if self.is_head else f'node at {ip}'} "
-              f"({available_cpus()} CPU(s), {resource}){'' if self.is_head else f', joining {self.address}'}",
+              f"({available_cpus()} CPU(s), {resource}){'' if self.is_head else f', joining {self.address}'}; "
+              f"temp folder {self.folder}",
               file=log or sys.stdout, flush=True)
         if self.is_head:
             self._await_head()
@@ -138,24 +148,24 @@ class RayNode:
 
         ray.init(address=self.address, _node_ip_address=self.ip, logging_level=logging.WARNING, configure_logging=False,
                  log_to_driver=self.is_head, runtime_env={"worker_process_setup_hook": f"{__name__}.{quiet_worker.__name__}"})
+        TERMINATE.install()  # ray.init replaced it with sys.exit(15): a SIGTERM would end the driver as an internal error
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def stop(self) -> None:
-        """End the node and every process Ray started for it. Idempotent."""
-        if self.process is not None and self.process.poll() is None:
+    def stop(self, *, graceful: bool = True) -> None:
+        """End the node and every process Ray started for it, and remove its temp folder. ``graceful``: let ``ray start``
+        stop its processes first (up to `STOP_WAIT_S`); else kill them at once. Idempotent."""
+        if graceful and self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)  # ray start --block stops its processes on SIGTERM
             try:
-                self.process.wait(timeout=15)
+                self.process.wait(timeout=STOP_WAIT_S)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        for pid in _processes_under(self.folder):  # whatever survived it (a raylet whose parent was killed)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
                 pass
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        _kill_marked(f"{NODE_ENV}={self.folder}")  # whatever survived it (a raylet whose parent was killed, its workers)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -197,18 +207,35 @@ def _free_port(ip: str, *also: str) -> int:
     raise RayNodeFailed(f"no TCP port free on {ip} and {', '.join(also)} in 100 tries: is the loopback interface up?")
 
 
-def _processes_under(folder: Path) -> list[int]:
-    """Processes whose command line names ``folder`` (every Ray process of a node names its temp folder)."""
-    needle = str(folder).encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
+def _node_folder() -> Path:
+    """A new temp folder for the node, in the host's temp dir (its instance's /tmp), or /tmp where that is too long a
+    path for Ray's unix sockets (`TEMP_DIR_ROOM`)."""
+    root = tempfile.gettempdir()
+    return Path(tempfile.mkdtemp(prefix="hray-", dir=root if len(root) <= TEMP_DIR_ROOM else "/tmp"))
+
+
+def _kill_marked(marker: str, timeout_s: float = STOP_WAIT_S) -> None:
+    """SIGKILL every process with ``marker`` ("NAME=value") in its environment, this one excepted, until none is left
+    (one may start another while it goes), for at most ``timeout_s``."""
+    needle = f"{marker}\0".encode()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and int(entry.name) != os.getpid():
+                try:
+                    if needle in (entry / "environ").read_bytes() and not (entry / "stat").read_text().rsplit(")", 1)[1].startswith(" Z"):
+                        found.append(int(entry.name))
+                except OSError:  # exited meanwhile, or another user's
+                    continue
+        if not found:
+            return
+        for pid in found:
             try:
-                if needle in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.02)
 
 
 def _gpus() -> int:
