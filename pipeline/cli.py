@@ -45,7 +45,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FLAGS = {p.flag.replace("-", "_"): p.name for p in PARAMETERS if p.flag}  # argparse dest -> pipeline parameter
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetero", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the whole pipeline on an emulated local cluster")
@@ -117,7 +117,7 @@ def _remote_parsers(sub) -> None:
     start.add_argument("--display-name", help="execution display name shown in SageMaker Studio")
     start.add_argument("--prices", metavar="FILE_OR_S3_URI",
                        help="JSON price file (uploaded beside the pipeline's artifacts) or the s3:// URI of one [PriceOverrides]")
-    start.set_defaults(no_baseline=False, **dict.fromkeys(FLAGS))  # so `_layers` reads --param, env and --config alike
+    start.set_defaults(no_baseline=False, **dict.fromkeys(FLAGS))  # so `parameter_layers` reads --param, env and --config alike
     start.add_argument("--apply-plan", metavar="EXECUTION_ID",
                        help="run with the data group the plan of that execution recommends (its plan.json in --results)")
     start.add_argument("--results", default=os.environ.get("HETERO_RESULTS_URI"),
@@ -149,7 +149,7 @@ def _remote_parsers(sub) -> None:
     executions.add_argument("--details", metavar="EXECUTION_ID", help="print the full price-performance table of one execution")
 
 
-def _layers(args) -> list[dict]:
+def parameter_layers(args) -> list[dict]:
     file_layer = {}
     if args.config:
         try:
@@ -170,7 +170,7 @@ def _layers(args) -> list[dict]:
     return [file_layer, env_layer, cli_layer]
 
 
-def _validate(params: dict, code_dirs: tuple[Path, ...] = ()) -> None:
+def validate_run(params: dict, code_dirs: tuple[Path, ...] = ()) -> None:
     """What `hetero run` can tell before anything runs: the price file, the instance types' prices, the workload."""
     file = params["PriceOverrides"]
     if file.startswith("s3://"):
@@ -223,7 +223,7 @@ def _importable_from(parts: list[str]) -> Path | None:
     return None
 
 
-def _deployed_code_dirs() -> tuple[Path, ...]:
+def deployed_code_dirs() -> tuple[Path, ...]:
     """The code folders `cdk deploy` from this folder ships: cdk.json's CODE_DIRS_KEY, relative to it."""
     try:
         context = json.loads(Path("cdk.json").read_text()).get("context", {})
@@ -277,8 +277,8 @@ def _require_framework(framework: str) -> None:
 
 def cmd_run(args) -> int:
     _require_framework(args.framework)
-    params = resolve_parameters(*_layers(args))
-    _validate(params, tuple(args.code_dir))
+    params = resolve_parameters(*parameter_layers(args))
+    validate_run(params, tuple(args.code_dir))
     if args.sample_images < 10:
         raise UserError(f"--sample-images {args.sample_images}: use at least 10", headline="bad option")
     if args.progress_timeout < 0:
@@ -330,10 +330,10 @@ def cmd_params(args) -> int:
 
 def cmd_start(args) -> int:
     overrides = {}
-    for layer in _layers(args):
+    for layer in parameter_layers(args):
         overrides.update(layer)
     if "Workload" in overrides:
-        check_workload(str(overrides["Workload"]), code_dirs=_deployed_code_dirs(), deployed=True)
+        check_workload(str(overrides["Workload"]), code_dirs=deployed_code_dirs(), deployed=True)
     if args.apply_plan:
         if not args.results:
             raise UserError("--apply-plan needs --results s3://bucket/prefix (or env HETERO_RESULTS_URI)", headline="bad option")
@@ -419,7 +419,7 @@ def cmd_definition(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         return {"run": cmd_run, "params": cmd_params, "start": cmd_start, "executions": cmd_executions,
                 "definition": cmd_definition, "plan": cmd_plan, "report": cmd_report,

@@ -1,6 +1,6 @@
 from aws_cdk.assertions import Match
 
-from tests.infra.conftest import resources
+from tests.support.stacks import resources
 
 ENCRYPTED = {"ServerSideEncryptionConfiguration": [{"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}
 PRIVATE = {"BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True}

@@ -11,7 +11,7 @@ from infra.job_role import POLICY_NAME
 from pipeline.images import default_processing_image, default_training_image, ecr_repository
 from pipeline.sagemaker import all_steps
 from steps.common.errors import UserError
-from tests.infra.conftest import embedded_definition, resources, role_arn_of, statements
+from tests.support.stacks import embedded_definition, resources, role_arn_of, statements
 
 
 def _by_sid(synth) -> dict:
@@ -155,7 +155,7 @@ def test_the_role_pulls_exactly_the_repositories_of_the_images_the_pipeline_runs
 
 
 def test_custom_images_are_pulled_from_their_own_repositories_only(tmp_path):
-    from tests.infra.conftest import synthesise
+    from tests.support.stacks import synthesise
 
     training = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/my-team/pytorch:2.5-gpu"
     processing = "210987654321.dkr.ecr.cn-north-1.amazonaws.com.cn/my-team/prep@sha256:" + "0" * 64
@@ -168,7 +168,7 @@ def test_custom_images_are_pulled_from_their_own_repositories_only(tmp_path):
 
 
 def test_one_custom_image_keeps_the_default_for_the_other(tmp_path):
-    from tests.infra.conftest import synthesise
+    from tests.support.stacks import synthesise
 
     training = "123456789012.dkr.ecr.us-east-1.amazonaws.com/my-team/pytorch:2.13-gpu"
     synth = synthesise(tmp_path, **{"hetero:trainingImage": training})
@@ -183,7 +183,7 @@ def test_an_environment_agnostic_stack_needs_both_images():
 
     from infra.settings import StackSettings
     from infra.stack import HeteroStack
-    from tests.infra.conftest import cdk_json_context
+    from tests.support.stacks import cdk_json_context
 
     with pytest.raises(UserError, match=r"is not a region name \(a CloudFormation token\?\)"):
         HeteroStack(App(), "Agnostic", settings=StackSettings.from_context(cdk_json_context()))  # no env: a token region

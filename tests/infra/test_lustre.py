@@ -1,6 +1,6 @@
 from aws_cdk.assertions import Match
 
-from tests.infra.conftest import resources
+from tests.support.stacks import resources
 
 
 def test_no_network_or_file_system_without_fsx(synth_default):

@@ -1,7 +1,6 @@
 from aws_cdk.assertions import Match
 
-from tests.infra.conftest import synthesise
-from tests.infra.test_retrain_schedule import PIPELINE_ARN
+from tests.support.stacks import PIPELINE_ARN, synthesise
 
 
 def test_rule_matches_the_marker_under_the_input_prefix_of_this_bucket(synth_any):

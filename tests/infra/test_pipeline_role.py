@@ -6,7 +6,7 @@ from aws_cdk.assertions import Match
 
 from infra import job_role, pipeline_role
 from pipeline.sagemaker import all_steps
-from tests.infra.conftest import embedded_definition, resources, role_arn_of, statements
+from tests.support.stacks import embedded_definition, resources, role_arn_of, statements
 
 
 def _by_sid(synth) -> dict:

@@ -5,7 +5,7 @@ import json
 import pytest
 from aws_cdk.assertions import Match
 
-from tests.infra.conftest import resources, synthesise
+from tests.support.stacks import resources, synthesise
 
 
 @pytest.fixture(scope="module")

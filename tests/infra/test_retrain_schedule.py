@@ -2,10 +2,7 @@ import json
 
 from aws_cdk.assertions import Match
 
-from tests.infra.conftest import resources, synthesise
-
-PIPELINE_ARN = {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":sagemaker:us-east-1:", {"Ref": "AWS::AccountId"},
-                                  ":pipeline/heterotraining"]]}
+from tests.support.stacks import PIPELINE_ARN, resources, synthesise
 
 
 def test_schedule_starts_the_pipeline_with_overrides(synth_any):

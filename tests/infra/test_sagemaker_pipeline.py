@@ -10,7 +10,7 @@ from pipeline.graph import PARAMETERS
 from pipeline.images import default_processing_image, default_training_image
 from pipeline.job_access import JobAccess
 from pipeline.sagemaker import all_steps
-from tests.infra.conftest import embedded_definition, resources, role_arn_of
+from tests.support.stacks import embedded_definition, resources, role_arn_of
 
 
 def _token_of(tokens: list, cfn_value) -> str:

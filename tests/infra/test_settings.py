@@ -3,7 +3,7 @@ import pytest
 from infra.settings import StackSettings
 from pipeline.job_access import INPUT_PREFIX_SETTING
 from steps.common.errors import UserError
-from tests.infra.conftest import cdk_json_context
+from tests.support.stacks import cdk_json_context
 
 
 def test_cdk_json_documents_every_key_with_its_default():

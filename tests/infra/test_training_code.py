@@ -6,7 +6,7 @@ import pytest
 
 from pipeline.code import STEPS_DIR, build_code_tarball
 from steps.common.errors import UserError
-from tests.infra.conftest import synthesise
+from tests.support.stacks import synthesise
 
 
 def test_two_builds_are_byte_identical(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import cli
-from pipeline.cli import _validate, main
+from pipeline.cli import main, validate_run
 from pipeline.graph import resolve_parameters
 from steps.common.errors import UserError
 
@@ -88,11 +88,11 @@ def test_a_prices_file_makes_a_new_instance_type_known(tmp_path):
     prices.write_text('{"prices": {"ml.p9.mega": 99.0}}')
     params = resolve_parameters({"DnnInstanceType": "ml.p9.mega"})
     with pytest.raises(UserError, match="ml.p9.mega"):
-        _validate(params)
-    args = cli._parser().parse_args(["run", "--prices", str(prices), "--dnn-instance-type", "ml.p9.mega"])
-    params = resolve_parameters(*cli._layers(args))
+        validate_run(params)
+    args = cli.build_parser().parse_args(["run", "--prices", str(prices), "--dnn-instance-type", "ml.p9.mega"])
+    params = resolve_parameters(*cli.parameter_layers(args))
     assert params["PriceOverrides"] == str(prices)  # the file, which the Evaluate step reads as an input
-    _validate(params)  # known now: no error
+    validate_run(params)  # known now: no error
 
 
 @pytest.mark.parametrize("doc", ['{"prices": {"c5.xlarge": 0.2}}', '{"ml.c5.xlarge": 0.2}', "[1, 2]", "{bad json"])
@@ -106,15 +106,14 @@ def test_a_bad_price_file_shows_the_expected_schema(tmp_path, capsys, doc):
 
 
 def test_a_refreshed_100_type_price_file_is_taken_by_run_and_plan(tmp_path, capsys):
-    from tests.pipeline.conftest import refreshed_price_file
-    from tests.steps.evaluate.test_evaluate import write_json
-    from tests.steps.evaluate.test_plan import _run
+    from tests.support.metrics import input_bound_run, write_json
+    from tests.support.prices import refreshed_price_file
 
     prices = refreshed_price_file(tmp_path / "prices-override.json", prices={"ml.p9.mega": 99.0})
     assert len(prices.read_text()) > 2048  # over any request member's limit: it travels as a file
-    args = cli._parser().parse_args(["run", "--prices", str(prices), "--dnn-instance-type", "ml.p9.mega"])
-    _validate(resolve_parameters(*cli._layers(args)))
-    hetero = write_json(tmp_path / "h" / "metrics.json", _run())
+    args = cli.build_parser().parse_args(["run", "--prices", str(prices), "--dnn-instance-type", "ml.p9.mega"])
+    validate_run(resolve_parameters(*cli.parameter_layers(args)))
+    hetero = write_json(tmp_path / "h" / "metrics.json", input_bound_run())
     assert main(["plan", "--metrics", str(hetero), "--prices", str(prices), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["unpriced"] == [] and str(prices) in plan["prices"]["source"]  # every catalogue type priced from the file
@@ -164,8 +163,8 @@ def test_a_workload_in_a_folder_not_named_is_refused_before_any_work_naming_the_
     # hetero start: what `cdk deploy` from this folder ships, its cdk.json's hetero:codeDirs (relative to it)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cdk.json").write_text(json.dumps({"context": {"hetero:codeDirs": ["usercode"]}}))
-    assert cli._deployed_code_dirs() == (Path("usercode"),)
-    cli.check_workload("my_workloads.tiny", code_dirs=cli._deployed_code_dirs(), deployed=True)
+    assert cli.deployed_code_dirs() == (Path("usercode"),)
+    cli.check_workload("my_workloads.tiny", code_dirs=cli.deployed_code_dirs(), deployed=True)
 
 
 @pytest.mark.parametrize("files, folders, expected", [
@@ -209,7 +208,7 @@ def test_a_request_over_a_service_limit_is_refused_before_any_step_runs(tmp_path
 
 
 def test_plan_needs_an_execution_or_metrics_and_says_why_it_cannot_plan(tmp_path, capsys):
-    from tests.steps.evaluate.test_evaluate import metrics, write_json
+    from tests.support.metrics import metrics, write_json
 
     assert main(["plan", "--results", str(tmp_path)]) == 2
     assert "name an execution id" in capsys.readouterr().err
@@ -222,10 +221,9 @@ def test_plan_needs_an_execution_or_metrics_and_says_why_it_cannot_plan(tmp_path
 
 def test_plan_from_metrics_files_takes_the_baseline_runs_measured_rate_for_staying_homogeneous(tmp_path, capsys):
     from steps.evaluate.plan import MEASURED_BASELINE
-    from tests.steps.evaluate.test_evaluate import metrics, write_json
-    from tests.steps.evaluate.test_plan import _run
+    from tests.support.metrics import input_bound_run, metrics, write_json
 
-    hetero = write_json(tmp_path / "h" / "metrics.json", _run())
+    hetero = write_json(tmp_path / "h" / "metrics.json", input_bound_run())
     groups = [{"name": "dnn_group", "instance_type": "ml.g5.xlarge", "count": 1, "role": "trainer"}]
     baseline = write_json(tmp_path / "b" / "metrics.json", metrics(case="tf_homogeneous", instance_groups=groups,
                                                                     samples_per_second=900.0))
@@ -240,7 +238,7 @@ def test_plan_from_metrics_files_takes_the_baseline_runs_measured_rate_for_stayi
 
 def test_report_writes_the_newest_executions_page_or_the_one_named(tmp_path, capsys):
     from steps.evaluate import evaluate as ev
-    from tests.steps.evaluate.test_evaluate import metrics, write_json
+    from tests.support.metrics import metrics, write_json
 
     store = tmp_path / "store"
     hetero = write_json(tmp_path / "h" / "metrics.json", metrics())
@@ -289,7 +287,7 @@ def test_every_hetero_command_the_code_and_docs_name_exists():
     from pathlib import Path
 
     root = Path(__file__).parents[2]
-    subparsers = next(a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction))
+    subparsers = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     options = {name: {o for a in p._actions for o in a.option_strings} for name, p in subparsers.choices.items()}
     prose = {"failed", "data"}  # the base error's headline "hetero failed"; "a hetero data service"
     named = re.compile(r"(?<![\w./:-])hetero ([a-z][a-z-]*)(?: (--[a-z][a-z-]*))?")
@@ -321,7 +319,7 @@ def test_a_framework_this_environment_lacks_is_named_with_the_command_that_adds_
 def test_run_prices_with_a_refreshed_100_type_file_through_the_evaluate_step(tmp_path, capsys, no_leftovers):
     """The file `hetero prices refresh` writes (about 100 types, several KB) reaches Evaluate as a processing input, through
     the same compiled request as in the cloud, and prices the run; the cheapest whole run: no baseline, one epoch."""
-    from tests.pipeline.conftest import refreshed_price_file
+    from tests.support.prices import refreshed_price_file
 
     prices = refreshed_price_file(tmp_path / "prices-override.json", prices={"ml.g5.xlarge": 2.5, "ml.c5.4xlarge": 1.25})
     work = tmp_path / "w"

@@ -11,33 +11,13 @@ import pytest
 
 from pipeline.cli import main
 from steps.evaluate.prices import load_prices
-
-
-def _product(instance_type: str, usd: str, *, component: str = "Training", region: str = "us-east-1", unit: str = "Hrs") -> str:
-    """One PriceList entry as the API returns it (abridged to the fields a SageMaker ML Instance row carries)."""
-    sku = f"SKU{abs(hash((instance_type, component, region))) % 10**8:08d}"
-    return json.dumps({
-        "product": {"productFamily": "ML Instance", "sku": sku, "attributes": {
-            "servicecode": "AmazonSageMaker", "location": "US East (N. Virginia)", "locationType": "AWS Region",
-            "regionCode": region, "instanceType": instance_type, "vCpu": "4", "memory": "8 GiB", "physicalGpu": "N/A",
-            "gpuMemory": "N/A", "platoinstancetype": component, "usagetype": f"USE1-{component[:5]}:{instance_type}",
-            "operation": "RunInstance", "servicename": "Amazon SageMaker"}},
-        "serviceCode": "AmazonSageMaker",
-        "terms": {"OnDemand": {f"{sku}.JRTCKXETXF": {
-            "offerTermCode": "JRTCKXETXF", "sku": sku, "effectiveDate": "2026-11-01T00:00:00Z", "termAttributes": {},
-            "priceDimensions": {f"{sku}.JRTCKXETXF.6YS6EN2CT7": {
-                "rateCode": f"{sku}.JRTCKXETXF.6YS6EN2CT7", "unit": unit, "beginRange": "0", "endRange": "Inf",
-                "description": f"${usd} per {component} {instance_type} instance hour", "appliesTo": [],
-                "pricePerUnit": {"USD": usd}}}}}},
-        "version": "20261101000000", "publicationDate": "2026-11-01T00:00:00Z",
-    })
-
+from tests.support.prices import price_list_row
 
 PAGES = [
-    [_product("ml.c7i.xlarge", "0.2142000000"), _product("ml.c5.xlarge", "0.2040000000"),
-     _product("ml.c5.xlarge", "0.2300000000", component="Hosting")],  # another component: not a training price
-    [_product("ml.g6.xlarge-Training", "1.1670000000"), _product("ml.m5.large", "0.0000000000"),  # $0: free-tier row
-     _product("ml.p5.48xlarge", "55.0400000000", unit="Quantity")],  # not an hourly dimension
+    [price_list_row("ml.c7i.xlarge", "0.2142000000"), price_list_row("ml.c5.xlarge", "0.2040000000"),
+     price_list_row("ml.c5.xlarge", "0.2300000000", component="Hosting")],  # another component: not a training price
+    [price_list_row("ml.g6.xlarge-Training", "1.1670000000"), price_list_row("ml.m5.large", "0.0000000000"),  # $0: free-tier row
+     price_list_row("ml.p5.48xlarge", "55.0400000000", unit="Quantity")],  # not an hourly dimension
 ]
 
 

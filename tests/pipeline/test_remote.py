@@ -18,7 +18,7 @@ from pipeline.job_access import JobAccess
 from pipeline.remote import execution_id, list_executions, pipeline_parameters
 from steps.common.errors import UserError
 from steps.evaluate import evaluate as ev
-from tests.steps.evaluate.test_evaluate import metrics, write_json
+from tests.support.metrics import metrics, write_json
 
 PIPELINE = "HeteroTraining"
 BUCKET = "hetero-artifacts"
@@ -279,11 +279,11 @@ def test_overrides_api_is_pure():
 @pytest.fixture
 def planned_execution(sagemaker, capsys, tmp_path):
     """An execution whose Evaluate step stored a plan: one c5.xlarge fed a g5.xlarge that waited 40% of its steps."""
-    from tests.steps.evaluate.test_plan import _run
+    from tests.support.metrics import input_bound_run
 
     boto3.client("s3").create_bucket(Bucket=BUCKET)
     exec_id = execution_id(start(capsys, "Epochs=1"))
-    hetero = write_json(tmp_path / "hetero" / "metrics.json", _run())
+    hetero = write_json(tmp_path / "hetero" / "metrics.json", input_bound_run())
     ev.evaluate(heterogeneous=hetero, baseline=None, output=tmp_path / "e", execution_id=exec_id, store_uri=RESULTS)
     capsys.readouterr()
     return exec_id, json.loads((tmp_path / "e" / "plan.json").read_text())
@@ -364,7 +364,7 @@ def sent_parameters(client, out: str) -> dict:
 
 
 def test_start_uploads_a_refreshed_price_file_beside_the_artifacts_and_passes_its_uri(deployed, capsys, tmp_path):
-    from tests.pipeline.conftest import refreshed_price_file
+    from tests.support.prices import refreshed_price_file
 
     prices = refreshed_price_file(tmp_path / "prices-override.json")
     assert len(prices.read_text()) > 2048  # over a parameter value's 1024 characters: it travels as an object

@@ -339,12 +339,12 @@ def test_the_price_file_reaches_evaluate_as_an_input_never_as_an_argument(steps,
 
 def test_a_refreshed_100_type_price_file_passes_every_request_check(tmp_path):
     from pipeline.validation import validate_execution
-    from tests.pipeline.conftest import refreshed_price_file
-    from tests.pipeline.test_validation import SETTINGS as CONCRETE
+    from tests.support.deploy import CONCRETE_SETTINGS
+    from tests.support.prices import refreshed_price_file
 
     file = refreshed_price_file(tmp_path / "prices-override.json")
     assert len(json.loads(file.read_text())["prices"]) == 100 and file.stat().st_size > 2048
-    definition = build_definition(CONCRETE)
+    definition = build_definition(CONCRETE_SETTINGS)
     params = {p["Name"]: p.get("DefaultValue") for p in definition["Parameters"]}
     params["PriceOverrides"] = "s3://my-bucket/hetero/price-overrides/0123456789abcdef.json"  # what `hetero start` uploads
     validate_execution(definition, params, {"PipelineExecutionId": "abcdef123456", "PipelineName": "hetero-test",

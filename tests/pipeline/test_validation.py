@@ -13,11 +13,10 @@ import pytest
 pytest.importorskip("sagemaker.core", reason="the cloud extra (SageMaker SDK v3) is not installed")
 
 from pipeline import expressions  # noqa: E402
-from pipeline.sagemaker import DeploySettings, FsxSettings, all_steps, build_definition  # noqa: E402
+from pipeline.sagemaker import FsxSettings, all_steps, build_definition  # noqa: E402
 from pipeline.validation import RequestRejected, validate_request  # noqa: E402
+from tests.support.deploy import CONCRETE_SETTINGS as SETTINGS  # noqa: E402
 
-SETTINGS = DeploySettings(pipeline_name="hetero-test", region="eu-west-1", role_arn="arn:aws:iam::123456789012:role/hetero",
-                          bucket="my-bucket", code_uri="s3://my-bucket/hetero/code/code.tar.gz")
 FSX = FsxSettings(file_system_id="fs-0123456789abcdef0", directory_path="/fsx/dataset", subnets=("subnet-0123456789abcdef0",),
                   security_group_ids=("sg-0123456789abcdef0",))
 VARIANTS = {"pytorch": SETTINGS, "tensorflow": replace(SETTINGS, framework="tensorflow"), "fsx": replace(SETTINGS, fsx=FSX),

@@ -7,7 +7,7 @@ import pytest
 from steps.evaluate.bounds import speedup_bound
 from steps.evaluate.evaluate import price_performance, summary_line
 from steps.evaluate.prices import load_prices
-from tests.steps.evaluate.test_evaluate import metrics
+from tests.support.metrics import metrics
 
 
 def costs(decode_ms: float, step_ms: float) -> dict:

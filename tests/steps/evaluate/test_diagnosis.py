@@ -3,7 +3,7 @@
 import pytest
 
 from steps.evaluate.diagnosis import diagnose
-from tests.steps.evaluate.test_evaluate import DATA_HOST, metrics
+from tests.support.metrics import DATA_HOST, metrics
 
 
 def test_a_trainer_that_hardly_waits_is_compute_bound():

@@ -3,7 +3,6 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import boto3
@@ -12,57 +11,10 @@ import pytest
 from steps.common.errors import UserError
 from steps.evaluate import evaluate as ev
 from steps.evaluate.prices import load_prices
+from tests.support.metrics import BLOG, C5_18, make_model_tar, metrics, write_json
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "steps" / "evaluate" / "evaluate.py"
-
-P4D, C5_18, C5_9, P3 = "ml.p4d.24xlarge", "ml.c5.18xlarge", "ml.c5.9xlarge", "ml.p3.2xlarge"
-
-# The AWS blog tables (docs/domain.md): groups, mean step time, $/h, cost per 100 steps.
-BLOG = {
-    "tf_homogeneous": ([(P4D, 1, "trainer")], 0.192, 37.688, 0.201),
-    "tf_heterogeneous": ([(C5_18, 2, "data"), (P4D, 1, "trainer")], 0.086, 45.032, 0.108),
-    "pt_homogeneous": ([(P3, 1, "trainer")], 1.193, 3.825, 0.127),
-    "pt_heterogeneous": ([(C5_9, 1, "data"), (P3, 1, "trainer")], 0.184, 5.661, 0.029),
-}
-
-
-DATA_HOST = {"host": "algo-2", "cpus": 4, "samples_sent": 12800, "batches_sent": {"algo-1": 200},
-             "decode_cpu_s_per_sample": 0.0021, "service_cpu_s_per_sample": 0.0001, "busy_share": 0.93,
-             "bytes_sent_per_sample": 12304.0, "samples_per_second": 1700.0, "measured_over_s": 7.5}
-
-
-def metrics(case="tf_heterogeneous", batch=256, **overrides):
-    """A metrics.json document as the trainer writes it (the contract in steps/evaluate/evaluate.py)."""
-    groups, step_s, _, _ = BLOG[case]
-    hetero = len(groups) > 1
-    doc = {
-        "schema_version": 2, "framework": "pytorch",
-        "mode": "heterogeneous" if len(groups) > 1 else "homogeneous",
-        "instance_groups": [{"name": f"{role}_group", "instance_type": itype, "count": n, "role": role}
-                            for itype, n, role in groups],
-        "global_batch_size": batch, "steps": 500, "warmup_steps": 10,
-        "step_time_s": {"mean": step_s, "p50": step_s, "p90": step_s * 1.1},
-        "data_wait_share": 0.05, "samples_per_second": batch / step_s, "accuracy": 0.93, "epochs": 2,
-        "config": {"lr": 0.1, "batch_size": batch},
-        "data_hosts": [DATA_HOST] if hetero else [], "bytes_received_per_sample": 12304.0 if hetero else 0.0,
-    }
-    doc.update(overrides)
-    return doc
-
-
-def write_json(path, doc):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc), encoding="utf-8")
-    return path
-
-
-def make_model_tar(path, doc, member="metrics.json"):
-    src = write_json(path.parent / "src" / "metrics.json", doc)
-    with tarfile.open(path, "w:gz") as tar:
-        tar.add(src, arcname=member)
-    return path
-
 
 # --- the arithmetic against the AWS tables ---
 

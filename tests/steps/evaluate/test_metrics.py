@@ -8,7 +8,7 @@ import pytest
 
 from steps.common.errors import UserError
 from steps.evaluate.metrics import load_metrics
-from tests.steps.evaluate.test_evaluate import DATA_HOST, P3, make_model_tar, metrics, write_json
+from tests.support.metrics import DATA_HOST, P3, make_model_tar, metrics, write_json
 
 
 def test_load_from_file_nested_dir_tar_and_dir_with_tar(tmp_path):

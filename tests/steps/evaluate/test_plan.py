@@ -7,24 +7,11 @@ import pytest
 from steps.evaluate.catalogue import load_catalogue
 from steps.evaluate.plan import plan_document
 from steps.evaluate.prices import load_prices
-from tests.steps.evaluate.test_evaluate import DATA_HOST, metrics
-
-COSTS = {"batch_size": 64, "cpus": 4, "step_s_per_batch": 0.020, "step_s_per_batch_median": 0.021,
-         "decode_cpu_s_per_batch": 0.128, "decode_s_per_batch": 0.032}
-
-
-def _run(wait=0.4, rate=1200.0, host=None, **overrides):
-    """A g5.xlarge trainer fed by one c5.xlarge that decodes at 2.5 ms of CPU per sample."""
-    groups = [{"name": "data_group", "instance_type": "ml.c5.xlarge", "count": 1, "role": "data"},
-              {"name": "dnn_group", "instance_type": "ml.g5.xlarge", "count": 1, "role": "trainer"}]
-    host = host or {**DATA_HOST, "cpus": 4, "decode_cpu_s_per_sample": 0.0024, "service_cpu_s_per_sample": 0.0001}
-    doc = dict(instance_groups=groups, isolated_costs=COSTS, compute_s_per_step=0.020, data_wait_share=wait,
-               samples_per_second=rate, samples_seen=64_000, epochs=2, data_hosts=[host])
-    return metrics(**{**doc, **overrides})
+from tests.support.metrics import COSTS, DATA_HOST, input_bound_run, metrics
 
 
 def test_an_input_bound_run_is_told_how_many_data_hosts_feed_its_gpu():
-    plan = plan_document(_run(), load_prices(), load_catalogue(), execution_id="e1")
+    plan = plan_document(input_bound_run(), load_prices(), load_catalogue(), execution_id="e1")
     pick = plan["recommendation"]
     # the trainer takes 64 / 20 ms = 3,200 samples/s; one c5.xlarge gives 1,200: three are needed
     assert pick["samples_per_second"] >= 0.95 * 3200 and pick["data"] is not None
@@ -43,7 +30,7 @@ def test_a_compute_bound_run_with_few_cpus_needed_stays_homogeneous():
     # 0.1 ms of CPU per sample: the g5.xlarge's own 3 spare vCPUs decode 30,000 samples/s
     host = {**DATA_HOST, "cpus": 4, "decode_cpu_s_per_sample": 0.0001, "service_cpu_s_per_sample": 0.0}
     cheap = {**COSTS, "decode_cpu_s_per_batch": 0.0064}
-    plan = plan_document(_run(wait=0.01, rate=3200.0, host=host, isolated_costs=cheap), load_prices(), load_catalogue())
+    plan = plan_document(input_bound_run(wait=0.01, rate=3200.0, host=host, isolated_costs=cheap), load_prices(), load_catalogue())
     assert plan["recommendation"]["data"] is None and plan["parameters"] is None
     assert plan["reason"].startswith("stay homogeneous")
 
@@ -71,7 +58,7 @@ def test_every_catalogue_type_has_its_hardware_and_the_families_users_pick():
 def test_an_emulated_run_is_predicted_as_it_ran_and_the_plan_says_its_hosts_were_smaller():
     """Locally a data host named ml.c5.xlarge (4 vCPUs) runs on 1 CPU: the model's self-check uses the 1 CPU."""
     host = {**DATA_HOST, "cpus": 1, "decode_cpu_s_per_sample": 0.0024, "service_cpu_s_per_sample": 0.0001}
-    plan = plan_document(_run(rate=300.0, host=host), load_prices(), load_catalogue())
+    plan = plan_document(input_bound_run(rate=300.0, host=host), load_prices(), load_catalogue())
     assert plan["current"]["stage_rates"]["input"] == pytest.approx(300.0)  # 1 CPU / 2.5 ms x the measured scaling
     assert plan["current"]["model_error"] == pytest.approx(0.0, abs=1e-9)
     assert plan["notes"] == ["the data hosts ran on 1 CPU(s), not the 4 vCPUs of ml.c5.xlarge (an emulated run): candidates "

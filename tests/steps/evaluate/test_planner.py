@@ -4,7 +4,7 @@ import pytest
 
 from steps.common.errors import UserError
 from steps.evaluate.planner import InstanceType, Profile, candidates, frontier, predict, profile_from_metrics, recommend
-from tests.steps.evaluate.test_evaluate import DATA_HOST, metrics
+from tests.support.metrics import DATA_HOST, metrics
 
 GPU = InstanceType("ml.g5.2xlarge", vcpus=8, price_per_hour=1.515, network_gbps=10, gpus=1)
 CPU = InstanceType("ml.c5.xlarge", vcpus=4, price_per_hour=0.204, network_gbps=10)

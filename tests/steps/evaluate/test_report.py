@@ -10,8 +10,7 @@ from steps.evaluate.prices import load_prices
 from steps.evaluate.report import report_html
 from steps.evaluate.store import open_store
 from steps.train.core.gpus import gpu_use
-from tests.steps.evaluate.test_evaluate import metrics, write_json
-from tests.steps.evaluate.test_plan import _run
+from tests.support.metrics import input_bound_run, metrics, write_json
 
 SERIES = {"window_steps": 2, "step_time_s": [0.4, 0.1, 0.1], "data_wait_s": [0.3, 0.0, 0.0]}
 
@@ -21,7 +20,7 @@ def _images(page: str) -> dict[str, bytes]:
 
 
 def test_the_page_holds_every_chart_inline_and_escapes_what_it_quotes():
-    hetero = _run(step_series=SERIES)
+    hetero = input_bound_run(step_series=SERIES)
     baseline = metrics(case="tf_homogeneous", step_series=SERIES)
     doc = ev.price_performance(hetero, baseline, load_prices(), execution_id="<e1>")
     plan = plan_document(hetero, load_prices(), load_catalogue(), baseline=baseline)
@@ -43,9 +42,9 @@ def test_a_run_without_a_plan_or_series_still_reports_what_it_has():
 
 
 def test_gpus_a_run_left_idle_are_said_with_the_fix():
-    doc = ev.price_performance(_run(gpus=gpu_use(1, 8, "pytorch")), metrics(gpus=gpu_use(8, 8, "tensorflow")), load_prices())
+    doc = ev.price_performance(input_bound_run(gpus=gpu_use(1, 8, "pytorch")), metrics(gpus=gpu_use(8, 8, "tensorflow")), load_prices())
     assert doc["runs"]["heterogeneous"]["gpus"]["used_per_host"] == 1
-    page = report_html(execution_id="e1", price_performance=doc, plan=None, heterogeneous=_run(), baseline=None, history=[])
+    page = report_html(execution_id="e1", price_performance=doc, plan=None, heterogeneous=input_bound_run(), baseline=None, history=[])
     assert "heterogeneous run: framework=pytorch trains one process per trainer host, on 1 of its 8 GPUs" in page
     assert "baseline run: framework" not in page  # every GPU used: nothing to say
 
@@ -60,7 +59,7 @@ def test_history_is_every_stored_execution_oldest_first(tmp_path):
 
 
 def test_evaluate_writes_the_report_beside_the_json_and_into_the_store(tmp_path):
-    hetero = write_json(tmp_path / "h" / "metrics.json", _run(step_series=SERIES))
+    hetero = write_json(tmp_path / "h" / "metrics.json", input_bound_run(step_series=SERIES))
     ev.evaluate(heterogeneous=hetero, baseline=None, output=tmp_path / "out", execution_id="e9", store_uri=str(tmp_path / "store"))
     page = (tmp_path / "out" / "report.html").read_text()
     assert page == (tmp_path / "store" / "e9" / "report.html").read_text()

@@ -6,7 +6,7 @@ import pytest
 
 from steps.common.errors import UserError
 from steps.shard.scan import decode_error, quarantine_corrupt, scan_input
-from tests.steps.shard.test_shard import make_raw
+from tests.support.raw_images import make_raw
 
 
 def test_classes_and_candidates_are_sorted_and_hidden_files_ignored(tmp_path):

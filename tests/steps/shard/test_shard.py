@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -13,31 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from steps.common.errors import UserError
 from steps.shard.format import iter_shard, list_shards, sha256_file
 from steps.shard.shard import shard_dataset
+from tests.support.raw_images import image_bytes, make_raw
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "steps" / "shard" / "shard.py"
-
-
-def _image_bytes(rng, side=16, fmt="JPEG") -> bytes:
-    """Noise, so every file differs and PNGs do not compress (predictable sizes)."""
-    pixels = rng.integers(0, 256, size=(side, side, 3), dtype=np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels, "RGB").save(out, format=fmt)
-    return out.getvalue()
-
-
-def make_raw(root: Path, counts: dict[str, int], *, side=16, fmt="JPEG", ext="jpg", seed=0) -> Path:
-    rng = np.random.default_rng(seed)
-    for name, count in counts.items():
-        (root / name).mkdir(parents=True, exist_ok=True)
-        for index in range(count):
-            (root / name / f"{name}_{index:03d}.{ext}").write_bytes(_image_bytes(rng, side, fmt))
-    return root
 
 
 def read_split(output: Path, split: str) -> list:
@@ -100,10 +82,10 @@ def test_manifest_fields_and_checksums(tmp_path):
 def test_corrupt_images_are_quarantined_and_every_valid_sample_appears_once(tmp_path):
     raw = make_raw(tmp_path / "raw", {"a": 4, "b": 3, "c": 3})
     rng = np.random.default_rng(5)
-    good = _image_bytes(rng, side=64)
+    good = image_bytes(rng, side=64)
     (raw / "a" / "trunc.jpg").write_bytes(good[: len(good) * 6 // 10])
     (raw / "b" / "random.jpg").write_bytes(rng.bytes(3000))
-    (raw / "c" / "upper.PNG").write_bytes(_image_bytes(rng, fmt="PNG"))
+    (raw / "c" / "upper.PNG").write_bytes(image_bytes(rng, fmt="PNG"))
     (raw / "c" / "notes.txt").write_text("labelling notes")
     (raw / "a" / ".DS_Store").write_bytes(b"hidden")
     out = tmp_path / "out"

@@ -20,7 +20,7 @@ from steps.shard.tfrecord import (
     parse_record,
     write_tfrecord_shard,
 )
-from tests.steps.shard.test_shard import make_raw
+from tests.support.raw_images import make_raw
 
 tf = pytest.importorskip("tensorflow", reason="TFRecord shards need TensorFlow")
 

@@ -92,10 +92,10 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
         checkpoints = Checkpoints(cluster.checkpoint_dir, rank=cluster.rank, world=cluster.world_size,
                                   every_steps=cfg.checkpoint_every_steps, every_s=cfg.checkpoint_every_s)
-        progress = _Progress.fresh(cfg)
+        progress = Progress.fresh(cfg)
         resumed = checkpoints.load()
         if resumed is not None:
-            progress = _Progress.resume(*resumed, cluster, model, optimizer, checkpoints.folder)
+            progress = Progress.resume(*resumed, cluster, model, optimizer, checkpoints.folder)
         if cluster.heterogeneous:
             source = _hybrid_source(cfg, cluster, workload, model, device, progress)
         else:
@@ -103,7 +103,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
             source.resume(progress.epoch, progress.consumed)
         if dist.is_initialized():
             model = DistributedDataParallel(model)
-        _train(cfg, workload, model, optimizer, source, device, progress, checkpoints)
+        train_epochs(cfg, workload, model, optimizer, source, device, progress, checkpoints)
         stats, corrupt = progress.stats, progress.corrupt
         validation = _validation_shards(cluster) if cluster.rank == 0 else []
         accuracy = _validate(cfg, cluster, workload, model, device, validation) if cluster.rank == 0 else None
@@ -128,7 +128,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
 
 
 @dataclass
-class _Progress:
+class Progress:
     """Everything a checkpoint restores besides the model and optimizer: one trainer's run so far."""
 
     stats: StepStats
@@ -149,11 +149,11 @@ class _Progress:
         return self.ledger.epoch, self.iteration
 
     @classmethod
-    def fresh(cls, cfg) -> _Progress:
+    def fresh(cls, cfg) -> Progress:
         return cls(StepStats(cfg.warmup_steps), [], Ledger())
 
     @classmethod
-    def resume(cls, tag, parts: list[dict], cluster: Cluster, model, optimizer, folder) -> _Progress:
+    def resume(cls, tag, parts: list[dict], cluster: Cluster, model, optimizer, folder) -> Progress:
         """From every trainer's part at ``tag`` (`Checkpoints.load`): this host's own, the model from the first's."""
         mine, first = parts[cluster.rank], parts[0]
         model.load_state_dict(first["model"])
@@ -183,7 +183,7 @@ class _Progress:
                 "partial_epoch": {"epoch": self.ledger.epoch, "samples": int(partial.size)} if partial.size else None}
 
 
-def _hybrid_source(cfg, cluster: Cluster, workload: Workload, model, device, progress: _Progress) -> DataServiceClient:
+def _hybrid_source(cfg, cluster: Cluster, workload: Workload, model, device, progress: Progress) -> DataServiceClient:
     """The data hosts' streams, merged with this host's own decode workers where it has vCPUs to spare
     (`steps.train.frameworks.pytorch.local_decode`); every trainer weighs the split by the same numbers."""
     found = spare_workers(cfg, cluster, workload, model, device)
@@ -239,13 +239,13 @@ def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) 
 def train_loop(cfg, workload, model, source, device) -> tuple[StepStats, list]:
     """The job's training loop over ``source`` from the start, without checkpoints (what `bench/` times):
     its step statistics and the corrupt samples it met."""
-    progress = _Progress.fresh(cfg)
-    _train(cfg, workload, model, workload.optimizer(model.parameters(), cfg.learning_rate), source, device, progress,
+    progress = Progress.fresh(cfg)
+    train_epochs(cfg, workload, model, workload.optimizer(model.parameters(), cfg.learning_rate), source, device, progress,
            Checkpoints(None))
     return progress.stats, progress.corrupt
 
 
-def _train(cfg, workload, model, optimizer, source, device, progress: _Progress, checkpoints: Checkpoints) -> None:
+def train_epochs(cfg, workload, model, optimizer, source, device, progress: Progress, checkpoints: Checkpoints) -> None:
     """Every epoch from where ``progress`` stands, saving checkpoints as `steps.train.frameworks.pytorch.checkpoint.Checkpoints` says."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     budget = CorruptBudget(cfg.max_corrupt_share, source.samples_per_epoch // world)  # this trainer's share of an epoch
@@ -282,7 +282,7 @@ def _train(cfg, workload, model, optimizer, source, device, progress: _Progress,
         TERMINATE.armed = False
 
 
-def _epoch(cfg, step: TrainStep, source, progress: _Progress, epoch, budget, checkpoints) -> bool:
+def _epoch(cfg, step: TrainStep, source, progress: Progress, epoch, budget, checkpoints) -> bool:
     stats, model, optimizer = progress.stats, step.model, step.optimizer
     last = time.perf_counter()
     for batch in source.batches(epoch):
@@ -320,7 +320,7 @@ def _epoch(cfg, step: TrainStep, source, progress: _Progress, epoch, budget, che
     return False
 
 
-def _checkpoint(checkpoints: Checkpoints, progress: _Progress, model, optimizer, why: str, *, end_of_epoch: bool = False,
+def _checkpoint(checkpoints: Checkpoints, progress: Progress, model, optimizer, why: str, *, end_of_epoch: bool = False,
                 quiet_failure: bool = False) -> None:
     """Save this trainer's part. ``quiet_failure``: a save that itself fails is reported, not raised, so the error
     that led here stays the one the job ends with."""
@@ -341,7 +341,7 @@ def _checkpoint(checkpoints: Checkpoints, progress: _Progress, model, optimizer,
               flush=True)
 
 
-def _interrupted(progress: _Progress, checkpoints: Checkpoints) -> Interrupted:
+def _interrupted(progress: Progress, checkpoints: Checkpoints) -> Interrupted:
     if checkpoints.saved_tag is None:
         where = "no checkpoint written yet"
     else:

@@ -187,7 +187,7 @@ def _kept_cpus(cfg: TrainConfig, shards: list, classes: int, workers: int) -> tu
     """The CPUs each of the ``workers`` Ray Train workers reserves on its trainer host (Ray schedules decode tasks on the
     rest), and why: ``trainer_cpus`` all, a number, or auto: the training step measured on this (the head's) host as the
     PyTorch path measures it (`steps.train.frameworks.pytorch.step.loop_cpus`), its busy vCPUs plus one for the data plane; never so
-    many that Ray Data is left no CPU (`_leave_room_for_data`)."""
+    many that Ray Data is left no CPU (`leave_room_for_data`)."""
     import ray
     import torch
 
@@ -202,10 +202,10 @@ def _kept_cpus(cfg: TrainConfig, shards: list, classes: int, workers: int) -> tu
                          cfg.batch_size, cfg.learning_rate)
 
     kept, why, _ = kept_for_loop(cfg.trainer_cpus, _per_trainer_host("CPU"), measure)
-    return _leave_room_for_data(kept, why, workers, int(ray.cluster_resources().get("CPU", 0)))
+    return leave_room_for_data(kept, why, workers, int(ray.cluster_resources().get("CPU", 0)))
 
 
-def _leave_room_for_data(kept: int, why: str, workers: int, cpus: int) -> tuple[int, str]:
+def leave_room_for_data(kept: int, why: str, workers: int, cpus: int) -> tuple[int, str]:
     """Ray Data runs its read and decode tasks only on CPUs no Ray Train worker reserves (its budget is the cluster's
     ``cpus`` less the workers'). Where ``workers`` x ``kept`` would take them all (a trainer host alone, with one vCPU: the
     baseline), the read would never start: each worker then reserves what leaves one CPU, and the decode shares the

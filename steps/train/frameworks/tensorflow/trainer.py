@@ -125,7 +125,7 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         else:
             source = InProcessSource(cfg, cluster, workload)
         checkpoints = TfCheckpoints(cluster.checkpoint_dir)
-        stats, accounting, corrupt = _train(cfg, workload, model, optimizer, source, strategy, checkpoints)
+        stats, accounting, corrupt = train_epochs(cfg, workload, model, optimizer, source, strategy, checkpoints)
         validation = _validation_files(cluster)
         accuracy = _validate(cfg, cluster, workload, model, validation)
         costs = _isolated_costs(cfg, cluster, workload, model, strategy, validation)
@@ -145,7 +145,7 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         raise
 
 
-def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strategy,
+def train_epochs(cfg: TrainConfig, workload: Workload, model, optimizer, source, strategy,
            checkpoints: TfCheckpoints) -> tuple[StepStats, list[dict], list]:
     """Every epoch from the last checkpoint's (`steps.train.frameworks.tensorflow.checkpoint`: saved at each epoch end; a SIGTERM ends
     the job at the next step, and the restarted job redoes that epoch)."""
@@ -187,7 +187,7 @@ def _train(cfg: TrainConfig, workload: Workload, model, optimizer, source, strat
             ids, stopped = _epoch(cfg, source, batches, open_next, train_step, stats, epoch, strategy, checkpoints)
             if stopped:
                 break
-            accounting.append(_account(epoch, ids, source.samples_per_epoch))
+            accounting.append(account_epoch(epoch, ids, source.samples_per_epoch))
             if accounting[-1]["missing"] and not corrupt:
                 corrupt = _name_missing(source, ids)
             budget.check_epoch(epoch, accounting[-1]["missing"], corrupt)
@@ -261,7 +261,7 @@ def _tensor_bytes(batch: dict, strategy) -> int:
                for t in strategy.experimental_local_results(value))
 
 
-def _account(epoch: int, ids: list[np.ndarray], expected: int) -> dict:
+def account_epoch(epoch: int, ids: list[np.ndarray], expected: int) -> dict:
     """Every sample of the epoch exactly once: duplicates are an error, missing samples failed to decode."""
     seen = np.concatenate(ids) if ids else np.empty(0, np.int64)
     unique = int(np.unique(seen).size)

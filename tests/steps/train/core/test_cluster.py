@@ -1,4 +1,5 @@
-"""Host names: every one resolves before a role starts, waiting with a deadline as the sagemaker-training toolkit does."""
+"""The cluster a host belongs to: its role comes from its instance group, and every host name resolves before a role
+starts, waiting with a deadline as the sagemaker-training toolkit does."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import pytest
 
 from steps.common.errors import UserError
 from steps.contract import HOSTS_FILE_ENV
-from steps.train.core.cluster import RESOLVE_MAX_WAIT_S, Cluster, resolve, wait_for_host_names
+from steps.train.core.cluster import DATA, RESOLVE_MAX_WAIT_S, TRAINER, Cluster, resolve, wait_for_host_names
 from steps.train.core.config import TrainConfig
-from tests.steps.train.test_training_parts import FakeEnv
+from tests.support.environment import FakeEnv
 
 HOSTS = ("algo-1", "algo-2", "algo-3")
 
@@ -90,3 +91,21 @@ def test_every_host_of_the_cluster_is_waited_for_this_one_first():
     groups = {"data_group": ("ml.c5.18xlarge", ["algo-10", "algo-2"]), "dnn_group": ("ml.p4d.24xlarge", ["algo-3", "algo-1"])}
     cluster = Cluster.from_environment(FakeEnv("algo-3", groups, "dnn_group"), TrainConfig())
     assert cluster.hosts == ("algo-3", "algo-1", "algo-2", "algo-10")
+
+
+def test_role_comes_from_the_group_not_the_host_name():
+    groups = {"data_group": ("ml.c5.18xlarge", ["algo-3", "algo-1"]), "dnn_group": ("ml.p4d.24xlarge", ["algo-2"])}
+    data = Cluster.from_environment(FakeEnv("algo-1", groups, "data_group"), TrainConfig())
+    trainer = Cluster.from_environment(FakeEnv("algo-2", groups, "dnn_group"), TrainConfig())
+    assert data.role == DATA and trainer.role == TRAINER and data.heterogeneous
+    assert data.data_hosts == ("algo-1", "algo-3") and trainer.trainer_hosts == ("algo-2",)
+    single = Cluster.from_environment(FakeEnv("algo-1", {"train": ("ml.g5.xlarge", ["algo-1", "algo-2"])}), TrainConfig())
+    assert single.role == TRAINER and not single.heterogeneous and single.world_size == 2
+
+
+def test_unknown_group_names_say_which_hyperparameters_to_set():
+    groups = {"cpu": ("ml.c5.18xlarge", ["algo-1"]), "gpu": ("ml.p4d.24xlarge", ["algo-2"])}
+    with pytest.raises(UserError, match=r"\['cpu', 'gpu'\].*data_group='data_group'.*set those hyperparameters"):
+        Cluster.from_environment(FakeEnv("algo-1", groups, "cpu"), TrainConfig())
+    renamed = Cluster.from_environment(FakeEnv("algo-1", groups, "cpu"), TrainConfig(data_group="cpu", dnn_group="gpu"))
+    assert renamed.role == DATA

@@ -150,19 +150,26 @@ def test_trainer_rejects_a_data_host_that_cannot_prove_the_secret(pair):
 
 
 def test_a_mac_for_another_host_name_does_not_pass(pair):
-    """The MAC binds the claimed host name: a valid proof cannot be relabelled."""
-    from steps.train.dataplane.auth import _mac
-
-    data_sock, trainer_sock = pair
+    """The MAC binds the claimed host name: a real trainer's proof, relayed under another name, is refused."""
+    data_sock, relay_sock = pair
     data = _Side(serve_handshake, data_sock, SECRET, host="data-1", info={})
     data.start()
+    relay_to_trainer, trainer_sock = socket.socketpair()
+    trainer = _Side(client_handshake, trainer_sock, SECRET, host="trainer-1")
     try:
-        reader = FrameReader(trainer_sock, max_body=0)
+        reader = FrameReader(relay_sock, max_body=0)
         _, hello, _ = reader.read()
-        send_frame(trainer_sock, Kind.AUTH, {"host": "trainer-2", "nonce": "n", "mac": _mac(SECRET, "trainer", hello["nonce"], "trainer-1")})
+        trainer.start()
+        send_frame(relay_to_trainer, Kind.HELLO, hello)  # the data host's challenge, passed to a real trainer
+        _, proof, _ = FrameReader(relay_to_trainer, max_body=0).read()
+        assert proof["host"] == "trainer-1"
+        send_frame(relay_sock, Kind.AUTH, {**proof, "host": "trainer-2"})
         kind, _, _ = reader.read()
     finally:
         data.join(timeout=20)
+        relay_to_trainer.close()
+        trainer.join(timeout=20)
+        trainer_sock.close()
     assert kind is Kind.ERROR and isinstance(data.error, AuthError)
 
 
