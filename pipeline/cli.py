@@ -26,7 +26,8 @@ import traceback
 from pathlib import Path
 
 from pipeline.code import CODE_DIRS_KEY, REQUIREMENTS, STEPS_DIR, shipped_files
-from pipeline.emulator import PROGRESS_TIMEOUT_S, StepFailed
+from pipeline.emulator import PROGRESS_TIMEOUT_S
+from pipeline.errors import StepFailed
 from pipeline.graph import PARAMETERS, resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.parameters_page import REGENERATE

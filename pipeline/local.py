@@ -25,7 +25,8 @@ from pathlib import Path
 
 from pipeline import expressions, storage
 from pipeline.code import build_code_tarball, requirements_file
-from pipeline.emulator import PROGRESS_TIMEOUT_S, EmulatedJob, StepFailed
+from pipeline.emulator import PROGRESS_TIMEOUT_S, EmulatedJob
+from pipeline.errors import StepFailed
 from pipeline.graph import PIPELINE_NAME
 from pipeline.images import default_training_image
 from pipeline.processing import run_processing_job

@@ -39,8 +39,9 @@ from pipeline.job_access import JobAccess
 from pipeline.validation import validate_execution
 from steps.common.errors import UserError
 from steps.contract import PRICE_PERFORMANCE_FILE, RESULTS_FOLDER
+from steps.evaluate.errors import DocumentNotFound
 from steps.evaluate.prices import load_prices
-from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id
+from steps.evaluate.store import open_store, validate_execution_id
 
 DEFAULT_PIPELINE_NAME = PIPELINE_NAME  # what `cdk deploy` names it by default
 # Evaluate runs before CheckImprovement, so a Failed execution may still hold its verdict.

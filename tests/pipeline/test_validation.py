@@ -13,8 +13,9 @@ import pytest
 pytest.importorskip("sagemaker.core", reason="the cloud extra (SageMaker SDK v3) is not installed")
 
 from pipeline import expressions  # noqa: E402
+from pipeline.errors import RequestRejected  # noqa: E402
 from pipeline.sagemaker import DeploySettings, FsxSettings, all_steps, build_definition  # noqa: E402
-from pipeline.validation import RequestRejected, validate_request  # noqa: E402
+from pipeline.validation import validate_request  # noqa: E402
 
 SETTINGS = DeploySettings(pipeline_name="hetero-test", region="eu-west-1", role_arn="arn:aws:iam::123456789012:role/hetero",
                           bucket="my-bucket", code_uri="s3://my-bucket/hetero/code/code.tar.gz")

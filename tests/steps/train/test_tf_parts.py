@@ -18,7 +18,8 @@ tf = pytest.importorskip("tensorflow")
 
 from steps.shard.tfrecord import write_tfrecord_shard  # noqa: E402
 from steps.train.frameworks.tensorflow.dataset import SERVE_PATTERN, training_dataset  # noqa: E402
-from steps.train.frameworks.tensorflow.trainer import DuplicateSamples, _account  # noqa: E402
+from steps.train.frameworks.tensorflow.errors import DuplicateSamples  # noqa: E402
+from steps.train.frameworks.tensorflow.trainer import _account  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]

@@ -28,12 +28,13 @@ from steps.train.core.cluster import Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.core.corrupt import CorruptBudget
 from steps.train.core.cost_document import cost_line
+from steps.train.core.errors import Interrupted
 from steps.train.core.gpus import gpu_use, idle_gpus_line, require_usable_gpus
 from steps.train.core.ledger import Ledger
 from steps.train.core.manifest import read_classes, train_channel
 from steps.train.core.metrics import StepStats, metric_line, training_metrics
 from steps.train.core.outputs import write_outputs
-from steps.train.core.terminate import TERMINATE, Interrupted
+from steps.train.core.terminate import TERMINATE
 from steps.train.dataplane.auth import job_secret
 from steps.train.dataplane.control import failure_reason
 from steps.train.dataplane.meter import arrived

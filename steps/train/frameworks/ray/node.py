@@ -33,11 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from steps.common.errors import HeteroError
 from steps.train.core.cluster import DATA, Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.core.terminate import TERMINATE
 from steps.train.dataplane.auth import job_secret
+from steps.train.frameworks.ray.errors import RayNodeFailed
 
 RAY_VERSION = "2.60.0"
 TRAINER_RESOURCE, DATA_RESOURCE = "hetero_trainer", "hetero_data"
@@ -47,10 +47,6 @@ NODE_ENV = "HETERO_RAY_NODE"  # in every Ray process of a node: the node's temp 
 # below the folder, and a socket path has at most 107 (sun_path): a temp dir longer than this gives way to /tmp
 TEMP_DIR_ROOM = 24
 STOP_WAIT_S = 15.0  # for ray start to stop its processes, then for the last of them to go
-
-
-class RayNodeFailed(HeteroError):
-    headline = "ray node failed"
 
 
 def ray_token(secret: bytes) -> str:

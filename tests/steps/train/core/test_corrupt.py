@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from steps.train.core.config import TrainConfig
-from steps.train.core.corrupt import CorruptBudget, CorruptData
+from steps.train.core.corrupt import CorruptBudget
+from steps.train.core.errors import CorruptData
 from steps.train.frameworks.pytorch.dataset import Batch
 from steps.train.frameworks.pytorch.trainer import train_loop
 from steps.train.workloads.shapes import Shapes

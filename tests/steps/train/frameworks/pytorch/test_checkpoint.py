@@ -7,8 +7,9 @@ import torch
 
 from steps.common.errors import UserError
 from steps.train.core.config import TrainConfig
+from steps.train.core.errors import Interrupted
 from steps.train.core.ledger import Ledger, digest
-from steps.train.core.terminate import TERMINATE, Interrupted
+from steps.train.core.terminate import TERMINATE
 from steps.train.frameworks.pytorch.checkpoint import Checkpoints
 from steps.train.frameworks.pytorch.dataset import Batch
 from steps.train.frameworks.pytorch.trainer import _Progress, _train
