@@ -4,7 +4,7 @@
     hetero executions --results s3://my-bucket/results     # status, and the summary once finished
     hetero executions --results s3://my-bucket/results --details <execution-id>
 
-Overrides are checked against `pipeline.graph.PARAMETERS` before any AWS call:
+Overrides are checked against `steps.contract.TUNABLES` before any AWS call:
 an unknown name or a value of the wrong type, outside its bounds or not among
 its choices fails here, not minutes later in a SageMaker step. Parameters
 left out take the defaults compiled into the deployed definition. Before the

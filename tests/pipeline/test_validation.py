@@ -190,9 +190,10 @@ def test_processing_input_names_are_unique(processing):
 
 # -- every request of an execution, with its parameters, when it starts -----------------------------
 
-from pipeline.graph import PARAMETERS, resolve_parameters  # noqa: E402
+from pipeline.graph import resolve_parameters  # noqa: E402
 from pipeline.validation import validate_execution  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
+from steps.contract import TUNABLES  # noqa: E402
 
 EXECUTION = {"PipelineExecutionId": "abcdef123456", "PipelineName": "hetero-test",
              "PipelineExecutionArn": "arn:aws:sagemaker:eu-west-1:123456789012:pipeline/hetero-test/execution/abcdef123456"}
@@ -217,7 +218,7 @@ def get(name: str) -> dict:
     return {"Get": f"Parameters.{name}"}
 
 
-@pytest.mark.parametrize("name", [p.name for p in PARAMETERS if p.type is str and not p.choices])
+@pytest.mark.parametrize("name", [p.name for p in TUNABLES if p.type is str and not p.choices])
 def test_every_parameter_value_is_at_most_1024_characters(name):
     value = '{"k": "' + "x" * 1018 + '"}'  # 1027: valid JSON for WorkloadOptions, too long for any parameter
     with pytest.raises(UserError) as caught:

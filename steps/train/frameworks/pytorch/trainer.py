@@ -104,7 +104,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
             source.resume(progress.epoch, progress.consumed)
         if dist.is_initialized():
             model = DistributedDataParallel(model)
-        _train(cfg, workload, model, optimizer, source, device, progress, checkpoints)
+        train_epochs(cfg, workload, model, source, device, optimizer=optimizer, progress=progress, checkpoints=checkpoints)
         stats, corrupt = progress.stats, progress.corrupt
         validation = _validation_shards(cluster) if cluster.rank == 0 else []
         accuracy = _validate(cfg, cluster, workload, model, device, validation) if cluster.rank == 0 else None
@@ -237,17 +237,14 @@ def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) 
     )
 
 
-def train_loop(cfg, workload, model, source, device) -> tuple[StepStats, list]:
-    """The job's training loop over ``source`` from the start, without checkpoints (what `bench/` times):
-    its step statistics and the corrupt samples it met."""
-    progress = _Progress.fresh(cfg)
-    _train(cfg, workload, model, workload.optimizer(model.parameters(), cfg.learning_rate), source, device, progress,
-           Checkpoints(None))
-    return progress.stats, progress.corrupt
-
-
-def _train(cfg, workload, model, optimizer, source, device, progress: _Progress, checkpoints: Checkpoints) -> None:
-    """Every epoch from where ``progress`` stands, saving checkpoints as `steps.train.frameworks.pytorch.checkpoint.Checkpoints` says."""
+def train_epochs(cfg, workload, model, source, device, *, optimizer=None, progress: _Progress | None = None,
+                 checkpoints: Checkpoints | None = None) -> _Progress:
+    """Every epoch from where ``progress`` stands (None: from the start, with the workload's optimizer), saving checkpoints
+    as `steps.train.frameworks.pytorch.checkpoint.Checkpoints` says (None: none); returns the run so far. The trainer's
+    loop, and what `bench/` times."""
+    optimizer = optimizer if optimizer is not None else workload.optimizer(model.parameters(), cfg.learning_rate)
+    progress = progress if progress is not None else _Progress.fresh(cfg)
+    checkpoints = checkpoints if checkpoints is not None else Checkpoints(None)
     world = dist.get_world_size() if dist.is_initialized() else 1
     budget = CorruptBudget(cfg.max_corrupt_share, source.samples_per_epoch // world)  # this trainer's share of an epoch
     budget.restore(progress.epoch, progress.budget_seen)
@@ -255,7 +252,7 @@ def _train(cfg, workload, model, optimizer, source, device, progress: _Progress,
     TERMINATE.armed = True
     try:
         if cfg.max_steps and progress.stats.steps >= cfg.max_steps:
-            return
+            return progress
         for epoch in range(progress.epoch, cfg.epochs):
             join = Join([model]) if dist.is_initialized() else contextlib.nullcontext()
             with join:
@@ -281,6 +278,7 @@ def _train(cfg, workload, model, optimizer, source, device, progress: _Progress,
         raise
     finally:
         TERMINATE.armed = False
+    return progress
 
 
 def _epoch(cfg, step: TrainStep, source, progress: _Progress, epoch, budget, checkpoints) -> bool:
