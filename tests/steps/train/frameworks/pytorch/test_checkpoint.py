@@ -12,7 +12,7 @@ from steps.train.core.ledger import Ledger, digest
 from steps.train.core.terminate import TERMINATE
 from steps.train.frameworks.pytorch.checkpoint import Checkpoints
 from steps.train.frameworks.pytorch.dataset import Batch
-from steps.train.frameworks.pytorch.trainer import _Progress, _train
+from steps.train.frameworks.pytorch.trainer import _Progress, train_epochs
 from steps.train.workloads.shapes import Shapes
 
 SAMPLES = 48
@@ -56,7 +56,7 @@ def _run(cfg, folder, source):
     if saved is not None:
         progress = _Progress.resume(*saved, _OneTrainer(), model, optimizer, folder)
         source.resume(progress.epoch, progress.consumed)
-    _train(cfg, workload, model, optimizer, source, torch.device("cpu"), progress, checkpoints)
+    train_epochs(cfg, workload, model, source, torch.device("cpu"), optimizer=optimizer, progress=progress, checkpoints=checkpoints)
     return progress, model
 
 
