@@ -4,6 +4,6 @@ from __future__ import annotations
 
 # Samples a host's training stream holds to shuffle their order each epoch (PyTorch's buffer, tf.data's shuffle, Ray
 # Data's local_shuffle_buffer_size). Not a tunable: the Shard step already mixed the classes inside every train shard
-# (steps/shard/plan.py), so the window only varies the order between epochs, and the frameworks use the same one so
-# their runs compare.
+# (steps/shard/plan.py), so the window only has to vary the order from epoch to epoch, and the frameworks use the same
+# one so their runs compare.
 SHUFFLE_BUFFER = 256
