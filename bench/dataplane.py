@@ -31,7 +31,7 @@ from steps.train.frameworks.pytorch.data_host import serve
 from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
 from steps.train.frameworks.pytorch.local_decode import LocalDecoder
 from steps.train.frameworks.pytorch.step import loop_cpus
-from steps.train.frameworks.pytorch.trainer import train_loop
+from steps.train.frameworks.pytorch.trainer import train_epochs
 from steps.train.workloads.shapes import Shapes
 
 SECRET = b"p" * 32
@@ -159,7 +159,7 @@ def run_configuration(hosts: int, host_cpus: list[list[int]], shards: list[Path]
             client.add_local(LocalDecoder(cfg, "trainer", hosts, workload, found, client.split.trainer(0),
                                           pinned=device.type == "cuda", epoch=0, consumed=np.empty(0, np.int64)))
         cpu_started = time.process_time()
-        stats, _ = train_loop(cfg, workload, model, client, device)
+        stats = train_epochs(cfg, workload, model, client, device).stats
         trainer_cpu = time.process_time() - cpu_started
         measured = client.measurements()
         local = measured.pop("local_decode", None)

@@ -53,10 +53,9 @@ from pipeline.code import STEPS_DIR, build_code_tarball  # noqa: E402
 from pipeline.emulator import HOST_NAME, STOP_WAIT_S, EmulatedJob  # noqa: E402
 from pipeline.harness import by_role, fault, job_processes, listeners_on, start_training_job, temp_left, two_group_request  # noqa: E402
 from pipeline.sample_data import generate  # noqa: E402
+from steps.frameworks import FRAMEWORKS, TABLE  # noqa: E402
 from steps.shard.shard import shard_dataset  # noqa: E402
 
-FRAMEWORKS = ("pytorch", "tensorflow", "ray")
-SHARD_FORMAT = {"pytorch": "webdataset", "tensorflow": "tfrecord", "ray": "webdataset"}
 FAULT_GRACE_S = 10.0  # the emulator's grace after a job's first failure: the survivors' bound, less the silence noticed
 # a frozen host ignores the emulator's SIGTERM: SIGKILL ends it STOP_WAIT_S later; 1 s for the emulator to notice
 # the first failure and the victim's end (it polls), and to kill the session's last process
@@ -215,7 +214,7 @@ def main() -> None:
         shards = {}
         for framework in FRAMEWORKS:
             shards[framework] = work / f"shards-{framework}"
-            shard_dataset(images, shards[framework], target_shard_mb=1, data_hosts=2, shard_format=SHARD_FORMAT[framework])
+            shard_dataset(images, shards[framework], target_shard_mb=1, data_hosts=2, shard_format=TABLE[framework].shard_format)
         for framework, action, role in cells:
             name = f"{framework}-{action}-{role}"
             if args.only is not None and name not in args.only:

@@ -6,7 +6,7 @@ Needs a CUDA GPU (``--device cpu --size 32 --model small_cnn`` runs it small on 
 before a GPU machine's time is spent on it: the figures mean nothing there). A sender process runs the real
 data service (`serve()`) over pre-built 64 x 224 x 224 x 3 uint8 batches (producing costs nothing);
 this process is the trainer: the real `DataServiceClient` with pinned,
-pooled buffers, and the real training loop (`steps.train.frameworks.pytorch.trainer.train_loop`:
+pooled buffers, and the real training loop (`steps.train.frameworks.pytorch.trainer.train_epochs`:
 non-blocking copies, normalisation on the GPU, event-guarded buffer reuse).
 The anchor, in the same run, is the same model stepping on one batch that is
 already on the GPU: ``fed_ratio`` = anchor step time / data-plane step time
@@ -32,7 +32,7 @@ from steps.train.core.config import TrainConfig  # noqa: E402
 from steps.train.frameworks.pytorch.data import DataServiceClient  # noqa: E402
 from steps.train.frameworks.pytorch.data_host import serve  # noqa: E402
 from steps.train.frameworks.pytorch.dataset import Batch  # noqa: E402
-from steps.train.frameworks.pytorch.trainer import train_loop  # noqa: E402
+from steps.train.frameworks.pytorch.trainer import train_epochs  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
 SECRET = b"g" * 32
@@ -93,7 +93,7 @@ def main() -> None:
         client = DataServiceClient(cfg, me="trainer", data_hosts=("127.0.0.1",), secret=SECRET,
                                    pinned=device.type == "cuda").connect()
         model = workload.build_model(CLASSES).to(device)
-        stats, _ = train_loop(cfg, workload, model, client, device)
+        stats = train_epochs(cfg, workload, model, client, device).stats
         client.close("completed")
         summary = stats.summary()
         anchor = _anchor(workload, model, args.anchor_steps, args.size, device)

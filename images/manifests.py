@@ -151,7 +151,7 @@ def main(dlc: Path) -> int:
     # pip keeps a package the image has when its version satisfies Ray's requirement, and adds the missing ones
     ray.update({name: version for name, version in _ray_packages().items() if name not in ray or name == "ray"})
     manifests["ray-gpu"] = {
-        "image": {"repository": "hetero-ray", "tags": ["2.60.0"], "dockerfile": "images/ray/Dockerfile"},
+        "image": {"repository": "hetero-ray", "tags": [ray["ray"]], "dockerfile": "images/ray/Dockerfile"},
         "source": {**manifests["pytorch-gpu"]["source"], "plus": f"pip install {RAY_REQUIREMENT} at the version constraints.txt pins"},
         "python": "3.12",
         "packages": dict(sorted(ray.items())),

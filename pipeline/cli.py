@@ -26,8 +26,9 @@ import traceback
 from pathlib import Path
 
 from pipeline.code import CODE_DIRS_KEY, REQUIREMENTS, STEPS_DIR, shipped_files
-from pipeline.emulator import PROGRESS_TIMEOUT_S, StepFailed
-from pipeline.graph import PARAMETERS, resolve_parameters
+from pipeline.emulator import PROGRESS_TIMEOUT_S
+from pipeline.errors import StepFailed
+from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.parameters_page import REGENERATE
 from pipeline.parameters_page import markdown as parameters_markdown
@@ -36,20 +37,20 @@ from pipeline.price_refresh import refresh as refresh_prices
 from pipeline.remote import DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions, price_performance_of, start_execution
 from pipeline.summary import EMULATED, render
 from steps.common.errors import HeteroError, UserError, storage_error
-from steps.contract import FRAMEWORKS, MANIFEST_FILE, METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE
+from steps.contract import FRAMEWORKS, MANIFEST_FILE, METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE, SHARD_REPORT_FILE, TUNABLES
 from steps.evaluate.prices import load_prices
 from steps.evaluate.report import REPORT_FILE
 
 ENV_PREFIX = "HETERO_PARAM_"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-FLAGS = {p.flag.replace("-", "_"): p.name for p in PARAMETERS if p.flag}  # argparse dest -> pipeline parameter
+FLAGS = {p.flag.replace("-", "_"): p.name for p in TUNABLES if p.flag}  # argparse dest -> pipeline parameter
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetero", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the whole pipeline on an emulated local cluster")
-    for param in (p for p in PARAMETERS if p.flag):
+    for param in (p for p in TUNABLES if p.flag):
         run.add_argument(f"--{param.flag}", dest=param.flag.replace("-", "_"), metavar=param.name,
                          help=f"{param.help} [{param.name}, default {param.default!r}]")
     run.add_argument("--framework", choices=FRAMEWORKS, default=FRAMEWORKS[0],
@@ -309,7 +310,7 @@ def cmd_run(args) -> int:
     quarantined = manifest.get("quarantined", 0) + manifest.get("skipped", 0)
     if quarantined:
         print(f"\ninput:     {manifest['quarantined']} corrupt file(s) quarantined, {manifest['skipped']} skipped: "
-              f"{shard / 'report.json'}")
+              f"{shard / SHARD_REPORT_FILE}")
     print(f"\nmetrics:   {result.run_dir}/jobs/*/model/{METRICS_FILE}")
     print(f"results:   {result.evaluation_dir / PRICE_PERFORMANCE_FILE}")
     if (result.evaluation_dir / REPORT_FILE).is_file():
@@ -320,9 +321,9 @@ def cmd_run(args) -> int:
 
 def cmd_params(args) -> int:
     if args.markdown:
-        sys.stdout.write(parameters_markdown(PARAMETERS, env_prefix=ENV_PREFIX))
+        sys.stdout.write(parameters_markdown(TUNABLES, env_prefix=ENV_PREFIX))
         return 0
-    for p in PARAMETERS:
+    for p in TUNABLES:
         extra = f" (one of {', '.join(map(str, p.choices))})" if p.choices else ""
         print(f"{p.name:<22} {p.default!r:<32} {p.help}{extra}")
     return 0

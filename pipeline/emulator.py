@@ -67,7 +67,7 @@ from pipeline import image_guard, storage, volumes
 from pipeline.image_guard import pip_into
 from pipeline.isolation import refuse_s3_fetches
 from pipeline.sessions import kill_session
-from steps.common.errors import HeteroError, UserError
+from steps.common.errors import UserError
 from steps.contract import (
     CHECKPOINT_LOCAL_PATH,
     CODE_CHANNEL,
@@ -93,16 +93,6 @@ PROGRESS_TIMEOUT_S = 600.0
 SITE_PACKAGES = "site-packages"  # <job_dir>/site-packages/<host>: what pip installs on a host (its container's own)
 STOP_WAIT_S = 5.0  # a host the emulator stops gets SIGTERM, and SIGKILL this long after
 HOST_NAME = re.compile(r"\balgo-\d+\b")  # SageMaker's host names
-
-
-class StepFailed(HeteroError):
-    """A step's job failed; ``user_error``: a host of it exited with the user-error code (the run exits 2 too)."""
-
-    headline = "step failed"
-
-    def __init__(self, message: str, *, user_error: bool = False):
-        super().__init__(message)
-        self.user_error = user_error
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from steps.contract import (
     DNN_GROUP,
     EVALUATE_SCRIPT,
     HYBRID_CHANNEL,
+    MANIFEST_FILE,
     PRICE_PERFORMANCE_FILE,
     REPLICATED,
     SECRET_CHANNEL,
@@ -33,17 +34,14 @@ from steps.frameworks import framework as framework_row
 
 PIPELINE_NAME = "HeteroTraining"  # the deployed pipeline's default name
 HYBRID_INPUT_MODE = "FastFile"  # the dnn group's view of the training shards (hybrid decode)
-Parameter = Tunable  # a pipeline parameter is a tunable of the contract: declared once, in steps/contract.py
-PARAMETERS: tuple[Parameter, ...] = TUNABLES
-PARAMETERS_BY_NAME = TUNABLES_BY_NAME
 
 
 def parse_overrides(overrides: dict) -> dict:
     """Just the given parameters, checked: unknown names and bad values are errors."""
     for name in overrides:
-        if name not in PARAMETERS_BY_NAME:
-            raise UserError(f"unknown parameter {name!r}; known: {', '.join(PARAMETERS_BY_NAME)}", headline="bad parameter")
-    return {name: PARAMETERS_BY_NAME[name].parse(raw) for name, raw in overrides.items()}
+        if name not in TUNABLES_BY_NAME:
+            raise UserError(f"unknown parameter {name!r}; known: {', '.join(TUNABLES_BY_NAME)}", headline="bad parameter")
+    return {name: TUNABLES_BY_NAME[name].parse(raw) for name, raw in overrides.items()}
 
 
 def resolve_parameters(*layers: dict) -> dict:
@@ -52,7 +50,7 @@ def resolve_parameters(*layers: dict) -> dict:
     merged: dict = {}
     for layer in layers:
         merged.update(layer)
-    return {**{p.name: p.default for p in PARAMETERS}, **parse_overrides(merged)}
+    return {**{p.name: p.default for p in TUNABLES}, **parse_overrides(merged)}
 
 
 @dataclass(frozen=True)
@@ -60,7 +58,7 @@ class Param:
     name: str
 
     def __post_init__(self):
-        assert self.name in PARAMETERS_BY_NAME, self.name
+        assert self.name in TUNABLES_BY_NAME, self.name
 
 
 @dataclass(frozen=True)
@@ -142,7 +140,7 @@ class CheckStep:
 @dataclass(frozen=True)
 class Graph:
     name: str
-    parameters: tuple[Parameter, ...]
+    parameters: tuple[Tunable, ...]
     steps: tuple = field(default_factory=tuple)
     framework: str = "pytorch"
 
@@ -155,7 +153,7 @@ class Graph:
 
 
 def _hyperparameters(framework: str) -> dict:
-    tuned = {p.hyperparameter: Param(p.name) for p in PARAMETERS if p.hyperparameter}
+    tuned = {p.hyperparameter: Param(p.name) for p in TUNABLES if p.hyperparameter}
     return {"framework": framework, **tuned, "data_group": DATA_GROUP, "dnn_group": DNN_GROUP}
 
 
@@ -169,7 +167,7 @@ def build_graph(framework: str = "pytorch") -> Graph:
     shard = ProcessingStep(
         "Shard", SHARD_SCRIPT,
         inputs={"input": Param("InputData")},
-        outputs={"train": "train", "validation": "validation", "manifest": "manifest.json", "secret": SECRET_CHANNEL},
+        outputs={"train": "train", "validation": "validation", "manifest": MANIFEST_FILE, "secret": SECRET_CHANNEL},
         # --input-source: the input as the user named it, for messages (the step reads its container copy)
         arguments={"--target-shard-mb": Param("ShardSizeMB"), "--data-hosts": Param("DataInstanceCount"),
                    "--format": fw.shard_format, "--input-source": Param("InputData")},
@@ -216,4 +214,4 @@ def build_graph(framework: str = "pytorch") -> Graph:
         Param("ImprovementThreshold"),
         "price-performance improvement of the heterogeneous cluster is below ImprovementThreshold",
     )
-    return Graph(PIPELINE_NAME, PARAMETERS, (shard, baseline, hetero, evaluate, check), framework)
+    return Graph(PIPELINE_NAME, TUNABLES, (shard, baseline, hetero, evaluate, check), framework)

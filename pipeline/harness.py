@@ -31,6 +31,7 @@ from steps.contract import (
     DNN_GROUP,
     HOSTS_FILE_ENV,
     HYBRID_CHANNEL,
+    MANIFEST_FILE,
     REPLICATED,
     SECRET_CHANNEL,
     SECRET_FILE,
@@ -165,7 +166,7 @@ def two_group_request(tmp_path: Path, shards: Path, code_uri: str, *, data: int,
         channels=[s3_channel("train", shards / "train", distribution=distribution, groups=(DATA_GROUP,)),
                   s3_channel(HYBRID_CHANNEL, shards / "train", groups=(DNN_GROUP,)),
                   s3_channel("validation", shards / "validation", groups=(DNN_GROUP,)),
-                  s3_channel("manifest", shards / "manifest.json", groups=(DATA_GROUP, DNN_GROUP)),
+                  s3_channel("manifest", shards / MANIFEST_FILE, groups=(DATA_GROUP, DNN_GROUP)),
                   secret_channel(tmp_path)],
         hyperparameters=hyperparameters)
     if checkpoints is not None:

@@ -55,6 +55,9 @@ SDK_TABLES = {"pytorch": ("pytorch-amzn2023", "2.13"), "tensorflow": ("tensorflo
 # A framework without an AWS training image (steps/frameworks.py: aws_image=False; Ray: no DLC has Ray) is trained on an
 # image the user builds from images/<framework>/Dockerfile (the DLC of its image family plus the framework, the version
 # pinned in pyproject.toml) and passes as the training image; its Shard and Evaluate steps run on that family's CPU image.
+# framework=ray's image: the repository and tag a user pushes it as, and the Ray it installs: images/ray/Dockerfile's
+# RAY_VERSION default, the pin in pyproject.toml and constraints.txt (tests/pipeline/test_images.py checks they agree)
+RAY_REPOSITORY, RAY_VERSION = "hetero-ray", "2.60.0"
 TRAINING_INSTANCE_TYPE = "ml.g5.xlarge"  # any GPU type: only picks the GPU variant in the SDK's table
 PROCESSING_INSTANCE_TYPE = "ml.m5.xlarge"  # any CPU type: only picks the CPU variant
 

@@ -25,9 +25,10 @@ from pathlib import Path
 
 from pipeline import expressions, storage
 from pipeline.code import build_code_tarball, requirements_file
-from pipeline.emulator import PROGRESS_TIMEOUT_S, EmulatedJob, StepFailed
+from pipeline.emulator import PROGRESS_TIMEOUT_S, EmulatedJob
+from pipeline.errors import StepFailed
 from pipeline.graph import PIPELINE_NAME
-from pipeline.images import default_training_image
+from pipeline.images import RAY_REPOSITORY, RAY_VERSION, default_training_image
 from pipeline.processing import run_processing_job
 from pipeline.requirements import image_python, refuse_networked
 from pipeline.sample_data import generate
@@ -42,7 +43,7 @@ LOCAL_ROLE = "arn:aws:iam::000000000000:role/hetero-local"
 # A framework without an AWS image (steps/frameworks.py) runs locally under the name of the image a user builds from
 # images/<framework>/Dockerfile (its manifest: pipeline/manifests/); the emulator runs the step code on this machine's
 # interpreter, never the image
-LOCAL_BUILT_IMAGES = {"ray": f"000000000000.dkr.ecr.{LOCAL_REGION}.amazonaws.com/hetero-ray:2.60.0"}
+LOCAL_BUILT_IMAGES = {"ray": f"000000000000.dkr.ecr.{LOCAL_REGION}.amazonaws.com/{RAY_REPOSITORY}:{RAY_VERSION}"}
 
 
 def local_training_image(framework: str) -> str:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from steps.common.errors import UserError
 from steps.contract import BASELINE_METRICS_FILE, HETEROGENEOUS_METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE
 from steps.evaluate.catalogue import load_catalogue
+from steps.evaluate.errors import DocumentNotFound
 from steps.evaluate.evaluate import history
 from steps.evaluate.metrics import load_metrics, validate_metrics
 from steps.evaluate.plan import plan_document
 from steps.evaluate.prices import load_prices
 from steps.evaluate.report import report_html
-from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id
+from steps.evaluate.store import open_store, validate_execution_id
 
 
 def plan_for(*, execution_id: str | None, results: str, metrics_path: str | None = None, baseline_path: str | None = None,

@@ -4,7 +4,7 @@
     hetero executions --results s3://my-bucket/results     # status, and the summary once finished
     hetero executions --results s3://my-bucket/results --details <execution-id>
 
-Overrides are checked against `pipeline.graph.PARAMETERS` before any AWS call:
+Overrides are checked against `steps.contract.TUNABLES` before any AWS call:
 an unknown name or a value of the wrong type, outside its bounds or not among
 its choices fails here, not minutes later in a SageMaker step. Parameters
 left out take the defaults compiled into the deployed definition. Before the
@@ -39,8 +39,9 @@ from pipeline.job_access import JobAccess
 from pipeline.validation import validate_execution
 from steps.common.errors import UserError
 from steps.contract import PRICE_PERFORMANCE_FILE, RESULTS_FOLDER
+from steps.evaluate.errors import DocumentNotFound
 from steps.evaluate.prices import load_prices
-from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id
+from steps.evaluate.store import open_store, validate_execution_id
 
 DEFAULT_PIPELINE_NAME = PIPELINE_NAME  # what `cdk deploy` names it by default
 # Evaluate runs before CheckImprovement, so a Failed execution may still hold its verdict.

@@ -25,14 +25,10 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from steps.common.errors import UserError
+from pipeline.errors import RequestRejected
 from steps.contract import LONG_VALUE_FIX, LONG_VALUE_FIXES
 
 MAX_INSTANCE_GROUPS = 5
-
-
-class RequestRejected(UserError):
-    headline = "ValidationException"
 
 
 JOB_NAME_MEMBER = {"CreateTrainingJob": "TrainingJobName", "CreateProcessingJob": "ProcessingJobName"}

@@ -27,6 +27,7 @@ METRICS_FILE = "metrics.json"  # written by trainers into model/ and output/data
 METRICS_SCHEMA_VERSION = 2  # 2: data_hosts (each data host's own measurements) and bytes_received_per_sample
 METRICS_READABLE_VERSIONS = (1, 2)  # Evaluate reads runs trained by the previous release too
 MANIFEST_FILE = "manifest.json"  # written by the Shard step
+SHARD_REPORT_FILE = "report.json"  # written by the Shard step beside the manifest: per-class counts, quarantined and skipped files
 HYBRID_CHANNEL = "train_local"  # the training shards as the dnn group sees them: what its own decode workers read (hybrid decode)
 PRICE_PERFORMANCE_FILE = "price_performance.json"  # written by the Evaluate step
 RESULTS_FOLDER = "results"  # the results store of a deployed pipeline: s3://<bucket>/<prefix>/results/<execution id>/
@@ -169,6 +170,7 @@ TUNABLES: tuple[Tunable, ...] = (
             "share of the training shards, a baseline trainer all of them, Shard the raw input and its shards. Instance "
             "types with NVMe instance storage (g4dn, g5, g6, p4d, p5) use that instead.", minimum=MIN_VOLUME_GB,
             maximum=MAX_VOLUME_GB, flag="volume-gb"),
+    # S3 moves 1-128 MB objects best; outside that range either request overhead or per-host imbalance dominates
     Tunable("ShardSizeMB", float, 64.0, "Target shard size; 1-128 MB objects transfer best.", minimum=1, maximum=128,
             flag="shard-size-mb"),
     Tunable("TrainerCpus", str, "auto", "vCPUs of each dnn host kept for the training loop in a heterogeneous run; the "

@@ -8,7 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline.graph import Graph, Param, TrainingStep
-from pipeline.sagemaker.settings import CODE_CHANNEL_DIR, REGION, DeploySettings, FsxSettings, code_file
+from pipeline.images import REGION
+from pipeline.sagemaker.settings import CODE_CHANNEL_DIR, DeploySettings, FsxSettings, code_file
 
 # Placeholders the SDK accepts; replaced by the real settings in the parsed definition.
 _ROLE = "arn:aws:iam::000000000000:role/hetero-placeholder-role"

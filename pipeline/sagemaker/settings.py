@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from pipeline.images import REGION
 from steps.common.errors import UserError
 from steps.contract import CODE_CHANNEL, FRAMEWORKS
 
@@ -24,11 +24,9 @@ TRAINING_ENTRYPOINT = ["python3", "-c", TRAINING_BOOTSTRAP]
 CODE_CHANNEL_DIR = f"/opt/ml/input/data/{CODE_CHANNEL}"
 MAX_WAIT_S = 2 * MAX_RUNTIME_S  # managed spot: running plus waiting for capacity, interruptions included
 TRAINING_RETRY_ATTEMPTS = 3  # a training step started again on capacity and SageMaker-internal errors
-PROCESSING_INSTANCE_TYPE = "ml.m5.xlarge"
 PROCESSING_ROOT = "/opt/ml/processing"
 CODE_DIR = f"{PROCESSING_ROOT}/input/code"
 PROPERTY_FILE = "PricePerformance"
-REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
 
 
 @dataclass(frozen=True)

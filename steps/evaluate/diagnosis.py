@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from steps.frameworks import TABLE
 
+# A trainer that waits for data this share of its steps is fed too slowly (the planner's input-bound test too). Not a
+# tunable: it separates real waiting from the noise of step-time measurement, which is no choice of the user's
 WAIT_SHARE = 0.05
 BUSY_SHARE = 0.80
 

@@ -51,11 +51,12 @@ from steps.contract import (  # noqa: E402
 from steps.evaluate.bounds import speedup_bound  # noqa: E402
 from steps.evaluate.catalogue import load_catalogue  # noqa: E402
 from steps.evaluate.diagnosis import diagnose  # noqa: E402
+from steps.evaluate.errors import DocumentNotFound  # noqa: E402
 from steps.evaluate.metrics import load_metrics, validate_metrics  # noqa: E402
 from steps.evaluate.plan import plan_document  # noqa: E402
 from steps.evaluate.prices import PriceTable, load_prices  # noqa: E402
 from steps.evaluate.report import REPORT_CONTENT_TYPE, REPORT_FILE, report_html  # noqa: E402
-from steps.evaluate.store import DocumentNotFound, open_store, validate_execution_id  # noqa: E402
+from steps.evaluate.store import open_store, validate_execution_id  # noqa: E402
 
 DEFAULT_HETEROGENEOUS = "/opt/ml/processing/input/heterogeneous"
 DEFAULT_BASELINE = "/opt/ml/processing/input/baseline"

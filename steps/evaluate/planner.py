@@ -26,9 +26,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from steps.common.errors import UserError
+from steps.contract import METRICS_FILE
+from steps.evaluate.diagnosis import WAIT_SHARE
 from steps.evaluate.metrics import per_sample
 
-INPUT_BOUND_WAIT_SHARE = 0.05  # a trainer that waits this share of its steps is fed too slowly
 ENOUGH_THROUGHPUT = 0.95  # the planner picks the cheapest candidate within this share of the best rate
 
 
@@ -76,7 +77,7 @@ class Prediction:
         return asdict(self)
 
 
-def profile_from_metrics(doc: dict, source: str = "metrics.json") -> Profile:
+def profile_from_metrics(doc: dict, source: str = METRICS_FILE) -> Profile:
     """A `Profile` from a trainer's metrics.json (a heterogeneous run's data hosts measured themselves;
     a homogeneous run gives decode from ``isolated_costs`` and no transport numbers)."""
     costs = doc.get("isolated_costs")
@@ -96,7 +97,7 @@ def profile_from_metrics(doc: dict, source: str = "metrics.json") -> Profile:
     local = [m for m in doc.get("local_decode") or [] if m.get("workers")]
     local_workers = sum(int(m["workers"]) for m in local)
     scaling, measured = 1.0, False
-    if doc.get("data_wait_share", 0.0) >= INPUT_BOUND_WAIT_SHARE and doc.get("samples_per_second"):
+    if doc.get("data_wait_share", 0.0) >= WAIT_SHARE and doc.get("samples_per_second"):
         ideal = sum(h["cpus"] for h in hosts) / cpu + (local_workers / decode_hosts if decode_hosts else 0.0)
         scaling, measured = min(1.0, float(doc["samples_per_second"]) / ideal), True
     kept = max(int(m["kept_cpus"]) for m in local) if local else None

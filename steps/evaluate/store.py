@@ -28,17 +28,12 @@ from urllib.parse import unquote, urlparse
 
 from steps.common.errors import UserError
 from steps.common.files import write_json_atomic, write_text_atomic
+from steps.evaluate.errors import DocumentNotFound
 
 # SageMaker pipeline execution ids are alphanumeric; we also allow '.', '_' and
 # '-' for local runs. No '/' and no leading '.', so an id can never climb out
 # of the store or hide a file.
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-class DocumentNotFound(UserError):
-    """No such document for that execution (yet): callers that poll may treat it as 'absent'."""
-
-    headline = "not found"
 
 
 def validate_execution_id(execution_id: str) -> str:

@@ -41,7 +41,7 @@ if not __package__:
 
 from steps.common.cli import StepArgumentParser, run_step_cli  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
-from steps.contract import SECRET_CHANNEL  # noqa: E402
+from steps.contract import MANIFEST_FILE, SECRET_CHANNEL, SHARD_REPORT_FILE, TUNABLES_BY_NAME  # noqa: E402
 from steps.shard.formats import FORMATS  # noqa: E402
 from steps.shard.job_secret import write_job_secret  # noqa: E402
 from steps.shard.plan import assign_ids, deal, plan_shard_count, shuffled, split  # noqa: E402
@@ -51,13 +51,12 @@ from steps.shard.write import clear_previous_output, report, write_json, write_s
 
 DEFAULT_INPUT = "/opt/ml/processing/input/raw"
 DEFAULT_OUTPUT = "/opt/ml/processing/output"
-# S3 moves 1-128 MB objects best; outside that range either request overhead or
-# per-host imbalance dominates.
-MIN_SHARD_MB, MAX_SHARD_MB = 1, 128
+SHARD_SIZE = TUNABLES_BY_NAME["ShardSizeMB"]  # --target-shard-mb is that pipeline parameter: its default and bounds
+MIN_SHARD_MB, MAX_SHARD_MB = SHARD_SIZE.minimum, SHARD_SIZE.maximum
 MB = 1024 * 1024
 
 
-def shard_dataset(input_dir, output_dir, *, target_shard_mb: float = 64, data_hosts: int = 1,
+def shard_dataset(input_dir, output_dir, *, target_shard_mb: float = SHARD_SIZE.default, data_hosts: int = 1,
                   validation_fraction: float = 0.1, seed: int = 0, shard_format: str = "webdataset",
                   input_source: str | None = None) -> dict:
     """Validate, split and shard ``input_dir`` into ``output_dir``; return the manifest.
@@ -97,8 +96,8 @@ def shard_dataset(input_dir, output_dir, *, target_shard_mb: float = 64, data_ho
     manifest = {"format": shard_format, "version": 1, "classes": classes,
                 "target_shard_bytes": target_bytes, "data_hosts": data_hosts, "splits": splits,
                 "quarantined": len(quarantined), "skipped": len(skipped)}
-    write_json(output_dir / "manifest.json", manifest)
-    write_json(output_dir / "report.json",
+    write_json(output_dir / MANIFEST_FILE, manifest)
+    write_json(output_dir / SHARD_REPORT_FILE,
                report(source, classes, candidates, train, validation, quarantined, skipped))
     return manifest
 
@@ -133,7 +132,7 @@ def build_parser() -> StepArgumentParser:
     parser.add_argument("--input-source", default=None,
                         help="the input as the user named it (the pipeline's InputData), named in messages (default: --input)")
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="shards, manifest, report (default: %(default)s)")
-    parser.add_argument("--target-shard-mb", type=float, default=64.0,
+    parser.add_argument("--target-shard-mb", type=float, default=SHARD_SIZE.default,
                         help=f"shard size aim, {MIN_SHARD_MB}..{MAX_SHARD_MB} MB (default: %(default)s)")
     parser.add_argument("--data-hosts", type=int, default=1,
                         help="train shard count is a multiple of this (default: %(default)s)")

@@ -16,7 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
-from steps.contract import FAILURE_FILE, MANIFEST_FILE
+from steps.contract import FAILURE_FILE, MANIFEST_FILE, SHARD_REPORT_FILE
 from steps.shard.format import sha256_file
 from steps.shard.formats import FORMATS
 from steps.shard.plan import Item
@@ -33,7 +33,7 @@ def clear_previous_output(output_dir: Path) -> None:
             for stale in (output_dir / split_name).glob(f"{split_name}-*{shard_format.suffix}*"):
                 stale.unlink()
     shutil.rmtree(output_dir / "quarantine", ignore_errors=True)
-    for name in (MANIFEST_FILE, "report.json", FAILURE_FILE):
+    for name in (MANIFEST_FILE, SHARD_REPORT_FILE, FAILURE_FILE):
         (output_dir / name).unlink(missing_ok=True)
     output_dir.mkdir(parents=True, exist_ok=True)
 

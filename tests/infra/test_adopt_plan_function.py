@@ -9,7 +9,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from pipeline.graph import PARAMETERS
+from steps.contract import TUNABLES
 
 HANDLER = Path(__file__).resolve().parents[2] / "infra" / "functions" / "adopt_plan" / "handler.py"
 spec = importlib.util.spec_from_file_location("adopt_plan_handler", HANDLER)
@@ -26,7 +26,7 @@ def aws(aws_env):
     s3.create_bucket(Bucket=BUCKET)
     definition = {"Version": "2020-12-01", "Steps": [],
                   "Parameters": [{"Name": p.name, "Type": {int: "Integer", float: "Float", bool: "Boolean"}.get(p.type, "String"),
-                                  "DefaultValue": p.default} for p in PARAMETERS]}
+                                  "DefaultValue": p.default} for p in TUNABLES]}
     sagemaker.create_pipeline(PipelineName=PIPELINE, PipelineDefinition=json.dumps(definition),
                               RoleArn="arn:aws:iam::123456789012:role/hetero-pipeline")
     return s3, sagemaker

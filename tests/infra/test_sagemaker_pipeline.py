@@ -6,10 +6,10 @@ import re
 from aws_cdk.assertions import Match
 
 from infra import job_role, pipeline_role
-from pipeline.graph import PARAMETERS
 from pipeline.images import default_processing_image, default_training_image
 from pipeline.job_access import JobAccess
 from pipeline.sagemaker import all_steps
+from steps.contract import TUNABLES
 from tests.support.stacks import embedded_definition, resources, role_arn_of
 
 
@@ -51,7 +51,7 @@ def test_the_description_says_what_the_jobs_may_read(synth_any):
 
 def test_definition_declares_every_graph_parameter(synth_default):
     definition, _ = embedded_definition(synth_default)
-    assert [p["Name"] for p in definition["Parameters"]] == [p.name for p in PARAMETERS]
+    assert [p["Name"] for p in definition["Parameters"]] == [p.name for p in TUNABLES]
 
 
 def test_tokens_reach_the_definition(synth_default):

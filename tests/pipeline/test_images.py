@@ -1,6 +1,8 @@
 """Default images (offline, from the SageMaker SDK's bundled tables and AWS's DLC regions) and the ECR image-URI parser."""
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -8,6 +10,8 @@ from pipeline.dlc_regions import DLC_REGISTRIES
 from pipeline.images import (
     DLC_TAGS,
     IMAGES,
+    RAY_REPOSITORY,
+    RAY_VERSION,
     SDK_TABLES,
     default_processing_image,
     default_training_image,
@@ -175,14 +179,30 @@ def test_ray_has_no_aws_training_image_and_shards_and_evaluates_on_the_pytorch_c
     with pytest.raises(UserError, match=r"framework ray has no AWS training image.*images/ray/Dockerfile"):
         default_training_image("us-east-1", "ray")
     assert default_processing_image("us-east-1", "ray") == default_processing_image("us-east-1", "pytorch")
-    mine = "123456789012.dkr.ecr.us-east-1.amazonaws.com/hetero-ray:2.60.0"
+    mine = f"123456789012.dkr.ecr.us-east-1.amazonaws.com/{RAY_REPOSITORY}:{RAY_VERSION}"
     assert pipeline_images("us-east-1", "ray", training_image=mine) == (mine, default_processing_image("us-east-1", "pytorch"))
 
 
-def test_the_ray_dockerfile_builds_on_the_pytorch_image_with_the_pinned_ray():
-    from pathlib import Path
+ROOT = Path(__file__).resolve().parents[2]
 
-    dockerfile = (Path(__file__).resolve().parents[2] / "images" / "ray" / "Dockerfile").read_text()
-    pinned = re.search(r'"ray\[data,train\]==([\d.]+)"', (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
-    assert pinned and f'"ray[data,train]=={pinned.group(1)}"' in dockerfile
+
+def test_the_ray_dockerfile_builds_on_the_pytorch_image_with_the_pinned_ray():
+    dockerfile = (ROOT / "images" / "ray" / "Dockerfile").read_text()
+    assert re.findall(r"^ARG RAY_VERSION=(\S+)$", dockerfile, re.M) == [RAY_VERSION]
+    assert 'RUN pip install --no-cache-dir "ray[data,train]==${RAY_VERSION}"' in dockerfile
     assert "/pytorch:" + DLC_TAGS["pytorch"][1] in dockerfile
+
+
+def test_one_ray_version_in_the_pins_the_image_its_manifest_and_the_docs():
+    """pipeline/images.py RAY_VERSION is the one the pins, the Dockerfile's commands, the image's manifest and the docs name."""
+    assert re.findall(r'"ray\[data,train\]==([^"]+)"', (ROOT / "pyproject.toml").read_text()) == [RAY_VERSION]
+    assert re.findall(r"^ray==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M) == [RAY_VERSION]
+    manifest = json.loads((ROOT / "pipeline" / "manifests" / "ray-gpu.json").read_text())
+    assert (manifest["image"]["repository"], manifest["image"]["tags"], manifest["packages"]["ray"]) == (
+        RAY_REPOSITORY, [RAY_VERSION], RAY_VERSION)
+    named = []
+    for path in [ROOT / "README.md", ROOT / "images" / "ray" / "Dockerfile", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text()
+        named += [(path.name, v) for v in re.findall(rf"{RAY_REPOSITORY}:([\w.-]+)", text)]
+        named += [(path.name, v) for v in re.findall(r"ray\[data,train\]==([\w.]+)", text)]
+    assert named and {v for _, v in named} == {RAY_VERSION}, named

@@ -12,11 +12,11 @@ import boto3
 import pytest
 
 from pipeline.cli import main
-from pipeline.graph import PARAMETERS
 from pipeline.images import default_processing_image, default_training_image
 from pipeline.job_access import JobAccess
 from pipeline.remote import execution_id, list_executions, pipeline_parameters
 from steps.common.errors import UserError
+from steps.contract import TUNABLES
 from steps.evaluate import evaluate as ev
 from tests.support.metrics import metrics, write_json
 
@@ -33,7 +33,7 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
 
 MINIMAL_DEFINITION = {"Version": "2020-12-01", "Steps": [],
                       "Parameters": [{"Name": p.name, "Type": {int: "Integer", float: "Float", bool: "Boolean"}.get(p.type, "String"),
-                                      "DefaultValue": p.default} for p in PARAMETERS]}
+                                      "DefaultValue": p.default} for p in TUNABLES]}
 
 
 @pytest.fixture

@@ -17,11 +17,15 @@ import pytest
 pytest.importorskip("sagemaker.core", reason="the cloud extra (SageMaker SDK v3) is not installed")
 
 from pipeline.cli import main  # noqa: E402
-from pipeline.graph import DATA_GROUP, DNN_GROUP, PARAMETERS, REPLICATED, build_graph  # noqa: E402
+from pipeline.graph import DATA_GROUP, DNN_GROUP, REPLICATED, build_graph  # noqa: E402
 from pipeline.images import default_processing_image, default_training_image  # noqa: E402
 from pipeline.sagemaker import DeploySettings, FsxSettings, all_steps, build_definition, definition_json  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
-from steps.contract import HYBRID_CHANNEL, METRIC_DEFINITIONS  # noqa: E402
+from steps.contract import (  # noqa: E402
+    HYBRID_CHANNEL,
+    METRIC_DEFINITIONS,
+    TUNABLES,  # noqa: E402
+)
 from steps.train.core.config import TrainConfig  # noqa: E402
 from steps.train.core.metrics import metric_line  # noqa: E402
 
@@ -149,8 +153,8 @@ def test_every_reference_points_at_a_declared_parameter_or_step(definition, step
 
 def test_every_graph_parameter_is_a_pipeline_parameter_with_its_default(definition):
     declared = {p["Name"]: p for p in definition["Parameters"]}
-    assert list(declared) == [p.name for p in PARAMETERS]
-    for p in PARAMETERS:
+    assert list(declared) == [p.name for p in TUNABLES]
+    for p in TUNABLES:
         assert declared[p.name]["Type"] == TYPES[p.type], p.name
         if p.name not in ("InputData", "DataSource", "PriceOverrides"):
             assert declared[p.name]["DefaultValue"] == p.default, p.name

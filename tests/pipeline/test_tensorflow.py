@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from pipeline.emulator import HOST_NAME, EmulatedJob, StepFailed
+from pipeline.emulator import HOST_NAME, EmulatedJob
+from pipeline.errors import StepFailed
 from pipeline.graph import resolve_parameters
 from pipeline.harness import (
     by_role,

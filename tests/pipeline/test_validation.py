@@ -13,8 +13,9 @@ import pytest
 pytest.importorskip("sagemaker.core", reason="the cloud extra (SageMaker SDK v3) is not installed")
 
 from pipeline import expressions  # noqa: E402
+from pipeline.errors import RequestRejected  # noqa: E402
 from pipeline.sagemaker import FsxSettings, all_steps, build_definition  # noqa: E402
-from pipeline.validation import RequestRejected, validate_request  # noqa: E402
+from pipeline.validation import validate_request  # noqa: E402
 from tests.support.deploy import CONCRETE_SETTINGS as SETTINGS  # noqa: E402
 
 FSX = FsxSettings(file_system_id="fs-0123456789abcdef0", directory_path="/fsx/dataset", subnets=("subnet-0123456789abcdef0",),
@@ -188,9 +189,10 @@ def test_processing_input_names_are_unique(processing):
 
 # -- every request of an execution, with its parameters, when it starts -----------------------------
 
-from pipeline.graph import PARAMETERS, resolve_parameters  # noqa: E402
+from pipeline.graph import resolve_parameters  # noqa: E402
 from pipeline.validation import validate_execution  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
+from steps.contract import TUNABLES  # noqa: E402
 
 EXECUTION = {"PipelineExecutionId": "abcdef123456", "PipelineName": "hetero-test",
              "PipelineExecutionArn": "arn:aws:sagemaker:eu-west-1:123456789012:pipeline/hetero-test/execution/abcdef123456"}
@@ -215,7 +217,7 @@ def get(name: str) -> dict:
     return {"Get": f"Parameters.{name}"}
 
 
-@pytest.mark.parametrize("name", [p.name for p in PARAMETERS if p.type is str and not p.choices])
+@pytest.mark.parametrize("name", [p.name for p in TUNABLES if p.type is str and not p.choices])
 def test_every_parameter_value_is_at_most_1024_characters(name):
     value = '{"k": "' + "x" * 1018 + '"}'  # 1027: valid JSON for WorkloadOptions, too long for any parameter
     with pytest.raises(UserError) as caught:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.emulator import StepFailed
+from pipeline.errors import StepFailed
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.volumes import GIB

@@ -64,9 +64,10 @@ class TrainConfig:
                                       "the cluster to resolve, then each peer's service to answer.", minimum=1.0)
     silence_timeout_s: float = _param(60.0, "A peer silent this long is taken as gone.", minimum=1.0)
     heartbeat_s: float = _param(2.0, "Interval of keep-alive frames between peers.", minimum=0.05)
-    checkpoint_every_steps: int = _param(0, "Write a checkpoint every N training steps (0: not by step count). Checkpoints are "
-                                         "also written at the end of every epoch and on SIGTERM.", minimum=0)
-    checkpoint_every_s: float = _param(600.0, "Write a checkpoint when this many seconds have passed since the last one "
+    checkpoint_every_steps: int = _param(0, "PyTorch path: write a checkpoint every N training steps (0: not by step count). "
+                                         "Checkpoints are also written at the end of every epoch and on SIGTERM (TensorFlow and "
+                                         "Ray: at epoch ends only).", minimum=0)
+    checkpoint_every_s: float = _param(600.0, "PyTorch path: write a checkpoint when this many seconds have passed since the last one "
                                        "(0: not by time).", minimum=0.0)
     log_every: int = _param(10, "Print a metric line every N steps.", minimum=1)
     seed: int = _param(0, "Seed for shuffling and initialisation.")

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import math
 
-from steps.common.errors import UserError
-
-
-class CorruptData(UserError):
-    headline = "corrupt data"
+from steps.train.core.errors import CorruptData
 
 
 class CorruptBudget:

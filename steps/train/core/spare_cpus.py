@@ -1,4 +1,4 @@
-"""How many vCPUs of a trainer host decode beside its training loop (hybrid decode), for either framework.
+"""How many vCPUs of a trainer host decode beside its training loop (hybrid decode), for every framework.
 
 A GPU host's training loop keeps one or two vCPUs busy (launching kernels, the
 data plane's receivers); the rest sit idle while the data hosts decode. How many

@@ -9,12 +9,6 @@ import threading
 from steps.common.errors import Terminated
 
 
-class Interrupted(Terminated):
-    """SIGTERM reached the trainer: the checkpoint is written, the job ends to be restarted."""
-
-    headline = "interrupted"
-
-
 class Terminate:
     """SIGTERM while armed is noted, not raised: the training loop ends at the next step boundary.
     Unarmed (start-up, validation, writing outputs) it ends the process at once, as before."""

@@ -24,10 +24,9 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from steps.common.errors import HeteroError
 from steps.shard.format import iter_shard
 from steps.train.core.cluster import available_cpus
+from steps.train.core.constants import SHUFFLE_BUFFER
 from steps.train.core.split import ALL, Take
 from steps.train.workload import Workload
-
-SHUFFLE_BUFFER = 256
 
 
 @dataclass

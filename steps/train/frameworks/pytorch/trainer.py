@@ -28,12 +28,13 @@ from steps.train.core.cluster import Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.core.corrupt import CorruptBudget
 from steps.train.core.cost_document import cost_line
+from steps.train.core.errors import Interrupted
 from steps.train.core.gpus import gpu_use, idle_gpus_line, require_usable_gpus
 from steps.train.core.ledger import Ledger
 from steps.train.core.manifest import read_classes, train_channel
 from steps.train.core.metrics import StepStats, metric_line, training_metrics
 from steps.train.core.outputs import write_outputs
-from steps.train.core.terminate import TERMINATE, Interrupted
+from steps.train.core.terminate import TERMINATE
 from steps.train.dataplane.auth import job_secret
 from steps.train.dataplane.control import failure_reason
 from steps.train.dataplane.meter import arrived
@@ -103,7 +104,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
             source.resume(progress.epoch, progress.consumed)
         if dist.is_initialized():
             model = DistributedDataParallel(model)
-        train_epochs(cfg, workload, model, optimizer, source, device, progress, checkpoints)
+        train_epochs(cfg, workload, model, source, device, optimizer=optimizer, progress=progress, checkpoints=checkpoints)
         stats, corrupt = progress.stats, progress.corrupt
         validation = _validation_shards(cluster) if cluster.rank == 0 else []
         accuracy = _validate(cfg, cluster, workload, model, device, validation) if cluster.rank == 0 else None
@@ -236,17 +237,14 @@ def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) 
     )
 
 
-def train_loop(cfg, workload, model, source, device) -> tuple[StepStats, list]:
-    """The job's training loop over ``source`` from the start, without checkpoints (what `bench/` times):
-    its step statistics and the corrupt samples it met."""
-    progress = Progress.fresh(cfg)
-    train_epochs(cfg, workload, model, workload.optimizer(model.parameters(), cfg.learning_rate), source, device, progress,
-           Checkpoints(None))
-    return progress.stats, progress.corrupt
-
-
-def train_epochs(cfg, workload, model, optimizer, source, device, progress: Progress, checkpoints: Checkpoints) -> None:
-    """Every epoch from where ``progress`` stands, saving checkpoints as `steps.train.frameworks.pytorch.checkpoint.Checkpoints` says."""
+def train_epochs(cfg, workload, model, source, device, *, optimizer=None, progress: Progress | None = None,
+                 checkpoints: Checkpoints | None = None) -> Progress:
+    """Every epoch from where ``progress`` stands (None: from the start, with the workload's optimizer), saving checkpoints
+    as `steps.train.frameworks.pytorch.checkpoint.Checkpoints` says (None: none); returns the run so far. The trainer's
+    loop, and what `bench/` times."""
+    optimizer = optimizer if optimizer is not None else workload.optimizer(model.parameters(), cfg.learning_rate)
+    progress = progress if progress is not None else Progress.fresh(cfg)
+    checkpoints = checkpoints if checkpoints is not None else Checkpoints(None)
     world = dist.get_world_size() if dist.is_initialized() else 1
     budget = CorruptBudget(cfg.max_corrupt_share, source.samples_per_epoch // world)  # this trainer's share of an epoch
     budget.restore(progress.epoch, progress.budget_seen)
@@ -254,7 +252,7 @@ def train_epochs(cfg, workload, model, optimizer, source, device, progress: Prog
     TERMINATE.armed = True
     try:
         if cfg.max_steps and progress.stats.steps >= cfg.max_steps:
-            return
+            return progress
         for epoch in range(progress.epoch, cfg.epochs):
             join = Join([model]) if dist.is_initialized() else contextlib.nullcontext()
             with join:
@@ -280,6 +278,7 @@ def train_epochs(cfg, workload, model, optimizer, source, device, progress: Prog
         raise
     finally:
         TERMINATE.armed = False
+    return progress
 
 
 def _epoch(cfg, step: TrainStep, source, progress: Progress, epoch, budget, checkpoints) -> bool:

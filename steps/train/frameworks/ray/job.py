@@ -52,14 +52,11 @@ from steps.train.dataplane.control import (
 from steps.train.dataplane.link import Heartbeat, Link, Stopped
 from steps.train.dataplane.meter import arrived, data_host_metrics
 from steps.train.dataplane.wire import Kind, WireError
-from steps.train.frameworks.ray.node import TRAINER_RESOURCE, RayNode, RayNodeFailed
+from steps.train.frameworks.ray.errors import HostLost, RayNodeFailed
+from steps.train.frameworks.ray.node import TRAINER_RESOURCE, RayNode
 from steps.train.frameworks.ray.trainer import RAY_CHECKPOINT
 
 RESULTS_ACTOR = "hetero-results"
-
-
-class HostLost(HeteroError):
-    headline = "host lost"
 
 
 def run_ray_host(cfg: TrainConfig, cluster: Cluster, workload) -> None:

@@ -33,24 +33,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from steps.common.errors import HeteroError
 from steps.train.core.cluster import DATA, Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.core.terminate import TERMINATE
 from steps.train.dataplane.auth import job_secret
+from steps.train.frameworks.ray.errors import RayNodeFailed
 
-RAY_VERSION = "2.60.0"
 TRAINER_RESOURCE, DATA_RESOURCE = "hetero_trainer", "hetero_data"
 OBJECT_STORE_BYTES = 512 * 1024**2  # per node: batches in flight, not the dataset
 NODE_ENV = "HETERO_RAY_NODE"  # in every Ray process of a node: the node's temp folder
 # Ray's deepest unix socket is <folder>/ray/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store, about 70 characters
 # below the folder, and a socket path has at most 107 (sun_path): a temp dir longer than this gives way to /tmp
 TEMP_DIR_ROOM = 24
+LOOPBACK = "127.0.0.1"  # where Ray's node-local servers (the job API's dashboard, the client server) also listen
 STOP_WAIT_S = 15.0  # for ray start to stop its processes, then for the last of them to go
-
-
-class RayNodeFailed(HeteroError):
-    headline = "ray node failed"
 
 
 def ray_token(secret: bytes) -> str:
@@ -103,9 +99,9 @@ class RayNode:
             self.address = f"{ip}:{self.cfg.ray_port or _free_port(ip)}"
             # the job API's minimal dashboard listens on 127.0.0.1 even without the dashboard: a free port, not 8265
             command += ["--head", f"--port={self.address.rsplit(':', 1)[1]}", "--include-dashboard=false",
-                        f"--dashboard-port={_free_port('127.0.0.1')}"]
+                        f"--dashboard-port={_free_port(LOOPBACK)}"]
             if _has_grpc():  # Ray runs its client server whenever grpc is there (the Ray image has none): a free port, not 10001
-                command += [f"--ray-client-server-port={_free_port(ip, '127.0.0.1')}"]
+                command += [f"--ray-client-server-port={_free_port(ip, LOOPBACK)}"]
         else:
             self.address = head
             self._await_head()

@@ -25,8 +25,8 @@ import time
 import numpy as np
 
 from steps.shard.format import IMAGE_EXTS, LABEL_EXT
+from steps.train.core.constants import SHUFFLE_BUFFER
 
-SHUFFLE_BUFFER = 256
 RAY_CHECKPOINT = "ray_checkpoint.pt"  # in the head's checkpoint folder: model, optimizer and the run so far, per epoch
 _WORKLOADS: dict = {}
 

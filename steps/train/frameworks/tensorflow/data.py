@@ -25,9 +25,10 @@ import numpy as np
 from steps.common.errors import EXIT_INTERNAL_ERROR, EXIT_TERMINATED, HeteroError, describe, write_failure
 from steps.train.core.cluster import Cluster, resolve
 from steps.train.core.config import TrainConfig
+from steps.train.core.errors import Interrupted
 from steps.train.core.split import NONE as NO_SPLIT
 from steps.train.core.split import Split
-from steps.train.core.terminate import TERMINATE, Interrupted
+from steps.train.core.terminate import TERMINATE
 from steps.train.dataplane.auth import job_secret
 from steps.train.dataplane.control import DataHostLost, LocalDecodeFailed, end_links, open_link
 from steps.train.dataplane.link import Heartbeat, Link, Stopped

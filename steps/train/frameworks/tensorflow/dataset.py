@@ -26,12 +26,12 @@ import numpy as np
 import tensorflow as tf
 
 from steps.shard.tfrecord import SUFFIX, parse_record
+from steps.train.core.constants import SHUFFLE_BUFFER
 from steps.train.core.split import Take
 from steps.train.workload import Workload
 
 SERVE_PATTERN = f"*{SUFFIX}"  # relative: resolved on the worker, in its serving directory
 TAKE_FILE = "hetero-take"  # relative, beside the shards a worker serves: "lo hi period" (steps.train.core.split.Take)
-SHUFFLE_BUFFER = 256
 
 
 def _files(source: str | list[str]) -> tf.data.Dataset:

@@ -18,31 +18,28 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from steps.common.errors import HeteroError
 from steps.shard.tfrecord import list_tfrecord_shards
 from steps.train.core.cluster import Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.core.corrupt import CorruptBudget
+from steps.train.core.errors import Interrupted
 from steps.train.core.gpus import gpu_use, require_usable_gpus
 from steps.train.core.manifest import read_classes
 from steps.train.core.metrics import StepStats, metric_line, training_metrics
 from steps.train.core.outputs import write_outputs
-from steps.train.core.terminate import TERMINATE, Interrupted
+from steps.train.core.terminate import TERMINATE
 from steps.train.dataplane.control import failure_reason
 from steps.train.dataplane.meter import arrived
 from steps.train.frameworks.tensorflow.checkpoint import TfCheckpoints
 from steps.train.frameworks.tensorflow.cluster import check_single_trainer, local_shards, shard_counts
 from steps.train.frameworks.tensorflow.data import TfDataService
 from steps.train.frameworks.tensorflow.dataset import SERVE_PATTERN, TAKE_FILE, sample_ids, training_dataset, validation_dataset
+from steps.train.frameworks.tensorflow.errors import DuplicateSamples
 from steps.train.frameworks.tensorflow.local_decode import LocalWorker, tf_spare_workers
 from steps.train.frameworks.tensorflow.step import device_strategy, distribute, make_train_step
 from steps.train.workload import Workload
 
 CORRUPT_REASON = "failed to decode; TensorFlow's error is in the log of the host that decoded it"
-
-
-class DuplicateSamples(HeteroError):
-    headline = "samples served twice"
 
 
 class InProcessSource:

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from steps.train.core.config import TrainConfig
-from steps.train.core.corrupt import CorruptBudget, CorruptData
+from steps.train.core.corrupt import CorruptBudget
+from steps.train.core.errors import CorruptData
 from steps.train.frameworks.pytorch.dataset import Batch
-from steps.train.frameworks.pytorch.trainer import train_loop
+from steps.train.frameworks.pytorch.trainer import train_epochs
 from steps.train.workloads.shapes import Shapes
 
 
@@ -49,5 +50,5 @@ def test_a_workload_whose_decode_always_fails_ends_training_at_once_not_after_th
     workload = Shapes({})
     with pytest.raises(CorruptData, match=r"epoch 0: already 8 of its 400 samples .*sample 4: OSError: broken data stream"):
         model = workload.build_model(3)
-        train_loop(cfg, workload, model, source, torch.device("cpu"))  # the loop the benches time
+        train_epochs(cfg, workload, model, source, torch.device("cpu"))  # the trainer's loop, as the benches time it
     assert source.served == 3  # 4 samples allowed; the 2nd all-corrupt batch brings 8

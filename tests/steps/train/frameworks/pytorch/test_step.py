@@ -10,7 +10,7 @@ from steps.shard.format import write_shard
 from steps.train.core.config import TrainConfig
 from steps.train.frameworks.pytorch.dataset import Batch
 from steps.train.frameworks.pytorch.step import TrainStep, isolated_costs, loop_cpus, validate
-from steps.train.frameworks.pytorch.trainer import train_loop
+from steps.train.frameworks.pytorch.trainer import train_epochs
 from tests.fixtures.tiny_workload import Tiny
 
 CPU = torch.device("cpu")
@@ -107,7 +107,8 @@ def test_the_probes_copy_trains_exactly_as_the_trainers_loop():
     for batch in batches:
         probe(batch.pixels, batch.labels)
     assert all(torch.equal(a, b) for a, b in zip(initial, model.parameters()))  # the probe trained its copy only
-    stats, corrupt = train_loop(cfg, workload, model, _Source(batches), CPU)
+    progress = train_epochs(cfg, workload, model, _Source(batches), CPU)
+    stats, corrupt = progress.stats, progress.corrupt
     assert stats.steps == 3 and corrupt == []
     assert not any(torch.equal(a, b) for a, b in zip(initial, model.parameters()))
     assert all(torch.equal(a, b) for a, b in zip(probe.model.parameters(), model.parameters()))

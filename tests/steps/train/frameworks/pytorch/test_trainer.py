@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from steps.train.core.config import TrainConfig
-from steps.train.core.terminate import TERMINATE, Interrupted
+from steps.train.core.errors import Interrupted
+from steps.train.core.terminate import TERMINATE
 from steps.train.frameworks.pytorch.checkpoint import Checkpoints
 from steps.train.frameworks.pytorch.dataset import Batch
 from steps.train.frameworks.pytorch.trainer import Progress, train_epochs
@@ -53,7 +54,7 @@ def _run(cfg, folder, source):
     if saved is not None:
         progress = Progress.resume(*saved, _OneTrainer(), model, optimizer, folder)
         source.resume(progress.epoch, progress.consumed)
-    train_epochs(cfg, workload, model, optimizer, source, torch.device("cpu"), progress, checkpoints)
+    train_epochs(cfg, workload, model, source, torch.device("cpu"), optimizer=optimizer, progress=progress, checkpoints=checkpoints)
     return progress, model
 
 

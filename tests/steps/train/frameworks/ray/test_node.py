@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from steps.train.frameworks.ray.errors import RayNodeFailed
 from steps.train.frameworks.ray.node import (
     NODE_ENV,
     TEMP_DIR_ROOM,
-    RayNodeFailed,
     _free_port,
     _kill_marked,
     _node_folder,

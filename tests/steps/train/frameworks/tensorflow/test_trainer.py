@@ -14,7 +14,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from steps.train.frameworks.tensorflow.trainer import DuplicateSamples, account_epoch  # noqa: E402
+from steps.train.frameworks.tensorflow.errors import DuplicateSamples  # noqa: E402
+from steps.train.frameworks.tensorflow.trainer import account_epoch  # noqa: E402
 from tests.support.tfrecords import write_shards  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[5]
