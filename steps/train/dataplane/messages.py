@@ -55,7 +55,7 @@ class Message:
             value = source[name]
             if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
                 wanted = " or ".join(t.__name__ for t in types if t is not NoneType)
-                raise WireError(f"a {cls.KIND.name} frame's field {name!r} holds {type(value).__name__} {str(value)[:60]!r}, "
+                raise WireError(f"a {cls.KIND.name} frame's field {name!r} holds {type(value).__name__} {value!r:.60}, "
                                 f"not {wanted}")
             values[name] = value
         message = cls(**values)
