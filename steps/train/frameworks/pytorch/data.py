@@ -87,7 +87,6 @@ class DataServiceClient:
         self.cfg = cfg
         self.me = me
         self.hosts = [_Host(h, resolve(h)) for h in data_hosts]
-        self.secret = secret
         self.pool = BufferPool(pinned=pinned, limit=cfg.prefetch_batches * len(data_hosts) + 2)
         self.queue: queue.Queue = queue.Queue(maxsize=cfg.prefetch_batches * len(data_hosts))
         self._epoch = 0
