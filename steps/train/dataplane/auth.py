@@ -18,13 +18,11 @@ from pathlib import Path
 
 from steps.common.errors import UserError
 from steps.contract import SECRET_CHANNEL, SECRET_FILE
-from steps.train.dataplane.wire import FrameReader, Kind, WireError, send_frame
+from steps.train.dataplane.errors import AuthError
+from steps.train.dataplane.messages import Auth, Error, Hello, Message
+from steps.train.dataplane.wire import FrameReader, send_frame
 
 MIN_SECRET_CHARS = 16
-
-
-class AuthError(WireError):
-    headline = "data plane authentication failed"
 
 
 _loaded: bytes | None = None  # this process's job secret, once `load_job_secret` has read it
@@ -65,36 +63,39 @@ def _mac(secret: bytes, role: str, nonce: str, host: str) -> str:
     return hmac.new(secret, f"{role}|{nonce}|{host}".encode(), hashlib.sha256).hexdigest()
 
 
-def _read_small(reader: FrameReader, expected: Kind) -> dict:
+def _read_small(reader: FrameReader, expected: type[Message]):
     kind, meta, arrays = reader.read()
-    if kind is Kind.ERROR:
-        raise AuthError(f"peer refused the connection: {meta.get('reason', 'no reason given')}")
-    if kind is not expected or arrays:
-        raise AuthError(f"expected a {expected.name} frame during the handshake, got {kind.name}")
-    return meta
+    if kind is Error.KIND:
+        raise AuthError(f"peer refused the connection: {Error.decode(meta, {}).reason}")
+    if kind is not expected.KIND or arrays:
+        raise AuthError(f"expected a {expected.KIND.name} frame during the handshake, got {kind.name}")
+    return expected.decode(meta, {})
+
+
+def _send(sock: socket.socket, message: Message) -> None:
+    send_frame(sock, *message.encode())
 
 
 def serve_handshake(sock: socket.socket, secret: bytes, *, host: str, info: dict) -> str:
-    """Data-host side. Returns the authenticated trainer's host name."""
+    """Data-host side; ``info``: the rest of its `Hello`. Returns the authenticated trainer's host name."""
     reader = FrameReader(sock, max_body=0)
     nonce = secrets.token_hex(16)
-    send_frame(sock, Kind.HELLO, {**info, "host": host, "nonce": nonce})
-    meta = _read_small(reader, Kind.AUTH)
-    peer, peer_nonce = str(meta.get("host", "")), str(meta.get("nonce", ""))
-    if not hmac.compare_digest(str(meta.get("mac", "")), _mac(secret, "trainer", nonce, peer)):
-        send_frame(sock, Kind.ERROR, {"reason": "authentication failed"})
-        raise AuthError(f"a client claiming to be {peer!r} did not prove the job secret")
-    send_frame(sock, Kind.AUTH, {"mac": _mac(secret, "data", peer_nonce, host)})
-    return peer
+    _send(sock, Hello(host=host, nonce=nonce, **info))
+    auth = _read_small(reader, Auth)
+    if not hmac.compare_digest(auth.mac, _mac(secret, "trainer", nonce, auth.host)):
+        _send(sock, Error("authentication failed"))
+        raise AuthError(f"a client claiming to be {auth.host!r} did not prove the job secret")
+    _send(sock, Auth(mac=_mac(secret, "data", auth.nonce, host)))
+    return auth.host
 
 
-def client_handshake(sock: socket.socket, secret: bytes, *, host: str) -> dict:
-    """Trainer side. Returns the data host's HELLO metadata once it has proved the secret."""
+def client_handshake(sock: socket.socket, secret: bytes, *, host: str) -> Hello:
+    """Trainer side. Returns the data host's `Hello` once it has proved the secret."""
     reader = FrameReader(sock, max_body=0)
-    hello = _read_small(reader, Kind.HELLO)
+    hello = _read_small(reader, Hello)
     nonce = secrets.token_hex(16)
-    send_frame(sock, Kind.AUTH, {"host": host, "nonce": nonce, "mac": _mac(secret, "trainer", str(hello.get("nonce", "")), host)})
-    meta = _read_small(reader, Kind.AUTH)
-    if not hmac.compare_digest(str(meta.get("mac", "")), _mac(secret, "data", nonce, str(hello.get("host", "")))):
-        raise AuthError(f"data host {hello.get('host')!r} did not prove the job secret")
+    _send(sock, Auth(mac=_mac(secret, "trainer", hello.nonce, host), host=host, nonce=nonce))
+    auth = _read_small(reader, Auth)
+    if not hmac.compare_digest(auth.mac, _mac(secret, "data", nonce, hello.host)):
+        raise AuthError(f"data host {hello.host!r} did not prove the job secret")
     return hello

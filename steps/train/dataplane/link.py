@@ -14,21 +14,18 @@ import struct
 import threading
 import time
 
-from steps.train.dataplane.wire import TIMEOUTS, Allocator, FrameReader, Kind, WireError, _numpy_allocator, send_frame
+from steps.train.dataplane.errors import PeerSilent, Stopped, WireError
+from steps.train.dataplane.messages import Inbound, Message, Other, Ping, decode
+from steps.train.dataplane.wire import TIMEOUTS, Allocator, FrameReader, _numpy_allocator, send_frame
 
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 
 
-class PeerSilent(WireError):
-    headline = "peer went silent"
-
-
-class Stopped(Exception):
-    """Internal: the local side is shutting down; abandon the current send or read."""
-
-
 class Link:
-    def __init__(self, sock: socket.socket, peer: str, *, heartbeat_s: float, silence_timeout_s: float, allocator: Allocator = _numpy_allocator):
+    """``inbound``: the messages this side reads (`messages.FROM_TRAINER` on a data host, `FROM_DATA_HOST` on a trainer)."""
+
+    def __init__(self, sock: socket.socket, peer: str, *, inbound: Inbound, heartbeat_s: float, silence_timeout_s: float,
+                 allocator: Allocator = _numpy_allocator):
         # The kernel enforces the heartbeat timeout (SO_RCVTIMEO/SO_SNDTIMEO on a blocking socket): a Python
         # socket timeout would add a poll() before every recv and split each 10 MB send into partial writes.
         sock.settimeout(None)
@@ -40,6 +37,7 @@ class Link:
             sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
         self.sock = sock
         self.peer = peer
+        self.inbound = inbound
         self.silence_timeout_s = silence_timeout_s
         self.last_seen = time.monotonic()
         self.closing = threading.Event()
@@ -59,7 +57,8 @@ class Link:
         if self.silent_for() > self.silence_timeout_s:
             raise PeerSilent(f"{self.peer} sent nothing for {self.silent_for():.0f} s (silence_timeout_s={self.silence_timeout_s:g})")
 
-    def send(self, kind: Kind, meta: dict | None = None, arrays=()) -> None:
+    def send(self, message: Message) -> None:
+        kind, meta, arrays = message.encode()
         with self._send_lock:
             self.bytes_sent += send_frame(self.sock, kind, meta, arrays, on_stall=self._on_stall)
 
@@ -67,15 +66,15 @@ class Link:
     def bytes_read(self) -> int:
         return self._reader.bytes_read
 
-    def read(self):
-        """The next frame, or None when the peer was idle for one heartbeat."""
+    def read(self) -> Message | Other | None:
+        """The next message, or None when the peer was idle for one heartbeat. A malformed frame is a `WireError`."""
         try:
             frame = self._reader.read()
         except TIMEOUTS:
             self._on_stall()
             return None
         self.touch()
-        return frame
+        return decode(frame, self.inbound)
 
     def close(self) -> None:
         self.closing.set()
@@ -100,7 +99,7 @@ class Heartbeat:
         while not self._stop.wait(self.interval_s):
             for link in self.links:
                 try:
-                    link.send(Kind.PING)
+                    link.send(Ping())
                 except (WireError, OSError, Stopped):
                     pass  # the link's reader reports the loss
 

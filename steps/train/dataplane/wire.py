@@ -28,7 +28,7 @@ from math import prod
 
 import numpy as np
 
-from steps.common.errors import HeteroError
+from steps.train.dataplane.errors import PeerClosed, WireError
 
 MAGIC = b"HTRO"
 VERSION = 1
@@ -52,14 +52,6 @@ class Kind(IntEnum):
     IDS = 9  # TensorFlow path: trainer -> data host: which sample ids do you serve? data host -> trainer: them
     REPORT = 10  # TensorFlow path: trainer -> data host: your own measurements? data host -> trainer: them
     RESUME = 11  # PyTorch path: trainer -> data host, first after the handshake: the epoch to start at and the ids it consumed
-
-
-class WireError(HeteroError):
-    headline = "data plane protocol error"
-
-
-class PeerClosed(WireError):
-    headline = "peer closed the connection"
 
 
 @dataclass(frozen=True)

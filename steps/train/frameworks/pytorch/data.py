@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,10 +23,11 @@ from steps.train.core.cluster import resolve
 from steps.train.core.config import TrainConfig
 from steps.train.core.split import NONE as NO_SPLIT
 from steps.train.core.split import Split
-from steps.train.dataplane.control import DataHostLost, LocalDecodeFailed, open_link, send_stop
-from steps.train.dataplane.link import Heartbeat, Link, Stopped
+from steps.train.dataplane import messages
+from steps.train.dataplane.errors import DataHostLost, LocalDecodeFailed
 from steps.train.dataplane.meter import arrived, data_host_metrics
-from steps.train.dataplane.wire import Kind, Segment, WireError
+from steps.train.dataplane.watch import Peer, PeerWatch
+from steps.train.dataplane.wire import Segment
 from steps.train.frameworks.pytorch.dataset import Batch
 
 
@@ -44,11 +44,9 @@ class _Failure:
 
 
 @dataclass
-class _Host:
-    name: str
-    address: str
-    link: Link | None = None
+class _Host(Peer):
     samples_per_epoch: int = 0
+    epoch: int = 0  # the epoch its stream is in
     received: dict = field(default_factory=dict)  # epoch -> samples received
     first_report: dict = field(default_factory=dict)  # the data host's own running measurements, with its first batch
     report: dict = field(default_factory=dict)  # ... and with its latest frame
@@ -89,17 +87,14 @@ class DataServiceClient:
         self.cfg = cfg
         self.me = me
         self.hosts = [_Host(h, resolve(h)) for h in data_hosts]
-        self.secret = secret
         self.pool = BufferPool(pinned=pinned, limit=cfg.prefetch_batches * len(data_hosts) + 2)
         self.queue: queue.Queue = queue.Queue(maxsize=cfg.prefetch_batches * len(data_hosts))
         self._epoch = 0
         self._gate = threading.Condition()
-        self._stopping = threading.Event()  # STOP sent: drain until each data host hangs up
-        self._closing = threading.Event()  # sockets going away
+        self.watch = PeerWatch(cfg, self.hosts, me=me, secret=secret, on_message=self._receive, on_failure=self._post_failure,
+                               lost=self._lost, allocator=self._allocate)
+        self._stopping = self.watch.stopping  # STOP sent: drain until each data host hangs up
         self._threads: list[threading.Thread] = []
-        self._receivers: list[threading.Thread] = []
-        self._heartbeat: Heartbeat | None = None
-        self.failure: HeteroError | None = None  # the first lost host: raised before any batch still queued
         self.split: Split = NO_SPLIT
         self.local = None  # this host's own decode workers (`add_local`), a source beside the data hosts
         self._local: _Host | None = None
@@ -113,21 +108,21 @@ class DataServiceClient:
         ``trainer_workers`` (every trainer's local decode workers, by rank) against the data hosts' decode workers
         (their HELLOs) settle the `Split` every trainer computes alike."""
         consumed = np.empty(0, dtype=np.int64) if consumed is None else np.asarray(consumed, dtype=np.int64)
-        deadline = time.monotonic() + self.cfg.connect_timeout_s
-        data_workers = 0
+        self.watch.connect()
         for host in self.hosts:
-            host.link, hello = open_link(self.cfg, host.name, host.address, self.me, self.secret, deadline,
-                                         f"data host {host.name}", allocator=self._allocate)
-            host.samples_per_epoch = int(hello.get("samples_per_epoch", 0))
-            data_workers += max(int(hello.get("decode_workers", 1)), 1)
-        self.split = Split.weighted(list(trainer_workers or [0]), data_workers)
-        for host in self.hosts:
-            host.link.send(Kind.RESUME, {"epoch": epoch, "split": self.split.as_meta()}, [("consumed", consumed)])
+            host.samples_per_epoch = host.hello.samples_per_epoch
+        self.split = Split.weighted(list(trainer_workers or [0]), sum(max(h.hello.decode_workers, 1) for h in self.hosts))
+        self.watch.send_all(messages.Resume(epoch=epoch, split=self.split.as_meta(), consumed=consumed))
         self._epoch = epoch
         for host in self.hosts:
-            self._receivers.append(self._spawn(self._receive, host))
-        self._heartbeat = Heartbeat([h.link for h in self.hosts], self.cfg.heartbeat_s)
+            host.epoch = epoch  # the epoch the job starts (or resumes) at
+        self.watch.watch()
         return self
+
+    @property
+    def failure(self) -> HeteroError | None:
+        """The first lost host: raised before any batch still queued."""
+        return self.watch.failure
 
     def add_local(self, local) -> None:
         """Merge ``local``'s batches (a `steps.train.frameworks.pytorch.local_decode.LocalDecoder`: this host's side of the split) with
@@ -139,19 +134,8 @@ class DataServiceClient:
     def close(self, status: str = "completed", reason: str = "", files: dict[str, bytes] | None = None) -> None:
         """Tell every data host to stop, handing it ``files`` (the trainer's outputs), then drop
         the connections once each has hung up (`send_stop`). Idempotent."""
-        if self._stopping.is_set():
+        if not self.watch.close(status, reason, files):
             return
-        self._stopping.set()
-        if self._heartbeat is not None:
-            self._heartbeat.stop()
-        send_stop([h.link for h in self.hosts if h.link is not None], status, reason, files)
-        deadline = time.monotonic() + self.cfg.silence_timeout_s
-        for thread in self._receivers:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._closing.set()
-        for host in self.hosts:
-            if host.link is not None:
-                host.link.close()
         with self._gate:
             self._gate.notify_all()
         for thread in self._threads:
@@ -226,44 +210,26 @@ class DataServiceClient:
                 continue
 
     def _fail(self, error: HeteroError) -> None:
-        if self.failure is None:
-            self.failure = error
+        self.watch.fail(error)
+
+    def _post_failure(self, error: HeteroError) -> None:
         self._post(_Failure(error))  # wakes a consumer waiting on an empty queue
 
-    def _receive(self, host: _Host) -> None:
-        epoch = self._epoch  # the epoch the job starts (or resumes) at
-        while not self._closing.is_set():
-            try:
-                frame = host.link.read()
-            except Stopped:
-                return
-            except (WireError, OSError) as exc:
-                if not self._stopping.is_set():
-                    self._fail(self._lost(host, epoch, exc))
-                return  # after STOP, the data host hanging up is the expected end
-            if frame is None:
-                continue
-            kind, meta, arrays = frame
-            if kind is Kind.BATCH:
-                try:
-                    batch = self._batch(host, meta, arrays)
-                except WireError as exc:
-                    self._fail(self._lost(host, epoch, exc))
-                    return
-                host.received[batch.epoch] = host.received.get(batch.epoch, 0) + len(batch) + len(batch.corrupt)
-                self._keep_report(host, meta)
-                self._post(batch)
-            elif kind is Kind.END:
-                self._keep_report(host, meta)
-                self._post(_End(host.name, int(meta.get("epoch", -1)), int(meta.get("samples", -1))))
-                epoch += 1
-                with self._gate:  # hold this host's next epoch back until the trainer starts it
-                    while self._epoch < epoch and not self._stopping.is_set():
-                        self._gate.wait(self.cfg.heartbeat_s)
-                host.link.touch()
-            elif kind is Kind.ERROR:
-                self._fail(DataHostLost(f"data host {host.name} failed: {meta.get('reason', 'no reason given')}"))
-                return
+    def _receive(self, host: _Host, message) -> None:
+        """A data host's BATCH or END (`PeerWatch` reads the link, and words its loss with `_lost`)."""
+        if isinstance(message, messages.Batch):
+            batch = self._batch(host, message)
+            host.received[batch.epoch] = host.received.get(batch.epoch, 0) + len(batch) + len(batch.corrupt)
+            self._keep_report(host, message.host)
+            self._post(batch)
+        elif isinstance(message, messages.End):
+            self._keep_report(host, message.host)
+            self._post(_End(host.name, message.epoch, message.samples))
+            host.epoch += 1
+            with self._gate:  # hold this host's next epoch back until the trainer starts it
+                while self._epoch < host.epoch and not self._stopping.is_set():
+                    self._gate.wait(self.cfg.heartbeat_s)
+            host.link.touch()
 
     def _decode_locally(self, host: _Host) -> None:
         """Feed this host's own batches into the merge, one epoch at a time, in step with the data hosts' streams."""
@@ -289,32 +255,23 @@ class DataServiceClient:
                 self._fail(error)
 
     @staticmethod
-    def _keep_report(host: _Host, meta: dict) -> None:
+    def _keep_report(host: _Host, report: dict) -> None:
         """BATCH and END frames carry the data host's running measurements (`ServiceMeter.report`)."""
-        report = meta.get("host")
-        if isinstance(report, dict):
+        if report:
             host.report = report
             host.first_report = host.first_report or report
 
-    def _batch(self, host: _Host, meta: dict, arrays: dict) -> Batch:
-        pixels, labels, ids = arrays.get("pixels"), arrays.get("labels"), arrays.get("ids")
-        if pixels is None or labels is None or ids is None:
-            raise WireError(f"BATCH frame lacks one of pixels, labels, ids (has {sorted(arrays)})")
-        n = pixels.shape[0] if pixels.ndim else -1
-        if pixels.dtype != np.uint8 or pixels.ndim != 4 or labels.shape != (n,) or ids.shape != (n,):
-            raise WireError(f"BATCH frame shapes disagree: pixels {pixels.dtype}{list(pixels.shape)}, labels {list(labels.shape)}, ids {list(ids.shape)}")
-        corrupt = meta.get("corrupt", [])
-        if not isinstance(corrupt, list):
-            raise WireError("BATCH frame's corrupt list is not a list")
-        pool = self.pool
+    def _batch(self, host: _Host, message: messages.Batch) -> Batch:
+        pixels, pool = message.pixels, self.pool
 
         def release(event=None) -> None:
             pool.give_back(pixels, event)
 
-        return Batch(torch.from_numpy(pixels), torch.from_numpy(labels), torch.from_numpy(ids),
-                     corrupt=[tuple(c) for c in corrupt], epoch=int(meta.get("epoch", -1)), source=host.name, release=release)
+        return Batch(torch.from_numpy(pixels), torch.from_numpy(message.labels), torch.from_numpy(message.ids),
+                     corrupt=[tuple(c) for c in message.corrupt], epoch=message.epoch, source=host.name, release=release)
 
-    def _lost(self, host: _Host, epoch: int, exc: Exception) -> DataHostLost:
+    def _lost(self, host: _Host, exc: Exception) -> DataHostLost:
+        epoch = host.epoch
         got = host.received.get(epoch, 0)
         total = host.samples_per_epoch
         return DataHostLost(

@@ -16,31 +16,27 @@ from __future__ import annotations
 
 import queue
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 
-from steps.common.errors import HeteroError, UserError, describe
+from steps.common.errors import UserError
 from steps.shard.format import count_samples, list_shards
 from steps.train.core.cluster import Cluster, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.core.manifest import train_channel
 from steps.train.core.split import NONE as NO_SPLIT
 from steps.train.core.split import Split
+from steps.train.dataplane import messages
+from steps.train.dataplane.admission import Trainer
 from steps.train.dataplane.auth import job_secret
-from steps.train.dataplane.control import Trainer, TrainerGone, accept_trainers, trainer_frame, trainer_lost
-from steps.train.dataplane.link import Stopped
+from steps.train.dataplane.errors import TrainerGone, WireError
 from steps.train.dataplane.meter import ServiceMeter
-from steps.train.dataplane.wire import Kind, WireError
+from steps.train.dataplane.session import HostSession, trainer_lost
 from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
 from steps.train.workload import Workload
-
-
-class _AllStopped(Exception):
-    """Internal: every trainer said STOP; the service winds down cleanly."""
 
 
 def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
@@ -87,28 +83,21 @@ def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tu
     every host of the job then holds the job's results, whichever host's model directory
     SageMaker packs into the model artifact.
     """
-    trainers = accept_trainers(server, cfg, me, trainer_hosts, secret, {"samples_per_epoch": samples_per_epoch, "epochs": cfg.epochs,
-                                                                       "decode_workers": decode_workers})
-    first, consumed, split = receive_resume(trainers, cfg)
+    session = HostSession.admit(cfg, server, me=me, trainer_hosts=trainer_hosts, secret=secret,
+                                info={"samples_per_epoch": samples_per_epoch, "epochs": cfg.epochs, "decode_workers": decode_workers},
+                                who=f"data host {me}", results_dir=results_dir, heartbeat=False)  # the senders ping
+    first, consumed, split = receive_resume(session.trainers, cfg)
     if first or consumed.size:
         print(f"[data] {me}: resuming at epoch {first}, {consumed.size} sample(s) of it already consumed", flush=True)
     if start is not None:
         start(first, consumed, split)
-    service = DataService(trainers, cfg, results_dir)
-    service.start()
-    try:
+    with session:
+        feed = BatchFeed(session)
         for epoch in range(first, cfg.epochs):
             for batch in epoch_batches(epoch):
-                service.put(epoch, batch)
-            service.end_epoch(epoch)
-        service.wait_for_stop()
-    except _AllStopped:
-        pass
-    except BaseException as exc:
-        service.abort(f"data host {me}: {describe(exc)}")  # the trainers learn why, not just that the socket closed
-        raise
-    finally:
-        service.close()
+                feed.put(epoch, batch)
+            feed.end_epoch(epoch)
+        session.wait_until()
 
 
 def receive_resume(trainers: list[Trainer], cfg: TrainConfig) -> tuple[int, np.ndarray, Split]:
@@ -119,25 +108,21 @@ def receive_resume(trainers: list[Trainer], cfg: TrainConfig) -> tuple[int, np.n
     for t in trainers:
         while True:
             try:
-                frame = t.link.read()
+                message = t.link.read()
             except (WireError, OSError) as exc:
                 raise trainer_lost(t.host, exc) from None
-            if frame is not None and frame[0] is Kind.RESUME:
+            if isinstance(message, messages.Resume):
                 break
-            if frame is not None and frame[0] is not Kind.PING:
-                raise TrainerGone(f"trainer {t.host} sent {frame[0].name} before RESUME: run the same code on every host")
+            if message is not None and not isinstance(message, messages.Ping):
+                raise TrainerGone(f"trainer {t.host} sent {message.kind.name} before RESUME: run the same code on every host")
             if time.monotonic() > deadline:
                 raise TrainerGone(f"trainer {t.host} sent no RESUME within connect_timeout_s={cfg.connect_timeout_s:g}")
-        _, meta, arrays = frame
-        epoch = meta.get("epoch")
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch <= cfg.epochs:
-            raise TrainerGone(f"trainer {t.host} asked to resume at epoch {epoch!r}; this job has {cfg.epochs}")
-        epochs[t.host] = epoch
-        raw = meta.get("split")
-        splits[t.host] = NO_SPLIT if raw is None else Split.from_meta(raw, trainers=len(trainers), sender=t.host)
-        consumed = arrays.get("consumed")
-        if consumed is not None:
-            ids.append(consumed.astype(np.int64, copy=False).ravel())
+        if not 0 <= message.epoch <= cfg.epochs:
+            raise TrainerGone(f"trainer {t.host} asked to resume at epoch {message.epoch!r}; this job has {cfg.epochs}")
+        epochs[t.host] = message.epoch
+        splits[t.host] = NO_SPLIT if message.split is None else Split.from_meta(message.split, trainers=len(trainers), sender=t.host)
+        if message.consumed is not None:
+            ids.append(message.consumed.astype(np.int64, copy=False).ravel())
     if len(set(epochs.values())) > 1:
         raise TrainerGone(f"trainers resume at different epochs ({epochs}): they read different checkpoints")
     if len(set(splits.values())) > 1:
@@ -148,36 +133,22 @@ def receive_resume(trainers: list[Trainer], cfg: TrainConfig) -> tuple[int, np.n
     return start, np.unique(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64), split
 
 
-class DataService:
-    """Fans batches out to trainer links; watches them for STOP and silence."""
+class BatchFeed:
+    """What a PyTorch data host sends: batches from one shared queue, a sender per trainer (a faster trainer takes more),
+    each epoch closed by an END per trainer with the samples it was sent. Each sender pings its trainer when it has
+    nothing to send, never waiting on another trainer's link."""
 
-    def __init__(self, trainers: list[Trainer], cfg: TrainConfig, results_dir: Path | None = None):
-        self.trainers = trainers
-        self.cfg = cfg
-        self.results_dir = results_dir
-        self.queue: queue.Queue = queue.Queue(maxsize=2 * len(trainers))
-        self.failure: HeteroError | None = None
-        self.done = threading.Event()
+    def __init__(self, session: HostSession):
+        self.session = session
+        self.cfg = session.cfg
+        self.queue: queue.Queue = queue.Queue(maxsize=2 * len(session.trainers))
         self.meter = ServiceMeter()
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-
-    def start(self) -> None:
-        for t in self.trainers:
-            for target in (self._control, self._send):
-                thread = threading.Thread(target=target, args=(t,), name=f"{target.__name__}-{t.host}", daemon=True)
-                thread.start()
-                self._threads.append(thread)
-
-    def check(self) -> None:
-        if self.failure is not None:
-            raise self.failure
-        if self.done.is_set():
-            raise _AllStopped()
+        for t in session.trainers:
+            session.spawn(self._send, t)
 
     def put(self, epoch: int, batch: Batch) -> None:
         while True:
-            self.check()
+            self.session.check()
             try:
                 self.queue.put((epoch, batch), timeout=self.cfg.heartbeat_s)
                 self.meter.count(batch)
@@ -188,81 +159,26 @@ class DataService:
     def end_epoch(self, epoch: int) -> None:
         with self.queue.all_tasks_done:
             while self.queue.unfinished_tasks:
-                self.check()
+                self.session.check()
                 self.queue.all_tasks_done.wait(self.cfg.heartbeat_s)
-        report = self.meter.report(self.trainers)
-        for t in self.trainers:
+        report = self.meter.report(self.session.trainers)
+        for t in self.session.trainers:
             if not t.stopped:
-                self._guarded(t, lambda: t.link.send(Kind.END, {"epoch": epoch, "samples": t.sent.get(epoch, 0), "host": report}))  # noqa: B023 - called at once
-
-    def wait_for_stop(self) -> None:
-        while True:
-            self.check()
-            self.done.wait(self.cfg.heartbeat_s)
-
-    def abort(self, reason: str) -> None:
-        for t in self.trainers:
-            if not t.stopped:
-                try:
-                    t.link.send(Kind.ERROR, {"reason": reason[:1000]})
-                except (WireError, OSError, Stopped):
-                    pass
-
-    def close(self) -> None:
-        self.done.set()
-        for t in self.trainers:
-            t.link.close()
-        for thread in self._threads:
-            thread.join(timeout=5)
-
-    def _fail(self, error: HeteroError) -> None:
-        with self._lock:
-            if self.failure is None and not self.done.is_set():
-                self.failure = error
-        self.done.set()
-
-    def _lost(self, t: Trainer, exc: Exception) -> None:
-        """A trainer link broke; the send and control threads both land here, so the reason is the same."""
-        if t.stopped or self.done.is_set():
-            return
-        self._fail(trainer_lost(t.host, exc))
-
-    def _guarded(self, t: Trainer, action) -> None:
-        try:
-            action()
-        except Stopped:
-            pass
-        except (WireError, OSError) as exc:
-            self._lost(t, exc)
-
-    def _control(self, t: Trainer) -> None:
-        while not (t.stopped or self.done.is_set()):
-            try:
-                frame = t.link.read()
-            except Stopped:
-                return
-            except (WireError, OSError) as exc:
-                self._lost(t, exc)
-                return
-            if frame is None:
-                continue
-            error = trainer_frame(t, *frame, self.results_dir)
-            if error is not None:
-                self._fail(error)
-            elif t.stopped and all(x.stopped for x in self.trainers):
-                self.done.set()
+                end = messages.End(epoch=epoch, samples=t.sent.get(epoch, 0), host=report)
+                self.session.guarded(t, lambda: t.link.send(end))  # noqa: B023 - called at once
 
     def _send(self, t: Trainer) -> None:
-        while not (t.stopped or self.done.is_set()):
+        session = self.session
+        while not (t.stopped or session.done.is_set()):
             try:
                 epoch, batch = self.queue.get(timeout=self.cfg.heartbeat_s)
             except queue.Empty:
-                self._guarded(t, lambda: t.link.send(Kind.PING))
+                session.guarded(t, lambda: t.link.send(messages.Ping()))
                 continue
             try:
-                meta = {"epoch": epoch, "corrupt": batch.corrupt, "host": self.meter.report(self.trainers)}
-                arrays = [("pixels", batch.pixels.numpy()), ("labels", batch.labels.numpy()), ("ids", batch.ids.numpy())]
-                self._guarded(t, lambda: t.link.send(Kind.BATCH, meta, arrays))  # noqa: B023 - called at once
+                message = messages.Batch(epoch=epoch, pixels=batch.pixels.numpy(), labels=batch.labels.numpy(),
+                                         ids=batch.ids.numpy(), corrupt=batch.corrupt, host=self.meter.report(session.trainers))
+                session.guarded(t, lambda: t.link.send(message))  # noqa: B023 - called at once
                 t.sent[epoch] = t.sent.get(epoch, 0) + len(batch) + len(batch.corrupt)
                 t.batches += 1
             finally:

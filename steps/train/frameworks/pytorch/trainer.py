@@ -36,8 +36,8 @@ from steps.train.core.metrics import StepStats, metric_line, training_metrics
 from steps.train.core.outputs import write_outputs
 from steps.train.core.terminate import TERMINATE
 from steps.train.dataplane.auth import job_secret
-from steps.train.dataplane.control import failure_reason
 from steps.train.dataplane.meter import arrived
+from steps.train.dataplane.watch import failure_reason
 from steps.train.frameworks.pytorch.checkpoint import Checkpoints, restore_rng, rng_state
 from steps.train.frameworks.pytorch.data import DataServiceClient
 from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader

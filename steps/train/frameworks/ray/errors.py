@@ -10,8 +10,3 @@ class RayNodeFailed(HeteroError):
 
     headline = "ray node failed"
 
-
-class HostLost(HeteroError):
-    """A host's link to the head closed, or the host reported its own failure, during training."""
-
-    headline = "host lost"

@@ -12,7 +12,8 @@ plus one, as on the PyTorch path).
 
 Ray has no notion of "the job is over" for the nodes that joined it, so the
 head also keeps the project's authenticated control link to every other host
-(`steps.train.dataplane.control`), as the TensorFlow trainer does with its data hosts:
+(`steps.train.dataplane.watch` on the head, `steps.train.dataplane.session` on the others), as the
+TensorFlow trainer does with its data hosts:
 both sides heartbeat, the head ends the job with STOP carrying its results (or
 the reason it failed), and a host whose head goes silent or drops the link
 without STOP exits non-zero naming it. Every host stops its Ray node, and
@@ -30,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from steps.common.errors import HeteroError, UserError, describe
+from steps.common.errors import UserError, describe
 from steps.common.files import write_atomic
 from steps.shard.format import count_samples, list_shards
 from steps.train.core.cluster import TRAINER, Cluster, resolve
@@ -39,20 +40,13 @@ from steps.train.core.gpus import gpu_use, idle_gpus_line, require_usable_gpus
 from steps.train.core.manifest import read_classes, train_channel
 from steps.train.core.metrics import training_metrics
 from steps.train.core.outputs import write_outputs
+from steps.train.dataplane import messages
 from steps.train.dataplane.auth import job_secret
-from steps.train.dataplane.control import (
-    accept_trainers,
-    end_links,
-    failure_reason,
-    open_link,
-    tell_trainer,
-    trainer_frame,
-    trainer_lost,
-)
-from steps.train.dataplane.link import Heartbeat, Link, Stopped
+from steps.train.dataplane.errors import HostLost
 from steps.train.dataplane.meter import arrived, data_host_metrics
-from steps.train.dataplane.wire import Kind, WireError
-from steps.train.frameworks.ray.errors import HostLost, RayNodeFailed
+from steps.train.dataplane.session import HostSession
+from steps.train.dataplane.watch import Peer, PeerWatch, failure_reason
+from steps.train.frameworks.ray.errors import RayNodeFailed
 from steps.train.frameworks.ray.node import TRAINER_RESOURCE, RayNode
 from steps.train.frameworks.ray.trainer import RAY_CHECKPOINT
 
@@ -94,11 +88,12 @@ def _end(node: RayNode, completed: bool) -> None:
 
 def _run_head(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
     others = tuple(h for g in cluster.groups for h in g.hosts if h != cluster.current_host)
-    links = _Followers(cfg, cluster, others)
+    links = _followers(cfg, cluster, others)
     try:
         links.connect()
+        links.watch()
         node.start()
-        links.announce(node.address)  # where to join: the head picked its port
+        links.send_all(messages.Start(ray=node.address))  # where to join: the head picked its port
         node.connect()
         _await_nodes(cfg, len(others) + 1, node, links)
         files = _train(cfg, cluster, links)
@@ -108,7 +103,7 @@ def _run_head(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
         raise
 
 
-def _await_nodes(cfg: TrainConfig, count: int, node: RayNode, links: _Followers) -> None:
+def _await_nodes(cfg: TrainConfig, count: int, node: RayNode, links: PeerWatch) -> None:
     import ray
 
     deadline = time.monotonic() + cfg.connect_timeout_s
@@ -125,7 +120,7 @@ def _await_nodes(cfg: TrainConfig, count: int, node: RayNode, links: _Followers)
         time.sleep(0.5)
 
 
-def _train(cfg: TrainConfig, cluster: Cluster, links: _Followers) -> dict[str, bytes]:
+def _train(cfg: TrainConfig, cluster: Cluster, links: PeerWatch) -> dict[str, bytes]:
     import ray
     from ray.data import DataContext
     from ray.train import FailureConfig, RunConfig, ScalingConfig
@@ -214,7 +209,7 @@ def leave_room_for_data(kept: int, why: str, workers: int, cpus: int) -> tuple[i
                   f"on: {fits} each, the decode shares the trainers' CPUs")
 
 
-def _fit(trainer, cfg: TrainConfig, links: _Followers) -> None:
+def _fit(trainer, cfg: TrainConfig, links: PeerWatch) -> None:
     """``trainer.fit()``, ended early when another host of the job is lost: SageMaker fails a job whose host fails
     anyway, so riding it out on Ray's retries would only keep the rest billing. The head's process then exits (its
     Ray node and workers with it) with the lost host's name."""
@@ -305,84 +300,34 @@ def _results_actor(head_ip: str, checkpoint_folder: Path):
     return Results.options(name=RESULTS_ACTOR, resources={f"node:{head_ip}": 0.001}, num_cpus=0).remote()
 
 
-class _Followers:
+def _followers(cfg: TrainConfig, cluster: Cluster, hosts: tuple[str, ...]) -> PeerWatch:
     """The head's control links to every other host: dial, prove the secret, heartbeat, watch, STOP."""
-
-    def __init__(self, cfg: TrainConfig, cluster: Cluster, hosts: tuple[str, ...]):
-        self.cfg, self.cluster, self.hosts = cfg, cluster, hosts
-        self.links: dict[str, Link] = {}
-        self.failure: HeteroError | None = None
-        self._stopping = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self.beat: Heartbeat | None = None
-
-    def connect(self) -> None:
-        deadline = time.monotonic() + self.cfg.connect_timeout_s
-        for host in self.hosts:
-            self.links[host], _ = open_link(self.cfg, host, resolve(host), self.cluster.current_host, job_secret(), deadline,
-                                            f"host {host}")
-        self.beat = Heartbeat(self.links.values(), self.cfg.heartbeat_s)
-        for host, link in self.links.items():
-            thread = threading.Thread(target=self._watch, args=(host, link), name=f"watch-{host}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-    def _watch(self, host: str, link: Link) -> None:
-        while not self._stopping.is_set():
-            try:
-                frame = link.read()
-            except Stopped:
-                return
-            except (WireError, OSError) as exc:
-                if not self._stopping.is_set() and self.failure is None:
-                    self.failure = HostLost(f"host {host} was lost: {exc}")
-                    print(f"[ray] {self.failure.one_line()}", flush=True)
-                return
-            if frame is not None and frame[0] is Kind.ERROR and self.failure is None:
-                self.failure = HostLost(f"host {host} failed: {frame[1].get('reason', 'no reason given')}")
-
-    def announce(self, address: str) -> None:
-        for link in self.links.values():
-            link.send(Kind.START, {"ray": address})
-
-    def check(self) -> None:
-        if self.failure is not None:
-            raise self.failure
-
-    def close(self, status: str, reason: str = "", files: dict[str, bytes] | None = None) -> None:
-        """STOP (with ``files``) to every host, then wait for each to hang up. Idempotent."""
-        if self._stopping.is_set():
-            return
-        self._stopping.set()
-        end_links(list(self.links.values()), self._threads, self.beat, status, reason, files, self.cfg.silence_timeout_s)
+    return PeerWatch(cfg, [Peer(h, resolve(h)) for h in hosts], me=cluster.current_host, secret=job_secret(), label="host",
+                     error=HostLost, on_failure=lambda error: print(f"[ray] {error.one_line()}", flush=True))
 
 
 # -- every other host: a Ray node, and the control link to the head ----------------------------------------------
 
 def _follow(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
     me, head = cluster.current_host, node.head_host
-    with socket.create_server((resolve(me), cfg.data_port), backlog=16) as server:
-        (trainer,) = accept_trainers(server, cfg, me, (head,), job_secret(), {"framework": "ray", "epochs": cfg.epochs})
-    beat = Heartbeat([trainer.link], cfg.heartbeat_s)
-    try:
-        while not trainer.stopped:
-            if node.process is not None and not node.alive():
-                raise RayNodeFailed(f"host {me}'s Ray node stopped (its log is above) while the head {head} trains")
-            try:
-                frame = trainer.link.read()
-            except (WireError, OSError) as exc:
-                raise trainer_lost(head, exc) from None
-            if frame is not None and frame[0] is Kind.START and node.process is None:
-                node.start(str(frame[1].get("ray", "")))  # the head's Ray address
-            elif frame is not None:
-                error = trainer_frame(trainer, *frame, cluster.model_dir)
-                if error is not None:
-                    raise error
-    except Exception as exc:
-        tell_trainer(trainer.link, f"host {me}", exc)
-        raise
-    finally:
-        beat.stop()
-        trainer.link.close()
-    print(f"[ray] {me}: the head {head} ended the job; exiting", flush=True)
+    joins: list[str] = []  # the head's Ray address, from its START
 
+    def on_message(trainer, message) -> None:
+        if isinstance(message, messages.Start):
+            joins.append(message.require("ray"))
+
+    def ready() -> bool:
+        """The Ray node started once the head says where, and watched: its end while the head trains fails this host."""
+        if node.process is not None and not node.alive():
+            raise RayNodeFailed(f"host {me}'s Ray node stopped (its log is above) while the head {head} trains")
+        if joins and node.process is None:
+            node.start(joins[0])
+        return session.all_stopped
+
+    with socket.create_server((resolve(me), cfg.data_port), backlog=16) as server:
+        session = HostSession.admit(cfg, server, me=me, trainer_hosts=(head,), secret=job_secret(),
+                                    info={"framework": "ray", "epochs": cfg.epochs}, who=f"host {me}",
+                                    results_dir=cluster.model_dir, on_message=on_message)
+    with session:
+        session.wait_until(ready)
+    print(f"[ray] {me}: the head {head} ended the job; exiting", flush=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
 import numpy as np
 
@@ -29,11 +28,12 @@ from steps.train.core.errors import Interrupted
 from steps.train.core.split import NONE as NO_SPLIT
 from steps.train.core.split import Split
 from steps.train.core.terminate import TERMINATE
+from steps.train.dataplane import messages
 from steps.train.dataplane.auth import job_secret
-from steps.train.dataplane.control import DataHostLost, LocalDecodeFailed, end_links, open_link
-from steps.train.dataplane.link import Heartbeat, Link, Stopped
+from steps.train.dataplane.errors import DataHostLost, LocalDecodeFailed, WireError
+from steps.train.dataplane.link import Link
 from steps.train.dataplane.meter import arrived, data_host_metrics
-from steps.train.dataplane.wire import Kind, WireError
+from steps.train.dataplane.watch import Peer, PeerWatch
 from steps.train.frameworks.tensorflow.servers import end_server
 
 COMPRESSION = {"none": None, "auto": "AUTO"}
@@ -46,21 +46,26 @@ class TfDataService:
     def __init__(self, cfg: TrainConfig, cluster: Cluster):
         self.cfg = cfg
         self.cluster = cluster
-        self.secret = job_secret()
-        self.links: dict[str, Link] = {}
+        self.watch = PeerWatch(cfg, [Peer(h, resolve(h)) for h in cluster.data_hosts], me=cluster.current_host,
+                               secret=job_secret(), on_message=self._answer, on_failure=self._failed)
+        self._stopping = self.watch.stopping
         self.samples_per_host: dict[str, int] = {}
-        self.failure: HeteroError | None = None
-        self._stopping = threading.Event()
-        self._threads: list[threading.Thread] = []
         self.dispatcher = None
         self.address = ""
-        self.beat: Heartbeat | None = None
         self._ids: dict[str, np.ndarray] = {}
         self._reports: dict[str, dict] = {}
         self._answered = threading.Condition()  # IDS and REPORT answers
         self.split: Split = NO_SPLIT
         self.local = None  # this host's own tf.data.service worker (`add_local`, hybrid decode)
         self._local: dict = {}
+
+    @property
+    def failure(self) -> HeteroError | None:
+        return self.watch.failure
+
+    @property
+    def links(self) -> dict[str, Link]:
+        return {p.name: p.link for p in self.watch.peers if p.link is not None}
 
     @property
     def samples_per_epoch(self) -> int:
@@ -75,22 +80,13 @@ class TfDataService:
         self.dispatcher = service.DispatchServer(service.DispatcherConfig(port=0, protocol="grpc"))
         # its target says localhost; the dispatcher listens only on this host's cluster address (steps.train.dataplane.bind_guard)
         address = self.address = f"{resolve(self.cluster.current_host)}:{self.dispatcher.target.rsplit(':', 1)[1]}"
-        deadline = time.monotonic() + self.cfg.connect_timeout_s
-        data_workers = 0
-        for host in self.cluster.data_hosts:
-            self.links[host], hello = open_link(self.cfg, host, resolve(host), self.cluster.current_host, self.secret, deadline,
-                                                f"data host {host}")
-            data_workers += max(int(hello.get("decode_workers", 1)), 1)
-        self.split = Split.weighted([trainer_workers], data_workers)
-        for link in self.links.values():
-            link.send(Kind.START, {"dispatcher": address, "split": self.split.as_meta()})
-        self.beat = Heartbeat(self.links.values(), self.cfg.heartbeat_s)
+        hellos = self.watch.connect()
+        self.split = Split.weighted([trainer_workers], sum(max(hello.decode_workers, 1) for hello in hellos))
+        self.watch.send_all(messages.Start(dispatcher=address, split=self.split.as_meta()))
+        self.watch.heartbeat()
         for host, link in self.links.items():
             self.samples_per_host[host] = self._await_worker(host, link)
-        for host, link in self.links.items():
-            thread = threading.Thread(target=self._watch, args=(host, link), name=f"watch-{host}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self.watch.watch()
         print(f"[trainer] dispatcher {address}: {len(self.links)} worker(s), {self.samples_per_epoch} samples per epoch", flush=True)
         return self
 
@@ -98,9 +94,7 @@ class TfDataService:
         """Watch this host's own worker (`steps.train.frameworks.tensorflow.local_decode.LocalWorker`, serving ``samples_per_epoch`` of every
         epoch): its end before the job's fails the job like a lost data host."""
         self.local, self._local = worker, {"spare": spare, "samples_per_epoch": samples_per_epoch}
-        thread = threading.Thread(target=self._watch_local, name="watch-local-worker", daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        self.watch.spawn(self._watch_local, name="watch-local-worker")
 
     def _watch_local(self) -> None:
         while not self._stopping.wait(self.cfg.heartbeat_s):
@@ -113,47 +107,33 @@ class TfDataService:
     def _await_worker(self, host: str, link: Link) -> int:
         while True:
             try:
-                frame = link.read()
+                message = link.read()
             except (WireError, OSError) as exc:
                 raise DataHostLost(f"data host {host} failed before its tf.data.service worker came up: {exc}") from None
-            if frame is None:
-                continue
-            kind, meta, _ = frame
-            if kind is Kind.START:
-                return int(meta.get("samples_per_epoch", 0))
-            if kind is Kind.ERROR:
-                raise DataHostLost(f"data host {host} failed: {meta.get('reason', 'no reason given')}")
+            if isinstance(message, messages.WorkerUp):
+                return message.samples_per_epoch
+            if isinstance(message, messages.Error):
+                raise DataHostLost(f"data host {host} failed: {message.reason}")
 
-    def _watch(self, host: str, link: Link) -> None:
-        while not self._stopping.is_set():
-            try:
-                frame = link.read()
-            except Stopped:
-                return
-            except (WireError, OSError) as exc:
-                if not self._stopping.is_set():
-                    self._fail(DataHostLost(f"data host {host} was lost: {exc}"))
-                return  # after STOP, the data host hanging up is the expected end
-            if frame is not None and frame[0] is Kind.ERROR:
-                self._fail(DataHostLost(f"data host {host} failed: {frame[1].get('reason', 'no reason given')}"))
-                return
-            if frame is not None and frame[0] is Kind.IDS:
-                with self._answered:
-                    self._ids[host] = frame[2].get("ids", np.empty(0, np.int64))
-                    self._answered.notify_all()
-            if frame is not None and frame[0] is Kind.REPORT:
-                with self._answered:
-                    report = frame[1].get("host")
-                    self._reports[host] = report if isinstance(report, dict) else {}
-                    self._answered.notify_all()
+    def _answer(self, peer: Peer, message) -> None:
+        """A data host's answer to `_ask` (read by the `PeerWatch`)."""
+        if isinstance(message, messages.Ids):
+            with self._answered:
+                self._ids[peer.name] = message.ids
+                self._answered.notify_all()
+        elif isinstance(message, messages.Report):
+            with self._answered:
+                self._reports[peer.name] = message.host
+                self._answered.notify_all()
 
     def _fail(self, error: HeteroError) -> None:
-        if self.failure is None:
-            self.failure = error
-            print(f"[trainer] {error.one_line()}", flush=True)
-            threading.Thread(target=self._watchdog, name="watchdog", daemon=True).start()
-            with self._answered:  # a sample_ids() call waiting on that host ends now
-                self._answered.notify_all()
+        self.watch.fail(error)
+
+    def _failed(self, error: HeteroError) -> None:
+        print(f"[trainer] {error.one_line()}", flush=True)
+        threading.Thread(target=self._watchdog, name="watchdog", daemon=True).start()
+        with self._answered:  # a sample_ids() call waiting on that host ends now
+            self._answered.notify_all()
 
     def _watchdog(self) -> None:
         """The training loop checks for a lost host between batches, so it notices within a step; if TensorFlow
@@ -173,20 +153,18 @@ class TfDataService:
         os._exit(code)
 
     def check(self) -> None:
-        if self.failure is not None:
-            raise self.failure
+        self.watch.check()
 
     def sample_ids(self) -> np.ndarray:
         """Every sample id the workers serve (each data host reads its shards whole to answer)."""
-        ids = self._ask(Kind.IDS, self._ids)
+        ids = self._ask(messages.IdsQuery, self._ids)
         return np.concatenate(list(ids.values())) if ids else np.empty(0, np.int64)
 
-    def _ask(self, kind: Kind, answers: dict) -> dict:
-        """Send ``kind`` to every data host; wait until each answered (the watch threads fill ``answers``)."""
+    def _ask(self, kind: type[messages.Message], answers: dict) -> dict:
+        """Send the question ``kind`` to every data host; wait until each answered (the watch threads fill ``answers``)."""
         with self._answered:
             answers.clear()
-        for link in self.links.values():
-            link.send(kind)
+        self.watch.send_all(kind())
         with self._answered:
             self._answered.wait_for(lambda: len(answers) == len(self.links) or self.failure is not None,
                                     timeout=self.cfg.connect_timeout_s)
@@ -196,7 +174,7 @@ class TfDataService:
     def measurements(self, samples: int, bytes_per_sample: float) -> dict:
         """What each data host measured of itself (`ProcessMeter`), with the ``samples`` this trainer received split
         by each host's share of an epoch (every worker serves its own shards once per epoch), for metrics.json."""
-        reports = self._ask(Kind.REPORT, self._reports)
+        reports = self._ask(messages.ReportQuery, self._reports)
         local_share = self._local["samples_per_epoch"] / max(self.samples_per_epoch, 1) if self._local else 0.0
         hosts = []
         for host, report in reports.items():
@@ -217,10 +195,8 @@ class TfDataService:
 
     def close(self, status: str = "completed", reason: str = "", files: dict[str, bytes] | None = None) -> None:
         """STOP (with ``files``) to every data host, wait for each to hang up, stop the dispatcher. Idempotent."""
-        if self._stopping.is_set():
+        if not self.watch.close(status, reason, files):
             return
-        self._stopping.set()
-        end_links(list(self.links.values()), self._threads, self.beat, status, reason, files, self.cfg.silence_timeout_s)
         if self.local is not None:
             self.local.stop()
         if self.dispatcher is not None:

@@ -8,7 +8,7 @@ ShardedByS3Key objects, or its share of a FullyReplicated channel), so with
 
 tf.data.service itself has no authentication and no notion of "training is
 over", so the data host also keeps the project's authenticated control link
-to the trainer (`steps.train.dataplane.control`): the trainer sends the dispatcher's
+to the trainer (`steps.train.dataplane.session`): the trainer sends the dispatcher's
 address over it (START), both sides heartbeat, and the trainer ends the job
 with STOP carrying its results. A data host exits non-zero when the trainer
 goes silent or disconnects without STOP.
@@ -30,11 +30,11 @@ from steps.train.core.cluster import Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.core.split import NONE as NO_SPLIT
 from steps.train.core.split import Split
+from steps.train.dataplane import messages
+from steps.train.dataplane.admission import Trainer
 from steps.train.dataplane.auth import job_secret
-from steps.train.dataplane.control import Trainer, accept_trainers, tell_trainer, trainer_frame, trainer_lost
-from steps.train.dataplane.link import Heartbeat
 from steps.train.dataplane.meter import ProcessMeter
-from steps.train.dataplane.wire import Kind, WireError
+from steps.train.dataplane.session import HostSession
 from steps.train.frameworks.tensorflow.cluster import check_single_trainer, local_shards
 from steps.train.frameworks.tensorflow.servers import end_server
 
@@ -55,31 +55,28 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster, workload=None) -> None:
           f"{cluster.trainer_hosts[0]}", flush=True)
     worker, trainer_stopped_it = None, False
     home = os.getcwd()
+    control = _Control([str(f) for f in files])
     try:
         with socket.create_server((address, cfg.data_port), backlog=16) as server:
-            (trainer,) = accept_trainers(server, cfg, me, cluster.trainer_hosts, job_secret(),
-                                         {"samples_per_epoch": samples, "epochs": cfg.epochs, "framework": "tensorflow",
-                                          "decode_workers": available_cpus()})
-        beat = Heartbeat([trainer.link], cfg.heartbeat_s)
-        try:
-            dispatcher, split = _await_start(trainer)
+            session = HostSession.admit(cfg, server, me=me, trainer_hosts=cluster.trainer_hosts, secret=job_secret(),
+                                        info={"samples_per_epoch": samples, "epochs": cfg.epochs, "framework": "tensorflow",
+                                              "decode_workers": available_cpus()},
+                                        who=f"data host {me}", results_dir=cluster.model_dir, on_message=control)
+        with session:
+            session.wait_until(lambda: control.start is not None)
+            (trainer,) = session.trainers
+            dispatcher, split = _started(trainer, control.start)
             write_take(serving, split.data())  # the samples the trainer host's own worker does not decode (hybrid decode)
             if split.hybrid:
                 print(f"[data] {me}: the trainer decodes {sum(split.trainers)} of every {split.period} samples itself", flush=True)
             os.chdir(serving)  # where the dataset's relative SERVE_PATTERN and TAKE_FILE resolve
             worker = tf.data.experimental.service.WorkerServer(tf.data.experimental.service.WorkerConfig(
                 dispatcher_address=dispatcher, worker_address=f"{address}:%port%", port=0, protocol="grpc"))
-            meter = ProcessMeter()
-            trainer.link.send(Kind.START, {"worker": address, "samples_per_epoch": samples})
+            control.meter = ProcessMeter()
+            trainer.link.send(messages.WorkerUp(worker=address, samples_per_epoch=samples))
             print(f"[data] {me}: worker registered with dispatcher {dispatcher}", flush=True)
-            _serve_until_stop(trainer, cluster.model_dir, [str(f) for f in files], meter)
+            session.wait_until()
             trainer_stopped_it = True
-        except Exception as exc:
-            tell_trainer(trainer.link, f"data host {me}", exc)
-            raise
-        finally:
-            beat.stop()
-            trainer.link.close()
     finally:
         if worker is not None:
             end_server(worker, clean=trainer_stopped_it)
@@ -88,43 +85,28 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster, workload=None) -> None:
     print(f"[data] {me}: trainer stopped the job; exiting", flush=True)
 
 
-def _await_start(trainer: Trainer) -> tuple[str, Split]:
+def _started(trainer: Trainer, start: messages.Start) -> tuple[str, Split]:
     """The dispatcher's address and the decode split, from the trainer's START."""
-    while True:
-        frame = _read(trainer)
-        if frame is None:
-            continue
-        kind, meta, _ = frame
-        if kind is Kind.START:
-            raw = meta.get("split")
-            return str(meta["dispatcher"]), NO_SPLIT if raw is None else Split.from_meta(raw, trainers=1, sender=trainer.host)
-        _control(trainer, kind, meta, {}, None, [])
+    raw = start.split
+    return start.require("dispatcher"), NO_SPLIT if raw is None else Split.from_meta(raw, trainers=1, sender=trainer.host)
 
 
-def _serve_until_stop(trainer: Trainer, results_dir: Path, files: list[str], meter: ProcessMeter) -> None:
-    while not trainer.stopped:
-        frame = _read(trainer)
-        if frame is not None:
-            _control(trainer, *frame, results_dir, files, meter)
+class _Control:
+    """What a tf.data.service data host reads besides STOP and ERROR: START (kept for the main thread), and the
+    trainer's questions, answered from here: IDS (some samples went missing: which does this host serve?) and REPORT
+    (training is over: what did this host measure of itself?)."""
 
+    def __init__(self, files: list[str]):
+        self.files = files
+        self.start: messages.Start | None = None
+        self.meter: ProcessMeter | None = None
 
-def _read(trainer: Trainer):
-    try:
-        return trainer.link.read()
-    except (WireError, OSError) as exc:
-        raise trainer_lost(trainer.host, exc) from None
+    def __call__(self, trainer: Trainer, message) -> None:
+        if isinstance(message, messages.Start):
+            self.start = message
+        elif isinstance(message, messages.ReportQuery):
+            trainer.link.send(messages.Report(host=self.meter.report() if self.meter else {}))
+        elif isinstance(message, messages.IdsQuery):
+            from steps.train.frameworks.tensorflow.dataset import sample_ids
 
-
-def _control(trainer: Trainer, kind: Kind, meta: dict, arrays: dict, results_dir: Path | None, files: list[str],
-             meter: ProcessMeter | None = None) -> None:
-    if kind is Kind.REPORT:  # training is over: the trainer records what this host measured of itself
-        trainer.link.send(Kind.REPORT, {"host": meter.report() if meter else {}})
-        return
-    if kind is Kind.IDS:  # some samples went missing: the trainer asks which ones this host serves
-        from steps.train.frameworks.tensorflow.dataset import sample_ids
-
-        trainer.link.send(Kind.IDS, {}, [("ids", sample_ids(files))])
-        return
-    error = trainer_frame(trainer, kind, meta, arrays, results_dir)
-    if error is not None:
-        raise error
+            trainer.link.send(messages.Ids(ids=sample_ids(self.files)))

@@ -103,7 +103,7 @@ class LocalWorker:
             if not line:  # it ended
                 break
         self.stop()
-        from steps.train.dataplane.control import LocalDecodeFailed
+        from steps.train.dataplane.errors import LocalDecodeFailed
 
         raise LocalDecodeFailed(f"this trainer host's tf.data.service worker did not start (exit code {self.process.returncode}); "
                                 "its error is in this host's log above")

@@ -28,8 +28,8 @@ from steps.train.core.manifest import read_classes
 from steps.train.core.metrics import StepStats, metric_line, training_metrics
 from steps.train.core.outputs import write_outputs
 from steps.train.core.terminate import TERMINATE
-from steps.train.dataplane.control import failure_reason
 from steps.train.dataplane.meter import arrived
+from steps.train.dataplane.watch import failure_reason
 from steps.train.frameworks.tensorflow.checkpoint import TfCheckpoints
 from steps.train.frameworks.tensorflow.cluster import check_single_trainer, local_shards, shard_counts
 from steps.train.frameworks.tensorflow.data import TfDataService

@@ -18,8 +18,9 @@ from steps.contract import SECRET_FILE
 from steps.shard.job_secret import new_secret, write_job_secret
 from steps.train.core.config import TrainConfig
 from steps.train.dataplane import auth
-from steps.train.dataplane.auth import AuthError, client_handshake, job_secret, load_job_secret, serve_handshake
-from steps.train.dataplane.wire import FrameReader, Kind, PeerClosed, WireError, send_frame
+from steps.train.dataplane.auth import client_handshake, job_secret, load_job_secret, serve_handshake
+from steps.train.dataplane.errors import AuthError, PeerClosed, WireError
+from steps.train.dataplane.wire import FrameReader, Kind, send_frame
 from steps.train.frameworks.pytorch.data import DataServiceClient
 from steps.train.frameworks.pytorch.data_host import serve
 from steps.train.frameworks.pytorch.dataset import Batch
@@ -100,8 +101,8 @@ def test_same_secret_authenticates_both_sides(pair):
     data, trainer = _handshake(pair, SECRET, SECRET)
     assert data.error is None and trainer.error is None
     assert data.result == "trainer-1"
-    assert trainer.result["host"] == "data-1"
-    assert trainer.result["samples_per_epoch"] == 7
+    assert trainer.result.host == "data-1"
+    assert trainer.result.samples_per_epoch == 7
 
 
 @pytest.mark.parametrize("data_secret, trainer_secret", [(SECRET, OTHER), (OTHER, SECRET)], ids=["trainer-wrong", "data-wrong"])

@@ -7,9 +7,6 @@ import socket
 import numpy as np
 import pytest
 
-from steps.train.dataplane.link import Link, PeerSilent
-from steps.train.dataplane.wire import Kind
-
 
 def tcp_pair() -> tuple[socket.socket, socket.socket]:
     with socket.create_server(("127.0.0.1", 0)) as server:
@@ -19,9 +16,13 @@ def tcp_pair() -> tuple[socket.socket, socket.socket]:
 
 
 def test_an_idle_peer_is_a_heartbeat_then_a_silent_peer():
+    from steps.train.dataplane.errors import PeerSilent
+    from steps.train.dataplane.link import Link
+    from steps.train.dataplane.messages import FROM_DATA_HOST
+
     a, b = tcp_pair()
     with a, b:
-        link = Link(a, "peer b", heartbeat_s=0.1, silence_timeout_s=0.5)
+        link = Link(a, "peer b", inbound=FROM_DATA_HOST, heartbeat_s=0.1, silence_timeout_s=0.5)
         assert link.read() is None  # one heartbeat of quiet: not yet an error
         with pytest.raises(PeerSilent, match="peer b sent nothing"):
             while True:
@@ -29,9 +30,13 @@ def test_an_idle_peer_is_a_heartbeat_then_a_silent_peer():
 
 
 def test_a_peer_that_stops_reading_stalls_a_send_into_peer_silent():
+    from steps.train.dataplane.errors import PeerSilent
+    from steps.train.dataplane.link import Link
+    from steps.train.dataplane.messages import FROM_DATA_HOST, Batch
+
     a, b = tcp_pair()
     with a, b:
-        link = Link(a, "peer b", heartbeat_s=0.1, silence_timeout_s=0.5)
+        link = Link(a, "peer b", inbound=FROM_DATA_HOST, heartbeat_s=0.1, silence_timeout_s=0.5)
         big = np.zeros(64 * 1024 * 1024, dtype=np.uint8)  # far more than both socket buffers hold
         with pytest.raises(PeerSilent):
-            link.send(Kind.BATCH, {}, [("pixels", big)])
+            link.send(Batch(epoch=0, pixels=big, labels=big[:0], ids=big[:0]))

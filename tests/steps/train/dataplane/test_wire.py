@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from steps.train.dataplane import wire
+from steps.train.dataplane.errors import PeerClosed, WireError
 from steps.train.dataplane.wire import (
     DTYPES,
     HEADER,
@@ -31,8 +32,6 @@ from steps.train.dataplane.wire import (
     VERSION,
     FrameReader,
     Kind,
-    PeerClosed,
-    WireError,
     decode_header,
     encode_frame,
     parse_segments,

@@ -9,7 +9,8 @@ import torch
 
 from steps.common.errors import UserError
 from steps.train.core.config import TrainConfig
-from steps.train.frameworks.pytorch.data import DataHostLost, DataServiceClient
+from steps.train.dataplane.errors import DataHostLost
+from steps.train.frameworks.pytorch.data import DataServiceClient
 from steps.train.frameworks.pytorch.data_host import serve
 from steps.train.frameworks.pytorch.dataset import Batch
 from tests.support.threads import SECRET, no_leaked_threads  # noqa: F401 - fixture

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from steps.train.core.config import TrainConfig
-from steps.train.dataplane import control
+from steps.train.dataplane import admission
 from steps.train.dataplane.auth import client_handshake
 from tests.support.threads import SECRET
 
@@ -26,7 +26,7 @@ class Acceptor(threading.Thread):
 
     def run(self):
         try:
-            self.result = control.accept_trainers(self.server, CFG, "127.0.0.1", self.trainers, SECRET, {"samples_per_epoch": 1})
+            self.result = admission.accept_trainers(self.server, CFG, "127.0.0.1", self.trainers, SECRET, {"samples_per_epoch": 1})
         except Exception as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
 
@@ -44,7 +44,7 @@ def test_a_flood_of_silent_connections_is_capped_and_the_real_trainer_still_gets
     acceptor.start()
     flood = []
     try:
-        for _ in range(control.MAX_PENDING + 40):
+        for _ in range(admission.MAX_PENDING + 40):
             flood.append(socket.create_connection(("127.0.0.1", port), timeout=10))
         time.sleep(0.5)  # let the acceptor take them all: past the cap, each new one cuts the oldest
         trainer = _trainer_connects(port)
@@ -52,7 +52,7 @@ def test_a_flood_of_silent_connections_is_capped_and_the_real_trainer_still_gets
         assert acceptor.error is None and [t.host for t in acceptor.result] == ["trainer-a"]
         refused = sum(1 for s in flood if _closed_by_peer(s))
         assert refused == len(flood)  # the oldest were cut as new ones came, the rest when the acceptor ended
-        assert f" x {control.MAX_PENDING} connections were waiting to prove the secret; cut the oldest" in capsys.readouterr().out
+        assert f" x {admission.MAX_PENDING} connections were waiting to prove the secret; cut the oldest" in capsys.readouterr().out
         acceptor.result[0].link.close()
         trainer.close()
     finally:
@@ -76,7 +76,7 @@ def _closed_by_peer(sock: socket.socket) -> bool:
 
 
 def test_a_client_that_trickles_bytes_is_cut_when_its_handshake_time_is_up(monkeypatch):
-    monkeypatch.setattr(control, "HANDSHAKE_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(admission, "HANDSHAKE_TIMEOUT_S", 1.0)
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
     acceptor = Acceptor(server)
@@ -145,4 +145,4 @@ def test_other_accept_errors_still_end_the_host():
             raise OSError(errno.EBADF, "Bad file descriptor")
 
     with pytest.raises(OSError, match="Bad file descriptor"):
-        control.accept_trainers(Broken(), CFG, "127.0.0.1", ("trainer-a",), SECRET, {})
+        admission.accept_trainers(Broken(), CFG, "127.0.0.1", ("trainer-a",), SECRET, {})

@@ -1,75 +1,37 @@
-"""The control plane both frameworks share: who may connect, and how results travel home.
+"""Who may connect: a data host admits its trainers, a trainer dials its data hosts.
 
 A data host accepts its trainers here (each proves the job secret, in its own
 thread, so a stranger that connects and says nothing cannot hold up the real
-trainers); a trainer dials its data hosts here. The PyTorch data service then
-streams batches over the same links; the TensorFlow path uses them only for
-control (dispatcher address, heartbeats, STOP) while tf.data.service moves
-the data. Files a trainer hands over with its STOP (its metrics and model)
-are written by `keep_results`, so every host of the job holds the results,
-whichever host's model directory SageMaker packs.
+trainers); a trainer dials its data hosts here. Either side then holds a
+heartbeat-checked `Link` per peer (`steps.train.dataplane.session` on a data
+host, `steps.train.dataplane.watch` on a trainer).
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import re
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import numpy as np
-
-from steps.common.errors import HeteroError, describe
 from steps.train.core.config import TrainConfig
-from steps.train.dataplane.auth import AuthError, client_handshake, serve_handshake
-from steps.train.dataplane.link import Link, PeerSilent, Stopped
-from steps.train.dataplane.wire import Kind, WireError
+from steps.train.dataplane.auth import client_handshake, serve_handshake
+from steps.train.dataplane.errors import AuthError, DataHostUnreachable, TrainerGone, WireError
+from steps.train.dataplane.link import Link
+from steps.train.dataplane.messages import FROM_DATA_HOST, FROM_TRAINER, Hello
 
 HANDSHAKE_TIMEOUT_S = 10.0  # in all, for a connection to prove the job secret
 MAX_PENDING = 32  # connections at once that have not proved it yet
-SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
-
-
-class TrainerGone(HeteroError):
-    headline = "trainer lost"
-    peer_end = True  # a data host's end: the trainer's, told in one line
-
-
-class DataHostLost(HeteroError):
-    headline = "data host lost"
-
-
-class LocalDecodeFailed(HeteroError):
-    """A trainer host's own decode workers (hybrid decode) failed."""
-
-    headline = "local decode failed"
-
-
-class JobStopped(HeteroError):
-    """A trainer ended the job because something failed; the message leads with what (and who) did."""
-
-    headline = "job stopped"
-    peer_end = True
-
-
-def failure_reason(trainer: str, exc: BaseException) -> str:
-    """What a trainer's STOP says failed: a lost data host by its own name, anything else as the trainer's."""
-    return describe(exc) if isinstance(exc, DataHostLost) else f"trainer {trainer}: {describe(exc)}"
-
-
-class DataHostUnreachable(HeteroError):
-    headline = "data host unreachable"
 
 
 @dataclass
 class Trainer:
     host: str
     link: Link
-    stopped: bool = False
+    stopped: bool = False  # it said STOP
+    lost: bool = False  # its link broke, or it said ERROR: nothing more to tell it
     sent: dict = field(default_factory=dict)  # epoch -> samples sent to this trainer
     batches: int = 0  # sent to this trainer, all epochs
 
@@ -98,7 +60,7 @@ def accept_trainers(server: socket.socket, cfg: TrainConfig, me: str, trainer_ho
         with lock:
             pending.pop(sock, None)
             if peer in expected and peer not in trainers:
-                trainers[peer] = Trainer(peer, Link(sock, f"trainer {peer}", heartbeat_s=cfg.heartbeat_s,
+                trainers[peer] = Trainer(peer, Link(sock, f"trainer {peer}", inbound=FROM_TRAINER, heartbeat_s=cfg.heartbeat_s,
                                                     silence_timeout_s=cfg.silence_timeout_s))
                 return
         sock.close()
@@ -201,85 +163,10 @@ def dial(host: str, address: str, port: int, deadline: float, connect_timeout_s:
 
 
 def open_link(cfg: TrainConfig, host: str, address: str, me: str, secret: bytes, deadline: float, peer: str,
-              **link_options) -> tuple[Link, dict]:
+              **link_options) -> tuple[Link, Hello]:
     """A trainer's link to ``host``: dial it (retrying until ``deadline``), prove the job secret, and hand the socket to a
     heartbeat-checked `Link` named ``peer``. Returns the link and the host's HELLO."""
     sock = dial(host, address, cfg.data_port, deadline, cfg.connect_timeout_s)
     sock.settimeout(max(10.0, cfg.heartbeat_s))  # the handshake's own bound; the Link sets the kernel's
     hello = client_handshake(sock, secret, host=me)
-    return Link(sock, peer, heartbeat_s=cfg.heartbeat_s, silence_timeout_s=cfg.silence_timeout_s, **link_options), hello
-
-
-def trainer_lost(host: str, exc: Exception) -> TrainerGone:
-    """Why a trainer's link broke, as a data host reports it."""
-    if isinstance(exc, PeerSilent):
-        return TrainerGone(f"trainer {host} went silent: {exc}")
-    return TrainerGone(f"trainer {host} disconnected without STOP ({exc}); it crashed or was killed")
-
-
-def trainer_frame(trainer: Trainer, kind: Kind, meta: dict, arrays: dict, results_dir: Path | None) -> HeteroError | None:
-    """A data host's reading of STOP (its results kept) and ERROR: the error to end with, if any."""
-    if kind is Kind.STOP:
-        keep_results(results_dir, trainer.host, arrays)
-        trainer.stopped = True
-        if meta.get("status") != "completed":
-            return JobStopped(f"{meta.get('reason', 'no reason given')} (STOP from trainer {trainer.host})")
-    elif kind is Kind.ERROR:
-        return TrainerGone(f"trainer {trainer.host} failed: {meta.get('reason', 'no reason given')}")
-    return None
-
-
-def send_stop(links: list[Link], status: str, reason: str, files: dict[str, bytes] | None) -> None:
-    """The trainer's STOP, carrying ``files`` (its outputs), to every link, each then half-closed.
-
-    A half-close, not a close: the trainer keeps reading until each data host hangs up. Closing a
-    socket with unread data in it makes the kernel answer with a reset, which could destroy a
-    STOP still in flight.
-    """
-    arrays = [(name, np.frombuffer(data, dtype=np.uint8)) for name, data in (files or {}).items()]
-    meta = {"status": status, "reason": reason[:500], "files": [name for name, _ in arrays]}
-    for link in links:
-        try:
-            link.send(Kind.STOP, meta, arrays)
-            link.sock.shutdown(socket.SHUT_WR)
-        except (WireError, OSError, Stopped):
-            pass  # that host is gone already
-
-
-def end_links(links: list[Link], threads: list[threading.Thread], beat, status: str, reason: str,
-              files: dict[str, bytes] | None, wait_s: float) -> None:
-    """A trainer ends the job for hosts it dialled: STOP (with ``files``) to each, then up to ``wait_s`` for the threads
-    watching them (each returns once its host hung up), then the links closed."""
-    if beat is not None:
-        beat.stop()
-    send_stop(links, status, reason, files)
-    deadline = time.monotonic() + wait_s
-    for thread in threads:
-        thread.join(timeout=max(0.0, deadline - time.monotonic()))
-    for link in links:
-        link.close()
-
-
-def tell_trainer(link: Link, who: str, exc: BaseException) -> None:
-    """A host ending on ``exc`` tells the trainer why, not just that the link closed; not when the trainer ended it."""
-    if isinstance(exc, (TrainerGone, JobStopped)):
-        return
-    try:
-        link.send(Kind.ERROR, {"reason": f"{who}: {describe(exc)}"[:1000]})
-    except (WireError, OSError, Stopped):
-        pass
-
-
-def keep_results(results_dir: Path | None, trainer: str, arrays: dict) -> None:
-    """Write the files a trainer sent with its STOP into ``results_dir`` (plain names only)."""
-    if results_dir is None or not arrays:
-        return
-    for name, data in arrays.items():
-        if not SAFE_FILE_NAME.fullmatch(name):
-            print(f"[data] ignoring file {name!r} from trainer {trainer}: not a plain file name", flush=True)
-            continue
-        results_dir.mkdir(parents=True, exist_ok=True)
-        tmp = results_dir / f".{name}.tmp"
-        tmp.write_bytes(data.tobytes())
-        os.replace(tmp, results_dir / name)
-    print(f"[data] kept {', '.join(sorted(arrays))} from trainer {trainer} in {results_dir}", flush=True)
+    return Link(sock, peer, inbound=FROM_DATA_HOST, heartbeat_s=cfg.heartbeat_s, silence_timeout_s=cfg.silence_timeout_s, **link_options), hello
