@@ -148,7 +148,7 @@ def sha256_file(path: str | os.PathLike) -> str:
 class _OpenShard:
     """``tarfile.open`` whose errors (also those raised while iterating) become UserErrors."""
 
-    def __init__(self, path: Path, mode: str):
+    def __init__(self, path: Path, mode: str) -> None:
         self.path, self.mode = path, mode
 
     def __enter__(self) -> tarfile.TarFile:
