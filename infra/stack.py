@@ -13,6 +13,7 @@ their own (sagemaker:StartPipelineExecution on this pipeline): none of them pass
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
@@ -34,7 +35,7 @@ from steps.contract import RESULTS_FOLDER
 
 
 class HeteroStack(Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, settings: StackSettings, **kwargs) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, settings: StackSettings, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, description="Heterogeneous-cluster training pipeline on SageMaker (hetero)", **kwargs)
         store = ArtifactBucket(self, "Store", event_bridge=settings.new_data_trigger)
         no_price_overrides = DefaultPriceOverrides(self, "DefaultPriceOverrides")

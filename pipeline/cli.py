@@ -150,7 +150,7 @@ def _remote_parsers(sub) -> None:
     executions.add_argument("--details", metavar="EXECUTION_ID", help="print the full price-performance table of one execution")
 
 
-def parameter_layers(args) -> list[dict]:
+def parameter_layers(args: argparse.Namespace) -> list[dict]:
     file_layer = {}
     if args.config:
         try:
@@ -276,7 +276,7 @@ def _require_framework(framework: str) -> None:
                         f"-c {STEPS_DIR.parent / 'constraints.txt'} -e '{STEPS_DIR.parent}[{extra}]')", headline="framework not installed")
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     _require_framework(args.framework)
     params = resolve_parameters(*parameter_layers(args))
     validate_run(params, tuple(args.code_dir))
@@ -319,7 +319,7 @@ def cmd_run(args) -> int:
     return 0
 
 
-def cmd_params(args) -> int:
+def cmd_params(args: argparse.Namespace) -> int:
     if args.markdown:
         sys.stdout.write(parameters_markdown(TUNABLES, env_prefix=ENV_PREFIX))
         return 0
@@ -329,7 +329,7 @@ def cmd_params(args) -> int:
     return 0
 
 
-def cmd_start(args) -> int:
+def cmd_start(args: argparse.Namespace) -> int:
     overrides = {}
     for layer in parameter_layers(args):
         overrides.update(layer)
@@ -352,21 +352,21 @@ def cmd_start(args) -> int:
     return 0
 
 
-def cmd_plan(args) -> int:
+def cmd_plan(args: argparse.Namespace) -> int:
     plan = plan_for(execution_id=args.execution_id, results=args.results, metrics_path=args.metrics,
                     baseline_path=args.baseline, prices_file=args.prices)
     print(json.dumps(plan, indent=2) if args.json else render_plan(plan))
     return 0 if plan.get("recommendation") is not None else 2
 
 
-def cmd_prices(args) -> int:
+def cmd_prices(args: argparse.Namespace) -> int:
     doc = refresh_prices(region=args.region, output=args.output)
     print(f"{len(doc['prices'])} training instance types priced for {doc['region']} as of {doc['as_of']}: {args.output}")
     print(f"use it with --prices {args.output} (hetero run, hetero start, hetero plan)")
     return 0
 
 
-def cmd_report(args) -> int:
+def cmd_report(args: argparse.Namespace) -> int:
     execution, page = execution_report(results=args.results, execution_id=args.execution_id)
     output = args.output or Path(f"hetero-report-{execution}.html")
     output.write_text(page, encoding="utf-8")
@@ -374,7 +374,7 @@ def cmd_report(args) -> int:
     return 0
 
 
-def cmd_executions(args) -> int:
+def cmd_executions(args: argparse.Namespace) -> int:
     if args.details:
         if not args.results:
             raise UserError("--details needs --results s3://bucket/prefix (or env HETERO_RESULTS_URI)", headline="bad option")
@@ -403,7 +403,7 @@ def _execution_summary(e: dict, results: str | None) -> str:
     return f"speedup {doc['speedup']:.2f}x, improvement {doc['improvement']:.1%}, {cost}"
 
 
-def cmd_definition(args) -> int:
+def cmd_definition(args: argparse.Namespace) -> int:
     from pipeline.sagemaker import DeploySettings, FsxSettings, definition_json  # the SDK is imported only here
 
     fsx = None

@@ -220,7 +220,7 @@ class EmulatedJob:
     _volumes: volumes.Volumes = field(default_factory=lambda: volumes.Volumes(None, [], "not mounted"))
     _volume_plan: list = field(default_factory=list)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.groups = _groups(self.request, self.cpus)
         self.channels = [Channel.from_request(c) for c in self.request.get("InputDataConfig", [])]
         self.hyperparameters = dict(self.request.get("HyperParameters", {}))
@@ -625,7 +625,7 @@ class EmulatedJob:
     def __enter__(self) -> EmulatedJob:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -10,7 +10,7 @@ class StepFailed(HeteroError):
 
     headline = "step failed"
 
-    def __init__(self, message: str, *, user_error: bool = False):
+    def __init__(self, message: str, *, user_error: bool = False) -> None:
         super().__init__(message)
         self.user_error = user_error
 

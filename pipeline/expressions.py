@@ -26,7 +26,7 @@ class Scope:
     read_json: Callable[[str], Any] = None  # S3 URI -> parsed JSON
 
 
-def evaluate(node, scope: Scope):
+def evaluate(node: Any, scope: Scope) -> Any:  # JSON in, JSON out
     """A request (or any part of a definition) with every expression replaced by its value."""
     if isinstance(node, list):
         return [evaluate(v, scope) for v in node]
@@ -42,14 +42,14 @@ def evaluate(node, scope: Scope):
     return {k: evaluate(v, scope) for k, v in node.items()}
 
 
-def text(value) -> str:
+def text(value: object) -> str:
     """How the service writes a value into a string: booleans lower-case, numbers as written."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-def get(path: str, scope: Scope):
+def get(path: str, scope: Scope) -> Any:
     head, _, rest = path.partition(".")
     if head == "Parameters":
         if rest not in scope.parameters:
@@ -65,7 +65,7 @@ def get(path: str, scope: Scope):
     raise InternalError(f"unsupported expression {{'Get': {path!r}}}")
 
 
-def lookup(document, prop: str, *, what: str):
+def lookup(document: Any, prop: str, *, what: str) -> Any:
     """A property path (``A.B['name'].C[0]``) in a Describe* response; a list is indexed by an
     element's ``...Name`` field, as the SDK's property lists are."""
     value = document
@@ -127,7 +127,7 @@ def holds(condition: dict, scope: Scope) -> bool:
     raise InternalError(f"condition type {kind} is not supported by the local runner")
 
 
-def reads(node) -> set[str]:
+def reads(node: Any) -> set[str]:
     """Names of the steps whose properties ``node`` reads."""
     found: set[str] = set()
     if isinstance(node, list):

@@ -57,7 +57,7 @@ def resolve_parameters(*layers: dict) -> dict:
 class Param:
     name: str
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         assert self.name in TUNABLES_BY_NAME, self.name
 
 
@@ -144,7 +144,7 @@ class Graph:
     steps: tuple = field(default_factory=tuple)
     framework: str = "pytorch"
 
-    def step(self, name: str):
+    def step(self, name: str) -> ProcessingStep | TrainingStep | CheckStep:
         return next(s for s in self.steps if s.name == name)
 
     @property

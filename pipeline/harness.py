@@ -15,12 +15,13 @@ import signal
 import socket
 import tempfile
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
 
 from pipeline import storage
-from pipeline.emulator import EmulatedJob
+from pipeline.emulator import EmulatedJob, Host, JobResult
 from pipeline.local import local_training_image
 from pipeline.sagemaker.settings import CODE_CHANNEL_DIR, TRAINING_ENTRYPOINT
 from pipeline.sessions import kill_session, session_members
@@ -93,7 +94,7 @@ def isolate(request: dict) -> dict:
 def children() -> list[psutil.Process]:
     return [p for p in psutil.Process(os.getpid()).children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
-def listeners(processes) -> set[tuple[str, int]]:
+def listeners(processes: Iterable[psutil.Process]) -> set[tuple[str, int]]:
     """The TCP addresses ``processes`` listen on (one that exited meanwhile counts none)."""
     found = set()
     for process in processes:
@@ -103,7 +104,7 @@ def listeners(processes) -> set[tuple[str, int]]:
             pass
     return found
 
-def host_processes(host) -> list[psutil.Process]:
+def host_processes(host: Host) -> list[psutil.Process]:
     """An emulated host's process and all it started (TensorFlow servers, a local tf.data.service worker, Ray's GCS,
     raylets and workers)."""
     root = psutil.Process(host.process.pid)
@@ -114,7 +115,7 @@ def own_listening_ports() -> set[int]:
     (whatever else the machine, or a parallel test worker, listens on is not counted)."""
     return {port for _, port in listeners([psutil.Process(os.getpid()), *children()])}
 
-def listeners_on(jobs) -> set[tuple[str, int]]:
+def listeners_on(jobs: Iterable[EmulatedJob]) -> set[tuple[str, int]]:
     """Sockets listening, anywhere on this machine, on an address of the emulated jobs' hosts (each job has its
     own 127.X.Y.0/24): catches a host process that outlived its job even outside this process tree."""
     addresses = {h.address for job in jobs for h in job.hosts}
@@ -208,7 +209,7 @@ def start_training_job(tmp_path: Path, shards: Path, code_uri: str, *, silence_t
 def by_role(job: EmulatedJob, role: str) -> list:
     return [h for h in job.hosts if h.role == role]
 
-def fault(host, sig: int) -> None:
+def fault(host: Host, sig: int) -> None:
     """``sig`` to every process of an emulated host (its session: Ray's workers lead process groups of their own), as a
     fault hits a whole instance: SIGKILL, a lost instance; SIGSTOP, a frozen one; SIGCONT thaws it."""
     if sig == signal.SIGKILL:
@@ -220,7 +221,7 @@ def fault(host, sig: int) -> None:
         except ProcessLookupError:  # exited meanwhile
             pass
 
-def job_processes(*jobs) -> list[psutil.Process]:
+def job_processes(*jobs: EmulatedJob | JobResult) -> list[psutil.Process]:
     """Live processes the hosts of ``jobs`` (EmulatedJob or JobResult) started, wherever they went: each inherits its
     job's hosts file (HOSTS_FILE_ENV) in its environment. A search by command line misses Ray's workers, which rename
     themselves ``ray::<Actor>``, and one by process group the processes that lead groups of their own, as they do."""
@@ -236,7 +237,7 @@ def ray_folders(*job_dirs: Path) -> dict[str, list[Path]]:
         found.setdefault(log.parent.parent.name, []).extend(Path(f) for f in RAY_FOLDER.findall(log.read_text(errors="replace")))
     return found
 
-def temp_left(job, *earlier: Path) -> list[str]:
+def temp_left(job: EmulatedJob | JobResult, *earlier: Path) -> list[str]:
     """Temp folders the job (and its ``earlier`` attempts' folders) left: a host's TMPDIR (its instance's /tmp), a Ray
     node's folder."""
     folders = [h.temp_dir for h in job.hosts if h.temp_dir is not None]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -131,7 +132,8 @@ def pip_into(folder: Path) -> dict[str, str]:
     return {TARGET_ENV: str(folder), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
-def guard_path(image_uri: str, folder: Path, *, enabled: bool = True, echo=print) -> str:
+def guard_path(image_uri: str, folder: Path, *, enabled: bool = True,
+               echo: Callable[[str], object] = print) -> str:
     """The PYTHONPATH entry that confines a job's processes to ``image_uri``'s packages ("" when there is none to
     apply: the guard is off, or the image has no manifest, which is said once)."""
     if not enabled:

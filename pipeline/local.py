@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline import expressions, storage
 from pipeline.code import build_code_tarball, requirements_file
@@ -37,6 +38,9 @@ from steps.common.errors import EXIT_USER_ERROR, InternalError, UserError
 from steps.contract import PRICE_PERFORMANCE_FILE
 from steps.evaluate.prices import NO_OVERRIDES
 from steps.frameworks import framework as framework_row
+
+if TYPE_CHECKING:  # imported where used, as local_settings does
+    from pipeline.sagemaker import DeploySettings
 
 LOCAL_REGION = "us-east-1"
 LOCAL_ROLE = "arn:aws:iam::000000000000:role/hetero-local"
@@ -100,7 +104,8 @@ def cpu_plan(pin: bool) -> dict[str, tuple[int, ...]] | None:
     return {"trainer": tuple(cpus[:k]), "data": tuple(cpus[k:])}
 
 
-def local_settings(work_dir: Path, framework: str, code_uri: str, *, spot: bool = False, network_isolation: bool = False):
+def local_settings(work_dir: Path, framework: str, code_uri: str, *, spot: bool = False,
+                   network_isolation: bool = False) -> DeploySettings:
     """Deploy settings that bind the pipeline to this machine: the artifact "bucket" is the work folder."""
     from pipeline.sagemaker import DeploySettings
 
@@ -131,7 +136,7 @@ def compile_local(work_dir: Path, framework: str, *, spot: bool = False, network
 
 
 class LocalRunner:
-    def __init__(self, parameters: dict, options: LocalOptions = LocalOptions()):
+    def __init__(self, parameters: dict, options: LocalOptions = LocalOptions()) -> None:
         self.options = options
         self.work_dir = Path(options.work_dir).resolve()
         self.execution_id = f"local-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from steps.common.errors import UserError
 from steps.contract import BASELINE_METRICS_FILE, HETEROGENEOUS_METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE
 from steps.evaluate.catalogue import load_catalogue
@@ -15,7 +17,7 @@ from steps.evaluate.store import open_store, validate_execution_id
 
 
 def plan_for(*, execution_id: str | None, results: str, metrics_path: str | None = None, baseline_path: str | None = None,
-             prices_file=None) -> dict:
+             prices_file: str | Path | None = None) -> dict:
     """The plan of an execution (from the metrics Evaluate stored) or of a metrics.json (and the baseline run's, whose
     measured rate then stands for staying homogeneous), with today's prices."""
     baseline = None

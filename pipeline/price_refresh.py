@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import json
 from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from steps.common.errors import UserError
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 PRICE_LIST_REGION = "us-east-1"
 
 
-def fetch_training_prices(client, region: str) -> dict[str, float]:
+def fetch_training_prices(client: BaseClient, region: str) -> dict[str, float]:
     """USD per instance-hour of every SageMaker training instance type ``region`` lists."""
     prices: dict[str, float] = {}
     pages = client.get_paginator("get_products").paginate(
@@ -42,7 +47,7 @@ def fetch_training_prices(client, region: str) -> dict[str, float]:
     return prices
 
 
-def refresh(*, region: str, output, client=None) -> dict:
+def refresh(*, region: str, output: Path, client: BaseClient | None = None) -> dict:
     """Write the override file for ``region`` to ``output``; returns it."""
     if client is None:
         import boto3

@@ -28,9 +28,11 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from pipeline.graph import PIPELINE_NAME, parse_overrides
@@ -41,7 +43,10 @@ from steps.common.errors import UserError
 from steps.contract import PRICE_PERFORMANCE_FILE, RESULTS_FOLDER
 from steps.evaluate.errors import DocumentNotFound
 from steps.evaluate.prices import load_prices
-from steps.evaluate.store import open_store, validate_execution_id
+from steps.evaluate.store import Store, open_store, validate_execution_id
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 DEFAULT_PIPELINE_NAME = PIPELINE_NAME  # what `cdk deploy` names it by default
 # Evaluate runs before CheckImprovement, so a Failed execution may still hold its verdict.
@@ -73,8 +78,8 @@ def _wire(value) -> str:
     return str(value)
 
 
-def start_execution(*, pipeline_name: str, overrides: dict[str, str], client=None, display_name: str | None = None,
-                    s3=None) -> tuple[str, list[dict]]:
+def start_execution(*, pipeline_name: str, overrides: dict[str, str], client: BaseClient | None = None,
+                    display_name: str | None = None, s3: BaseClient | None = None) -> tuple[str, list[dict]]:
     """Start one execution with the given overrides; returns its ARN and the PipelineParameters sent. A local
     PriceOverrides file is uploaded (``s3``: the S3 client for that, and for reading an s3:// one)."""
     overrides = dict(overrides)
@@ -216,7 +221,8 @@ def _s3_errors(uri: str, action: str):
         raise UserError(f"cannot {action} {uri}: {exc}", headline="bad price file") from None
 
 
-def list_executions(*, pipeline_name: str, results_uri: str | None, limit: int = 10, client=None) -> list[dict]:
+def list_executions(*, pipeline_name: str, results_uri: str | None, limit: int = 10,
+                    client: BaseClient | None = None) -> list[dict]:
     """The newest ``limit`` executions: arn, id, status, start time, failure reason and, once
     finished, the price-performance document from the results store (None while absent)."""
     if not 1 <= limit <= MAX_LIST:
@@ -257,7 +263,7 @@ def price_performance_of(results_uri: str, execution_id_: str) -> dict:
                         "execution gets that far; check the id with `hetero executions` and --results", headline="no results") from None
 
 
-def read_price_performance(store, execution_id_: str) -> dict | None:
+def read_price_performance(store: Store, execution_id_: str) -> dict | None:
     try:
         return store.get_json(execution_id_, PRICE_PERFORMANCE_FILE)
     except DocumentNotFound:
@@ -281,7 +287,7 @@ def _client(service: str):
 
 
 @contextmanager
-def sagemaker_errors(pipeline_name: str, region: str):
+def sagemaker_errors(pipeline_name: str, region: str) -> Iterator[None]:
     """AWS failures the user can fix -> UserError saying what to do; anything else propagates."""
     from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError, PartialCredentialsError
 

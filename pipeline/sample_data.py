@@ -56,7 +56,7 @@ def class_names(classes: int) -> list[str]:
     return [f"{c}_{s}" for c in colours for s in SHAPES[:n_shapes]][:classes]
 
 
-def generate(output_dir, *, samples: int = 3000, image_size: int = 96, seed: int = 0, classes: int = 8) -> Path:
+def generate(output_dir: str | os.PathLike, *, samples: int = 3000, image_size: int = 96, seed: int = 0, classes: int = 8) -> Path:
     """Write (or reuse) the dataset in ``output_dir`` and return its path."""
     output_dir = Path(output_dir)
     if samples < classes:

@@ -111,7 +111,7 @@ def _fix(v: Volume) -> str:
 class Volumes:
     """The job's mounted volumes: one holder process owns the namespace they live in."""
 
-    def __init__(self, holder: subprocess.Popen | None, namespaces: list[int], reason: str = ""):
+    def __init__(self, holder: subprocess.Popen | None, namespaces: list[int], reason: str = "") -> None:
         self.holder = holder
         self._namespaces = namespaces  # fds of the holder's user and mount namespaces, opened here for `enter`
         self._setns = ctypes.CDLL(None, use_errno=True).setns  # looked up here: a forked child must not load libraries

@@ -9,7 +9,21 @@ upstream branch was not taken).
 
 from __future__ import annotations
 
-from pipeline.graph import Billing, CheckStep, ExecutionId, Graph, Output, Param, ProcessingStep, TrainChannel, TrainingStep
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING, Any
+
+from pipeline.graph import (
+    Billing,
+    CheckStep,
+    ExecutionId,
+    Graph,
+    Output,
+    Param,
+    ProcessingStep,
+    TrainChannel,
+    TrainingStep,
+    Value,
+)
 from pipeline.images import default_processing_image, default_training_image
 from pipeline.sagemaker.offline import session
 from pipeline.sagemaker.settings import (
@@ -24,11 +38,29 @@ from pipeline.sagemaker.settings import (
     code_file,
     default_price_overrides_uri,
 )
-from steps.contract import CHECKPOINT_FOLDER, CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, METRIC_DEFINITIONS, REPLICATED, RESULTS_FOLDER
+from steps.contract import (
+    CHECKPOINT_FOLDER,
+    CHECKPOINT_LOCAL_PATH,
+    CODE_CHANNEL,
+    METRIC_DEFINITIONS,
+    REPLICATED,
+    RESULTS_FOLDER,
+    Tunable,
+)
+
+if TYPE_CHECKING:  # the SDK is imported where used: it must not load before offline_sdk() has set the region
+    from sagemaker.core.helper.pipeline_variable import PipelineVariable
+    from sagemaker.core.training.configs import Networking
+    from sagemaker.core.workflow.functions import Join
+    from sagemaker.core.workflow.properties import PropertyFile
+    from sagemaker.mlops.workflow.condition_step import ConditionStep
+    from sagemaker.mlops.workflow.pipeline import Pipeline
+    from sagemaker.mlops.workflow.steps import ProcessingStep as SmProcessingStep
+    from sagemaker.mlops.workflow.steps import TrainingStep as SmTrainingStep
 
 
 class Compiler:
-    def __init__(self, graph: Graph, settings: DeploySettings):
+    def __init__(self, graph: Graph, settings: DeploySettings) -> None:
         from sagemaker.core.workflow.execution_variables import ExecutionVariables
         from sagemaker.core.workflow.parameters import ParameterBoolean, ParameterFloat, ParameterInteger, ParameterString
 
@@ -52,7 +84,7 @@ class Compiler:
         return p.default
 
     # values of the graph -> pipeline expressions
-    def value(self, v, *, string: bool = False):
+    def value(self, v: Value, *, string: bool = False) -> Any:  # a literal or a pipeline variable
         if isinstance(v, Param):
             param = self.params[v.name]
             return param.to_string() if string and self.graph_param(v).type is not str else param
@@ -65,13 +97,13 @@ class Compiler:
             return _join("/", job.BillableTimeInSeconds, job.TrainingTimeInSeconds)
         return str(v).lower() if string and isinstance(v, bool) else (str(v) if string else v)
 
-    def graph_param(self, ref: Param):
+    def graph_param(self, ref: Param) -> Tunable:
         return next(p for p in self.graph.parameters if p.name == ref.name)
 
-    def s3(self, *parts):
+    def s3(self, *parts: str | PipelineVariable) -> Join:
         return _join("/", f"s3://{self.s.bucket}/{self.s.prefix}", *parts)
 
-    def output_uri(self, ref: Output):
+    def output_uri(self, ref: Output) -> PipelineVariable:
         step = self.steps[ref.step]
         if isinstance(self.graph.step(ref.step), TrainingStep):
             return step.properties.ModelArtifacts.S3ModelArtifacts
@@ -80,7 +112,8 @@ class Compiler:
         return base if rel in (".", "") else _join("/", base, rel)
 
     # -- steps ---------------------------------------------------------------
-    def processing(self, step: ProcessingStep, *, name: str | None = None, skip=(), property_files=()):
+    def processing(self, step: ProcessingStep, *, name: str | None = None, skip: Collection[str] = (),
+                   property_files: Iterable[PropertyFile] = ()) -> SmProcessingStep:
         from sagemaker.core.processing import Processor
         from sagemaker.core.shapes import ProcessingInput, ProcessingOutput, ProcessingS3Input, ProcessingS3Output
         from sagemaker.mlops.workflow.steps import ProcessingStep as SmProcessingStep
@@ -142,7 +175,7 @@ class Compiler:
             channels.append(Channel(channel_name=c.name, data_source=DataSource(s3_data_source=s3), input_mode=self.value(c.input_mode)))
         return channels
 
-    def training(self, step: TrainingStep):
+    def training(self, step: TrainingStep) -> SmTrainingStep:
         from sagemaker.core.shapes import CheckpointConfig, InstanceGroup, MetricDefinition, OutputDataConfig, StoppingCondition
         from sagemaker.core.training.configs import Compute, Networking
         from sagemaker.mlops.workflow.retry import SageMakerJobExceptionTypeEnum, SageMakerJobStepRetryPolicy
@@ -183,7 +216,7 @@ class Compiler:
         self.steps[step.name] = sm_step
         return sm_step
 
-    def networking(self, networking_class):
+    def networking(self, networking_class: type[Networking]) -> Networking | None:
         """The training jobs' VPC (with FSx) and the deploy options on traffic between and out of their hosts."""
         options = {}
         if self.s.fsx:
@@ -194,7 +227,7 @@ class Compiler:
             options["enable_network_isolation"] = True
         return networking_class(**options) if options else None
 
-    def check(self, step: CheckStep):
+    def check(self, step: CheckStep) -> ConditionStep:
         from sagemaker.core.workflow.conditions import ConditionGreaterThan, ConditionLessThan
         from sagemaker.core.workflow.functions import JsonGet
         from sagemaker.mlops.workflow.condition_step import ConditionStep
@@ -210,7 +243,8 @@ class Compiler:
                                                          ConditionLessThan(left=value, right=threshold)],
                              if_steps=[fail], else_steps=[])
 
-    def compile_step(self, step, *, name: str | None = None, skip=()):
+    def compile_step(self, step: ProcessingStep | TrainingStep | CheckStep, *, name: str | None = None,
+                     skip: Collection[str] = ()) -> SmProcessingStep | SmTrainingStep | ConditionStep:
         from sagemaker.core.workflow.properties import PropertyFile
 
         if isinstance(step, TrainingStep):
@@ -222,7 +256,7 @@ class Compiler:
         return self.processing(step, name=name, skip=skip, property_files=files)
 
     # -- the pipeline --------------------------------------------------------
-    def pipeline(self):
+    def pipeline(self) -> Pipeline:
         from sagemaker.core.workflow.conditions import ConditionEquals
         from sagemaker.mlops.workflow.condition_step import ConditionStep
         from sagemaker.mlops.workflow.pipeline import Pipeline
@@ -244,7 +278,7 @@ class Compiler:
         return Pipeline(name=self.s.pipeline_name, parameters=list(self.params.values()), steps=top,
                         sagemaker_session=self.session, pipeline_experiment_config=None)
 
-    def parameter_check(self, first_step):
+    def parameter_check(self, first_step: SmProcessingStep | SmTrainingStep | ConditionStep) -> ConditionStep:
         """CheckParameters: what this pipeline cannot run fails the execution before any job starts."""
         from sagemaker.core.workflow.conditions import ConditionEquals, ConditionLessThanOrEqualTo, ConditionOr
         from sagemaker.mlops.workflow.condition_step import ConditionStep

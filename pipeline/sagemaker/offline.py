@@ -5,13 +5,18 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sagemaker.core.workflow.pipeline_context import PipelineSession
 
 _SDK_CONFIG = {"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}}}}
 
 
 @contextmanager
-def offline_sdk(region: str):
+def offline_sdk(region: str) -> Iterator[None]:
     """What the SDK needs to build without the network, undone afterwards.
 
     * a region before `sagemaker.mlops` is imported (a module there creates a client at import);
@@ -66,7 +71,7 @@ def _quiet_sdk_logs():
             lg.setLevel(level)
 
 
-def session(region: str, default_bucket: str):
+def session(region: str, default_bucket: str) -> PipelineSession:
     import boto3
     from sagemaker.core.workflow.pipeline_context import PipelineSession
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import Any, NoReturn
 
 from steps.common.errors import UserError, processing_exit_message, run_step
 
@@ -20,11 +21,11 @@ from steps.common.errors import UserError, processing_exit_message, run_step
 class StepArgumentParser(argparse.ArgumentParser):
     """argparse for a step: no abbreviations, and a bad argument is a `UserError` naming it."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         # output_dir() finds --output by its full name only, so the parser must not accept a prefix of it
         super().__init__(allow_abbrev=False, **kwargs)
 
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         raise UserError(f"{message} (run with --help for usage)", headline="bad arguments")
 
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 FAILURE_FILE = "failure"  # <output>/failure: SageMaker shows its first 1,024 characters as FailureReason
@@ -35,7 +36,7 @@ class HeteroError(Exception):
     headline = "hetero failed"
     peer_end = False
 
-    def __init__(self, message: str, *, headline: str | None = None):
+    def __init__(self, message: str, *, headline: str | None = None) -> None:
         super().__init__(message)
         if headline is not None:
             self.headline = headline
@@ -64,7 +65,7 @@ class Terminated(SystemExit):
 
     headline = "terminated"
 
-    def __init__(self, message: str = "SIGTERM (a stop or a spot interruption)"):
+    def __init__(self, message: str = "SIGTERM (a stop or a spot interruption)") -> None:
         super().__init__(EXIT_TERMINATED)
         self.message = message
 
@@ -127,7 +128,7 @@ def processing_exit_message() -> Path | None:
     return PROCESSING_EXIT_MESSAGE if PROCESSING_EXIT_MESSAGE.parent.is_dir() else None
 
 
-def run_step(main, *, output_dir: str | os.PathLike, exit_message: Path | None = None) -> int:
+def run_step(main: Callable[[], object], *, output_dir: str | os.PathLike, exit_message: Path | None = None) -> int:
     """Run ``main()`` as a SageMaker step and return the process exit code.
 
     User errors and a peer's end (`HeteroError.peer_end`) print one line; internal errors print the

@@ -6,13 +6,13 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 
 @contextlib.contextmanager
-def writing(path: str | os.PathLike):
+def writing(path: str | os.PathLike) -> Iterator[None]:
     """Name ``path`` in an OSError raised inside that lacks a file name (a full disk surfaces in write() or
     close(), which do not say which file), so the error the user reads says where."""
     try:
@@ -23,7 +23,7 @@ def writing(path: str | os.PathLike):
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
-def write_json_atomic(path: str | os.PathLike, obj) -> Path:
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     """Write ``obj`` as JSON so that readers see the old file or the new one, never half."""
     return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
@@ -62,7 +62,7 @@ class _Sink:
     """A binary file that remembers the OSError its write raised: torch.save's writer reports a failed write as its own
     RuntimeError ("unexpected pos"), which says nothing of a full disk."""
 
-    def __init__(self, fh: BinaryIO):
+    def __init__(self, fh: BinaryIO) -> None:
         self._fh = fh
         self.error: OSError | None = None
 
@@ -73,5 +73,5 @@ class _Sink:
             self.error = exc
             raise
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._fh, name)

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 if not __package__:
     # SageMaker Processing runs this file by path, so the repository root (two
@@ -56,7 +58,7 @@ from steps.evaluate.metrics import load_metrics, validate_metrics  # noqa: E402
 from steps.evaluate.plan import plan_document  # noqa: E402
 from steps.evaluate.prices import PriceTable, load_prices  # noqa: E402
 from steps.evaluate.report import REPORT_CONTENT_TYPE, REPORT_FILE, report_html  # noqa: E402
-from steps.evaluate.store import open_store, validate_execution_id  # noqa: E402
+from steps.evaluate.store import Store, open_store, validate_execution_id  # noqa: E402
 
 DEFAULT_HETEROGENEOUS = "/opt/ml/processing/input/heterogeneous"
 DEFAULT_BASELINE = "/opt/ml/processing/input/baseline"
@@ -65,7 +67,7 @@ DEFAULT_OUTPUT = "/opt/ml/processing/output/evaluation"
 
 # --- the arithmetic (checked against the AWS blog tables in the tests) ---
 
-def cluster_price_per_hour(instance_groups, prices: PriceTable) -> float:
+def cluster_price_per_hour(instance_groups: Iterable[Mapping[str, Any]], prices: PriceTable) -> float:
     """On-demand USD/hour of the whole cluster: every instance bills while the job runs."""
     total = math.fsum(g["count"] * prices.hourly(g["instance_type"]) for g in instance_groups)
     # List prices carry at most 4 decimals: this drops float noise (45.032000000000004), not cents.
@@ -210,7 +212,7 @@ def evaluate(*, heterogeneous: str | Path, baseline: str | Path | None, output: 
     return doc
 
 
-def history(store, current: dict) -> list[dict]:
+def history(store: Store, current: dict) -> list[dict]:
     """Every execution's price_performance.json in ``store`` (``current`` in place of its own), oldest first."""
     docs = {}
     for execution in store.list_executions():

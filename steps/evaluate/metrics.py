@@ -84,7 +84,7 @@ def _scan_tar(tar_path: Path) -> tuple[bytes, str] | None:
         raise UserError(f"{tar_path} is not a readable tar archive: {exc}") from None
 
 
-def validate_metrics(doc, source: str) -> dict:
+def validate_metrics(doc: object, source: str) -> dict:
     """Check the fields this step reads; errors name the field and the file."""
     if not isinstance(doc, dict):
         raise UserError(f"{source}: top level must be a JSON object")

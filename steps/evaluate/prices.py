@@ -53,7 +53,7 @@ class PriceTable:
     region: str = "us-east-1"
     files: tuple[str, ...] = field(default=())
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # Read-only so a table shared between runs cannot be edited by one of them.
         object.__setattr__(self, "usd_per_hour", MappingProxyType(dict(self.usd_per_hour)))
 

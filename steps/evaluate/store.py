@@ -24,11 +24,15 @@ import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from steps.common.errors import UserError
 from steps.common.files import write_json_atomic, write_text_atomic
 from steps.evaluate.errors import DocumentNotFound
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 # SageMaker pipeline execution ids are alphanumeric; we also allow '.', '_' and
 # '-' for local runs. No '/' and no leading '.', so an id can never climb out
@@ -49,7 +53,7 @@ def _check_name(value, what: str) -> str:
     return value
 
 
-def open_store(uri: str | os.PathLike):
+def open_store(uri: str | os.PathLike) -> Store:
     """S3Store for ``s3://bucket[/prefix]``, LocalStore for ``file://`` URIs and plain paths."""
     text = os.fspath(uri)
     parsed = urlparse(text)
@@ -69,7 +73,7 @@ def open_store(uri: str | os.PathLike):
 class LocalStore:
     """A directory tree; nothing is created until the first write."""
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root).absolute()
 
     def __repr__(self) -> str:
@@ -78,7 +82,7 @@ class LocalStore:
     def _path(self, execution_id: str, name: str) -> Path:
         return self.root / validate_execution_id(execution_id) / _check_name(name, "document name")
 
-    def put_json(self, execution_id: str, name: str, obj) -> str:
+    def put_json(self, execution_id: str, name: str, obj: Any) -> str:
         path = self._path(execution_id, name)
         write_json_atomic(path, obj)
         return path.as_uri()
@@ -88,7 +92,7 @@ class LocalStore:
         write_text_atomic(path, text)
         return path.as_uri()
 
-    def get_json(self, execution_id: str, name: str):
+    def get_json(self, execution_id: str, name: str) -> Any:
         path = self._path(execution_id, name)
         try:
             return json.loads(path.read_text(encoding="utf-8"))
@@ -104,7 +108,7 @@ class LocalStore:
 class S3Store:
     """Objects under ``s3://bucket/prefix``; the boto3 client is created on first use."""
 
-    def __init__(self, bucket: str, prefix: str = "", *, client=None):
+    def __init__(self, bucket: str, prefix: str = "", *, client: BaseClient | None = None) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self._client = client
@@ -117,7 +121,7 @@ class S3Store:
         return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
 
     @property
-    def client(self):
+    def client(self) -> BaseClient:
         if self._client is None:
             import boto3  # only S3 users pay for the import, and never at module import
 
@@ -128,7 +132,7 @@ class S3Store:
         parts = [self.prefix, validate_execution_id(execution_id), _check_name(name, "document name")]
         return "/".join(p for p in parts if p)
 
-    def put_json(self, execution_id: str, name: str, obj) -> str:
+    def put_json(self, execution_id: str, name: str, obj: Any) -> str:
         return self.put_text(execution_id, name, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n",
                              "application/json")
 
@@ -139,7 +143,7 @@ class S3Store:
             self.client.put_object(Bucket=self.bucket, Key=key, Body=text.encode("utf-8"), ContentType=content_type)
         return f"s3://{self.bucket}/{key}"
 
-    def get_json(self, execution_id: str, name: str):
+    def get_json(self, execution_id: str, name: str) -> Any:
         key = self._key(execution_id, name)
         with _s3_errors(f"s3://{self.bucket}/{key}"):
             body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
@@ -156,6 +160,9 @@ class S3Store:
                 for common in page.get("CommonPrefixes", []):
                     found.append(common["Prefix"][len(prefix):].rstrip("/"))
         return sorted(name for name in found if _SAFE_NAME.fullmatch(name))
+
+
+Store = LocalStore | S3Store  # what open_store returns: one interface, two backends
 
 
 # S3 failures a user can fix (bucket, key, access, credentials) become UserError.

@@ -26,10 +26,13 @@ import os
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from steps.common.errors import UserError
 from steps.common.files import writing
+
+if TYPE_CHECKING:
+    import numpy as np
 
 IMAGE_EXTS = ("jpg", "jpeg", "png")
 LABEL_EXT = "cls"
@@ -43,6 +46,13 @@ class Sample(NamedTuple):
     label: int
     raw: bytes
     ext: str
+
+
+class Decoder(Protocol):
+    """What decodes a sample's ``raw`` bytes: a workload (`steps.train.workload.Workload.decode`), as code that must not
+    import the workload's framework sees it."""
+
+    def decode(self, raw: bytes, *, train: bool, rng: np.random.Generator) -> np.ndarray: ...
 
 
 def sample_key(sample_id: int) -> str:
@@ -138,7 +148,7 @@ def sha256_file(path: str | os.PathLike) -> str:
 class _OpenShard:
     """``tarfile.open`` whose errors (also those raised while iterating) become UserErrors."""
 
-    def __init__(self, path: Path, mode: str):
+    def __init__(self, path: Path, mode: str) -> None:
         self.path, self.mode = path, mode
 
     def __enter__(self) -> tarfile.TarFile:

@@ -31,6 +31,7 @@ and the exit code is non-zero.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -56,7 +57,8 @@ MIN_SHARD_MB, MAX_SHARD_MB = SHARD_SIZE.minimum, SHARD_SIZE.maximum
 MB = 1024 * 1024
 
 
-def shard_dataset(input_dir, output_dir, *, target_shard_mb: float = SHARD_SIZE.default, data_hosts: int = 1,
+def shard_dataset(input_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
+                  target_shard_mb: float = SHARD_SIZE.default, data_hosts: int = 1,
                   validation_fraction: float = 0.1, seed: int = 0, shard_format: str = "webdataset",
                   input_source: str | None = None) -> dict:
     """Validate, split and shard ``input_dir`` into ``output_dir``; return the manifest.

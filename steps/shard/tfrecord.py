@@ -33,9 +33,13 @@ import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from steps.common.errors import UserError
 from steps.shard.format import IMAGE_EXTS, Sample, _checked_ext
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 SUFFIX = ".tfrecord"
 # Each record is framed by an 8-byte length, a 4-byte length CRC and a 4-byte data CRC.
@@ -93,7 +97,7 @@ def feature_spec() -> dict:
     }
 
 
-def parse_record(record):
+def parse_record(record: tf.Tensor) -> dict[str, tf.Tensor]:
     """One serialized record -> ``{"image", "label", "id", "ext"}`` scalar tensors.
 
     TF ops only, so it runs inside a tf.data graph (``dataset.map(parse_record)``),

@@ -26,14 +26,18 @@ import importlib
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if __package__ in (None, ""):  # SageMaker runs the entry point by path, not as a module
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from steps.common.errors import run_step  # noqa: E402
 
+if TYPE_CHECKING:
+    from sagemaker_training.environment import Environment
 
-def dispatch(env) -> None:
+
+def dispatch(env: Environment) -> None:
     from steps.frameworks import framework
     from steps.train.core.cluster import DATA, Cluster, wait_for_host_names
     from steps.train.core.config import TrainConfig

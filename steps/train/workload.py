@@ -31,6 +31,7 @@ context key).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,6 +39,7 @@ import numpy as np
 from steps.common.errors import UserError
 
 if TYPE_CHECKING:  # each host imports only its framework: a TensorFlow container has no torch
+    import keras
     import tensorflow as tf
     import torch
 
@@ -48,7 +50,7 @@ class Workload:
     std: tuple[float, float, float] = (64.0, 64.0, 64.0)
     options_help: dict[str, str] = {}
 
-    def __init__(self, options: dict | None = None):
+    def __init__(self, options: dict | None = None) -> None:
         options = dict(options or {})
         unknown = sorted(set(options) - set(self.options_help))
         if unknown:
@@ -71,7 +73,7 @@ class Workload:
 
         return torch.nn.CrossEntropyLoss()
 
-    def optimizer(self, parameters, learning_rate: float) -> torch.optim.Optimizer:
+    def optimizer(self, parameters: Iterable[torch.nn.Parameter], learning_rate: float) -> torch.optim.Optimizer:
         import torch
 
         return torch.optim.AdamW(parameters, lr=learning_rate)
@@ -94,10 +96,10 @@ class Workload:
         ``seed`` is a shape-[2] int64 tensor for `tf.random.stateless_*` ops, distinct per sample and epoch."""
         raise NotImplementedError(f"workload {type(self).__name__} has no tf_decode: it supports PyTorch only")
 
-    def build_keras_model(self, num_classes: int):
+    def build_keras_model(self, num_classes: int) -> keras.Model:
         raise NotImplementedError(f"workload {type(self).__name__} has no build_keras_model: it supports PyTorch only")
 
-    def keras_optimizer(self, learning_rate: float):
+    def keras_optimizer(self, learning_rate: float) -> keras.optimizers.Optimizer:
         import keras
 
         return keras.optimizers.AdamW(learning_rate=learning_rate)

@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the Lambda runtime has boto3; it is imported where used
+    from botocore.client import BaseClient
+    from botocore.model import ServiceModel
 
 PLAN_FILE = "plan.json"
 
 
-def handler(event, context):
+def handler(event: dict[str, Any], context: object) -> dict:
     import boto3
 
     return start_with_latest_plan(
@@ -30,7 +35,7 @@ def handler(event, context):
         count_bounds=(int(os.environ["MIN_DATA_INSTANCE_COUNT"]), int(os.environ["MAX_DATA_INSTANCE_COUNT"])))
 
 
-def start_with_latest_plan(*, s3, sagemaker, pipeline: str, bucket: str, prefix: str, parameters: dict,
+def start_with_latest_plan(*, s3: BaseClient, sagemaker: BaseClient, pipeline: str, bucket: str, prefix: str, parameters: dict,
                            count_bounds: tuple[int, int]) -> dict:
     key, plan = latest_plan(s3, bucket, prefix)
     applied, reason = {}, "no plan.json in the results store yet"
@@ -49,7 +54,7 @@ def start_with_latest_plan(*, s3, sagemaker, pipeline: str, bucket: str, prefix:
     return result
 
 
-def latest_plan(s3, bucket: str, prefix: str) -> tuple[str | None, dict | None]:
+def latest_plan(s3: BaseClient, bucket: str, prefix: str) -> tuple[str | None, dict | None]:
     """The newest ``<prefix>/<execution id>/plan.json`` and its document."""
     newest = None
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix.rstrip("/") + "/"):
@@ -62,7 +67,7 @@ def latest_plan(s3, bucket: str, prefix: str) -> tuple[str | None, dict | None]:
     return newest["Key"], json.loads(body)
 
 
-def plan_parameters(plan: dict, service_model, count_bounds: tuple[int, int]) -> tuple[dict, str]:
+def plan_parameters(plan: dict, service_model: ServiceModel, count_bounds: tuple[int, int]) -> tuple[dict, str]:
     """The plan's pipeline parameters if CreateTrainingJob would accept them, else none and why."""
     params = plan.get("parameters")
     if not params:

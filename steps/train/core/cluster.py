@@ -14,12 +14,17 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from steps.common.errors import UserError
 from steps.contract import CHECKPOINT_FOLDER, HOSTS_FILE_ENV
 from steps.train.core.config import TrainConfig
+
+if TYPE_CHECKING:
+    from sagemaker_training.environment import Environment
 
 DATA, TRAINER = "data", "trainer"
 
@@ -87,7 +92,7 @@ class Cluster:
         return (hosts.index(self.current_host), len(hosts))
 
     @classmethod
-    def from_environment(cls, env, cfg: TrainConfig) -> Cluster:
+    def from_environment(cls, env: Environment, cfg: TrainConfig) -> Cluster:
         raw_groups = env.instance_groups_dict or {
             "homogeneousCluster": {"instance_group_name": "homogeneousCluster", "instance_type": env.current_instance_type, "hosts": env.hosts}
         }
@@ -154,8 +159,9 @@ def _lookup(host: str) -> tuple[str | None, str]:
 RESOLVE_FIRST_WAIT_S, RESOLVE_MAX_WAIT_S = 0.25, 5.0  # doubling from the first to the most between tries
 
 
-def wait_for_host_names(hosts: tuple[str, ...], timeout_s: float, *, clock=time.monotonic, sleep=time.sleep,
-                        log=None) -> dict[str, str]:
+def wait_for_host_names(hosts: tuple[str, ...], timeout_s: float, *, clock: Callable[[], float] = time.monotonic,
+                        sleep: Callable[[float], None] = time.sleep,
+                        log: Callable[[str], None] | None = None) -> dict[str, str]:
     """Every host of the cluster -> its address, waiting until each name resolves or ``timeout_s`` has passed.
 
     SageMaker's guide says host names may not resolve at first, and the toolkit's ``entry_point.run()`` retries

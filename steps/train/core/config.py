@@ -72,7 +72,7 @@ class TrainConfig:
     log_every: int = _param(10, "Print a metric line every N steps.", minimum=1)
     seed: int = _param(0, "Seed for shuffling and initialisation.")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.trainer_cpus not in ("auto", "all") and not (self.trainer_cpus.isdigit() and int(self.trainer_cpus) >= 1):
             raise UserError(f"hyperparameter trainer_cpus={self.trainer_cpus!r}: use auto, all, or a whole number of vCPUs "
                             "(1 or more) to keep for the training loop", headline="bad hyperparameter")

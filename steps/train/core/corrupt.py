@@ -14,7 +14,7 @@ from steps.train.core.errors import CorruptData
 
 
 class CorruptBudget:
-    def __init__(self, max_share: float, samples_per_epoch: int):
+    def __init__(self, max_share: float, samples_per_epoch: int) -> None:
         self.max_share = max_share
         self.samples_per_epoch = max(int(samples_per_epoch), 1)
         self.limit = math.floor(max_share * self.samples_per_epoch)  # at most this many per epoch

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from steps.shard.format import iter_shard
+from steps.shard.format import Decoder, iter_shard
 from steps.train.core.cluster import available_cpus
 
 MEASURED_BATCHES = 8  # after one warm-up batch
@@ -34,7 +34,7 @@ def cost_document(decode_s: list[float], step_s: list[float], *, batch_size: int
     }
 
 
-def timed_decode(workload, shards: list[Path], *, batch_size: int, batches: int, collate: Callable) -> tuple[list[float], list]:
+def timed_decode(workload: Decoder, shards: list[Path], *, batch_size: int, batches: int, collate: Callable) -> tuple[list[float], list]:
     """``batches + 1`` batches of ``shards``' samples (a few rounds if they are small; the first batch the warm-up),
     decoded in this process with training augmentation as a data host decodes each sample, and the seconds each took;
     fewer when the shards run out. ``collate``: the framework's batch of ``(sample_id, label, pixels | None, error |

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -49,7 +50,8 @@ def gpus_of(instance_type: str) -> int:
     return int(any(gpus for name, gpus in known.items() if name.startswith(family)))
 
 
-def require_usable_gpus(host: str, instance_type: str, usable: int, framework: str, *, how: str, log=None) -> None:
+def require_usable_gpus(host: str, instance_type: str, usable: int, framework: str, *, how: str,
+                        log: Callable[[str], None] | None = None) -> None:
     """Fail a trainer host whose instance type has GPUs when ``framework`` finds none usable (``how``: the call that
     said so); on an emulated host, say it in one line instead."""
     expected = gpus_of(instance_type)

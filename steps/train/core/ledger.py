@@ -4,6 +4,8 @@ once per epoch, across interruptions too (per epoch: samples, distinct ids, a di
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
+from typing import SupportsInt
 
 import numpy as np
 
@@ -11,12 +13,12 @@ import numpy as np
 class Ledger:
     """Which samples this trainer consumed, per epoch: the current epoch's ids, and a summary of each finished one."""
 
-    def __init__(self, epochs: list | None = None, epoch: int = 0, ids: list | None = None):
+    def __init__(self, epochs: list | None = None, epoch: int = 0, ids: list | None = None) -> None:
         self.epochs: list[dict] = list(epochs or [])
         self.epoch = epoch
         self._ids: list = list(ids or [])
 
-    def add(self, epoch: int, ids) -> None:
+    def add(self, epoch: int, ids: Iterable[SupportsInt]) -> None:
         if epoch != self.epoch:
             self.epoch, self._ids = epoch, []
         self._ids.extend(int(i) for i in ids)

@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from steps.common.errors import UserError
 from steps.contract import MANIFEST_FILE as MANIFEST_NAME
 from steps.contract import SHARDED
+
+if TYPE_CHECKING:
+    from steps.train.core.cluster import Cluster
 
 
 def read_manifest(channel_dir: Path) -> dict:
@@ -32,7 +36,7 @@ def read_classes(channel_dir: Path) -> list[str]:
     return [str(c) for c in classes]
 
 
-def train_channel(cluster, timeout_s: float, *, poll_s: float = 2.0, name: str = "train") -> Path:
+def train_channel(cluster: Cluster, timeout_s: float, *, poll_s: float = 2.0, name: str = "train") -> Path:
     """The train channel, once every shard the manifest lists is visible in it.
 
     With ShardedByS3Key, SageMaker downloaded this host's objects before the job started. A channel

@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from steps.contract import METRICS_SCHEMA_VERSION
 
+if TYPE_CHECKING:
+    from steps.train.core.cluster import Cluster
+    from steps.train.core.config import TrainConfig
+
 SERIES_POINTS = 300  # step-time points kept in metrics.json for the report's charts
 
 
-def metric_line(**values) -> str:
+def metric_line(**values: object) -> str:
     parts = [f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()]
     return "[metrics] " + " ".join(parts)
 
@@ -88,9 +93,9 @@ class StepStats:
         }
 
 
-def training_metrics(*, cfg, cluster, framework: str, summary: dict, accuracy: float | None, corrupt: list,
+def training_metrics(*, cfg: TrainConfig, cluster: Cluster, framework: str, summary: dict, accuracy: float | None, corrupt: list,
                      corrupt_count: int, classes: list[str], data_hosts: list[dict], bytes_received: int,
-                     bytes_received_per_sample: float, **extra) -> dict:
+                     bytes_received_per_sample: float, **extra: Any) -> dict:
     """The metrics.json document both trainers write (the Evaluate step reads it). ``data_hosts``: what each data
     host measured of itself (`steps.train.dataplane.meter.data_host_metrics`), empty in a homogeneous run."""
     elapsed = summary["elapsed_s"]

@@ -23,7 +23,7 @@ import numpy as np
 
 from steps.common.errors import UserError
 from steps.contract import HYBRID_CHANNEL
-from steps.shard.format import iter_shard
+from steps.shard.format import Decoder, iter_shard
 from steps.train.core.cluster import Cluster, available_cpus
 from steps.train.core.config import TrainConfig
 from steps.train.core.manifest import train_channel
@@ -83,7 +83,7 @@ def kept_for_loop(trainer_cpus: str, cpus: int, measure: Callable[[], float | st
     return kept_cpus(loop, cpus), why, loop
 
 
-def sample_pixels(workload, shards: list[Path]) -> np.ndarray:
+def sample_pixels(workload: Decoder, shards: list[Path]) -> np.ndarray:
     """One training sample of ``shards`` decoded by ``workload``: the shape and dtype of what a step takes, for a
     probe's synthetic batch."""
     rng = np.random.default_rng(0)

@@ -15,6 +15,7 @@ host refuses trainers that disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from steps.common.errors import UserError
 
@@ -66,7 +67,7 @@ class Split:
         return {"period": self.period, "trainers": list(self.trainers)}
 
     @classmethod
-    def from_meta(cls, meta, *, trainers: int, sender: str) -> Split:
+    def from_meta(cls, meta: Any, *, trainers: int, sender: str) -> Split:
         """The split a trainer sent, checked: it must leave the data hosts a share and name every trainer."""
         try:
             period, slots = int(meta["period"]), tuple(int(s) for s in meta["trainers"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from types import FrameType
 
 from steps.common.errors import Terminated
 
@@ -13,11 +14,11 @@ class Terminate:
     """SIGTERM while armed is noted, not raised: the training loop ends at the next step boundary.
     Unarmed (start-up, validation, writing outputs) it ends the process at once, as before."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.event = threading.Event()
         self.armed = False
 
-    def handler(self, signum, frame) -> None:
+    def handler(self, signum: int, frame: FrameType | None) -> None:
         self.event.set()
         if not self.armed:
             raise Terminated()

@@ -7,6 +7,7 @@ build and this project pins torch alone.
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 
@@ -29,7 +30,7 @@ def small_cnn(num_classes: int) -> nn.Module:
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, cin: int, width: int, stride: int):
+    def __init__(self, cin: int, width: int, stride: int) -> None:
         super().__init__()
         cout = width * self.expansion
         self.body = nn.Sequential(
@@ -41,7 +42,7 @@ class Bottleneck(nn.Module):
             self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
         self.relu = nn.ReLU(inplace=True)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.relu(self.body(x) + self.shortcut(x))
 
 

@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import io
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image, ImageFilter
 
 from steps.common.errors import UserError
 from steps.train.workload import Workload
+
+if TYPE_CHECKING:  # a host imports only its framework, where it is used
+    import keras
+    import tensorflow as tf
+    import torch
 
 
 class Shapes(Workload):
@@ -30,7 +36,7 @@ class Shapes(Workload):
         "blur_radius": "blur radius in pixels (default 1.0)",
     }
 
-    def __init__(self, options=None):
+    def __init__(self, options: dict | None = None) -> None:
         super().__init__(options)
         self.model_name = str(self.options.get("model", "small_cnn"))
         if self.model_name not in ("small_cnn", "resnet50"):
@@ -56,7 +62,7 @@ class Shapes(Workload):
             image = image.filter(ImageFilter.GaussianBlur(self.blur_radius))
         return np.asarray(image, dtype=np.uint8)
 
-    def build_model(self, num_classes: int):
+    def build_model(self, num_classes: int) -> torch.nn.Module:
         import torch
 
         from steps.train.workloads.models import resnet50, small_cnn
@@ -64,7 +70,7 @@ class Shapes(Workload):
         model = resnet50(num_classes) if self.model_name == "resnet50" else small_cnn(num_classes)
         return model.to(memory_format=torch.channels_last)
 
-    def tf_decode(self, raw, *, train, seed):
+    def tf_decode(self, raw: tf.Tensor, *, train: bool, seed: tf.Tensor) -> tf.Tensor:
         import tensorflow as tf
 
         image = tf.io.decode_image(raw, channels=3, expand_animations=False)
@@ -90,7 +96,7 @@ class Shapes(Workload):
             image = tf.nn.depthwise_conv2d(image, column, strides=[1, 1, 1, 1], padding="SAME")
         return tf.cast(tf.clip_by_value(tf.round(image[0]), 0, 255), tf.uint8)
 
-    def build_keras_model(self, num_classes: int):
+    def build_keras_model(self, num_classes: int) -> keras.Model:
         from steps.train.workloads.keras_models import resnet50, small_cnn
 
         build = resnet50 if self.model_name == "resnet50" else small_cnn

@@ -42,7 +42,8 @@ class Checkpoints:
     alone, and its lone tags are never complete, so they are never resumed from), and the slot follows the
     iteration, so the hosts' slots hold the same tags."""
 
-    def __init__(self, folder: Path | None, *, rank: int = 0, world: int = 1, every_steps: int = 0, every_s: float = 0.0):
+    def __init__(self, folder: Path | None, *, rank: int = 0, world: int = 1, every_steps: int = 0,
+                 every_s: float = 0.0) -> None:
         self.folder = folder
         self.rank, self.world = rank, world
         self.every_steps = every_steps

@@ -13,9 +13,10 @@ import functools
 import os
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, SupportsInt
 
 import numpy as np
 import torch
@@ -45,12 +46,12 @@ class Batch:
     def __len__(self) -> int:
         return int(self.labels.shape[0])
 
-    def __getstate__(self):  # crosses from DataLoader workers: the release hook stays behind
+    def __getstate__(self) -> dict[str, Any]:  # crosses from DataLoader workers: the release hook stays behind
         state = dict(self.__dict__)
         state.pop("release")
         return state
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, release=_no_release)
 
     def pin_memory(self) -> Batch:  # DataLoader(pin_memory=True) calls this
@@ -66,7 +67,7 @@ class ShardDataset(IterableDataset):
     """Samples of some shards, decoded; each ``__iter__`` call is one epoch."""
 
     def __init__(self, shards: list[Path], workload: Workload, *, train: bool, seed: int = 0, stream: int = 0,
-                 part: tuple[int, int] = (0, 1), take: Take = ALL):
+                 part: tuple[int, int] = (0, 1), take: Take = ALL) -> None:
         """``take``: only the samples at these positions of each shard (this host's side of a hybrid decode
         split, `steps.train.core.split`); ``part=(i, n)``: of those, every n-th, for n hosts that all see the same
         shards (a FullyReplicated channel) yet must each serve a distinct share."""
@@ -80,7 +81,7 @@ class ShardDataset(IterableDataset):
         self._epoch = -1  # persistent workers keep their copy: counting calls tracks the epoch
         self._resumed: tuple[int, frozenset] = (-1, frozenset())
 
-    def resume(self, epoch: int, consumed) -> None:
+    def resume(self, epoch: int, consumed: Iterable[SupportsInt]) -> None:
         """Start at ``epoch``, leaving out of it the sample ids in ``consumed`` (a checkpoint's input position).
         Before the first iteration: DataLoader workers take their copy of the dataset then."""
         self._epoch = epoch - 1
@@ -147,7 +148,7 @@ def _shuffled(items, rng: np.random.Generator):
     yield from buffer
 
 
-def collate(items) -> Batch:
+def collate(items: Sequence[tuple]) -> Batch:
     """One `Batch` of ``(sample_id, label, pixels | None, error | None[, cpu_s])`` items."""
     started = time.thread_time()
     good = [(sid, label, px) for sid, label, px, err, *_ in items if err is None]
@@ -170,7 +171,7 @@ class BatchLoader(DataLoader):
     (a malformed shard, say) the last line of that text is what the user must read.
     """
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Batch]:
         try:
             yield from super().__iter__()
         except Exception as exc:  # not GeneratorExit: a loop that stops early keeps its workers

@@ -9,6 +9,7 @@ the same END accounting, sample-id ledger, RESUME position and failure handling.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from steps.train.core.cluster import Cluster
 from steps.train.core.config import TrainConfig
 from steps.train.core.spare_cpus import Spare, sample_pixels, spare
 from steps.train.core.split import Take
-from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
+from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
 from steps.train.frameworks.pytorch.step import loop_cpus
 from steps.train.workload import Workload
 
@@ -37,7 +38,7 @@ class LocalDecoder:
     """This trainer host's decode workers over its side of the split (``take``), one epoch per `batches` call."""
 
     def __init__(self, cfg: TrainConfig, host: str, stream: int, workload: Workload, found: Spare, take: Take, *,
-                 pinned: bool, epoch: int, consumed: np.ndarray):
+                 pinned: bool, epoch: int, consumed: np.ndarray) -> None:
         """``stream``: its shuffle stream, one of its own (the data hosts' are 0..len(data_hosts)-1)."""
         self.name = f"{host}/local"
         self.spare = found
@@ -49,7 +50,7 @@ class LocalDecoder:
         self.loader = batch_loader(self.dataset, batch_size=cfg.batch_size, num_workers=found.workers, pin_memory=pinned,
                                    cpus=sorted(os.sched_getaffinity(0))[-found.workers:])
 
-    def batches(self, epoch: int):
+    def batches(self, epoch: int) -> Iterator[Batch]:
         yield from self.loader
 
     def stop(self) -> None:

@@ -36,7 +36,8 @@ class TrainStep:
     """One training step of ``model``: the batch normalised on ``device``, forward, loss, backward, optimizer step.
     Built once per model and optimizer; building it puts the model in training mode."""
 
-    def __init__(self, workload: Workload, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device):
+    def __init__(self, workload: Workload, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 device: torch.device) -> None:
         self.workload, self.model, self.optimizer, self.device = workload, model, optimizer, device
         self.loss_fn = workload.loss().to(device)
         model.train()

@@ -14,7 +14,10 @@ import contextlib
 import datetime
 import os
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import SupportsInt
 
 import numpy as np
 import torch
@@ -40,7 +43,7 @@ from steps.train.dataplane.meter import arrived
 from steps.train.dataplane.watch import failure_reason
 from steps.train.frameworks.pytorch.checkpoint import Checkpoints, restore_rng, rng_state
 from steps.train.frameworks.pytorch.data import DataServiceClient
-from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
+from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
 from steps.train.frameworks.pytorch.local_decode import LocalDecoder, spare_workers
 from steps.train.frameworks.pytorch.step import TrainStep, bare, isolated_costs, validate
 from steps.train.workload import Workload
@@ -49,7 +52,7 @@ from steps.train.workload import Workload
 class LocalSource:
     """Homogeneous: this host's shards through its own DataLoader workers."""
 
-    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload, *, pinned: bool):
+    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload, *, pinned: bool) -> None:
         shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
         if not shards:
             raise UserError(f"trainer {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards")
@@ -63,10 +66,10 @@ class LocalSource:
         part = cluster.part("train", cluster.trainer_hosts)
         self.samples_per_epoch = sum(count_samples(s) for s in shards) // part[1]
 
-    def resume(self, epoch: int, consumed) -> None:
+    def resume(self, epoch: int, consumed: Iterable[SupportsInt]) -> None:
         self.dataset.resume(epoch, consumed)
 
-    def batches(self, epoch: int):
+    def batches(self, epoch: int) -> Iterator[Batch]:
         yield from self.loader
 
     def measurements(self) -> dict:
@@ -150,11 +153,12 @@ class Progress:
         return self.ledger.epoch, self.iteration
 
     @classmethod
-    def fresh(cls, cfg) -> Progress:
+    def fresh(cls, cfg: TrainConfig) -> Progress:
         return cls(StepStats(cfg.warmup_steps), [], Ledger())
 
     @classmethod
-    def resume(cls, tag, parts: list[dict], cluster: Cluster, model, optimizer, folder) -> Progress:
+    def resume(cls, tag: tuple[int, int], parts: list[dict], cluster: Cluster, model: torch.nn.Module,
+               optimizer: torch.optim.Optimizer, folder: Path | None) -> Progress:
         """From every trainer's part at ``tag`` (`Checkpoints.load`): this host's own, the model from the first's."""
         mine, first = parts[cluster.rank], parts[0]
         model.load_state_dict(first["model"])
@@ -170,7 +174,7 @@ class Progress:
               flush=True)
         return progress
 
-    def part(self, model, optimizer, *, first: bool) -> dict:
+    def part(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, first: bool) -> dict:
         """This trainer's part of a checkpoint; the first trainer's also holds the model and optimizer."""
         part = {"stats": self.stats.state(), "corrupt": self.corrupt, "ledger": self.ledger.state(), "rng": rng_state(),
                 "budget_seen": self.budget_seen, "resumes": self.resumes}
@@ -237,7 +241,8 @@ def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) 
     )
 
 
-def train_epochs(cfg, workload, model, source, device, *, optimizer=None, progress: Progress | None = None,
+def train_epochs(cfg: TrainConfig, workload: Workload, model: torch.nn.Module, source: LocalSource | DataServiceClient,
+                 device: torch.device, *, optimizer: torch.optim.Optimizer | None = None, progress: Progress | None = None,
                  checkpoints: Checkpoints | None = None) -> Progress:
     """Every epoch from where ``progress`` stands (None: from the start, with the workload's optimizer), saving checkpoints
     as `steps.train.frameworks.pytorch.checkpoint.Checkpoints` says (None: none); returns the run so far. The trainer's

@@ -21,11 +21,16 @@ from __future__ import annotations
 import contextlib
 import io
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from steps.shard.format import IMAGE_EXTS, LABEL_EXT
 from steps.train.core.constants import SHUFFLE_BUFFER
+
+if TYPE_CHECKING:  # ray is imported where used, as the functions below do
+    import ray.data
+    from ray.train import DataConfig
 
 RAY_CHECKPOINT = "ray_checkpoint.pt"  # in the head's checkpoint folder: model, optimizer and the run so far, per epoch
 _WORKLOADS: dict = {}
@@ -74,7 +79,7 @@ def decode_batch(batch: dict, *, workload: str, options: dict) -> dict:
             "node": np.asarray([node] * len(keys), dtype=object)}
 
 
-def training_dataset(files: list[str], workload: str, options: dict, batch_size: int):
+def training_dataset(files: list[str], workload: str, options: dict, batch_size: int) -> ray.data.Dataset:
     """Every shard's samples, decoded by Ray Data map tasks on whichever node has a CPU free."""
     import ray
 
@@ -83,7 +88,7 @@ def training_dataset(files: list[str], workload: str, options: dict, batch_size:
                                                   batch_size=batch_size, batch_format="numpy", num_cpus=1)
 
 
-def exact_split():
+def exact_split() -> DataConfig:
     """Ray Train's DataConfig, splitting every dataset among the workers without dropping rows (``equal=False``)."""
     from ray.train import DataConfig
 

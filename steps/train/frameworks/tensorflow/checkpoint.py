@@ -13,22 +13,26 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from steps.common.errors import UserError
 from steps.common.files import write_json_atomic
+
+if TYPE_CHECKING:  # TensorFlow is imported where used, as the methods below do
+    import keras
 
 POINTER = "tf_checkpoint.json"
 VERSION = 1
 
 
 class TfCheckpoints:
-    def __init__(self, folder: Path, *, writer: bool = True):
+    def __init__(self, folder: Path, *, writer: bool = True) -> None:
         self.folder = folder
         self.writer = writer
         self.saved_epoch = -1
         self.resumes = 0  # how many times this run was resumed from a checkpoint
 
-    def save(self, model, optimizer, state: dict) -> Path | None:
+    def save(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, state: dict) -> Path | None:
         """``state["epoch"]``: the next epoch to run."""
         import tensorflow as tf
 
@@ -47,7 +51,7 @@ class TfCheckpoints:
         self.saved_epoch = state["epoch"]
         return self.folder / POINTER
 
-    def load(self, model, optimizer) -> dict | None:
+    def load(self, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> dict | None:
         """Restore the variables into ``model`` and ``optimizer`` (built); returns the saved state, or None."""
         import tensorflow as tf
 

@@ -10,8 +10,12 @@ trained model and a fresh optimizer, so the model written is untouched.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
+
+if TYPE_CHECKING:
+    import keras
 
 from steps.train.core.config import TrainConfig
 from steps.train.core.cost_document import MEASURED_BATCHES, cost_document
@@ -19,8 +23,8 @@ from steps.train.frameworks.tensorflow.dataset import training_dataset
 from steps.train.workload import Workload
 
 
-def tf_isolated_costs(cfg: TrainConfig, workload: Workload, model, strategy, files: list[str],
-                      batches: int = MEASURED_BATCHES) -> dict | None:
+def tf_isolated_costs(cfg: TrainConfig, workload: Workload, model: keras.Model, strategy: tf.distribute.Strategy,
+                      files: list[str], batches: int = MEASURED_BATCHES) -> dict | None:
     """The same document as `steps.train.frameworks.pytorch.step.isolated_costs`; None without validation files."""
     if not files:
         return None

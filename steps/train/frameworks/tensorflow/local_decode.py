@@ -26,13 +26,25 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the child this module runs as imports only what serving needs
+    import keras
+    import tensorflow as tf
+
+    from steps.train.core.cluster import Cluster
+    from steps.train.core.config import TrainConfig
+    from steps.train.core.spare_cpus import Spare
+    from steps.train.core.split import Take
+    from steps.train.workload import Workload
 
 CODE_ROOT = Path(__file__).resolve().parents[4]  # the folder holding steps/: the child imports the step code from it
 
 READY = "hetero-tf-local-worker-ready"
 
 
-def tf_spare_workers(cfg, cluster, workload, model, strategy):
+def tf_spare_workers(cfg: TrainConfig, cluster: Cluster, workload: Workload, model: keras.Model,
+                     strategy: tf.distribute.Strategy) -> Spare:
     """This trainer host's decode vCPUs beside its loop (a `steps.train.core.spare_cpus.Spare`); ``auto`` probes the
     training step with a clone of ``model`` on one real batch."""
     from steps.shard.tfrecord import list_tfrecord_shards
@@ -47,7 +59,8 @@ def tf_spare_workers(cfg, cluster, workload, model, strategy):
     return spare(cfg, cluster, measure, list_shards=list_tfrecord_shards)
 
 
-def tf_loop_cpus(cfg, workload, model, strategy, files: list[str]) -> float:
+def tf_loop_cpus(cfg: TrainConfig, workload: Workload, model: keras.Model, strategy: tf.distribute.Strategy,
+                 files: list[str]) -> float:
     """vCPUs this process keeps busy while training: CPU seconds over wall seconds of a few train steps on one
     cached batch, with a clone of ``model`` and a fresh optimizer (the model trained is untouched)."""
     import tensorflow as tf
@@ -76,7 +89,8 @@ def tf_loop_cpus(cfg, workload, model, strategy, files: list[str]) -> float:
 class LocalWorker:
     """The child process serving this trainer's share; `failed` says why it ended early, if it did."""
 
-    def __init__(self, shards: list[Path], take, *, dispatcher: str, address: str, workers: int, timeout_s: float):
+    def __init__(self, shards: list[Path], take: Take, *, dispatcher: str, address: str, workers: int,
+                 timeout_s: float) -> None:
         from steps.train.frameworks.tensorflow.dataset import write_take
 
         self.folder = Path(tempfile.mkdtemp(prefix="hetero-tf-local-worker-"))

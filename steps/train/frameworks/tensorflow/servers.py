@@ -11,10 +11,16 @@ here, and the launcher ends the process at once (`steps.train.launcher`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
 _LEFT_RUNNING: list = []
 
 
-def end_server(server, *, clean: bool) -> None:
+def end_server(server: tf.data.experimental.service.DispatchServer | tf.data.experimental.service.WorkerServer, *,
+               clean: bool) -> None:
     """Stop ``server`` after a clean end; after a failure keep it, untouched, until the process ends."""
     if clean:
         server.stop()

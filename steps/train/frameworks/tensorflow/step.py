@@ -3,7 +3,13 @@ it, so what is measured is what is trained."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import tensorflow as tf
+
+if TYPE_CHECKING:
+    import keras
 
 from steps.train.workload import Workload
 
@@ -16,7 +22,8 @@ def device_strategy() -> tf.distribute.Strategy:
     return tf.distribute.get_strategy()
 
 
-def make_train_step(workload: Workload, model, optimizer, strategy):
+def make_train_step(workload: Workload, model: keras.Model, optimizer: keras.optimizers.Optimizer,
+                    strategy: tf.distribute.Strategy) -> Callable[[dict[str, Any]], tf.Tensor]:
     """One training step over a distributed batch (``{"pixels", "labels", ...}``), its loss summed over replicas."""
     with strategy.scope():
         optimizer.build(model.trainable_variables)  # its slots, created once per replica before the first step
@@ -40,7 +47,7 @@ def make_train_step(workload: Workload, model, optimizer, strategy):
     return train_step
 
 
-def distribute(strategy, dataset):
+def distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset) -> tf.distribute.DistributedDataset:
     """The host's batches split across the replicas; the dataset is already this host's whole share."""
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

@@ -14,6 +14,7 @@ and metric lines as the PyTorch trainer.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
@@ -39,18 +40,23 @@ from steps.train.frameworks.tensorflow.local_decode import LocalWorker, tf_spare
 from steps.train.frameworks.tensorflow.step import device_strategy, distribute, make_train_step
 from steps.train.workload import Workload
 
+if TYPE_CHECKING:
+    import keras
+
+    from steps.train.core.spare_cpus import Spare
+
 CORRUPT_REASON = "failed to decode; TensorFlow's error is in the log of the host that decoded it"
 
 
 class InProcessSource:
     """Homogeneous: this host's shards through the same pipeline, in this process."""
 
-    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload):
+    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         files, self.samples_per_epoch = local_shards(cluster, cluster.trainer_hosts, cfg.shard_wait_s)
         self.files = [str(f) for f in files]
         self.cfg, self.workload = cfg, workload
 
-    def dataset(self, epoch: int):
+    def dataset(self, epoch: int) -> tf.data.Dataset:
         return training_dataset(self.files, self.workload, batch_size=self.cfg.batch_size, seed=self.cfg.seed, epoch=epoch)
 
     def sample_ids(self) -> np.ndarray:
@@ -70,7 +76,7 @@ class ServiceSource:
     """Heterogeneous: the same pipeline, run by the tf.data.service workers on the data hosts, and by one on this
     host's spare vCPUs over its share of every shard (hybrid decode, `steps.train.frameworks.tensorflow.local_decode`)."""
 
-    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload, spare):
+    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload, spare: Spare) -> None:
         self.cfg, self.workload = cfg, workload
         self.service = TfDataService(cfg, cluster).start(trainer_workers=spare.workers)
         self.samples_per_epoch = self.service.samples_per_epoch
@@ -81,7 +87,7 @@ class ServiceSource:
                                  workers=spare.workers, timeout_s=cfg.connect_timeout_s)
             self.service.add_local(worker, spare, sum(take.count(counts.get(s.name, 0)) for s in spare.shards))
 
-    def dataset(self, epoch: int):
+    def dataset(self, epoch: int) -> tf.data.Dataset:
         return self.service.distribute(training_dataset(SERVE_PATTERN, self.workload, batch_size=self.cfg.batch_size,
                                                         seed=self.cfg.seed, epoch=epoch, take_file=TAKE_FILE))
 
@@ -142,8 +148,9 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         raise
 
 
-def train_epochs(cfg: TrainConfig, workload: Workload, model, optimizer, source, strategy,
-           checkpoints: TfCheckpoints) -> tuple[StepStats, list[dict], list]:
+def train_epochs(cfg: TrainConfig, workload: Workload, model: keras.Model, optimizer: keras.optimizers.Optimizer,
+                 source: InProcessSource | ServiceSource, strategy: tf.distribute.Strategy,
+                 checkpoints: TfCheckpoints) -> tuple[StepStats, list[dict], list]:
     """Every epoch from the last checkpoint's (`steps.train.frameworks.tensorflow.checkpoint`: saved at each epoch end; a SIGTERM ends
     the job at the next step, and the restarted job redoes that epoch)."""
     train_step = make_train_step(workload, model, optimizer, strategy)
