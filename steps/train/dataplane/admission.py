@@ -124,7 +124,7 @@ def _cut(sock: socket.socket) -> None:
 class _RefusalLog:
     """Refused connections, counted by reason and printed at most once a second: a flood must not flood the log."""
 
-    def __init__(self, me: str):
+    def __init__(self, me: str) -> None:
         self.me = me
         self.counts: dict[str, int] = {}
         self.last_peer = ""

@@ -25,7 +25,7 @@ class Link:
     """``inbound``: the messages this side reads (`messages.FROM_TRAINER` on a data host, `FROM_DATA_HOST` on a trainer)."""
 
     def __init__(self, sock: socket.socket, peer: str, *, inbound: Inbound, heartbeat_s: float, silence_timeout_s: float,
-                 allocator: Allocator = _numpy_allocator):
+                 allocator: Allocator = _numpy_allocator) -> None:
         # The kernel enforces the heartbeat timeout (SO_RCVTIMEO/SO_SNDTIMEO on a blocking socket): a Python
         # socket timeout would add a poll() before every recv and split each 10 MB send into partial writes.
         sock.settimeout(None)
@@ -88,7 +88,7 @@ class Link:
 class Heartbeat:
     """PINGs on every link while the owner is busy elsewhere (training, validating, blocked in TensorFlow)."""
 
-    def __init__(self, links, interval_s: float):
+    def __init__(self, links, interval_s: float) -> None:
         self.links = list(links)
         self.interval_s = interval_s
         self._stop = threading.Event()

@@ -14,7 +14,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields
 from functools import cache
 from types import NoneType, UnionType
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class Message:
         return self.KIND, meta, arrays
 
     @classmethod
-    def decode(cls, meta: dict, arrays: dict[str, np.ndarray]):
+    def decode(cls, meta: dict, arrays: dict[str, np.ndarray]) -> Self:
         values = {}
         for name, types in _fields(cls).items():
             source = arrays if np.ndarray in types else meta
@@ -152,12 +152,12 @@ class Stop(Message):
     reason: str = ""
     files: dict = field(default_factory=dict)  # name -> bytes (uint8 array once received), as body segments
 
-    def encode(self):
+    def encode(self) -> tuple[Kind, dict, list[tuple[str, np.ndarray]]]:
         arrays = [(name, np.frombuffer(data, dtype=np.uint8)) for name, data in self.files.items()]
         return self.KIND, {"status": self.status, "reason": self.reason, "files": list(self.files)}, arrays
 
     @classmethod
-    def decode(cls, meta: dict, arrays: dict[str, np.ndarray]):
+    def decode(cls, meta: dict, arrays: dict[str, np.ndarray]) -> Self:
         stop = super().decode({k: v for k, v in meta.items() if k != "files"}, {})
         return cls(stop.status, stop.reason, dict(arrays))
 
@@ -180,7 +180,7 @@ class Start(Message):
     split: dict | None = None
     ray: str | None = None
 
-    def require(self, name: str):
+    def require(self, name: str) -> object:
         value = getattr(self, name)
         if value is None:
             raise WireError(f"a START frame lacks its field {name!r}: run the same code on every host")

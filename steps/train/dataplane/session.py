@@ -42,7 +42,7 @@ class HostSession:
     the host is busy elsewhere; off where the framework's own sender pings (one that never waits on another link)."""
 
     def __init__(self, cfg: TrainConfig, trainers: list[Trainer], *, who: str, results_dir: Path | None = None,
-                 on_message: OnMessage | None = None, heartbeat: bool = True):
+                 on_message: OnMessage | None = None, heartbeat: bool = True) -> None:
         self.cfg = cfg
         self.trainers = trainers
         self.who = who

@@ -63,7 +63,7 @@ class PeerWatch:
     def __init__(self, cfg: TrainConfig, peers: list[Peer], *, me: str, secret: bytes, label: str = "data host",
                  error: type[HeteroError] = DataHostLost, on_message: Callable[[Peer, Message | Other], None] | None = None,
                  on_failure: Callable[[HeteroError], None] | None = None,
-                 lost: Callable[[Peer, Exception], HeteroError] | None = None, **link_options):
+                 lost: Callable[[Peer, Exception], HeteroError] | None = None, **link_options) -> None:
         self.cfg, self.peers, self.me, self.secret = cfg, peers, me, secret
         self.label, self.error = label, error
         self.on_message, self.on_failure = on_message, on_failure

@@ -210,7 +210,7 @@ def _numpy_allocator(segment: Segment) -> np.ndarray:
 class FrameReader:
     """Reads frames from one socket; bodies land in arrays from `allocator`."""
 
-    def __init__(self, sock: socket.socket, *, max_body: int = MAX_BODY_BYTES, allocator: Allocator = _numpy_allocator, on_stall: Stall | None = None):
+    def __init__(self, sock: socket.socket, *, max_body: int = MAX_BODY_BYTES, allocator: Allocator = _numpy_allocator, on_stall: Stall | None = None) -> None:
         self.sock = sock
         self.on_stall = on_stall
         self.max_body = max_body

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,7 +56,7 @@ class _Host(Peer):
 class BufferPool:
     """Reuses pixel buffers so the hot path never page-faults fresh memory."""
 
-    def __init__(self, *, pinned: bool, limit: int):
+    def __init__(self, *, pinned: bool, limit: int) -> None:
         self.pinned = pinned
         self.limit = limit
         self._free: dict[tuple, list] = {}
@@ -83,7 +84,7 @@ class BufferPool:
 
 
 class DataServiceClient:
-    def __init__(self, cfg: TrainConfig, *, me: str, data_hosts: tuple[str, ...], secret: bytes, pinned: bool = False):
+    def __init__(self, cfg: TrainConfig, *, me: str, data_hosts: tuple[str, ...], secret: bytes, pinned: bool = False) -> None:
         self.cfg = cfg
         self.me = me
         self.hosts = [_Host(h, resolve(h)) for h in data_hosts]
@@ -171,7 +172,7 @@ class DataServiceClient:
         return thread
 
     # -- consumer side -----------------------------------------------------
-    def batches(self, epoch: int):
+    def batches(self, epoch: int) -> Iterator[Batch]:
         """Every batch of ``epoch`` from every data host, in arrival order."""
         ended: set[str] = set()
         while len(ended) < len(self.hosts) + (self._local is not None):

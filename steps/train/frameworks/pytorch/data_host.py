@@ -138,7 +138,7 @@ class BatchFeed:
     each epoch closed by an END per trainer with the samples it was sent. Each sender pings its trainer when it has
     nothing to send, never waiting on another trainer's link."""
 
-    def __init__(self, session: HostSession):
+    def __init__(self, session: HostSession) -> None:
         self.session = session
         self.cfg = session.cfg
         self.queue: queue.Queue = queue.Queue(maxsize=2 * len(session.trainers))

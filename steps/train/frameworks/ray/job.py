@@ -280,7 +280,7 @@ def _results_actor(head_ip: str, checkpoint_folder: Path):
 
     @ray.remote
     class Results:
-        def __init__(self):
+        def __init__(self) -> None:
             self.value = None
 
         def put(self, report: dict, model: bytes) -> None:

@@ -57,7 +57,7 @@ def ray_token(secret: bytes) -> str:
 class RayNode:
     """``ray start --block`` for this host, as head (the first trainer host) or joining the head."""
 
-    def __init__(self, cfg: TrainConfig, cluster: Cluster):
+    def __init__(self, cfg: TrainConfig, cluster: Cluster) -> None:
         self.cfg, self.cluster = cfg, cluster
         self.head_host = cluster.trainer_hosts[0]
         self.is_head = cluster.current_host == self.head_host

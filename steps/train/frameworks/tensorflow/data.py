@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from steps.train.dataplane.meter import arrived, data_host_metrics
 from steps.train.dataplane.watch import Peer, PeerWatch
 from steps.train.frameworks.tensorflow.servers import end_server
 
+if TYPE_CHECKING:  # imported where a tf.data.service client starts
+    import tensorflow as tf
+
 COMPRESSION = {"none": None, "auto": "AUTO"}
 WATCHDOG_GRACE_S = 5.0  # how long a training loop blocked in TensorFlow gets to notice a lost data host itself
 
@@ -43,7 +47,7 @@ WATCHDOG_GRACE_S = 5.0  # how long a training loop blocked in TensorFlow gets to
 class TfDataService:
     """The trainer's side: dispatcher, control links to every data host, and the watch over them."""
 
-    def __init__(self, cfg: TrainConfig, cluster: Cluster):
+    def __init__(self, cfg: TrainConfig, cluster: Cluster) -> None:
         self.cfg = cfg
         self.cluster = cluster
         self.watch = PeerWatch(cfg, [Peer(h, resolve(h)) for h in cluster.data_hosts], me=cluster.current_host,
@@ -186,7 +190,7 @@ class TfDataService:
                   "share": local_share}] if self._local else []
         return {**arrived(hosts, int(remote * bytes_per_sample), remote), "local_decode": local}
 
-    def distribute(self, dataset):
+    def distribute(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         import tensorflow as tf
 
         return dataset.apply(tf.data.experimental.service.distribute(

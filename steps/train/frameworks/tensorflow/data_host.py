@@ -96,7 +96,7 @@ class _Control:
     trainer's questions, answered from here: IDS (some samples went missing: which does this host serve?) and REPORT
     (training is over: what did this host measure of itself?)."""
 
-    def __init__(self, files: list[str]):
+    def __init__(self, files: list[str]) -> None:
         self.files = files
         self.start: messages.Start | None = None
         self.meter: ProcessMeter | None = None
