@@ -11,7 +11,7 @@ import pytest
 
 from pipeline import storage
 from pipeline.emulator import EmulatedJob
-from pipeline.harness import s3_channel, training_request
+from tests.support.harness import s3_channel, training_request
 from steps.common.errors import UserError
 from steps.contract import SHARDED
 

@@ -14,7 +14,7 @@ import pytest
 from pipeline import storage
 from pipeline.code import build_code_tarball
 from pipeline.emulator import EmulatedJob
-from pipeline.harness import isolate, s3_channel, secret_channel, training_request
+from tests.support.harness import isolate, s3_channel, secret_channel, training_request
 from pipeline.isolation import s3_fetches
 from pipeline.processing import run_processing_job
 from pipeline.sagemaker.settings import TRAINING_BOOTSTRAP

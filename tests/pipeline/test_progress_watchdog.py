@@ -9,7 +9,7 @@ import time
 
 from pipeline import storage
 from pipeline.emulator import PROGRESS_LINE, EmulatedJob
-from pipeline.harness import training_request
+from tests.support.harness import training_request
 from pipeline.sessions import session_members
 from steps.contract import DATA_GROUP, DNN_GROUP
 

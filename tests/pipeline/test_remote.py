@@ -364,7 +364,7 @@ def sent_parameters(client, out: str) -> dict:
 
 
 def test_start_uploads_a_refreshed_price_file_beside_the_artifacts_and_passes_its_uri(deployed, capsys, tmp_path):
-    from tests.pipeline.conftest import refreshed_price_file
+    from tests.support.prices import refreshed_price_file
 
     prices = refreshed_price_file(tmp_path / "prices-override.json")
     assert len(prices.read_text()) > 2048  # over a parameter value's 1024 characters: it travels as an object

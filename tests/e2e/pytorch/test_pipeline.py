@@ -10,11 +10,11 @@ import torch
 
 from pipeline.emulator import SITE_PACKAGES
 from pipeline.graph import resolve_parameters
-from pipeline.harness import listeners_on, own_listening_ports
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.sagemaker import all_steps
 from tests.fixtures.wheels import write_wheel
-from tests.pipeline.conftest import assert_data_hosts_measured_themselves
+from tests.support.harness import listeners_on, own_listening_ports
+from tests.support.metrics import assert_data_hosts_measured_themselves
 
 pytestmark = pytest.mark.e2e
 
@@ -100,7 +100,7 @@ def test_no_input_no_baseline_and_a_user_workload_in_one_run(tmp_path, no_leftov
     user = tmp_path / "usercode"
     (user / "my_workloads").mkdir(parents=True)
     (user / "my_workloads" / "__init__.py").write_text("")
-    tiny = (Path(__file__).parents[1] / "fixtures" / "tiny_workload.py").read_text()
+    tiny = (Path(__file__).parents[2] / "fixtures" / "tiny_workload.py").read_text()
     (user / "my_workloads" / "tiny.py").write_text("import tiny_dep  # from requirements.txt\n" + tiny.replace(
         'int(self.options.get("hidden", 8))', 'int(self.options.get("hidden", tiny_dep.HIDDEN))'))
     write_wheel(user / "wheels", "tiny-dep", "0.0.1", {"tiny_dep.py": "HIDDEN = 4\n"})

@@ -12,7 +12,9 @@ import pytest
 
 from pipeline.emulator import HOST_NAME, EmulatedJob, StepFailed
 from pipeline.graph import resolve_parameters
-from pipeline.harness import (
+from pipeline.local import LocalOptions, LocalRunner
+from steps.shard.shard import shard_dataset
+from tests.support.harness import (
     by_role,
     confinement_breaches,
     fault,
@@ -21,9 +23,7 @@ from pipeline.harness import (
     start_training_job,
     two_group_request,
 )
-from pipeline.local import LocalOptions, LocalRunner
-from steps.shard.shard import shard_dataset
-from tests.pipeline.conftest import PIXEL_BYTES, assert_data_hosts_measured_themselves
+from tests.support.metrics import PIXEL_BYTES, assert_data_hosts_measured_themselves, assert_every_sample_once_per_epoch
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.e2e
@@ -69,13 +69,6 @@ def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path
         assert (host.base_dir / "model" / "model.keras").is_file()
     assert not own_listening_ports() - ports_before
     assert not listeners_on(result.jobs.values())
-
-
-def assert_every_sample_once_per_epoch(metrics: dict, train_samples: int, *, epochs: int) -> None:
-    """Every epoch: each training sample arrived once (distinct == received), and all of them arrived."""
-    assert [(a["epoch"], a["received"], a["distinct"], a["missing"]) for a in metrics["epoch_accounting"]] == \
-        [(e, train_samples, train_samples, 0) for e in range(epochs)]
-    assert metrics["samples_seen"] == epochs * train_samples
 
 
 @pytest.mark.parametrize("data_hosts,distribution,max_corrupt_share", [(1, "ShardedByS3Key", 0.0), (2, "FullyReplicated", 0.05)])

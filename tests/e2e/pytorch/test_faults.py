@@ -9,9 +9,9 @@ import signal
 import pytest
 
 from pipeline.emulator import HOST_NAME, EmulatedJob
-from pipeline.harness import by_role, fault, start_training_job, two_group_request
 from steps.contract import DNN_GROUP
 from steps.shard.shard import shard_dataset
+from tests.support.harness import by_role, fault, start_training_job, two_group_request
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,9 @@ import pytest
 
 from pipeline.emulator import HOST_NAME, EmulatedJob
 from pipeline.graph import resolve_parameters
-from pipeline.harness import (
+from pipeline.local import LocalOptions, LocalRunner
+from steps.shard.shard import shard_dataset
+from tests.support.harness import (
     by_role,
     confinement_breaches,
     fault,
@@ -34,8 +36,6 @@ from pipeline.harness import (
     temp_left,
     two_group_request,
 )
-from pipeline.local import LocalOptions, LocalRunner
-from steps.shard.shard import shard_dataset
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +49,7 @@ def _left_behind(job) -> dict:
 
 def _ray_processes(*jobs) -> list[str]:
     """Processes the jobs' hosts started that are still there (Ray's GCS, raylets and workers among them), found by the
-    marker each inherits (`pipeline.harness.job_processes`): Ray's workers rename themselves, so their command lines name
+    marker each inherits (`tests.support.harness.job_processes`): Ray's workers rename themselves, so their command lines name
     no node folder; another job's (another test run's) processes are not counted."""
     found = []
     for p in job_processes(*jobs):
@@ -68,7 +68,7 @@ def shards(tmp_path_factory, tiny_images):
 
 
 def _ray_request(tmp_path, shards, code_uri, *, data: int, dnn: int = 1, **hyperparameters) -> dict:
-    """The pipeline's Ray layout (`pipeline.harness.ray_layout`): the train channel replicated to both groups."""
+    """The pipeline's Ray layout (`tests.support.harness.ray_layout`): the train channel replicated to both groups."""
     return two_group_request(tmp_path, shards, code_uri, data=data, dnn=dnn, hyperparameters={
         "framework": "ray", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0}, "heartbeat_s": 0.5,
         "silence_timeout_s": 10, "connect_timeout_s": 120, **hyperparameters})

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pipeline.harness import marked_processes
+from tests.support.harness import marked_processes
 
 pytestmark = pytest.mark.e2e
 

@@ -11,10 +11,10 @@ import torch
 
 from pipeline.emulator import EmulatedJob
 from pipeline.graph import resolve_parameters
-from pipeline.harness import listeners_on, two_group_request
 from pipeline.local import LocalOptions, LocalRunner
 from steps.shard.shard import shard_dataset
 from steps.train.frameworks.ray.trainer import RAY_CHECKPOINT
+from tests.support.harness import listeners_on, two_group_request
 
 pytestmark = pytest.mark.e2e
 
