@@ -16,10 +16,14 @@ import pytest
 pytest_plugins = ["tests.support.fixtures"]
 
 CLUSTER_TESTS = "tests/e2e/"  # where the tests that run emulated clusters and pipelines live
+# e2e tests there that start one single-host job or a Shard step at most: light enough to run beside a cluster, as the
+# unit tests do
+ONE_HOST_TESTS = ("tests/e2e/test_cli_runs.py", "tests/e2e/test_image_guard.py")
 
 
 def _runs_clusters(item) -> bool:
-    return bool(item.get_closest_marker("e2e")) and item.nodeid.startswith(CLUSTER_TESTS)
+    return (bool(item.get_closest_marker("e2e")) and item.nodeid.startswith(CLUSTER_TESTS)
+            and not item.nodeid.startswith(ONE_HOST_TESTS))
 
 
 def pytest_collection_modifyitems(config, items):

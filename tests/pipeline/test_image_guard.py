@@ -13,7 +13,6 @@ from pipeline.local import LOCAL_REGION, local_training_image
 from steps.contract import FRAMEWORKS
 
 
-
 def test_every_image_the_pipeline_runs_has_a_manifest():
     for framework in FRAMEWORKS:
         training = local_training_image(framework)

@@ -339,8 +339,8 @@ def test_the_price_file_reaches_evaluate_as_an_input_never_as_an_argument(steps,
 
 def test_a_refreshed_100_type_price_file_passes_every_request_check(tmp_path):
     from pipeline.validation import validate_execution
-    from tests.support.prices import refreshed_price_file
     from tests.pipeline.test_validation import SETTINGS as CONCRETE
+    from tests.support.prices import refreshed_price_file
 
     file = refreshed_price_file(tmp_path / "prices-override.json")
     assert len(json.loads(file.read_text())["prices"]) == 100 and file.stat().st_size > 2048

@@ -14,19 +14,11 @@ import pytest
 from pipeline.emulator import EmulatedJob
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
-from steps.shard.shard import shard_dataset
 from tests.support.harness import by_role, listeners_on, start_training_job, two_group_request
 
 pytestmark = pytest.mark.e2e
 
 HYBRID = {"trainer_cpus": "1"}  # the emulated hosts are not pinned: each sees this machine's 2 CPUs, 1 decodes
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory, tiny_images):
-    out = tmp_path_factory.mktemp("shards")
-    shard_dataset(tiny_images, out, target_shard_mb=1, data_hosts=2)
-    return out
 
 
 def _train_samples(shards) -> int:

@@ -11,7 +11,6 @@ import psutil
 import pytest
 
 from pipeline.emulator import EmulatedJob
-from steps.shard.shard import shard_dataset
 from tests.support.harness import by_role, confinement_breaches, start_training_job, two_group_request
 
 pytest.importorskip("tensorflow")
@@ -22,13 +21,6 @@ HYBRID = {"trainer_cpus": "1"}  # the emulated hosts are not pinned: each sees t
 
 def _train_samples(shards) -> int:
     return json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
-
-
-@pytest.fixture(scope="module")
-def tf_shards(tmp_path_factory, tiny_images):
-    out = tmp_path_factory.mktemp("tf-shards")
-    shard_dataset(tiny_images, out, target_shard_mb=1, data_hosts=2, shard_format="tfrecord")
-    return out
 
 
 def _local_worker(trainer) -> psutil.Process:

@@ -13,7 +13,6 @@ import pytest
 from pipeline.emulator import HOST_NAME, EmulatedJob, StepFailed
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
-from steps.shard.shard import shard_dataset
 from tests.support.harness import (
     by_role,
     confinement_breaches,
@@ -111,13 +110,6 @@ def test_tensorflow_path_says_it_trains_on_one_host(tmp_path, tiny_images, no_le
 
 
 # --- hosts that die or freeze --------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def tf_shards(tmp_path_factory, tiny_images):
-    out = tmp_path_factory.mktemp("tf-shards")
-    shard_dataset(tiny_images, out, target_shard_mb=1, data_hosts=2, shard_format="tfrecord")
-    return out
-
 
 CORRUPT_ID = 999_999
 
