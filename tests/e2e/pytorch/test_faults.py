@@ -33,7 +33,7 @@ def test_killed_trainer_takes_every_data_host_down_by_itself(tmp_path, shards, c
 
 
 def test_frozen_trainer_is_noticed_by_every_data_host_and_named_first_by_the_job(tmp_path, shards, code_uri, no_leftovers):
-    job = start_training_job(tmp_path, shards, code_uri, silence_timeout_s=3, grace_s=20)
+    job = start_training_job(tmp_path, shards, code_uri, silence_timeout_s=3, grace_s=10)  # both data hosts notice within 1-2 s
     with job:
         trainer = by_role(job, "trainer")[0]
         fault(trainer, signal.SIGSTOP)  # alive but silent: no FIN ever reaches the data hosts

@@ -29,9 +29,10 @@ def _local_worker(trainer) -> psutil.Process:
     return worker
 
 
-@pytest.mark.parametrize("data_hosts,distribution", [(1, "ShardedByS3Key"), (2, "FullyReplicated")])
-def test_a_tensorflow_trainer_host_serves_its_share_and_every_sample_arrives_once(tmp_path, tf_shards, code_uri, no_leftovers,
-                                                                                   data_hosts, distribution):
+def test_a_tensorflow_trainer_host_serves_its_share_and_every_sample_arrives_once(tmp_path, tf_shards, code_uri, no_leftovers):
+    """One data host, ShardedByS3Key; FullyReplicated over two data hosts with a corrupt sample runs in
+    test_pipeline.py's channel-layout test."""
+    data_hosts, distribution = 1, "ShardedByS3Key"
     samples = _train_samples(tf_shards)
     request = two_group_request(tmp_path, tf_shards, code_uri, data=data_hosts, distribution=distribution, hyperparameters={
         "framework": "tensorflow", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0}, **HYBRID})

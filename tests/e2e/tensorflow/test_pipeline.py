@@ -70,17 +70,20 @@ def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path
     assert not listeners_on(result.jobs.values())
 
 
-@pytest.mark.parametrize("data_hosts,distribution,max_corrupt_share", [(1, "ShardedByS3Key", 0.0), (2, "FullyReplicated", 0.05)])
+@pytest.mark.parametrize("data_hosts,distribution,max_corrupt_share,trainer_cpus", [
+    (1, "ShardedByS3Key", 0.0, None), (2, "FullyReplicated", 0.05, "1")])
 def test_a_tensorflow_job_serves_every_sample_once_whatever_the_channel_layout(tmp_path, tf_shards_with_a_corrupt_sample,
                                                                               code_uri, no_leftovers, data_hosts, distribution,
-                                                                              max_corrupt_share):
-    """FullyReplicated: every data host sees every shard and must serve only its share. One sample does not
-    decode: within max_corrupt_share it is counted and named once per epoch (by whichever host owns it), never
-    served; over it (0: none may fail), the first epoch's accounting ends the job as a user error naming it."""
+                                                                              max_corrupt_share, trainer_cpus):
+    """FullyReplicated: every data host sees every shard and must serve only its share, beside the trainer host's own
+    tf.data.service worker (hybrid decode, trainer_cpus=1: the emulated hosts are not pinned, each sees this machine's 2
+    CPUs, 1 decodes). One sample does not decode: within max_corrupt_share it is counted and named once per epoch (by
+    whichever host owns it), never served; over it (0: none may fail), the first epoch's accounting ends the job as a
+    user error naming it."""
     shards = tf_shards_with_a_corrupt_sample
     request = two_group_request(tmp_path, shards, code_uri, data=data_hosts, distribution=distribution, hyperparameters={
         "framework": "tensorflow", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0},
-        "max_corrupt_share": max_corrupt_share})
+        "max_corrupt_share": max_corrupt_share, **({"trainer_cpus": trainer_cpus} if trainer_cpus else {})})
     with EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=10, timeout_s=300) as job:
         job.start()
         result = job.wait()
@@ -98,6 +101,9 @@ def test_a_tensorflow_job_serves_every_sample_once_whatever_the_channel_layout(t
         [(e, samples - 1, samples - 1, 1) for e in range(2)]
     assert metrics["corrupt_samples"]["count"] == 2
     assert [c[0] for c in metrics["corrupt_samples"]["examples"]] == [CORRUPT_ID]
+    (local,) = metrics["local_decode"]  # the trainer host's worker served a share of every epoch
+    assert local["workers"] == 1 and local["split"]["trainers"] == [1] and local["split"]["period"] == 1 + 2 * data_hosts
+    assert 0 < local["samples_per_epoch"] < samples and local["samples"] > 0
 
 
 def test_tensorflow_path_says_it_trains_on_one_host(tmp_path, tiny_images, no_leftovers):
