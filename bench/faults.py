@@ -15,7 +15,7 @@ their exit codes, the host each survivor's failure names first and the host
 the job's failure (the run's first error line) names first (both must be the
 victim), for a frozen victim the seconds from the first failure until the
 emulator ended it, and processes (found by the job's environment marker,
-`pipeline.harness.job_processes`), listening ports and temp folders (each
+`tests.support.harness.job_processes`), listening ports and temp folders (each
 host's TMPDIR, each Ray node's folder) left behind. Bounds (issue "survive"):
 freeze <= silence_timeout_s + 10 s, kill <= 5 s; a frozen host ended within
 the emulator's grace (`FAULT_GRACE_S` + its SIGTERM wait) after the first
@@ -51,10 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline import storage  # noqa: E402
 from pipeline.code import STEPS_DIR, build_code_tarball  # noqa: E402
 from pipeline.emulator import HOST_NAME, STOP_WAIT_S, EmulatedJob  # noqa: E402
-from pipeline.harness import by_role, fault, job_processes, listeners_on, start_training_job, temp_left, two_group_request  # noqa: E402
 from pipeline.sample_data import generate  # noqa: E402
 from steps.frameworks import FRAMEWORKS, TABLE  # noqa: E402
 from steps.shard.shard import shard_dataset  # noqa: E402
+from tests.support.harness import by_role, fault, job_processes, listeners_on, start_training_job, temp_left, two_group_request  # noqa: E402
 
 FAULT_GRACE_S = 10.0  # the emulator's grace after a job's first failure: the survivors' bound, less the silence noticed
 # a frozen host ignores the emulator's SIGTERM: SIGKILL ends it STOP_WAIT_S later; 1 s for the emulator to notice

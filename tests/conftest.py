@@ -12,13 +12,26 @@ import urllib.request
 
 import pytest
 
+# tiny_images, code_uri, no_leftovers: for every folder (the end-to-end tests, the benches' tests, the emulator's)
+pytest_plugins = ["tests.support.fixtures"]
+
+CLUSTER_TESTS = "tests/e2e/"  # where the tests that run emulated clusters and pipelines live
+# e2e tests there that start one single-host job or a Shard step at most: light enough to run beside a cluster, as the
+# unit tests do
+ONE_HOST_TESTS = ("tests/e2e/test_cli_runs.py", "tests/e2e/test_image_guard.py")
+
+
+def _runs_clusters(item) -> bool:
+    return (bool(item.get_closest_marker("e2e")) and item.nodeid.startswith(CLUSTER_TESTS)
+            and not item.nodeid.startswith(ONE_HOST_TESTS))
+
 
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`make test`: --dist loadgroup) the tests that run emulated clusters (the e2e tests
-    under tests/pipeline/) run one after another on one worker: two clusters at once on a small machine would
+    under tests/e2e/) run one after another on one worker: two clusters at once on a small machine would
     starve each other's heartbeats. Other e2e tests (the CDK CLI, TensorFlow servers in subprocesses) spread."""
     for item in items:
-        if item.get_closest_marker("e2e") and item.nodeid.startswith("tests/pipeline/"):
+        if _runs_clusters(item):
             item.add_marker(pytest.mark.xdist_group("clusters"))
 
 
@@ -27,7 +40,7 @@ def one_cluster_at_a_time(request, tmp_path_factory):
     """The guarantee behind the xdist group: with pytest 9, xdist 3.8's loadgroup does not keep a group on one worker
     (its @group node-id suffix is lost), so two emulated clusters did run at once. An exclusive lock in the folder every
     worker's temp folder shares serialises them whatever the scheduler does."""
-    if not (request.node.get_closest_marker("e2e") and request.node.nodeid.startswith("tests/pipeline/")):
+    if not _runs_clusters(request.node):
         yield
         return
     with open(tmp_path_factory.getbasetemp().parent / "hetero-clusters.lock", "w") as lock:

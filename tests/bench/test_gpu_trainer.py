@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.conftest import no_leftovers  # noqa: F401 - a fixture
-
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -54,28 +54,6 @@ def test_environment_and_config_file_layers(tmp_path, capsys, monkeypatch):
     assert code == 2 and "ml.zzz" in err and "ml.nope" not in err
 
 
-@pytest.mark.e2e
-def test_empty_dataset_fails_in_the_shard_step_with_the_path(tmp_path, capsys):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--input", str(empty))
-    assert code == 2  # a user error, wherever it happens
-    assert "Traceback" not in err
-    assert "step Shard" in err and str(empty) in err
-
-
-@pytest.mark.e2e
-def test_more_data_hosts_than_samples_fails_in_the_shard_step(tmp_path, capsys, tiny_images):
-    few = tmp_path / "few"
-    for cls in sorted(p for p in tiny_images.iterdir() if p.is_dir())[:2]:
-        (few / cls.name).mkdir(parents=True)
-        for image in sorted(cls.iterdir())[:2]:
-            shutil.copy(image, few / cls.name / image.name)
-    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--input", str(few), "--data-hosts", "9")
-    assert code == 2 and "Traceback" not in err
-    assert "9 data hosts" in err
-
-
 def test_params_lists_every_parameter(capsys):
     assert main(["params"]) == 0
     out = capsys.readouterr().out
@@ -313,49 +291,3 @@ def test_a_framework_this_environment_lacks_is_named_with_the_command_that_adds_
     assert main(["run", "--framework", framework]) == 2
     err = capsys.readouterr().err
     assert f'make run ARGS="--framework {framework}"' in err and f"[{framework}]" in err
-
-
-@pytest.mark.e2e
-def test_run_prices_with_a_refreshed_100_type_file_through_the_evaluate_step(tmp_path, capsys, no_leftovers):
-    """The file `hetero prices refresh` writes (about 100 types, several KB) reaches Evaluate as a processing input, through
-    the same compiled request as in the cloud, and prices the run; the cheapest whole run: no baseline, one epoch."""
-    from tests.support.prices import refreshed_price_file
-
-    prices = refreshed_price_file(tmp_path / "prices-override.json", prices={"ml.g5.xlarge": 2.5, "ml.c5.4xlarge": 1.25})
-    work = tmp_path / "w"
-    code = main(["run", "--work-dir", str(work), "--prices", str(prices), "--no-baseline", "--sample-images", "80", "--epochs", "1",
-                 "--batch-size", "32", "--shard-size-mb", "1"])
-    out, err = capsys.readouterr()
-    assert code == 0, err[-3000:]
-    (run,) = work.glob("local-*")
-    request = json.loads((run / "definition.json").read_text())
-    assert "PriceOverrides" not in json.dumps([s.get("Arguments", {}).get("AppSpecification") for s in _steps(request)])
-    doc = json.loads((run / "EvaluateWithoutBaseline" / "price_performance.json").read_text())
-    hetero = doc["runs"]["heterogeneous"]
-    assert {g["instance_type"]: g["instance_usd_per_hour"] for g in hetero["instance_groups"]} == {"ml.c5.4xlarge": 1.25, "ml.g5.xlarge": 2.5}
-    assert hetero["cluster_usd_per_hour"] == 3.75
-    assert "AWS Price List API" in doc["prices"]["source"] and doc["prices"]["as_of"].endswith(json.loads(prices.read_text())["as_of"])
-    linked = run / "jobs" / "EvaluateWithoutBaseline" / "opt" / "ml" / "processing" / "input" / "prices" / prices.name
-    assert linked.resolve() == prices.resolve()  # provisioned as the input's object, as SageMaker downloads it
-
-
-def _steps(definition: dict) -> list:
-    from pipeline.sagemaker import all_steps
-
-    return list(all_steps(definition).values())
-
-
-@pytest.mark.e2e
-def test_a_data_set_error_in_the_shard_step_names_the_users_input_folder(tmp_path, capsys, no_leftovers):
-    """The step reads its container copy (<job>/opt/ml/processing/input/input); the message names the folder the user
-    passed, handed to the step as data (--input-source, the InputData parameter), never the copy."""
-    from pipeline.sample_data import generate
-
-    one_class = tmp_path / "my_images"
-    generated = generate(tmp_path / "all", samples=16, image_size=32)
-    first = sorted(p for p in generated.iterdir() if p.is_dir())[0]
-    shutil.copytree(first, one_class / first.name)
-    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--input", str(one_class))
-    assert code == 2 and "Traceback" not in err
-    assert "step Shard" in err and f"{one_class} holds readable images of 1 class" in err, err
-    assert "opt/ml" not in err

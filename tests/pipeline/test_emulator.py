@@ -11,9 +11,9 @@ import pytest
 
 from pipeline import storage
 from pipeline.emulator import EmulatedJob
-from pipeline.harness import s3_channel, training_request
 from steps.common.errors import UserError
 from steps.contract import SHARDED
+from tests.support.harness import s3_channel, training_request
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

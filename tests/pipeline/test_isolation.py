@@ -14,13 +14,13 @@ import pytest
 from pipeline import storage
 from pipeline.code import build_code_tarball
 from pipeline.emulator import EmulatedJob
-from pipeline.harness import isolate, s3_channel, secret_channel, training_request
 from pipeline.isolation import s3_fetches
 from pipeline.processing import run_processing_job
 from pipeline.sagemaker.settings import TRAINING_BOOTSTRAP
 from pipeline.validation import validate_request
 from steps.common.errors import UserError
 from steps.contract import DATA_GROUP, DNN_GROUP, SHARDED
+from tests.support.harness import isolate, s3_channel, secret_channel, training_request
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import time
 
 from pipeline import storage
 from pipeline.emulator import PROGRESS_LINE, EmulatedJob
-from pipeline.harness import training_request
 from pipeline.sessions import session_members
 from steps.contract import DATA_GROUP, DNN_GROUP
+from tests.support.harness import training_request
 
 HOST = """
 import json, os, sys, time

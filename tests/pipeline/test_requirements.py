@@ -13,10 +13,10 @@ import pytest
 from pipeline import image_guard, storage
 from pipeline.code import build_code_tarball
 from pipeline.emulator import SITE_PACKAGES, EmulatedJob
-from pipeline.harness import training_request
 from pipeline.requirements import image_python, network_need, refuse_networked
 from steps.common.errors import UserError
 from tests.fixtures.wheels import write_wheel
+from tests.support.harness import training_request
 
 VENDORED = "--no-index --find-links wheels\n"
 

@@ -8,9 +8,9 @@ import pytest
 
 from pipeline import storage
 from pipeline.emulator import EmulatedJob
-from pipeline.harness import s3_channel, training_request
 from pipeline.volumes import GIB, plan
 from steps.common.errors import UserError
+from tests.support.harness import s3_channel, training_request
 
 # writes SMALL bytes, then BIG bytes, to the model folder; ends as a step ends (steps.common.errors.run_step)
 PROBE = """

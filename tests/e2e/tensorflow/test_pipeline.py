@@ -13,7 +13,8 @@ import pytest
 from pipeline.emulator import HOST_NAME, EmulatedJob
 from pipeline.errors import StepFailed
 from pipeline.graph import resolve_parameters
-from pipeline.harness import (
+from pipeline.local import LocalOptions, LocalRunner
+from tests.support.harness import (
     by_role,
     confinement_breaches,
     fault,
@@ -22,9 +23,7 @@ from pipeline.harness import (
     start_training_job,
     two_group_request,
 )
-from pipeline.local import LocalOptions, LocalRunner
-from steps.shard.shard import shard_dataset
-from tests.pipeline.conftest import PIXEL_BYTES, assert_data_hosts_measured_themselves
+from tests.support.metrics import PIXEL_BYTES, assert_data_hosts_measured_themselves, assert_every_sample_once_per_epoch
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.e2e
@@ -72,24 +71,20 @@ def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path
     assert not listeners_on(result.jobs.values())
 
 
-def assert_every_sample_once_per_epoch(metrics: dict, train_samples: int, *, epochs: int) -> None:
-    """Every epoch: each training sample arrived once (distinct == received), and all of them arrived."""
-    assert [(a["epoch"], a["received"], a["distinct"], a["missing"]) for a in metrics["epoch_accounting"]] == \
-        [(e, train_samples, train_samples, 0) for e in range(epochs)]
-    assert metrics["samples_seen"] == epochs * train_samples
-
-
-@pytest.mark.parametrize("data_hosts,distribution,max_corrupt_share", [(1, "ShardedByS3Key", 0.0), (2, "FullyReplicated", 0.05)])
+@pytest.mark.parametrize("data_hosts,distribution,max_corrupt_share,trainer_cpus", [
+    (1, "ShardedByS3Key", 0.0, None), (2, "FullyReplicated", 0.05, "1")])
 def test_a_tensorflow_job_serves_every_sample_once_whatever_the_channel_layout(tmp_path, tf_shards_with_a_corrupt_sample,
                                                                               code_uri, no_leftovers, data_hosts, distribution,
-                                                                              max_corrupt_share):
-    """FullyReplicated: every data host sees every shard and must serve only its share. One sample does not
-    decode: within max_corrupt_share it is counted and named once per epoch (by whichever host owns it), never
-    served; over it (0: none may fail), the first epoch's accounting ends the job as a user error naming it."""
+                                                                              max_corrupt_share, trainer_cpus):
+    """FullyReplicated: every data host sees every shard and must serve only its share, beside the trainer host's own
+    tf.data.service worker (hybrid decode, trainer_cpus=1: the emulated hosts are not pinned, each sees this machine's 2
+    CPUs, 1 decodes). One sample does not decode: within max_corrupt_share it is counted and named once per epoch (by
+    whichever host owns it), never served; over it (0: none may fail), the first epoch's accounting ends the job as a
+    user error naming it."""
     shards = tf_shards_with_a_corrupt_sample
     request = two_group_request(tmp_path, shards, code_uri, data=data_hosts, distribution=distribution, hyperparameters={
         "framework": "tensorflow", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0},
-        "max_corrupt_share": max_corrupt_share})
+        "max_corrupt_share": max_corrupt_share, **({"trainer_cpus": trainer_cpus} if trainer_cpus else {})})
     with EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=10, timeout_s=300) as job:
         job.start()
         result = job.wait()
@@ -107,6 +102,9 @@ def test_a_tensorflow_job_serves_every_sample_once_whatever_the_channel_layout(t
         [(e, samples - 1, samples - 1, 1) for e in range(2)]
     assert metrics["corrupt_samples"]["count"] == 2
     assert [c[0] for c in metrics["corrupt_samples"]["examples"]] == [CORRUPT_ID]
+    (local,) = metrics["local_decode"]  # the trainer host's worker served a share of every epoch
+    assert local["workers"] == 1 and local["split"]["trainers"] == [1] and local["split"]["period"] == 1 + 2 * data_hosts
+    assert 0 < local["samples_per_epoch"] < samples and local["samples"] > 0
 
 
 def test_tensorflow_path_says_it_trains_on_one_host(tmp_path, tiny_images, no_leftovers):
@@ -119,13 +117,6 @@ def test_tensorflow_path_says_it_trains_on_one_host(tmp_path, tiny_images, no_le
 
 
 # --- hosts that die or freeze --------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def tf_shards(tmp_path_factory, tiny_images):
-    out = tmp_path_factory.mktemp("tf-shards")
-    shard_dataset(tiny_images, out, target_shard_mb=1, data_hosts=2, shard_format="tfrecord")
-    return out
-
 
 CORRUPT_ID = 999_999
 

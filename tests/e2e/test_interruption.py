@@ -11,10 +11,9 @@ import torch
 
 from pipeline.emulator import EmulatedJob
 from pipeline.graph import resolve_parameters
-from pipeline.harness import listeners_on, two_group_request
 from pipeline.local import LocalOptions, LocalRunner
-from steps.shard.shard import shard_dataset
 from steps.train.frameworks.ray.trainer import RAY_CHECKPOINT
+from tests.support.harness import listeners_on, two_group_request
 
 pytestmark = pytest.mark.e2e
 
@@ -107,9 +106,7 @@ def test_a_ray_job_resumes_at_the_epoch_boundary_from_the_heads_checkpoint(tmp_p
     assert not listeners_on(result.jobs.values())
 
 
-def test_two_trainer_hosts_resume_from_the_newest_point_both_reached(tmp_path, tiny_images, code_uri, no_leftovers):
-    shards = tmp_path / "shards"
-    shard_dataset(tiny_images, shards, target_shard_mb=1, data_hosts=2)
+def test_two_trainer_hosts_resume_from_the_newest_point_both_reached(tmp_path, shards, code_uri, no_leftovers):
     train = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
     request = two_group_request(tmp_path, shards, code_uri, data=2, dnn=2, checkpoints=tmp_path / "checkpoints", hyperparameters={
         "epochs": 3, "batch_size": 8, "log_every": 1, "checkpoint_every_steps": 2, "workload_options": {"blur_passes": 0},

@@ -15,14 +15,14 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import psutil
 import pytest
 
 from pipeline.emulator import HOST_NAME, EmulatedJob
 from pipeline.graph import resolve_parameters
-from pipeline.harness import (
+from pipeline.local import LocalOptions, LocalRunner
+from tests.support.harness import (
     by_role,
     confinement_breaches,
     fault,
@@ -34,8 +34,6 @@ from pipeline.harness import (
     temp_left,
     two_group_request,
 )
-from pipeline.local import LocalOptions, LocalRunner
-from steps.shard.shard import shard_dataset
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +47,7 @@ def _left_behind(job) -> dict:
 
 def _ray_processes(*jobs) -> list[str]:
     """Processes the jobs' hosts started that are still there (Ray's GCS, raylets and workers among them), found by the
-    marker each inherits (`pipeline.harness.job_processes`): Ray's workers rename themselves, so their command lines name
+    marker each inherits (`tests.support.harness.job_processes`): Ray's workers rename themselves, so their command lines name
     no node folder; another job's (another test run's) processes are not counted."""
     found = []
     for p in job_processes(*jobs):
@@ -60,15 +58,8 @@ def _ray_processes(*jobs) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory, tiny_images):
-    out = tmp_path_factory.mktemp("ray-shards")
-    shard_dataset(tiny_images, out, target_shard_mb=1, data_hosts=2)
-    return out
-
-
 def _ray_request(tmp_path, shards, code_uri, *, data: int, dnn: int = 1, **hyperparameters) -> dict:
-    """The pipeline's Ray layout (`pipeline.harness.ray_layout`): the train channel replicated to both groups."""
+    """The pipeline's Ray layout (`tests.support.harness.ray_layout`): the train channel replicated to both groups."""
     return two_group_request(tmp_path, shards, code_uri, data=data, dnn=dnn, hyperparameters={
         "framework": "ray", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0}, "heartbeat_s": 0.5,
         "silence_timeout_s": 10, "connect_timeout_s": 120, **hyperparameters})
@@ -97,33 +88,13 @@ def test_the_pipeline_trains_on_a_ray_cluster_one_data_host_one_trainer(tmp_path
     assert not _ray_processes(*result.jobs.values()) and not listeners_on(result.jobs.values())
 
 
-def test_two_data_hosts_and_a_trainer_on_ray_consume_each_sample_once(tmp_path, shards, code_uri, no_leftovers):
-    samples = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
-    request = _ray_request(tmp_path, shards, code_uri, data=2)
-    with EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=30, timeout_s=300) as job:
-        job.start()
-        result = job.wait()
-    assert result.ok, result.failure
-    metrics = json.loads((result.model_dir / "metrics.json").read_text())
-    assert [(e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]] == [(samples, samples, 0)] * 2
-    assert all(h.exit_code == 0 for h in job.hosts)
-    assert not _ray_processes(job)
-
-
 def _start(tmp_path, shards, code_uri, *, data: int = 2, dnn: int = 1, grace_s: float = 60, **hyperparameters) -> EmulatedJob:
-    training = []
-
-    def on_line(host, line):
-        if "step_time_ms=" in line:
-            training.append(host)
-
+    training = threading.Event()
     request = _ray_request(tmp_path, shards, code_uri, data=data, dnn=dnn, epochs=1000, log_every=1, **hyperparameters)
-    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", on_line=on_line, grace_s=grace_s, timeout_s=240)
+    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=grace_s, timeout_s=240,
+                      on_line=lambda host, line: "step_time_ms=" in line and training.set())
     job.start()
-    deadline = time.monotonic() + 180
-    while not training and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if not training:
+    if not training.wait(180):
         job.close()
         raise RuntimeError(f"training never started: see the hosts' logs under {tmp_path / 'job'}")
     return job
@@ -152,13 +123,15 @@ def test_the_ray_cluster_is_confined_refuses_a_client_without_the_token_and_a_ki
     assert not _left_behind(job)
 
 
-def test_a_ray_job_flooded_on_every_port_trains_to_the_end_with_each_sample_once(tmp_path, shards, code_uri, no_leftovers):
-    """An outside client on the cluster network: silent connections held open on every port of every host, and on each
-    one garbage (an HTTP request, random bytes) sent and the socket closed. The job trains as if nothing happened."""
+def test_two_data_hosts_and_a_trainer_on_ray_flooded_on_every_port_train_to_the_end_with_each_sample_once(
+        tmp_path, shards, code_uri, no_leftovers):
+    """Two data hosts and a trainer (each sample once per epoch, from whichever node decoded it) while an outside
+    client on the cluster network holds silent connections open on every port of every host and, on each, sends garbage
+    (an HTTP request, random bytes) and closes the socket. The job trains as if nothing happened."""
     samples = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
     training = threading.Event()
     # blur: steps slow enough that the flood, which starts at the first step, hits a cluster that trains
-    request = _ray_request(tmp_path, shards, code_uri, data=1, epochs=5, log_every=1, workload_options={"blur_passes": 2})
+    request = _ray_request(tmp_path, shards, code_uri, data=2, epochs=5, log_every=1, workload_options={"blur_passes": 2})
     job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=30, timeout_s=400,
                       on_line=lambda host, line: "step_time_ms=" in line and training.set())
     held = []

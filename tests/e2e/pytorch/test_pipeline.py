@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from pipeline import cli
 from pipeline.emulator import SITE_PACKAGES
 from pipeline.graph import resolve_parameters
-from pipeline.harness import listeners_on, own_listening_ports
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.sagemaker import all_steps
 from tests.fixtures.wheels import write_wheel
-from tests.pipeline.conftest import assert_data_hosts_measured_themselves
+from tests.support.harness import listeners_on, own_listening_ports
+from tests.support.metrics import assert_data_hosts_measured_themselves
+from tests.support.prices import refreshed_price_file
 
 pytestmark = pytest.mark.e2e
 
@@ -91,22 +93,27 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
         assert base.keys() == het.keys() and all(torch.equal(base[k], het[k]) for k in base)
 
 
-def test_no_input_no_baseline_and_a_user_workload_in_one_run(tmp_path, no_leftovers):
-    """Four options that change the graph or the hosts' code, one pipeline run: no InputData (the run generates
-    its dataset), RunBaseline=false (the baseline branch is skipped, the evaluation has no comparison), a
-    user workload module from a folder outside the repository that ships with the code (every host of the job imports
-    it, and the package its requirements.txt names, installed from a vendored wheel) and network isolation (the code
-    reaches every host as the code channel; nothing in a container fetches from S3 or a package index)."""
+def test_no_input_no_baseline_a_user_workload_and_a_price_file_in_one_run(tmp_path, no_leftovers):
+    """Five options that change the graph, the hosts' code or the evaluation, one pipeline run (the cheapest: no baseline,
+    one epoch): no InputData (the run generates its dataset), RunBaseline=false (the baseline branch is skipped, the
+    evaluation has no comparison), a user workload module from a folder outside the repository that ships with the code
+    (every host of the job imports it, and the package its requirements.txt names, installed from a vendored wheel),
+    network isolation (the code reaches every host as the code channel; nothing in a container fetches from S3 or a
+    package index) and the price file `hetero prices refresh` writes (about 100 types, several KB: `--prices`), which
+    reaches Evaluate as a processing input, through the same compiled request as in the cloud, and prices the run."""
     user = tmp_path / "usercode"
     (user / "my_workloads").mkdir(parents=True)
     (user / "my_workloads" / "__init__.py").write_text("")
-    tiny = (Path(__file__).parents[1] / "fixtures" / "tiny_workload.py").read_text()
+    tiny = (Path(__file__).parents[2] / "fixtures" / "tiny_workload.py").read_text()
     (user / "my_workloads" / "tiny.py").write_text("import tiny_dep  # from requirements.txt\n" + tiny.replace(
         'int(self.options.get("hidden", 8))', 'int(self.options.get("hidden", tiny_dep.HIDDEN))'))
     write_wheel(user / "wheels", "tiny-dep", "0.0.1", {"tiny_dep.py": "HIDDEN = 4\n"})
     (user / "requirements.txt").write_text("--no-index --find-links wheels\ntiny-dep==0.0.1\n")
-    params = resolve_parameters({"RunBaseline": False, "Workload": "my_workloads.tiny",
-                                 "Epochs": 1, "BatchSize": 32, "ShardSizeMB": 1})
+    prices = refreshed_price_file(tmp_path / "prices-override.json", prices={"ml.g5.xlarge": 2.5, "ml.c5.4xlarge": 1.25})
+    args = cli._parser().parse_args(["run", "--prices", str(prices), "--no-baseline", "--workload", "my_workloads.tiny",
+                                     "--epochs", "1", "--batch-size", "32", "--shard-size-mb", "1"])
+    params = resolve_parameters(*cli._layers(args))  # the parameters `hetero run` takes from these options
+    cli._validate(params, (user,))
     assert params["InputData"] == ""
     result = LocalRunner(params, LocalOptions(work_dir=tmp_path / "w", sample_images=80, grace_s=10, network_isolation=True,
                                               code_dirs=(user,), echo=lambda _: None)).run()
@@ -141,6 +148,15 @@ def test_no_input_no_baseline_and_a_user_workload_in_one_run(tmp_path, no_leftov
     for host in job.hosts:  # each launcher read its copy once, then removed it
         assert not (host.base_dir / "input" / "data" / "secret" / "job-secret").is_symlink()
         assert (host.base_dir / "input" / "data" / "code" / "code.tar.gz").is_symlink()
+    # the price file: an input of the Evaluate step only, never in a container's command line
+    assert "PriceOverrides" not in json.dumps([s.get("Arguments", {}).get("AppSpecification") for s in all_steps(result.definition).values()])
+    doc = json.loads((result.run_dir / "EvaluateWithoutBaseline" / "price_performance.json").read_text())
+    hetero = doc["runs"]["heterogeneous"]
+    assert {g["instance_type"]: g["instance_usd_per_hour"] for g in hetero["instance_groups"]} == {"ml.c5.4xlarge": 1.25, "ml.g5.xlarge": 2.5}
+    assert hetero["cluster_usd_per_hour"] == 3.75
+    assert "AWS Price List API" in doc["prices"]["source"] and doc["prices"]["as_of"].endswith(json.loads(prices.read_text())["as_of"])
+    linked = result.run_dir / "jobs" / "EvaluateWithoutBaseline" / "opt" / "ml" / "processing" / "input" / "prices" / prices.name
+    assert linked.resolve() == prices.resolve()  # provisioned as the input's object, as SageMaker downloads it
 
 
 def _same_where_literal(compiled, executed, path="") -> None:

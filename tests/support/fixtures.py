@@ -1,3 +1,5 @@
+"""Fixtures of the tests that run emulated jobs (a pytest plugin: tests/conftest.py loads it for every folder)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,8 +9,8 @@ import pytest
 
 from pipeline import storage
 from pipeline.code import STEPS_DIR, build_code_tarball
-from pipeline.harness import children
 from pipeline.sample_data import generate
+from tests.support.harness import children
 
 
 @pytest.fixture(scope="session")
@@ -41,20 +43,3 @@ def no_leftovers():
     for p in left:
         p.kill()
     assert not left, f"processes left behind: {described}"
-
-
-PIXEL_BYTES = 64 * 64 * 3  # one default-workload sample's uint8 pixels
-
-
-def assert_data_hosts_measured_themselves(metrics: dict, data_hosts: int) -> None:
-    """metrics.json holds every data host's own measurements, consistent with what the trainers saw."""
-    if metrics["mode"] == "homogeneous":
-        assert metrics["data_hosts"] == [] and metrics["bytes_received_per_sample"] == 0
-        return
-    hosts = metrics["data_hosts"]
-    assert len({h["host"] for h in hosts}) == len(hosts) == data_hosts
-    assert abs(sum(h["samples_sent"] for h in hosts) - metrics["samples_seen"]) <= len(hosts)  # all trainers, all epochs
-    for h in hosts:
-        assert h["cpus"] >= 1 and h["decode_cpu_s_per_sample"] > 0 and 0 < h["busy_share"] < 2, h
-        assert h["bytes_sent_per_sample"] >= PIXEL_BYTES, h
-    assert metrics["bytes_received_per_sample"] >= PIXEL_BYTES + 16

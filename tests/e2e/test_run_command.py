@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pipeline.harness import marked_processes
+from tests.support.harness import marked_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -56,17 +56,25 @@ class Run:
         self.process = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "--work-dir", str(work_dir), *args],
                                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        self.reader = threading.Thread(target=lambda: self.lines.extend(line.rstrip("\n") for line in self.process.stdout),
-                                       daemon=True)
+        self.new_line = threading.Condition()
+        self.ended = False
+        self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            with self.new_line:
+                self.lines.append(line.rstrip("\n"))
+                self.new_line.notify_all()
+        with self.new_line:  # the output ended: the run did
+            self.ended = True
+            self.new_line.notify_all()
+
     def wait_for(self, text: str, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.process.poll() is None:
-            if any(text in line for line in list(self.lines)):
-                return True
-            time.sleep(0.2)
-        return False
+        """Whether a line with ``text`` came within ``timeout_s`` (woken by each line, not polling)."""
+        with self.new_line:
+            return self.new_line.wait_for(lambda: any(text in line for line in self.lines) or self.ended,
+                                          timeout_s) and any(text in line for line in self.lines)
 
     def leftovers(self, within_s: float) -> list[str]:
         """Processes of the run still there after ``within_s`` (waiting for them to go until then), then killed."""
