@@ -13,6 +13,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 
 from steps.train.dataplane.errors import PeerSilent, Stopped, WireError
 from steps.train.dataplane.messages import Inbound, Message, Other, Ping, decode
@@ -88,9 +89,13 @@ class Link:
 class Heartbeat:
     """PINGs on every link while the owner is busy elsewhere (training, validating, blocked in TensorFlow)."""
 
-    def __init__(self, links, interval_s: float) -> None:
+    def __init__(self, links, interval_s: float, on_error: Callable[[Link, Exception], None] | None = None) -> None:
+        """``on_error(link, exc)``: a PING that could not be sent (the peer's socket is gone). Heard at once, not only
+        when the link's reader reaches the end of what the peer sent before: a reader blocked behind a full queue of
+        that peer's batches would train through them first."""
         self.links = list(links)
         self.interval_s = interval_s
+        self.on_error = on_error
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
         self._thread.start()
@@ -100,8 +105,11 @@ class Heartbeat:
             for link in self.links:
                 try:
                     link.send(Ping())
-                except (WireError, OSError, Stopped):
-                    pass  # the link's reader reports the loss
+                except Stopped:
+                    pass
+                except (WireError, OSError) as exc:
+                    if self.on_error is not None:
+                        self.on_error(link, exc)
 
     def stop(self) -> None:
         self._stop.set()

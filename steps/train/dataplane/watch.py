@@ -95,7 +95,7 @@ class PeerWatch:
     def heartbeat(self) -> None:
         """PING every link from now on, while the owner is busy elsewhere."""
         if self._beat is None:
-            self._beat = Heartbeat(self.links, self.cfg.heartbeat_s)
+            self._beat = Heartbeat(self.links, self.cfg.heartbeat_s, on_error=self._send_failed)
 
     def watch(self) -> PeerWatch:
         """Read every link in a thread of its own from now on (and heartbeat, if not yet)."""
@@ -139,6 +139,13 @@ class PeerWatch:
         for link in self.links:
             link.close()
         return True
+
+    def _send_failed(self, link: Link, exc: Exception) -> None:
+        """A PING the peer's socket refused: the peer is gone (killed, its instance lost), whatever its reader still has
+        to read of what the peer sent before."""
+        peer = next((p for p in self.peers if p.link is link), None)
+        if peer is not None and not self.stopping.is_set():
+            self.fail(self._lost(peer, exc))
 
     def _watch(self, peer: Peer) -> None:
         while not self.closing.is_set():

@@ -109,3 +109,29 @@ def test_a_session_and_a_watch_end_a_job_together():
             session.wait_until()
         assert session.failure is None and w.watch.failure is None and w.failures == []
         assert heard == [("d", messages.Report(host={"cpus": 2}))]
+
+
+def test_a_host_whose_socket_is_gone_is_lost_while_its_reader_is_still_busy_with_what_it_sent():
+    """A killed host's connection closes; the trainer's reader of it may be blocked behind a full queue of that host's
+    batches (here: a handler that does not return). The heartbeat's refused PING names the loss anyway."""
+    import threading
+
+    busy = threading.Event()
+    release = threading.Event()
+
+    def blocked(peer, message):  # the bounded batch queue, full until the test ends
+        busy.set()
+        release.wait(30)
+
+    with closing(Watched(on_message=blocked)) as w:
+        try:
+            w.host.link.send(messages.End(epoch=0, samples=4, host={}))
+            assert busy.wait(5)
+            w.host.link.sock.shutdown(socket.SHUT_RDWR)  # the host is gone: its end refuses what the trainer sends
+            w.host.link.close()
+            w.wait_for_failure(timeout=5)
+            assert not release.is_set()  # the reader is still inside the handler: the loss came from the heartbeat
+            assert len(w.failures) == 1 and isinstance(w.failures[0], DataHostLost)
+            assert w.failures[0].message.startswith("data host d was lost: ")
+        finally:
+            release.set()
