@@ -1,7 +1,7 @@
 """The CDK app: builds the stack from `cdk.json` context and synthesises it. Nothing more.
 
-    npm ci && npx cdk synth        # offline: writes cdk.out/
-    npx cdk deploy                 # needs AWS credentials and a bootstrapped account/region
+npm ci && npx cdk synth        # offline: writes cdk.out/
+npx cdk deploy                 # needs AWS credentials and a bootstrapped account/region
 """
 
 import os
@@ -14,7 +14,11 @@ from infra.stack import HeteroStack
 
 app = App()
 settings = StackSettings.from_context(app.node.get_all_context())
-HeteroStack(app, settings.stack_name, settings=settings,
-            env=Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=settings.region))
+HeteroStack(
+    app,
+    settings.stack_name,
+    settings=settings,
+    env=Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=settings.region),
+)
 Validations.of(app).add_plugins(AwsSolutionsChecks(app))
 app.synth()

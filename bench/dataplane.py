@@ -47,20 +47,24 @@ def make_shards(root: Path, samples: int) -> list[Path]:
         shards.mkdir(parents=True, exist_ok=True)
         per = 500
         for start in range(0, len(files), per):
-            write_shard(shards / f"part-{start // per:04d}.tar",
-                        ((start + i, label, "jpg", f.read_bytes()) for i, (label, f) in enumerate(files[start:start + per])))
+            write_shard(
+                shards / f"part-{start // per:04d}.tar",
+                ((start + i, label, "jpg", f.read_bytes()) for i, (label, f) in enumerate(files[start : start + per])),
+            )
     return list_shards(shards)
 
 
 def by_core(cpus: list[int]) -> list[int]:
     """CPUs ordered so hyperthread siblings sit side by side: consecutive CPU sets then take whole cores, and a
     host never shares a core with another (on separate instances they would not)."""
+
     def core(cpu: int) -> tuple:
         topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
         try:
             return (int((topology / "physical_package_id").read_text()), int((topology / "core_id").read_text()), cpu)
         except (OSError, ValueError):
             return (0, cpu, cpu)
+
     return sorted(cpus, key=core)
 
 
@@ -96,8 +100,16 @@ def emit(doc: dict, out: str | None) -> None:
 
 
 def config(port: int, options: dict, *, steps: int) -> TrainConfig:
-    return TrainConfig(epochs=1, batch_size=BATCH, data_port=port, max_steps=steps, warmup_steps=max(10, steps // 5),
-                       log_every=10**9, workload_options=dict(options), silence_timeout_s=120)
+    return TrainConfig(
+        epochs=1,
+        batch_size=BATCH,
+        data_port=port,
+        max_steps=steps,
+        warmup_steps=max(10, steps // 5),
+        log_every=10**9,
+        workload_options=dict(options),
+        silence_timeout_s=120,
+    )
 
 
 def _data_host(cpus: list[int], address: str, port: int, shards: list[str], options: dict, stream: int, repeat: int) -> None:
@@ -113,8 +125,17 @@ def _data_host(cpus: list[int], address: str, port: int, shards: list[str], opti
         dataset.share(split.data())  # hybrid decode: the trainer decodes its side of every shard
 
     with socket.create_server((address, port), backlog=16) as server:
-        serve(cfg, server, me=address, trainer_hosts=("trainer",), secret=SECRET, samples_per_epoch=samples,
-              epoch_batches=lambda epoch: loader, start=start, decode_workers=len(cpus))
+        serve(
+            cfg,
+            server,
+            me=address,
+            trainer_hosts=("trainer",),
+            secret=SECRET,
+            samples_per_epoch=samples,
+            epoch_batches=lambda epoch: loader,
+            start=start,
+            decode_workers=len(cpus),
+        )
 
 
 def _free_port(address: str) -> int:
@@ -128,21 +149,35 @@ def local_decode(trainer_cpus: str, options: dict, model, device: torch.device, 
     CPUs are this process's: ``trainer_cpus`` all (none), auto (probe the step) or a number of vCPUs kept."""
     cpus = len(os.sched_getaffinity(0))
     workload = Shapes(options)
-    kept, why, loop = kept_for_loop(trainer_cpus, cpus, lambda: loop_cpus(workload, model, device,
-                                                                        sample_pixels(workload, shards), BATCH, 1e-3))
+    kept, why, loop = kept_for_loop(
+        trainer_cpus, cpus, lambda: loop_cpus(workload, model, device, sample_pixels(workload, shards), BATCH, 1e-3)
+    )
     workers = cpus - kept
     return Spare(workers, kept, cpus, list(shards) * repeat if workers else [], why, loop)
 
 
-def run_configuration(hosts: int, host_cpus: list[list[int]], shards: list[Path], options: dict, steps: int,
-                      device: torch.device, repeat: int, trainer_cpus: str = "all") -> dict:
+def run_configuration(
+    hosts: int,
+    host_cpus: list[list[int]],
+    shards: list[Path],
+    options: dict,
+    steps: int,
+    device: torch.device,
+    repeat: int,
+    trainer_cpus: str = "all",
+) -> dict:
     """Train ``steps`` steps fed by ``hosts`` data hosts (and, unless ``trainer_cpus`` is all, this process's own decode
     workers on the CPUs the step leaves); the trainer's steady rate and what every source measured."""
     addresses = [f"127.0.0.{10 + i}" for i in range(hosts)]
     port = _free_port(addresses[0])
     spawn = mp.get_context("spawn")
-    procs = [spawn.Process(target=_data_host, args=(host_cpus[i], addresses[i], port, [str(s) for s in shards], options, i, repeat),
-                           ) for i in range(hosts)]  # not daemonic: a data host starts DataLoader workers
+    procs = [
+        spawn.Process(
+            target=_data_host,
+            args=(host_cpus[i], addresses[i], port, [str(s) for s in shards], options, i, repeat),
+        )
+        for i in range(hosts)
+    ]  # not daemonic: a data host starts DataLoader workers
     for p in procs:
         p.start()
     cfg = config(port, options, steps=steps)
@@ -152,12 +187,24 @@ def run_configuration(hosts: int, host_cpus: list[list[int]], shards: list[Path]
         workload = Shapes(options)
         model = workload.build_model(8).to(device)
         found = local_decode(trainer_cpus, options, model, device, shards, repeat)
-        client = DataServiceClient(cfg, me="trainer", data_hosts=tuple(addresses), secret=SECRET,
-                                   pinned=device.type == "cuda").connect(trainer_workers=[found.workers])
+        client = DataServiceClient(
+            cfg, me="trainer", data_hosts=tuple(addresses), secret=SECRET, pinned=device.type == "cuda"
+        ).connect(trainer_workers=[found.workers])
         if found.workers:
             torch.set_num_threads(found.kept)
-            client.add_local(LocalDecoder(cfg, "trainer", hosts, workload, found, client.split.trainer(0),
-                                          pinned=device.type == "cuda", epoch=0, consumed=np.empty(0, np.int64)))
+            client.add_local(
+                LocalDecoder(
+                    cfg,
+                    "trainer",
+                    hosts,
+                    workload,
+                    found,
+                    client.split.trainer(0),
+                    pinned=device.type == "cuda",
+                    epoch=0,
+                    consumed=np.empty(0, np.int64),
+                )
+            )
         cpu_started = time.process_time()
         stats = train_epochs(cfg, workload, model, client, device).stats
         trainer_cpu = time.process_time() - cpu_started
@@ -175,9 +222,16 @@ def run_configuration(hosts: int, host_cpus: list[list[int]], shards: list[Path]
                 p.join()
     summary = stats.summary()
     rate = summary["samples"] / summary["elapsed_s"]
-    return {"hosts": hosts, "steps": summary["steps"], "measured_steps": summary["measured_steps"],
-            "compute_s_per_step": summary["compute_s"] / max(summary["measured_steps"], 1),
-            "samples_per_second": rate, "data_wait_share": summary["data_wait_share"],
-            "trainer_cpu_s_per_sample": trainer_cpu / max(summary["seen"], 1),
-            "spare": found.as_metrics(), "local_decode": [local] if local else [],  # as in metrics.json
-            **measured, "model": model}
+    return {
+        "hosts": hosts,
+        "steps": summary["steps"],
+        "measured_steps": summary["measured_steps"],
+        "compute_s_per_step": summary["compute_s"] / max(summary["measured_steps"], 1),
+        "samples_per_second": rate,
+        "data_wait_share": summary["data_wait_share"],
+        "trainer_cpu_s_per_sample": trainer_cpu / max(summary["seen"], 1),
+        "spare": found.as_metrics(),
+        "local_decode": [local] if local else [],  # as in metrics.json
+        **measured,
+        "model": model,
+    }

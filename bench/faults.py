@@ -69,8 +69,9 @@ def _first_host(text: str | None) -> str | None:
 
 def fault_run(work: Path, shards: Path, code_uri: str, framework: str, action: str, role: str, silence: float) -> dict:
     work.mkdir(parents=True)
-    job = start_training_job(work, shards, code_uri, silence_timeout_s=silence, grace_s=FAULT_GRACE_S,
-                             hyperparameters={"framework": framework})
+    job = start_training_job(
+        work, shards, code_uri, silence_timeout_s=silence, grace_s=FAULT_GRACE_S, hyperparameters={"framework": framework}
+    )
     with job:
         victim = by_role(job, role)[0]
         others = [h for h in job.hosts if h is not victim]
@@ -82,19 +83,31 @@ def fault_run(work: Path, shards: Path, code_uri: str, framework: str, action: s
     blamed = {h.name: _first_host(h.failure) for h in others}
     bound = silence + 10 if action == "freeze" else 5.0
     run = {
-        "all_others_ended_s": all_ended_s, "bound_s": bound, "within_bound": all_ended_s <= bound,
-        "ended_s": ended, "roles": {h.name: h.role for h in job.hosts},
-        "exit_codes": {h.name: h.exit_code for h in others}, "all_nonzero": all(h.exit_code not in (0, None) for h in others),
-        "victim": victim.name, "blamed": blamed, "blames_victim": all(b == victim.name for b in blamed.values()),
-        "job_failure": (result.failure or "")[:300], "job_failure_names": _first_host(result.failure),
-        "stopped_by_emulator": [h.name for h in others if h.stopped_by_emulator], "job_ok": result.ok,
-        "processes_left": len(job_processes(job)), "ports_left": len(listeners_on([job])),
+        "all_others_ended_s": all_ended_s,
+        "bound_s": bound,
+        "within_bound": all_ended_s <= bound,
+        "ended_s": ended,
+        "roles": {h.name: h.role for h in job.hosts},
+        "exit_codes": {h.name: h.exit_code for h in others},
+        "all_nonzero": all(h.exit_code not in (0, None) for h in others),
+        "victim": victim.name,
+        "blamed": blamed,
+        "blames_victim": all(b == victim.name for b in blamed.values()),
+        "job_failure": (result.failure or "")[:300],
+        "job_failure_names": _first_host(result.failure),
+        "stopped_by_emulator": [h.name for h in others if h.stopped_by_emulator],
+        "job_ok": result.ok,
+        "processes_left": len(job_processes(job)),
+        "ports_left": len(listeners_on([job])),
         "temp_left": temp_left(job),
     }
     if action == "freeze":
         first_failure = min(h.ended_at for h in others)
-        run.update(victim_ended_after_first_failure_s=round(victim.ended_at - first_failure, 2), victim_bound_s=VICTIM_BOUND_S,
-                   victim_within_bound=victim.ended_at - first_failure <= VICTIM_BOUND_S)
+        run.update(
+            victim_ended_after_first_failure_s=round(victim.ended_at - first_failure, 2),
+            victim_bound_s=VICTIM_BOUND_S,
+            victim_within_bound=victim.ended_at - first_failure <= VICTIM_BOUND_S,
+        )
     return run
 
 
@@ -106,12 +119,32 @@ def interruption_run(work: Path, shards: Path, code_uri: str, framework: str, si
     """A job interrupted in its second epoch and restarted from its checkpoints: timing and accounting."""
     work.mkdir(parents=True)
     train = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
-    request = two_group_request(work, shards, code_uri, data=2, checkpoints=work / "checkpoints", hyperparameters={
-        "framework": framework, "epochs": INTERRUPT_EPOCHS, "batch_size": 8, "log_every": 1, "heartbeat_s": 0.5,
-        "silence_timeout_s": silence, "connect_timeout_s": 120, "workload_options": {"blur_passes": 0}})
+    request = two_group_request(
+        work,
+        shards,
+        code_uri,
+        data=2,
+        checkpoints=work / "checkpoints",
+        hyperparameters={
+            "framework": framework,
+            "epochs": INTERRUPT_EPOCHS,
+            "batch_size": 8,
+            "log_every": 1,
+            "heartbeat_s": 0.5,
+            "silence_timeout_s": silence,
+            "connect_timeout_s": 120,
+            "workload_options": {"blur_passes": 0},
+        },
+    )
     steps_per_epoch = train // 8
-    job = EmulatedJob(name="job", request=request, job_dir=work / "job", grace_s=30, timeout_s=600 if framework == "ray" else 300,
-                      interrupt_after_steps=steps_per_epoch + steps_per_epoch // 2)
+    job = EmulatedJob(
+        name="job",
+        request=request,
+        job_dir=work / "job",
+        grace_s=30,
+        timeout_s=600 if framework == "ray" else 300,
+        interrupt_after_steps=steps_per_epoch + steps_per_epoch // 2,
+    )
     with job:
         job.start()
         result = job.wait()
@@ -120,8 +153,10 @@ def interruption_run(work: Path, shards: Path, code_uri: str, framework: str, si
         epochs = (metrics.get("sample_ledger") or {}).get("epochs", [])
         per_epoch = [{"epoch": e["epoch"], "lost": train - e["distinct"], "duplicated": e["duplicates"]} for e in epochs]
     else:
-        per_epoch = [{"epoch": a["epoch"], "lost": a["missing"], "duplicated": a["received"] - a["distinct"]}
-                     for a in metrics.get("epoch_accounting", [])]
+        per_epoch = [
+            {"epoch": a["epoch"], "lost": a["missing"], "duplicated": a["received"] - a["distinct"]}
+            for a in metrics.get("epoch_accounting", [])
+        ]
     interrupted = result.interrupted or {}
     # what the interrupted trainer said it leaves to be redone (TensorFlow resumes at the epoch boundary)
     first = work / "job.attempt-1"
@@ -129,17 +164,27 @@ def interruption_run(work: Path, shards: Path, code_uri: str, framework: str, si
     redone = int(REDONE.search(said).group(1)) if REDONE.search(said) else 0
     failures = {p.parent.parent.name: p.read_text().strip()[:120] for p in sorted(first.glob("algo-*/output/failure"))}
     return {
-        "job_ok": result.ok, "failure": result.failure, "interruptions": result.interruptions,
-        "all_exited_s": interrupted.get("all_exited_s"), "bound_s": 5.0,
+        "job_ok": result.ok,
+        "failure": result.failure,
+        "interruptions": result.interruptions,
+        "all_exited_s": interrupted.get("all_exited_s"),
+        "bound_s": 5.0,
         "within_bound": interrupted.get("all_exited_s", 99) <= 5.0 and not interrupted.get("stopped_by_emulator"),
-        "hosts_exited_s": interrupted.get("hosts_exited_s"), "exit_codes": interrupted.get("exit_codes"),
-        "roles": interrupted.get("roles"), "failure_files": failures,
+        "hosts_exited_s": interrupted.get("hosts_exited_s"),
+        "exit_codes": interrupted.get("exit_codes"),
+        "roles": interrupted.get("roles"),
+        "failure_files": failures,
         "all_wrote_failure_files": set(failures) == set(interrupted.get("exit_codes") or {}),
-        "epochs": per_epoch, "samples_lost": sum(e["lost"] for e in per_epoch),
-        "samples_duplicated": sum(e["duplicated"] for e in per_epoch), "steps_redone": redone,
-        "samples_seen": metrics.get("samples_seen"), "samples_expected": INTERRUPT_EPOCHS * train,
-        "processes_left": len(job_processes(job)), "ports_left": len(listeners_on([job])),
-        "temp_left": temp_left(job, first), "wall_s": round(result.wall_s, 1),
+        "epochs": per_epoch,
+        "samples_lost": sum(e["lost"] for e in per_epoch),
+        "samples_duplicated": sum(e["duplicated"] for e in per_epoch),
+        "steps_redone": redone,
+        "samples_seen": metrics.get("samples_seen"),
+        "samples_expected": INTERRUPT_EPOCHS * train,
+        "processes_left": len(job_processes(job)),
+        "ports_left": len(listeners_on([job])),
+        "temp_left": temp_left(job, first),
+        "wall_s": round(result.wall_s, 1),
     }
 
 
@@ -165,7 +210,9 @@ def flood_run(connections: int) -> dict:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, connections + 256)), hard))
     secret = os.urandom(32).hex().encode()
     root = str(Path(__file__).resolve().parents[1])
-    host = subprocess.Popen([sys.executable, "-c", FLOOD_HOST.format(root=root, secret=secret)], stdout=subprocess.PIPE, text=True)
+    host = subprocess.Popen(
+        [sys.executable, "-c", FLOOD_HOST.format(root=root, secret=secret)], stdout=subprocess.PIPE, text=True
+    )
     flood = []
     try:
         port = int(host.stdout.readline())
@@ -187,9 +234,14 @@ def flood_run(connections: int) -> dict:
                 break
             lines.append(line.strip())
         trainer.close()
-        return {"connections_opened": opened, "host_fd_limit": 256, "trainer_admitted_s": round(admitted_s, 2),
-                "host_survived": outcome["accepted"] == ["trainer-a"], "host_exit_code": host.wait(timeout=30),
-                "host_log": lines[-3:]}
+        return {
+            "connections_opened": opened,
+            "host_fd_limit": 256,
+            "trainer_admitted_s": round(admitted_s, 2),
+            "host_survived": outcome["accepted"] == ["trainer-a"],
+            "host_exit_code": host.wait(timeout=30),
+            "host_log": lines[-3:],
+        }
     finally:
         for s in flood:
             s.close()
@@ -202,11 +254,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--silence", type=float, default=5.0, help="silence_timeout_s of the jobs")
-    parser.add_argument("--only", nargs="*", default=None, help="cells to run, e.g. pytorch-kill-data ray-freeze-trainer ray-interrupt flood")
+    parser.add_argument(
+        "--only", nargs="*", default=None, help="cells to run, e.g. pytorch-kill-data ray-freeze-trainer ray-interrupt flood"
+    )
     args = parser.parse_args()
     cells = [(f, a, r) for f in FRAMEWORKS for a in ("kill", "freeze") for r in ("trainer", "data")]
-    report = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "repeats": args.repeats,
-              "silence_timeout_s": args.silence, "cells": {}}
+    report = {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "repeats": args.repeats,
+        "silence_timeout_s": args.silence,
+        "cells": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         images = generate(work / "images", samples=240, image_size=48, seed=1)
@@ -219,42 +277,63 @@ def main() -> None:
             name = f"{framework}-{action}-{role}"
             if args.only is not None and name not in args.only:
                 continue
-            runs = [fault_run(work / f"{name}-{i}", shards[framework], code_uri, framework, action, role, args.silence)
-                    for i in range(args.repeats)]
+            runs = [
+                fault_run(work / f"{name}-{i}", shards[framework], code_uri, framework, action, role, args.silence)
+                for i in range(args.repeats)
+            ]
             times = [r["all_others_ended_s"] for r in runs]
             report["cells"][name] = {
-                "ended_s": {"min": min(times), "median": statistics.median(times), "max": max(times)}, "bound_s": runs[0]["bound_s"],
-                "all_within_bound": all(r["within_bound"] for r in runs), "all_nonzero": all(r["all_nonzero"] for r in runs),
+                "ended_s": {"min": min(times), "median": statistics.median(times), "max": max(times)},
+                "bound_s": runs[0]["bound_s"],
+                "all_within_bound": all(r["within_bound"] for r in runs),
+                "all_nonzero": all(r["all_nonzero"] for r in runs),
                 "all_blame_the_victim": all(r["blames_victim"] for r in runs),
                 "all_job_failures_name_the_victim": all(r["job_failure_names"] == r["victim"] for r in runs),
                 "none_stopped_by_emulator": not any(r["stopped_by_emulator"] for r in runs),
-                **({"victim_ended_after_first_failure_s": [r["victim_ended_after_first_failure_s"] for r in runs],
-                    "victims_within_bound": all(r["victim_within_bound"] for r in runs)} if action == "freeze" else {}),
-                "processes_left": sum(r["processes_left"] for r in runs), "ports_left": sum(r["ports_left"] for r in runs),
-                "temp_left": sum(len(r["temp_left"]) for r in runs), "runs": runs,
+                **(
+                    {
+                        "victim_ended_after_first_failure_s": [r["victim_ended_after_first_failure_s"] for r in runs],
+                        "victims_within_bound": all(r["victim_within_bound"] for r in runs),
+                    }
+                    if action == "freeze"
+                    else {}
+                ),
+                "processes_left": sum(r["processes_left"] for r in runs),
+                "ports_left": sum(r["ports_left"] for r in runs),
+                "temp_left": sum(len(r["temp_left"]) for r in runs),
+                "runs": runs,
             }
             print(json.dumps({name: report["cells"][name]["ended_s"]}), file=sys.stderr, flush=True)
         for framework in FRAMEWORKS:
             name = f"{framework}-interrupt"
             if args.only is not None and name not in args.only:
                 continue
-            runs = [interruption_run(work / f"{name}-{i}", shards[framework], code_uri, framework, args.silence)
-                    for i in range(args.repeats)]
+            runs = [
+                interruption_run(work / f"{name}-{i}", shards[framework], code_uri, framework, args.silence)
+                for i in range(args.repeats)
+            ]
             times = [r["all_exited_s"] for r in runs if r["all_exited_s"] is not None]
             report["cells"][name] = {
                 "exited_s": {"min": min(times), "median": statistics.median(times), "max": max(times)} if times else None,
-                "bound_s": 5.0, "all_within_bound": all(r["within_bound"] for r in runs), "all_jobs_ok": all(r["job_ok"] for r in runs),
+                "bound_s": 5.0,
+                "all_within_bound": all(r["within_bound"] for r in runs),
+                "all_jobs_ok": all(r["job_ok"] for r in runs),
                 "all_wrote_failure_files": all(r["all_wrote_failure_files"] for r in runs),
-                "samples_lost": sum(r["samples_lost"] for r in runs), "samples_duplicated": sum(r["samples_duplicated"] for r in runs),
+                "samples_lost": sum(r["samples_lost"] for r in runs),
+                "samples_duplicated": sum(r["samples_duplicated"] for r in runs),
                 "steps_redone": [r["steps_redone"] for r in runs],
-                "processes_left": sum(r["processes_left"] for r in runs), "ports_left": sum(r["ports_left"] for r in runs),
-                "temp_left": sum(len(r["temp_left"]) for r in runs), "runs": runs,
+                "processes_left": sum(r["processes_left"] for r in runs),
+                "ports_left": sum(r["ports_left"] for r in runs),
+                "temp_left": sum(len(r["temp_left"]) for r in runs),
+                "runs": runs,
             }
             print(json.dumps({name: report["cells"][name]["exited_s"]}), file=sys.stderr, flush=True)
     if args.only is None or "flood" in args.only:
         report["flood"] = [flood_run(1100) for _ in range(args.repeats)]
-    report["not_measured"] = ("samples lost per kill/freeze fault (the trainer's failure names the samples a lost host had not "
-                              "delivered; a retried job resumes from the checkpoint written when the loss was noticed)")
+    report["not_measured"] = (
+        "samples lost per kill/freeze fault (the trainer's failure names the samples a lost host had not "
+        "delivered; a retried job resumes from the checkpoint written when the loss was noticed)"
+    )
     print(json.dumps(report, indent=2))
 
 

@@ -48,8 +48,15 @@ def _sender(server: socket.socket, cfg: TrainConfig, batches: int, size: int) ->
         for b in range(batches):
             yield Batch(pixels, labels, torch.arange(b * BATCH, (b + 1) * BATCH), epoch=epoch)
 
-    serve(cfg, server, me="127.0.0.1", trainer_hosts=("trainer",), secret=SECRET, samples_per_epoch=BATCH * batches,
-          epoch_batches=epoch_batches)
+    serve(
+        cfg,
+        server,
+        me="127.0.0.1",
+        trainer_hosts=("trainer",),
+        secret=SECRET,
+        samples_per_epoch=BATCH * batches,
+        epoch_batches=epoch_batches,
+    )
 
 
 def _anchor(workload, model, steps: int, size: int, device: torch.device) -> float:
@@ -66,7 +73,7 @@ def _anchor(workload, model, steps: int, size: int, device: torch.device) -> flo
         optimizer.step()
         loss.item()
         times.append(time.perf_counter() - start)
-    return float(np.median(times[min(5, steps - 1):]))
+    return float(np.median(times[min(5, steps - 1) :]))
 
 
 def main() -> None:
@@ -84,14 +91,16 @@ def main() -> None:
     torch.backends.cudnn.benchmark = True
     workload = Shapes({"model": args.model})
     server = socket.create_server(("127.0.0.1", 0))
-    cfg = TrainConfig(epochs=args.epochs, data_port=server.getsockname()[1], warmup_steps=min(5, args.batches - 1),
-                      log_every=1000)
+    cfg = TrainConfig(
+        epochs=args.epochs, data_port=server.getsockname()[1], warmup_steps=min(5, args.batches - 1), log_every=1000
+    )
     sender = mp.get_context("fork").Process(target=_sender, args=(server, cfg, args.batches, args.size), daemon=True)
     sender.start()
     client = None
     try:
-        client = DataServiceClient(cfg, me="trainer", data_hosts=("127.0.0.1",), secret=SECRET,
-                                   pinned=device.type == "cuda").connect()
+        client = DataServiceClient(
+            cfg, me="trainer", data_hosts=("127.0.0.1",), secret=SECRET, pinned=device.type == "cuda"
+        ).connect()
         model = workload.build_model(CLASSES).to(device)
         stats = train_epochs(cfg, workload, model, client, device).stats
         client.close("completed")
@@ -105,14 +114,25 @@ def main() -> None:
             sender.kill()
         server.close()
     step = summary["step_time_s"]["p50"]
-    print(json.dumps({
-        "bench": "gpu_trainer", "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-        "torch": torch.__version__, "model": args.model, "batch": [BATCH, args.size, args.size, 3],
-        "steps": summary["steps"], "samples": summary["seen"],
-        "data_plane_step_ms_p50": round(step * 1e3, 2), "anchor_step_ms_p50": round(anchor * 1e3, 2),
-        "fed_ratio": round(anchor / step, 3), "data_wait_share": round(summary["data_wait_share"], 4),
-        "samples_per_s": round(BATCH / step, 1),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "bench": "gpu_trainer",
+                "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                "torch": torch.__version__,
+                "model": args.model,
+                "batch": [BATCH, args.size, args.size, 3],
+                "steps": summary["steps"],
+                "samples": summary["seen"],
+                "data_plane_step_ms_p50": round(step * 1e3, 2),
+                "anchor_step_ms_p50": round(anchor * 1e3, 2),
+                "fed_ratio": round(anchor / step, 3),
+                "data_wait_share": round(summary["data_wait_share"], 4),
+                "samples_per_s": round(BATCH / step, 1),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -55,57 +55,101 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--framework", choices=FRAMEWORKS, default=FRAMEWORKS[0])
     parser.add_argument("--no-ray", action="store_true", help="leave out the framework=ray row")
-    parser.add_argument("--spare-cpus", type=int, default=1, help="CPUs the trainer host decodes on in the hybrid rows (0: no hybrid rows)")
+    parser.add_argument(
+        "--spare-cpus", type=int, default=1, help="CPUs the trainer host decodes on in the hybrid rows (0: no hybrid rows)"
+    )
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         sys.exit("needs at least 2 CPUs")
-    spare = tuple(cpus[2:2 + args.spare_cpus]) if len(cpus) >= 2 + args.spare_cpus else tuple(cpus[1:1 + args.spare_cpus])
+    spare = tuple(cpus[2 : 2 + args.spare_cpus]) if len(cpus) >= 2 + args.spare_cpus else tuple(cpus[1 : 1 + args.spare_cpus])
     hybrid_sets = {"trainer": (cpus[0], *spare), "data": (cpus[1],)}
     with tempfile.TemporaryDirectory() as tmp:
         images = generate(Path(tmp) / "images", samples=args.images)
         params = resolve_parameters({"InputData": str(images), "Epochs": args.epochs})
-        options = LocalOptions(work_dir=Path(tmp) / "runs", framework=args.framework, cpus={"trainer": (cpus[0],), "data": (cpus[1],)},
-                               echo=lambda _: None)
+        options = LocalOptions(
+            work_dir=Path(tmp) / "runs",
+            framework=args.framework,
+            cpus={"trainer": (cpus[0],), "data": (cpus[1],)},
+            echo=lambda _: None,
+        )
         runs = []
         for _ in range(args.repeats):
             pp = LocalRunner(params, options).run().price_performance
             base, het = pp["runs"]["baseline"], pp["runs"]["heterogeneous"]
             bound = pp.get("bound") or {}
-            hybrid = _hybrid_rows(images, args, hybrid_sets, Path(tmp) / "runs", het["samples_per_second"],
-                                  base["samples_per_second"]) if spare else {}
-            ray_row = {} if args.no_ray or args.framework != "pytorch" else _ray_row(
-                images, args, options.cpus, Path(tmp) / "runs", het["samples_per_second"], base["samples_per_second"])
-            runs.append({**hybrid, **ray_row,
-                "ideal_speedup": _rounded(bound.get("ideal_speedup")),
-                "speedup_over_back_to_back": _rounded(bound.get("speedup_over_back_to_back")),
-                "efficiency": _rounded(bound.get("efficiency")),
-                "baseline_over_back_to_back": _rounded(bound.get("baseline_over_back_to_back")),
-                "baseline_samples_per_s": round(base["samples_per_second"], 1),
-                "heterogeneous_samples_per_s": round(het["samples_per_second"], 1),
-                "ratio": round(het["samples_per_second"] / base["samples_per_second"], 3),
-                "baseline_data_wait": round(base["data_wait_share"], 3),
-                "heterogeneous_data_wait": round(het["data_wait_share"], 3),
-            })
+            hybrid = (
+                _hybrid_rows(images, args, hybrid_sets, Path(tmp) / "runs", het["samples_per_second"], base["samples_per_second"])
+                if spare
+                else {}
+            )
+            ray_row = (
+                {}
+                if args.no_ray or args.framework != "pytorch"
+                else _ray_row(
+                    images, args, options.cpus, Path(tmp) / "runs", het["samples_per_second"], base["samples_per_second"]
+                )
+            )
+            runs.append(
+                {
+                    **hybrid,
+                    **ray_row,
+                    "ideal_speedup": _rounded(bound.get("ideal_speedup")),
+                    "speedup_over_back_to_back": _rounded(bound.get("speedup_over_back_to_back")),
+                    "efficiency": _rounded(bound.get("efficiency")),
+                    "baseline_over_back_to_back": _rounded(bound.get("baseline_over_back_to_back")),
+                    "baseline_samples_per_s": round(base["samples_per_second"], 1),
+                    "heterogeneous_samples_per_s": round(het["samples_per_second"], 1),
+                    "ratio": round(het["samples_per_second"] / base["samples_per_second"], 3),
+                    "baseline_data_wait": round(base["data_wait_share"], 3),
+                    "heterogeneous_data_wait": round(het["data_wait_share"], 3),
+                }
+            )
     ratios = [r["ratio"] for r in runs]
     efficiencies = [r["efficiency"] for r in runs if r["efficiency"] is not None]
     median_efficiency = statistics.median(efficiencies) if efficiencies else None
     hybrid = [r for r in runs if "hybrid_auto_over_heterogeneous_same_cpus" in r]
     ray_runs = [r for r in runs if "ray_over_heterogeneous" in r]
-    print(json.dumps({
-        "bench": "hetero_speedup", "framework": args.framework,
-        "trainer_cpus": [cpus[0]], "data_host_cpus": [cpus[1]],
-        **({"hybrid_trainer_cpus": list(hybrid_sets["trainer"]), "shared_cpus": sorted(set(spare) & {cpus[1]}),
-            **{f"median_{mode}_over_{anchor}": statistics.median(r[f"{mode}_over_{anchor}"] for r in hybrid)
-               for mode in ("hybrid_auto", "hybrid_forced") for anchor in ("heterogeneous_same_cpus", "baseline")}} if hybrid else {}),
-        **({"median_ray_over_heterogeneous": statistics.median(r["ray_over_heterogeneous"] for r in ray_runs),
-            "median_ray_over_baseline": statistics.median(r["ray_over_baseline"] for r in ray_runs)} if ray_runs else {}),
-        "images": args.images, "epochs": args.epochs,
-        "median_ratio": statistics.median(ratios), "median_efficiency": median_efficiency, "target_efficiency": TARGET_EFFICIENCY,
-        "meets_target": median_efficiency is not None and median_efficiency >= TARGET_EFFICIENCY,
-        "any_above_bound": any(r["efficiency"] is not None and r["efficiency"] > 1.05 for r in runs),
-        "runs": runs,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "bench": "hetero_speedup",
+                "framework": args.framework,
+                "trainer_cpus": [cpus[0]],
+                "data_host_cpus": [cpus[1]],
+                **(
+                    {
+                        "hybrid_trainer_cpus": list(hybrid_sets["trainer"]),
+                        "shared_cpus": sorted(set(spare) & {cpus[1]}),
+                        **{
+                            f"median_{mode}_over_{anchor}": statistics.median(r[f"{mode}_over_{anchor}"] for r in hybrid)
+                            for mode in ("hybrid_auto", "hybrid_forced")
+                            for anchor in ("heterogeneous_same_cpus", "baseline")
+                        },
+                    }
+                    if hybrid
+                    else {}
+                ),
+                **(
+                    {
+                        "median_ray_over_heterogeneous": statistics.median(r["ray_over_heterogeneous"] for r in ray_runs),
+                        "median_ray_over_baseline": statistics.median(r["ray_over_baseline"] for r in ray_runs),
+                    }
+                    if ray_runs
+                    else {}
+                ),
+                "images": args.images,
+                "epochs": args.epochs,
+                "median_ratio": statistics.median(ratios),
+                "median_efficiency": median_efficiency,
+                "target_efficiency": TARGET_EFFICIENCY,
+                "meets_target": median_efficiency is not None and median_efficiency >= TARGET_EFFICIENCY,
+                "any_above_bound": any(r["efficiency"] is not None and r["efficiency"] > 1.05 for r in runs),
+                "runs": runs,
+            },
+            indent=2,
+        )
+    )
 
 
 def _hybrid_rows(images: Path, args, sets: dict, work_dir: Path, heterogeneous: float, baseline: float) -> dict:
@@ -135,9 +179,12 @@ def _ray_row(images: Path, args, sets: dict, work_dir: Path, heterogeneous: floa
     params = resolve_parameters({"InputData": str(images), "Epochs": args.epochs, "RunBaseline": False})
     run = LocalRunner(params, LocalOptions(work_dir=work_dir, framework="ray", cpus=sets, echo=lambda _: None)).run()
     het = run.price_performance["runs"]["heterogeneous"]
-    return {"ray_samples_per_s": round(het["samples_per_second"], 1), "ray_data_wait": round(het["data_wait_share"], 3),
-            "ray_over_heterogeneous": round(het["samples_per_second"] / heterogeneous, 3),
-            "ray_over_baseline": round(het["samples_per_second"] / baseline, 3)}
+    return {
+        "ray_samples_per_s": round(het["samples_per_second"], 1),
+        "ray_data_wait": round(het["data_wait_share"], 3),
+        "ray_over_heterogeneous": round(het["samples_per_second"] / heterogeneous, 3),
+        "ray_over_baseline": round(het["samples_per_second"] / baseline, 3),
+    }
 
 
 def _rounded(value):

@@ -58,11 +58,12 @@ def main() -> None:
     args = parser.parse_args()
 
     cpus = by_core(sorted(os.sched_getaffinity(0)))
-    trainer_set = cpus[:args.trainer_cpus]
+    trainer_set = cpus[: args.trainer_cpus]
     if len(trainer_set) < args.trainer_cpus:
         sys.exit(f"--trainer-cpus {args.trainer_cpus}: this machine has {len(cpus)} CPUs")
-    host_sets = [[cpus[(args.trainer_cpus + i * args.host_cpus + j) % len(cpus)] for j in range(args.host_cpus)]
-                 for i in range(args.hosts)]
+    host_sets = [
+        [cpus[(args.trainer_cpus + i * args.host_cpus + j) % len(cpus)] for j in range(args.host_cpus)] for i in range(args.hosts)
+    ]
     shared = sorted(set(trainer_set) & {c for s in host_sets for c in s})
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cudnn.benchmark = True
@@ -73,47 +74,70 @@ def main() -> None:
     started, ticks = time.perf_counter(), cpu_ticks()
     with tempfile.TemporaryDirectory(prefix="hetero-hybrid-bench-") as tmp:
         shards = make_shards(Path(tmp), args.samples)
-        costs = isolated_costs(workload, workload.build_model(8).to(device), device, shards[:2], batch_size=BATCH,
-                               learning_rate=1e-3)
+        costs = isolated_costs(
+            workload, workload.build_model(8).to(device), device, shards[:2], batch_size=BATCH, learning_rate=1e-3
+        )
         step_rate = BATCH / costs["step_s_per_batch_median"]
         worker_rate = BATCH / costs["decode_cpu_s_per_batch"]  # one decode worker on one CPU
-        steps = int(min(max(min(step_rate, (args.hosts * args.host_cpus + args.trainer_cpus) * worker_rate)
-                            * args.seconds / BATCH, 60), 20000))
+        steps = int(
+            min(
+                max(min(step_rate, (args.hosts * args.host_cpus + args.trainer_cpus) * worker_rate) * args.seconds / BATCH, 60),
+                20000,
+            )
+        )
         runs: dict[str, list] = {name: [] for name in rows}
         for _ in range(args.repeats):  # rounds over every row: slow drifts of the machine hit them all alike
             for name, trainer_cpus in rows.items():
                 run = run_configuration(args.hosts, host_sets, shards, options, steps, device, args.repeat, trainer_cpus)
                 run.pop("model")
                 runs[name].append(run)
-                print(f"[bench] {name}: {run['samples_per_second']:.0f} samples/s, local decode workers "
-                      f"{run['spare']['workers']} (kept {run['spare']['kept_cpus']})", file=sys.stderr, flush=True)
+                print(
+                    f"[bench] {name}: {run['samples_per_second']:.0f} samples/s, local decode workers "
+                    f"{run['spare']['workers']} (kept {run['spare']['kept_cpus']})",
+                    file=sys.stderr,
+                    flush=True,
+                )
     data_workers = args.hosts * args.host_cpus
     result = {}
     for name, repeats in runs.items():
         rates = [r["samples_per_second"] for r in repeats]
         median = sorted(repeats, key=lambda r: r["samples_per_second"])[(len(repeats) - 1) // 2]
         local_workers = median["spare"]["workers"]
-        result[name] = {"samples_per_second": round(statistics.median(rates), 1), "repeats": [round(r, 1) for r in rates],
-                        "data_wait_share": round(median["data_wait_share"], 3), "spare": median["spare"],
-                        "local_decode": median["local_decode"],
-                        "bound_samples_per_second": round(min(step_rate, (data_workers + local_workers) * worker_rate), 1)}
+        result[name] = {
+            "samples_per_second": round(statistics.median(rates), 1),
+            "repeats": [round(r, 1) for r in rates],
+            "data_wait_share": round(median["data_wait_share"], 3),
+            "spare": median["spare"],
+            "local_decode": median["local_decode"],
+            "bound_samples_per_second": round(min(step_rate, (data_workers + local_workers) * worker_rate), 1),
+        }
     hetero = result["heterogeneous"]["samples_per_second"]
     for name in rows:
         if name != "heterogeneous":
             result[name]["over_heterogeneous"] = round(result[name]["samples_per_second"] / hetero, 3)
-            result[name]["bound_over_heterogeneous"] = round(result[name]["bound_samples_per_second"]
-                                                             / result["heterogeneous"]["bound_samples_per_second"], 3)
+            result[name]["bound_over_heterogeneous"] = round(
+                result[name]["bound_samples_per_second"] / result["heterogeneous"]["bound_samples_per_second"], 3
+            )
     auto = result["hybrid_auto"]
     spare_found = auto["spare"]["workers"] > 0
     goal = SPARE_GOAL if spare_found else NONE_GOAL
-    doc = {"bench": "hybrid", "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-           "workload": options, "batch": BATCH, "trainer_cpus": trainer_set, "data_host_cpus": host_sets, "shared_cpus": shared,
-           "step_s_per_batch_alone": costs["step_s_per_batch_median"], "decode_cpu_s_per_batch": costs["decode_cpu_s_per_batch"],
-           "rows": result, "hybrid_auto_over_heterogeneous": auto["over_heterogeneous"],
-           "goal": f">= {goal} ({'the trainer had spare CPUs' if spare_found else 'no spare CPUs found: must cost nothing'})",
-           "goal_met": auto["over_heterogeneous"] >= goal,
-           "machine_cpu_share": cpu_share_since(ticks),
-           "seconds": round(time.perf_counter() - started, 1)}
+    doc = {
+        "bench": "hybrid",
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "workload": options,
+        "batch": BATCH,
+        "trainer_cpus": trainer_set,
+        "data_host_cpus": host_sets,
+        "shared_cpus": shared,
+        "step_s_per_batch_alone": costs["step_s_per_batch_median"],
+        "decode_cpu_s_per_batch": costs["decode_cpu_s_per_batch"],
+        "rows": result,
+        "hybrid_auto_over_heterogeneous": auto["over_heterogeneous"],
+        "goal": f">= {goal} ({'the trainer had spare CPUs' if spare_found else 'no spare CPUs found: must cost nothing'})",
+        "goal_met": auto["over_heterogeneous"] >= goal,
+        "machine_cpu_share": cpu_share_since(ticks),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     emit(doc, args.out)
 
 

@@ -21,8 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline import image_guard  # noqa: E402
 from pipeline.images import default_training_image  # noqa: E402
 
-IMPORTS = {"pytorch": "import torch, numpy, PIL, sagemaker_training.environment",
-           "tensorflow": "import tensorflow, numpy, PIL, sagemaker_training.environment"}
+IMPORTS = {
+    "pytorch": "import torch, numpy, PIL, sagemaker_training.environment",
+    "tensorflow": "import tensorflow, numpy, PIL, sagemaker_training.environment",
+}
 
 
 def _start(code: str, pythonpath: str) -> float:
@@ -46,10 +48,13 @@ def main() -> int:
             for _ in range(args.repeats):
                 plain.append(_start(code, ""))
                 guarded.append(_start(code, guard))
-        results[framework] = {"image": image, "plain_s": round(statistics.median(plain), 3),
-                              "guarded_s": round(statistics.median(guarded), 3),
-                              "added_s": round(statistics.median(guarded) - statistics.median(plain), 3),
-                              "ratio": round(statistics.median(guarded) / statistics.median(plain), 3)}
+        results[framework] = {
+            "image": image,
+            "plain_s": round(statistics.median(plain), 3),
+            "guarded_s": round(statistics.median(guarded), 3),
+            "added_s": round(statistics.median(guarded) - statistics.median(plain), 3),
+            "ratio": round(statistics.median(guarded) / statistics.median(plain), 3),
+        }
     print(json.dumps({"bench": "image_guard", "repeats": args.repeats, "process_start_with_imports": results}, indent=1))
     return 0
 

@@ -49,13 +49,17 @@ PICK_WITHIN = 0.05
 def bench_model(name: str, args, shards: list[Path], device: torch.device, trainer: InstanceType, host: InstanceType) -> dict:
     options = {"model": name, **({"blur_passes": args.blur[name]} if name in args.blur else {})}
     workload = Shapes(options)
-    host_cpus = [args.cpus[args.trainer_cpus + i * args.host_cpus: args.trainer_cpus + (i + 1) * args.host_cpus]
-                 for i in range(max(args.hosts))]  # args.cpus lists hyperthread siblings side by side
+    host_cpus = [
+        args.cpus[args.trainer_cpus + i * args.host_cpus : args.trainer_cpus + (i + 1) * args.host_cpus]
+        for i in range(max(args.hosts))
+    ]  # args.cpus lists hyperthread siblings side by side
     # a first estimate sizes the profile run: the step alone on the device, decode alone on one core
     probe = isolated_costs(workload, workload.build_model(8).to(device), device, shards[:2], batch_size=BATCH, learning_rate=1e-3)
     guess = min(BATCH / probe["step_s_per_batch_median"], args.host_cpus * BATCH / probe["decode_cpu_s_per_batch"])
-    profile_runs = [run_configuration(1, host_cpus, shards, options, _steps(guess, args.seconds), device, args.repeat)
-                    for _ in range(args.repeats)]
+    profile_runs = [
+        run_configuration(1, host_cpus, shards, options, _steps(guess, args.seconds), device, args.repeat)
+        for _ in range(args.repeats)
+    ]
     costs = isolated_costs(workload, profile_runs[-1]["model"], device, shards[:2], batch_size=BATCH, learning_rate=1e-3)
     for run in profile_runs:
         run.pop("model")
@@ -65,12 +69,17 @@ def bench_model(name: str, args, shards: list[Path], device: torch.device, train
     runs: dict[int, list] = {n: [] for n in args.hosts}
     for _ in range(args.repeats):  # rounds over every configuration: slow drifts of the machine hit them all alike
         for n in args.hosts:
-            run = run_configuration(n, host_cpus, shards, options, _steps(predictions[n].samples_per_second, args.seconds),
-                                    device, args.repeat)
+            run = run_configuration(
+                n, host_cpus, shards, options, _steps(predictions[n].samples_per_second, args.seconds), device, args.repeat
+            )
             run.pop("model")
             runs[n].append(run)
-            print(f"[bench] {name}: {n} data host(s): predicted {predictions[n].samples_per_second:.0f}, "
-                  f"measured {run['samples_per_second']:.0f} samples/s", file=sys.stderr, flush=True)
+            print(
+                f"[bench] {name}: {n} data host(s): predicted {predictions[n].samples_per_second:.0f}, "
+                f"measured {run['samples_per_second']:.0f} samples/s",
+                file=sys.stderr,
+                flush=True,
+            )
     runs = {n: _median_run(r) for n, r in runs.items()}
     return _judge(name, options, profile, costs, profile_run, predictions, runs, trainer, host)
 
@@ -90,36 +99,50 @@ def _judge(name, options, profile, costs, profile_run, predictions: dict[int, Pr
     for n, p in predictions.items():
         measured = runs[n]["samples_per_second"]
         price = trainer.price_per_hour + n * host.price_per_hour
-        rows.append({"data_hosts": n, "predicted_samples_per_s": round(p.samples_per_second, 1),
-                     "measured_samples_per_s": round(measured, 1), "measured_repeats": runs[n]["repeats"],
-                     "error": round(p.samples_per_second / measured - 1, 4), "bottleneck": p.bottleneck,
-                     "predicted_gpu_busy_share": round(p.gpu_busy_share, 3),
-                     "measured_data_wait_share": round(runs[n]["data_wait_share"], 3),
-                     "cluster_usd_per_hour": round(price, 4),
-                     "predicted_cost_per_epoch": round(p.cost_per_epoch, 4),
-                     "measured_cost_per_epoch": round(price * EPOCH_SAMPLES / measured / 3600, 4),
-                     "data_host_busy_share": [round(h["busy_share"], 3) for h in runs[n]["data_hosts"]],
-                     "trainer_cpu_s_per_sample": round(runs[n]["trainer_cpu_s_per_sample"], 6)})
+        rows.append(
+            {
+                "data_hosts": n,
+                "predicted_samples_per_s": round(p.samples_per_second, 1),
+                "measured_samples_per_s": round(measured, 1),
+                "measured_repeats": runs[n]["repeats"],
+                "error": round(p.samples_per_second / measured - 1, 4),
+                "bottleneck": p.bottleneck,
+                "predicted_gpu_busy_share": round(p.gpu_busy_share, 3),
+                "measured_data_wait_share": round(runs[n]["data_wait_share"], 3),
+                "cluster_usd_per_hour": round(price, 4),
+                "predicted_cost_per_epoch": round(p.cost_per_epoch, 4),
+                "measured_cost_per_epoch": round(price * EPOCH_SAMPLES / measured / 3600, 4),
+                "data_host_busy_share": [round(h["busy_share"], 3) for h in runs[n]["data_hosts"]],
+                "trainer_cpu_s_per_sample": round(runs[n]["trainer_cpu_s_per_sample"], 6),
+            }
+        )
     pick = recommend(list(predictions.values()))
     best = max(r["measured_samples_per_s"] for r in rows)
     fast = [r for r in rows if r["measured_samples_per_s"] >= 0.95 * best]
     cheapest = min(fast, key=lambda r: r["measured_cost_per_epoch"])
     picked = next(r for r in rows if r["data_hosts"] == pick.data_count)
     return {
-        "model": name, "workload_options": options,
-        "profile": {"step_s_per_sample": profile.step_s_per_sample, "cpu_s_per_sample": profile.cpu_s_per_sample,
-                    "decode_cpu_s_per_sample": profile.decode_cpu_s_per_sample, "scaling": round(profile.scaling, 4),
-                    "scaling_measured": profile.scaling_measured, "bytes_per_sample": profile.bytes_per_sample,
-                    "step_s_per_batch_alone": costs["step_s_per_batch_median"],
-                    "profile_run_samples_per_s": round(profile_run["samples_per_second"], 1),
-                    "profile_run_repeats": profile_run["repeats"],
-                    "step_s_per_batch_in_loop": round(profile_run["compute_s_per_step"], 6),
-                    "profile_run_trainer_cpu_s_per_sample": round(profile_run["trainer_cpu_s_per_sample"], 6),
-                    "profile_run_data_wait_share": round(profile_run["data_wait_share"], 3)},
+        "model": name,
+        "workload_options": options,
+        "profile": {
+            "step_s_per_sample": profile.step_s_per_sample,
+            "cpu_s_per_sample": profile.cpu_s_per_sample,
+            "decode_cpu_s_per_sample": profile.decode_cpu_s_per_sample,
+            "scaling": round(profile.scaling, 4),
+            "scaling_measured": profile.scaling_measured,
+            "bytes_per_sample": profile.bytes_per_sample,
+            "step_s_per_batch_alone": costs["step_s_per_batch_median"],
+            "profile_run_samples_per_s": round(profile_run["samples_per_second"], 1),
+            "profile_run_repeats": profile_run["repeats"],
+            "step_s_per_batch_in_loop": round(profile_run["compute_s_per_step"], 6),
+            "profile_run_trainer_cpu_s_per_sample": round(profile_run["trainer_cpu_s_per_sample"], 6),
+            "profile_run_data_wait_share": round(profile_run["data_wait_share"], 3),
+        },
         "configurations": rows,
         "max_abs_error": round(max(abs(r["error"]) for r in rows), 4),
         "predictions_within_10pct": all(abs(r["error"]) <= WITHIN for r in rows),
-        "planner_pick": pick.data_count, "cheapest_fast_measured": cheapest["data_hosts"],
+        "planner_pick": pick.data_count,
+        "cheapest_fast_measured": cheapest["data_hosts"],
         "pick_cost_over_cheapest": round(picked["measured_cost_per_epoch"] / cheapest["measured_cost_per_epoch"] - 1, 4),
         "pick_within_5pct": picked["measured_cost_per_epoch"] <= (1 + PICK_WITHIN) * cheapest["measured_cost_per_epoch"],
     }
@@ -145,30 +168,51 @@ def main() -> None:
     args.cpus = by_core(sorted(os.sched_getaffinity(0)))
     need = args.trainer_cpus + max(args.hosts) * args.host_cpus
     if need > len(args.cpus):
-        sys.exit(f"needs {need} CPUs ({args.trainer_cpus} trainer + {max(args.hosts)} x {args.host_cpus}); this machine has {len(args.cpus)}")
+        sys.exit(
+            f"needs {need} CPUs ({args.trainer_cpus} trainer + {max(args.hosts)} x {args.host_cpus}); this machine has {len(args.cpus)}"
+        )
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cudnn.benchmark = True
-    os.sched_setaffinity(0, args.cpus[:args.trainer_cpus])
+    os.sched_setaffinity(0, args.cpus[: args.trainer_cpus])
     torch.set_num_threads(args.trainer_cpus)
     prices = load_prices(None)
-    trainer = InstanceType(f"{args.trainer_price} (this machine's {device.type} + {args.trainer_cpus} CPUs)", args.trainer_cpus,
-                           prices.hourly(args.trainer_price))
+    trainer = InstanceType(
+        f"{args.trainer_price} (this machine's {device.type} + {args.trainer_cpus} CPUs)",
+        args.trainer_cpus,
+        prices.hourly(args.trainer_price),
+    )
     cpu_type = args.cpu_price
-    host = InstanceType(f"{args.host_cpus} CPUs of this machine at {cpu_type}'s per-vCPU price", args.host_cpus,
-                        prices.hourly(cpu_type) / 4 * args.host_cpus)
+    host = InstanceType(
+        f"{args.host_cpus} CPUs of this machine at {cpu_type}'s per-vCPU price",
+        args.host_cpus,
+        prices.hourly(cpu_type) / 4 * args.host_cpus,
+    )
     started, ticks = time.perf_counter(), cpu_ticks()
     with tempfile.TemporaryDirectory(prefix="hetero-plan-bench-") as tmp:
         shards = make_shards(Path(tmp), args.samples)
         results = [bench_model(m, args, shards, device, trainer, host) for m in args.models.split(",")]
-    doc = {"bench": "plan_accuracy", "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-           "cpus": len(args.cpus), "trainer_cpus": args.trainer_cpus, "host_cpus": args.host_cpus, "batch": BATCH,
-           "cpu_order": args.cpus, "hyperthread_siblings": siblings(),
-           "prices": {"trainer": trainer.name, "trainer_usd_per_hour": trainer.price_per_hour, "data_host": host.name,
-                      "data_host_usd_per_hour": round(host.price_per_hour, 4)},
-           "machine_cpu_share": cpu_share_since(ticks),
-           "epoch_samples": EPOCH_SAMPLES, "models": results, "seconds": round(time.perf_counter() - started, 1),
-           "all_within_10pct": all(r["predictions_within_10pct"] for r in results),
-           "all_picks_within_5pct": all(r["pick_within_5pct"] for r in results)}
+    doc = {
+        "bench": "plan_accuracy",
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "cpus": len(args.cpus),
+        "trainer_cpus": args.trainer_cpus,
+        "host_cpus": args.host_cpus,
+        "batch": BATCH,
+        "cpu_order": args.cpus,
+        "hyperthread_siblings": siblings(),
+        "prices": {
+            "trainer": trainer.name,
+            "trainer_usd_per_hour": trainer.price_per_hour,
+            "data_host": host.name,
+            "data_host_usd_per_hour": round(host.price_per_hour, 4),
+        },
+        "machine_cpu_share": cpu_share_since(ticks),
+        "epoch_samples": EPOCH_SAMPLES,
+        "models": results,
+        "seconds": round(time.perf_counter() - started, 1),
+        "all_within_10pct": all(r["predictions_within_10pct"] for r in results),
+        "all_picks_within_5pct": all(r["pick_within_5pct"] for r in results),
+    }
     emit(doc, args.out)
 
 

@@ -115,6 +115,7 @@ SPAWN = mp.get_context("spawn")  # for TensorFlow children: TF does not survive 
 
 # -- sender processes ------------------------------------------------------------
 
+
 def _raw_sender(port: int, batches: int, payload: np.ndarray, results) -> None:
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.recv(1)  # go
@@ -126,8 +127,17 @@ def _raw_sender(port: int, batches: int, payload: np.ndarray, results) -> None:
         sock.recv(1)  # the receiver has everything
 
 
-def _serve_sender(server: socket.socket, me: str, cfg: TrainConfig, secret: bytes, warmup: int, batches: int,
-                  rate: float, pixels: np.ndarray, results) -> None:
+def _serve_sender(
+    server: socket.socket,
+    me: str,
+    cfg: TrainConfig,
+    secret: bytes,
+    warmup: int,
+    batches: int,
+    rate: float,
+    pixels: np.ndarray,
+    results,
+) -> None:
     batch = Batch(torch.from_numpy(pixels), torch.zeros(BATCH, dtype=torch.int64), torch.arange(BATCH, dtype=torch.int64))
     cpu = {}
 
@@ -144,8 +154,15 @@ def _serve_sender(server: socket.socket, me: str, cfg: TrainConfig, secret: byte
             yield batch
         cpu["end"] = time.process_time()
 
-    serve(cfg, server, me=me, trainer_hosts=(TRAINER,), secret=secret, samples_per_epoch=BATCH * batches,
-          epoch_batches=epoch_batches)
+    serve(
+        cfg,
+        server,
+        me=me,
+        trainer_hosts=(TRAINER,),
+        secret=secret,
+        samples_per_epoch=BATCH * batches,
+        epoch_batches=epoch_batches,
+    )
     results.send(cpu["end"] - cpu["start"])
 
 
@@ -212,12 +229,16 @@ def _listeners(names: list[str]) -> list[socket.socket]:
 
 # -- receivers -----------------------------------------------------------------
 
+
 def _window(batches: int, seconds: float, cpu: float) -> dict:
     return {"gbps": batches * BATCH_BYTES / seconds / 1e9, "cpu_ms_per_batch": 1e3 * cpu / batches, "batches": batches}
 
 
 def measure_raw_tcp(batches: int, payload: np.ndarray) -> dict:
-    with socket.create_server(("127.0.0.1", 0)) as server, _children((_raw_sender, (server.getsockname()[1], batches, payload))) as pipes:
+    with (
+        socket.create_server(("127.0.0.1", 0)) as server,
+        _children((_raw_sender, (server.getsockname()[1], batches, payload))) as pipes,
+    ):
         server.settimeout(60)
         sock, _ = server.accept()
         with sock:
@@ -324,8 +345,13 @@ def measure_tf_data_service(batches: int, warmup: int, pixels: np.ndarray, compr
             if not conn.poll(120):
                 raise RuntimeError("tf.data.service worker did not start within 120 s")
             conn.recv()
-            elements = iter(dataset.apply(service.distribute(
-                processing_mode=service.ShardingPolicy.OFF, service=dispatcher.target, compression=compression)))
+            elements = iter(
+                dataset.apply(
+                    service.distribute(
+                        processing_mode=service.ShardingPolicy.OFF, service=dispatcher.target, compression=compression
+                    )
+                )
+            )
             for _ in range(warmup):
                 next(elements)
             conn.send("cpu")
@@ -358,10 +384,22 @@ def measure_ray_data(batches: int, warmup: int) -> dict:
     nodes = []
     try:
         for name, role in (("ray-head", "trainer"), ("ray-sender", "data")):
-            cluster = Cluster(current_host=name, current_group=role, role=role, heterogeneous=True, groups=(),
-                              data_hosts=("ray-sender",), trainer_hosts=("ray-head",), channel_dirs={}, channel_distribution={},
-                              model_dir=Path("."), output_dir=Path("."), output_data_dir=Path("."), network_interface="lo",
-                              checkpoint_dir=Path("."))
+            cluster = Cluster(
+                current_host=name,
+                current_group=role,
+                role=role,
+                heterogeneous=True,
+                groups=(),
+                data_hosts=("ray-sender",),
+                trainer_hosts=("ray-head",),
+                channel_dirs={},
+                channel_distribution={},
+                model_dir=Path("."),
+                output_dir=Path("."),
+                output_data_dir=Path("."),
+                network_interface="lo",
+                checkpoint_dir=Path("."),
+            )
             head = nodes[0].address if nodes else ""
             nodes.append(RayNode(cfg, cluster).start(head, log=sys.stderr))  # stdout is the JSON
         nodes[0].connect()  # sets the token's environment, then imports ray: Ray reads it once, at import
@@ -376,10 +414,15 @@ def measure_ray_data(batches: int, warmup: int) -> dict:
         def one_batch(_: dict) -> dict:  # a closure: Ray ships it by value (this script is no module on the nodes)
             if "pixels" not in made:  # once per worker process: then the same arrays every time
                 made["pixels"] = np.random.default_rng(0).integers(0, 256, size=(1, BATCH, H, W, C), dtype=np.uint8)
-            return {"pixels": made["pixels"], "labels": np.zeros((1, BATCH), np.int64), "ids": np.arange(BATCH, dtype=np.int64)[None]}
+            return {
+                "pixels": made["pixels"],
+                "labels": np.zeros((1, BATCH), np.int64),
+                "ids": np.arange(BATCH, dtype=np.int64)[None],
+            }
 
         dataset = ray.data.range(warmup + batches, override_num_blocks=warmup + batches).map_batches(
-            one_batch, batch_size=1, resources={"hetero_data": 0.001}, num_cpus=1)
+            one_batch, batch_size=1, resources={"hetero_data": 0.001}, num_cpus=1
+        )
         elements = iter(dataset.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=4))
         for _ in range(warmup):
             next(elements)
@@ -400,6 +443,7 @@ def measure_ray_data(batches: int, warmup: int) -> dict:
 
 # -- the run ---------------------------------------------------------------------
 
+
 def _spread(values: list[float]) -> dict:
     return {"median": _median(values), "samples": [round(v, 3) for v in values]}
 
@@ -417,8 +461,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=200, help="timed batches per measurement and sender")
     parser.add_argument("--warmup", type=int, default=10, help="untimed batches first (buffer pool, TCP windows)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--paced-fraction", type=float, default=0.3,
-                        help="paced multi-host senders each produce this fraction of the single-host batches/s")
+    parser.add_argument(
+        "--paced-fraction",
+        type=float,
+        default=0.3,
+        help="paced multi-host senders each produce this fraction of the single-host batches/s",
+    )
     parser.add_argument("--quick", action="store_true", help="a short run: 30 batches, 4 warm-up")
     parser.add_argument("--no-ray", action="store_true", help="leave out the Ray Data row")
     args = parser.parse_args()
@@ -446,10 +494,17 @@ def main() -> None:
                 with SPAWN.Pool(1) as pool:
                     ray_runs.append(pool.apply(measure_ray_data, (args.batches, args.warmup)))
         ratios = [o["gbps"] / r["gbps"] for r, o in zip(raw, ours)]
-        tf_data_service = {"skipped": "tensorflow is not installed"} if not with_tf else {
-            label: {**_summary(runs, "gbps", "cpu_ms_per_batch", "sender_cpu_ms_per_batch"),
-                    "ratio_to_tcp": _spread([t["gbps"] / r["gbps"] for r, t in zip(raw, runs)])}
-            for label, runs in tf_runs.items()}
+        tf_data_service = (
+            {"skipped": "tensorflow is not installed"}
+            if not with_tf
+            else {
+                label: {
+                    **_summary(runs, "gbps", "cpu_ms_per_batch", "sender_cpu_ms_per_batch"),
+                    "ratio_to_tcp": _spread([t["gbps"] / r["gbps"] for r, t in zip(raw, runs)]),
+                }
+                for label, runs in tf_runs.items()
+            }
+        )
         single_rate = statistics.median(o["gbps"] for o in ours) * 1e9 / BATCH_BYTES  # batches/s
         paced_rate = args.paced_fraction * single_rate
 
@@ -459,49 +514,74 @@ def main() -> None:
             for _ in range(args.repeats):
                 alone = [measure_drain(name, args.batches, args.warmup, pixels, rate) for name in DATA_HOSTS]
                 merged = measure_hetero(list(DATA_HOSTS), args.batches, args.warmup, pixels, rate)
-                runs.append({"alone_0_gbps": alone[0]["gbps"], "alone_1_gbps": alone[1]["gbps"], "merged_gbps": merged["gbps"],
-                             "merged_cpu_ms_per_batch": merged["cpu_ms_per_batch"],
-                             "merged_over_sum": merged["gbps"] / (alone[0]["gbps"] + alone[1]["gbps"])})
+                runs.append(
+                    {
+                        "alone_0_gbps": alone[0]["gbps"],
+                        "alone_1_gbps": alone[1]["gbps"],
+                        "merged_gbps": merged["gbps"],
+                        "merged_cpu_ms_per_batch": merged["cpu_ms_per_batch"],
+                        "merged_over_sum": merged["gbps"] / (alone[0]["gbps"] + alone[1]["gbps"]),
+                    }
+                )
             multi[label] = {
-                **({"rate_per_sender_batches_per_s": round(rate, 1), "rate_per_sender_gbps": round(rate * BATCH_BYTES / 1e9, 3)} if rate else {}),
+                **(
+                    {"rate_per_sender_batches_per_s": round(rate, 1), "rate_per_sender_gbps": round(rate * BATCH_BYTES / 1e9, 3)}
+                    if rate
+                    else {}
+                ),
                 **_summary(runs, "alone_0_gbps", "alone_1_gbps", "merged_gbps", "merged_cpu_ms_per_batch", "merged_over_sum"),
             }
         multi["merged_over_sum"] = multi["paced"]["merged_over_sum"]["median"]
         multi["merged_over_sum_target"] = 0.9
 
-    print(json.dumps({
-        "bench": "transport",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(), "torch": torch.__version__,
+    print(
+        json.dumps(
+            {
+                "bench": "transport",
+                "command": " ".join([Path(sys.executable).name, *sys.argv]),
+                "machine": {
+                    "cpus": len(os.sched_getaffinity(0)),
+                    "python": platform.python_version(),
+                    "torch": torch.__version__,
                     **({"tensorflow": sys.modules["tensorflow"].__version__} if "tensorflow" in sys.modules else {}),
-                    "load_avg_1m": round(os.getloadavg()[0], 2)},
-        "batch": {"shape": [BATCH, H, W, C], "dtype": "uint8", "bytes": BATCH_BYTES},
-        "batches": args.batches, "warmup": args.warmup, "repeats": args.repeats,
-        "raw_tcp": {**_summary(raw, "gbps", "cpu_ms_per_batch", "sender_cpu_ms_per_batch")},
-        "hetero_data_plane": {
-            **_summary(ours, "gbps", "cpu_ms_per_batch"),
-            "sender_cpu_ms_per_batch": {"median": _median([o["sender_cpu_ms_per_batch"][0] for o in ours])},
-            "ratio_to_tcp": _spread(ratios),
-        },
-        "tf_data_service": tf_data_service,
-        "ray_data": {"skipped": "--no-ray"} if not ray_runs else {
-            **_summary(ray_runs, "gbps", "cpu_ms_per_batch"), "ratio_to_tcp": _spread([t["gbps"] / r["gbps"] for r, t in zip(raw, ray_runs)])},
-        "multi_host": multi,
-        "notes": [
-            "GB/s = 1e9 bytes of pixels+labels+ids per second over the timed window; cpu_ms_per_batch = process_time of the "
-            "receiving process (all its threads) over that window / batches; ratio_to_tcp is per repeat, raw and ours interleaved.",
-            "tf_data_service: dispatcher in the receiving process, one worker in a spawned process, dataset "
-            "from_tensors(batch).repeat(); the pixels are random bytes, so compression=AUTO (snappy) only adds CPU on both ends. "
-            "Its ratio_to_tcp is against the raw_tcp run of the same repeat.",
-            "multi_host alone = one serve() process streaming to a drain sink (handshake, then every frame read into one reused "
-            "buffer, nothing else); merged = both serve() processes streaming at once to the real DataServiceClient.",
-            "paced: each sender is held to rate_per_sender (paced-fraction x the single-host rate above), like a data host bound by "
-            "its decode CPU; merged_over_sum there answers the spec's question (>= 0.9): does the trainer take in all both produce.",
-            "saturated: unthrottled senders. Alone, one sender and the sink have the 2 cores to themselves; merged, two senders "
-            "and the receiver share them, and loopback TCP costs CPU on both ends, so the sum is unreachable on this box and "
-            "merged_over_sum there is a CPU-sharing figure, not a merge loss. Separate hosts would each bring their own CPU.",
-        ],
-    }, indent=2))
+                    "load_avg_1m": round(os.getloadavg()[0], 2),
+                },
+                "batch": {"shape": [BATCH, H, W, C], "dtype": "uint8", "bytes": BATCH_BYTES},
+                "batches": args.batches,
+                "warmup": args.warmup,
+                "repeats": args.repeats,
+                "raw_tcp": {**_summary(raw, "gbps", "cpu_ms_per_batch", "sender_cpu_ms_per_batch")},
+                "hetero_data_plane": {
+                    **_summary(ours, "gbps", "cpu_ms_per_batch"),
+                    "sender_cpu_ms_per_batch": {"median": _median([o["sender_cpu_ms_per_batch"][0] for o in ours])},
+                    "ratio_to_tcp": _spread(ratios),
+                },
+                "tf_data_service": tf_data_service,
+                "ray_data": {"skipped": "--no-ray"}
+                if not ray_runs
+                else {
+                    **_summary(ray_runs, "gbps", "cpu_ms_per_batch"),
+                    "ratio_to_tcp": _spread([t["gbps"] / r["gbps"] for r, t in zip(raw, ray_runs)]),
+                },
+                "multi_host": multi,
+                "notes": [
+                    "GB/s = 1e9 bytes of pixels+labels+ids per second over the timed window; cpu_ms_per_batch = process_time of the "
+                    "receiving process (all its threads) over that window / batches; ratio_to_tcp is per repeat, raw and ours interleaved.",
+                    "tf_data_service: dispatcher in the receiving process, one worker in a spawned process, dataset "
+                    "from_tensors(batch).repeat(); the pixels are random bytes, so compression=AUTO (snappy) only adds CPU on both ends. "
+                    "Its ratio_to_tcp is against the raw_tcp run of the same repeat.",
+                    "multi_host alone = one serve() process streaming to a drain sink (handshake, then every frame read into one reused "
+                    "buffer, nothing else); merged = both serve() processes streaming at once to the real DataServiceClient.",
+                    "paced: each sender is held to rate_per_sender (paced-fraction x the single-host rate above), like a data host bound by "
+                    "its decode CPU; merged_over_sum there answers the spec's question (>= 0.9): does the trainer take in all both produce.",
+                    "saturated: unthrottled senders. Alone, one sender and the sink have the 2 cores to themselves; merged, two senders "
+                    "and the receiver share them, and loopback TCP costs CPU on both ends, so the sum is unreachable on this box and "
+                    "merged_over_sum there is a CPU-sharing figure, not a merge loss. Separate hosts would each bring their own CPU.",
+                ],
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -32,22 +32,45 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "pipeline" / "manifests"
 # where the images' package sets are published: (manifest, lock file, image config of extra builds, image URI parts)
 IMAGES = {
-    "pytorch-gpu": ("docker/pytorch/2.13/cuda/uv.lock", ".github/config/image/pytorch/2.13-sagemaker-cuda.yml",
-                    {"repository": "pytorch", "tags": ["2.13.0-cu133-amzn2023-sagemaker", "2.13-cu133-amzn2023-sagemaker"]}),
-    "pytorch-cpu": ("docker/pytorch/2.13/cpu/uv.lock", ".github/config/image/pytorch/2.13-sagemaker-cpu.yml",
-                    {"repository": "pytorch", "tags": ["2.13.0-cpu-amzn2023-sagemaker", "2.13-cpu-amzn2023-sagemaker"]}),
-    "tensorflow-gpu": ("docker/tensorflow/2.21/cuda/uv.lock", ".github/config/image/tensorflow/2.21-sagemaker-cuda.yml",
-                       {"repository": "tensorflow-training", "tags": ["2.21.0-gpu-py312", "2.21.0-gpu-py312-sagemaker",
-                                                                     "2.21.0-gpu-py312-cu129-amzn2023-sagemaker"]}),
-    "tensorflow-cpu": ("docker/tensorflow/2.21/cpu/uv.lock", ".github/config/image/tensorflow/2.21-sagemaker-cpu.yml",
-                       {"repository": "tensorflow-training", "tags": ["2.21.0-cpu-py312", "2.21.0-cpu-py312-sagemaker",
-                                                                     "2.21.0-cpu-py312-amzn2023-sagemaker"]}),
+    "pytorch-gpu": (
+        "docker/pytorch/2.13/cuda/uv.lock",
+        ".github/config/image/pytorch/2.13-sagemaker-cuda.yml",
+        {"repository": "pytorch", "tags": ["2.13.0-cu133-amzn2023-sagemaker", "2.13-cu133-amzn2023-sagemaker"]},
+    ),
+    "pytorch-cpu": (
+        "docker/pytorch/2.13/cpu/uv.lock",
+        ".github/config/image/pytorch/2.13-sagemaker-cpu.yml",
+        {"repository": "pytorch", "tags": ["2.13.0-cpu-amzn2023-sagemaker", "2.13-cpu-amzn2023-sagemaker"]},
+    ),
+    "tensorflow-gpu": (
+        "docker/tensorflow/2.21/cuda/uv.lock",
+        ".github/config/image/tensorflow/2.21-sagemaker-cuda.yml",
+        {
+            "repository": "tensorflow-training",
+            "tags": ["2.21.0-gpu-py312", "2.21.0-gpu-py312-sagemaker", "2.21.0-gpu-py312-cu129-amzn2023-sagemaker"],
+        },
+    ),
+    "tensorflow-cpu": (
+        "docker/tensorflow/2.21/cpu/uv.lock",
+        ".github/config/image/tensorflow/2.21-sagemaker-cpu.yml",
+        {
+            "repository": "tensorflow-training",
+            "tags": ["2.21.0-cpu-py312", "2.21.0-cpu-py312-sagemaker", "2.21.0-cpu-py312-amzn2023-sagemaker"],
+        },
+    ),
 }
 # the CUDA PyTorch image's packages built outside its lock (image config `build:` keys -> distribution)
 EXTRA_BUILDS = {"flash_attn_version": "flash-attn", "transformer_engine_version": "transformer-engine"}
-PLATFORM = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
-            "implementation_name": "cpython", "platform_python_implementation": "CPython", "python_version": "3.12",
-            "python_full_version": "3.12.11"}
+PLATFORM = {
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "python_version": "3.12",
+    "python_full_version": "3.12.11",
+}
 RAY_REQUIREMENT = "ray[data,train]"
 
 
@@ -116,8 +139,11 @@ def _ray_packages() -> dict[str, str]:
     """ray[data,train] and everything it requires, at the versions constraints.txt pins (read from this environment)."""
     from importlib import metadata
 
-    pinned = {canonical(line.split("==")[0]): line.split("==")[1].strip()
-              for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line and not line.startswith("#")}
+    pinned = {
+        canonical(line.split("==")[0]): line.split("==")[1].strip()
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
     found: dict[str, str] = {}
     queue = [Requirement(RAY_REQUIREMENT)]
     while queue:
@@ -127,8 +153,11 @@ def _ray_packages() -> dict[str, str]:
             continue
         found[name] = pinned.get(name) or metadata.version(name)
         extras = {""} | set(requirement.extras)
-        queue += [child for child in map(Requirement, metadata.requires(name) or [])
-                  if child.marker is None or any(child.marker.evaluate({**PLATFORM, "extra": e}) for e in extras)]
+        queue += [
+            child
+            for child in map(Requirement, metadata.requires(name) or [])
+            if child.marker is None or any(child.marker.evaluate({**PLATFORM, "extra": e}) for e in extras)
+        ]
     return found
 
 
@@ -142,8 +171,13 @@ def main(dlc: Path) -> int:
         packages.update({canonical(k): v for k, v in _extra_builds(config).items()})
         manifests[image] = {
             "image": uri,
-            "source": {"repository": "aws/deep-learning-containers", "commit": commit, "lock": lock_path, "config": config_path,
-                       "how": "uv sync --frozen --no-dev --extra sagemaker, resolved for linux x86_64 CPython 3.12"},
+            "source": {
+                "repository": "aws/deep-learning-containers",
+                "commit": commit,
+                "lock": lock_path,
+                "config": config_path,
+                "how": "uv sync --frozen --no-dev --extra sagemaker, resolved for linux x86_64 CPython 3.12",
+            },
             "python": "3.12",
             "packages": dict(sorted(packages.items())),
         }
@@ -152,7 +186,10 @@ def main(dlc: Path) -> int:
     ray.update({name: version for name, version in _ray_packages().items() if name not in ray or name == "ray"})
     manifests["ray-gpu"] = {
         "image": {"repository": "hetero-ray", "tags": [ray["ray"]], "dockerfile": "images/ray/Dockerfile"},
-        "source": {**manifests["pytorch-gpu"]["source"], "plus": f"pip install {RAY_REQUIREMENT} at the version constraints.txt pins"},
+        "source": {
+            **manifests["pytorch-gpu"]["source"],
+            "plus": f"pip install {RAY_REQUIREMENT} at the version constraints.txt pins",
+        },
         "python": "3.12",
         "packages": dict(sorted(ray.items())),
     }

@@ -32,15 +32,28 @@ class ArtifactBucket(Construct):
             removal_policy=RemovalPolicy.RETAIN,
         )
         self.log_bucket = s3.Bucket(self, "AccessLogs", **common)
-        Validations.of(self.log_bucket).acknowledge(Acknowledgment(
-            id="AwsSolutions-S1",
-            reason="This is the access-log bucket itself; logging it to another bucket would only move the problem."),
+        Validations.of(self.log_bucket).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-S1",
+                reason="This is the access-log bucket itself; logging it to another bucket would only move the problem.",
+            ),
         )
-        self.bucket = s3.Bucket(self, "Artifacts", server_access_logs_bucket=self.log_bucket,
-                                server_access_logs_prefix="artifacts/", **common, lifecycle_rules=[s3.LifecycleRule(
-                                    id="NoncurrentVersions", noncurrent_version_expiration=Duration.days(NONCURRENT_DAYS),
-                                    abort_incomplete_multipart_upload_after=Duration.days(7))])
+        self.bucket = s3.Bucket(
+            self,
+            "Artifacts",
+            server_access_logs_bucket=self.log_bucket,
+            server_access_logs_prefix="artifacts/",
+            **common,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="NoncurrentVersions",
+                    noncurrent_version_expiration=Duration.days(NONCURRENT_DAYS),
+                    abort_incomplete_multipart_upload_after=Duration.days(7),
+                )
+            ],
+        )
         if event_bridge:
             cfn = self.bucket.node.default_child
             cfn.notification_configuration = s3.CfnBucket.NotificationConfigurationProperty(
-                event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(event_bridge_enabled=True))
+                event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(event_bridge_enabled=True)
+            )

@@ -28,60 +28,94 @@ OBJECT_WRITES = ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload")
 class JobRole(Construct):
     """`role`: assumed by SageMaker for the pipeline's jobs; the pipeline role passes it to each of them."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, bucket: s3.IBucket, prefix: str,
-                 input_prefix: str, code: s3_assets.Asset, images: tuple[str, ...],
-                 price_overrides: s3_assets.Asset | None = None) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        pipeline_name: str,
+        bucket: s3.IBucket,
+        prefix: str,
+        input_prefix: str,
+        code: s3_assets.Asset,
+        images: tuple[str, ...],
+        price_overrides: s3_assets.Asset | None = None,
+    ) -> None:
         """`prefix`: the pipeline's artifacts (read and write); `input_prefix`: its raw inputs (read only), both key
         prefixes in `bucket`. `images`: the ECR image URIs the jobs run (training and processing); pulling is allowed
         from exactly their repositories, each in its own registry account and region. `price_overrides`: the
         PriceOverrides parameter's default object, which the Evaluate step reads as an input."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
-                             description=f"Runs the training and processing jobs of the {pipeline_name} SageMaker pipeline")
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description=f"Runs the training and processing jobs of the {pipeline_name} SageMaker pipeline",
+        )
         artifacts = bucket.arn_for_objects(f"{prefix.strip('/')}/*")
         inputs = bucket.arn_for_objects(f"{input_prefix}*")
         log_groups = stack.format_arn(service="logs", resource="log-group:/aws/sagemaker/*")
         statements = [
-            iam.PolicyStatement(sid="ListArtifacts", actions=["s3:ListBucket", "s3:GetBucketLocation"], resources=[bucket.bucket_arn]),
+            iam.PolicyStatement(
+                sid="ListArtifacts", actions=["s3:ListBucket", "s3:GetBucketLocation"], resources=[bucket.bucket_arn]
+            ),
             iam.PolicyStatement(sid="ReadWriteArtifacts", actions=["s3:GetObject", *OBJECT_WRITES], resources=[artifacts]),
             iam.PolicyStatement(sid="ReadInputs", actions=["s3:GetObject"], resources=[inputs]),
             # workload code must not change or delete what it trains on, though the artifact prefix may hold it
-            iam.PolicyStatement(sid="KeepInputs", effect=iam.Effect.DENY, actions=[*OBJECT_WRITES, "s3:DeleteObjectVersion"],
-                                resources=[inputs]),
-            iam.PolicyStatement(sid="ReadTrainingCode", actions=["s3:GetObject"],
-                                resources=[f"arn:{stack.partition}:s3:::{code.s3_bucket_name}/{code.s3_object_key}"]),
+            iam.PolicyStatement(
+                sid="KeepInputs", effect=iam.Effect.DENY, actions=[*OBJECT_WRITES, "s3:DeleteObjectVersion"], resources=[inputs]
+            ),
+            iam.PolicyStatement(
+                sid="ReadTrainingCode",
+                actions=["s3:GetObject"],
+                resources=[f"arn:{stack.partition}:s3:::{code.s3_bucket_name}/{code.s3_object_key}"],
+            ),
             # processing jobs download the code as an S3Prefix input, which lists the key first
-            iam.PolicyStatement(sid="ListTrainingCode", actions=["s3:ListBucket"],
-                                resources=[f"arn:{stack.partition}:s3:::{code.s3_bucket_name}"],
-                                conditions={"StringEquals": {"s3:prefix": code.s3_object_key}}),
+            iam.PolicyStatement(
+                sid="ListTrainingCode",
+                actions=["s3:ListBucket"],
+                resources=[f"arn:{stack.partition}:s3:::{code.s3_bucket_name}"],
+                conditions={"StringEquals": {"s3:prefix": code.s3_object_key}},
+            ),
             *(_read_one_object("DefaultPriceOverrides", price_overrides, stack.partition) if price_overrides else []),
-            iam.PolicyStatement(sid="JobLogs", actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
-                                                        "logs:DescribeLogStreams"],
-                                resources=[log_groups]),
+            iam.PolicyStatement(
+                sid="JobLogs",
+                actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+                resources=[log_groups],
+            ),
             # AWS Deep Learning Containers live in a registry account of their region (763104351884 in most,
             # 626614931356 in af-south-1, ...): the ARN comes from each image URI, never from a fixed account
-            iam.PolicyStatement(sid="PullJobImages",
-                                actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
-                                resources=sorted({_repository_arn(image) for image in images})),
+            iam.PolicyStatement(
+                sid="PullJobImages",
+                actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+                resources=sorted({_repository_arn(image) for image in images}),
+            ),
             # API forces "*": ecr:GetAuthorizationToken has no resource-level permissions
             iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
             # API forces "*": cloudwatch:PutMetricData has no resource-level permissions; limited to SageMaker namespaces
-            iam.PolicyStatement(sid="JobMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
-                                conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}),
+            iam.PolicyStatement(
+                sid="JobMetrics",
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}},
+            ),
         ]
         self.policy = iam.Policy(self, "Policy", policy_name=POLICY_NAME, statements=statements)
         self.policy.attach_to_role(self.role)
         keys = "Object keys under this prefix are written per execution (shards, models, checkpoints, evaluation) or uploaded by "
-        acknowledge_wildcards(self.policy, {
-            "*": "Only where the API has no resource-level permissions: ecr:GetAuthorizationToken, "
-                 "cloudwatch:PutMetricData (limited to /aws/sagemaker/* namespaces), EC2/FSx Describe* calls.",
-            artifacts: keys + "users (price files): the prefix is all that is known.",
-            inputs: "Raw inputs are uploaded by users under this prefix, which the jobs may read and never change: the prefix "
-                    "is all that is known.",
-            log_groups: "SageMaker names the log groups and streams of its jobs (/aws/sagemaker/TrainingJobs, "
-                        "/aws/sagemaker/ProcessingJobs).",
-        })
+        acknowledge_wildcards(
+            self.policy,
+            {
+                "*": "Only where the API has no resource-level permissions: ecr:GetAuthorizationToken, "
+                "cloudwatch:PutMetricData (limited to /aws/sagemaker/* namespaces), EC2/FSx Describe* calls.",
+                artifacts: keys + "users (price files): the prefix is all that is known.",
+                inputs: "Raw inputs are uploaded by users under this prefix, which the jobs may read and never change: the prefix "
+                "is all that is known.",
+                log_groups: "SageMaker names the log groups and streams of its jobs (/aws/sagemaker/TrainingJobs, "
+                "/aws/sagemaker/ProcessingJobs).",
+            },
+        )
 
     def allow_vpc_jobs(self, *, subnet_arns: list[str], security_group_arns: list[str]) -> None:
         """What SageMaker needs to run jobs in the VPC (elastic network interfaces) with an FSx channel: the job's own
@@ -89,27 +123,55 @@ class JobRole(Construct):
         stack = Stack.of(self)
         eni = stack.format_arn(service="ec2", resource="network-interface/*")
         self.policy.add_statements(
-            iam.PolicyStatement(sid="JobNetworkInterfaces",
-                                actions=["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission",
-                                         "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"],
-                                resources=[eni, *subnet_arns, *security_group_arns]),
+            iam.PolicyStatement(
+                sid="JobNetworkInterfaces",
+                actions=[
+                    "ec2:CreateNetworkInterface",
+                    "ec2:CreateNetworkInterfacePermission",
+                    "ec2:DeleteNetworkInterface",
+                    "ec2:DeleteNetworkInterfacePermission",
+                ],
+                resources=[eni, *subnet_arns, *security_group_arns],
+            ),
             # API forces "*": EC2 Describe* and fsx:DescribeFileSystems have no resource-level permissions
             # (acknowledged with the other "*" resources above)
-            iam.PolicyStatement(sid="DescribeNetwork",
-                                actions=["ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions",
-                                         "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "fsx:DescribeFileSystems"],
-                                resources=["*"]),
+            iam.PolicyStatement(
+                sid="DescribeNetwork",
+                actions=[
+                    "ec2:DescribeNetworkInterfaces",
+                    "ec2:DescribeVpcs",
+                    "ec2:DescribeDhcpOptions",
+                    "ec2:DescribeSubnets",
+                    "ec2:DescribeSecurityGroups",
+                    "fsx:DescribeFileSystems",
+                ],
+                resources=["*"],
+            ),
         )
-        acknowledge_wildcards(self.policy, {eni: "SageMaker creates the network interfaces of each job: their ids are not "
-                                                 "known in advance (creation is limited to this stack's subnet and security groups)."})
+        acknowledge_wildcards(
+            self.policy,
+            {
+                eni: "SageMaker creates the network interfaces of each job: their ids are not "
+                "known in advance (creation is limited to this stack's subnet and security groups)."
+            },
+        )
 
 
 def _read_one_object(name: str, asset: s3_assets.Asset, partition: str) -> list[iam.PolicyStatement]:
     """Read one asset object, as a processing input does: it lists the key (an S3Prefix input) and gets it."""
-    return [iam.PolicyStatement(sid=f"Read{name}", actions=["s3:GetObject"],
-                                resources=[f"arn:{partition}:s3:::{asset.s3_bucket_name}/{asset.s3_object_key}"]),
-            iam.PolicyStatement(sid=f"List{name}", actions=["s3:ListBucket"], resources=[f"arn:{partition}:s3:::{asset.s3_bucket_name}"],
-                                conditions={"StringEquals": {"s3:prefix": asset.s3_object_key}})]
+    return [
+        iam.PolicyStatement(
+            sid=f"Read{name}",
+            actions=["s3:GetObject"],
+            resources=[f"arn:{partition}:s3:::{asset.s3_bucket_name}/{asset.s3_object_key}"],
+        ),
+        iam.PolicyStatement(
+            sid=f"List{name}",
+            actions=["s3:ListBucket"],
+            resources=[f"arn:{partition}:s3:::{asset.s3_bucket_name}"],
+            conditions={"StringEquals": {"s3:prefix": asset.s3_object_key}},
+        ),
+    ]
 
 
 def _repository_arn(image: str) -> str:

@@ -20,9 +20,15 @@ from infra.nag import acknowledge_wildcards
 
 POLICY_NAME = "PipelineAccess"  # inline, on this role only
 JOB_PREFIX = "pipelines-"
-JOB_ACTIONS = ("sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob",
-               "sagemaker:CreateProcessingJob", "sagemaker:DescribeProcessingJob", "sagemaker:StopProcessingJob",
-               "sagemaker:AddTags")
+JOB_ACTIONS = (
+    "sagemaker:CreateTrainingJob",
+    "sagemaker:DescribeTrainingJob",
+    "sagemaker:StopTrainingJob",
+    "sagemaker:CreateProcessingJob",
+    "sagemaker:DescribeProcessingJob",
+    "sagemaker:StopProcessingJob",
+    "sagemaker:AddTags",
+)
 
 
 class PipelineRole(Construct):
@@ -31,19 +37,38 @@ class PipelineRole(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, job_role: iam.IRole) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
-                             description=f"Runs the {pipeline_name} SageMaker pipeline: starts its jobs as the job role")
-        training_jobs, processing_jobs = (stack.format_arn(service="sagemaker", resource=f"{kind}/{JOB_PREFIX}*")
-                                          for kind in ("training-job", "processing-job"))
-        self.policy = iam.Policy(self, "Policy", policy_name=POLICY_NAME, roles=[self.role], statements=[
-            iam.PolicyStatement(sid="PipelineJobs", actions=list(JOB_ACTIONS), resources=[training_jobs, processing_jobs]),
-            # every step's RoleArn is the job role: the pipeline hands it, and only it, to SageMaker jobs
-            iam.PolicyStatement(sid="PassJobRole", actions=["iam:PassRole"], resources=[job_role.role_arn],
-                                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}),
-        ])
-        reason = ("{} job names are generated per execution by SageMaker Pipelines (pipelines-<execution id>-<step>-<suffix>): "
-                  "the prefix is all that is known.")
-        acknowledge_wildcards(self.policy, {training_jobs: reason.format("Training"), processing_jobs: reason.format("Processing")})
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description=f"Runs the {pipeline_name} SageMaker pipeline: starts its jobs as the job role",
+        )
+        training_jobs, processing_jobs = (
+            stack.format_arn(service="sagemaker", resource=f"{kind}/{JOB_PREFIX}*") for kind in ("training-job", "processing-job")
+        )
+        self.policy = iam.Policy(
+            self,
+            "Policy",
+            policy_name=POLICY_NAME,
+            roles=[self.role],
+            statements=[
+                iam.PolicyStatement(sid="PipelineJobs", actions=list(JOB_ACTIONS), resources=[training_jobs, processing_jobs]),
+                # every step's RoleArn is the job role: the pipeline hands it, and only it, to SageMaker jobs
+                iam.PolicyStatement(
+                    sid="PassJobRole",
+                    actions=["iam:PassRole"],
+                    resources=[job_role.role_arn],
+                    conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+                ),
+            ],
+        )
+        reason = (
+            "{} job names are generated per execution by SageMaker Pipelines (pipelines-<execution id>-<step>-<suffix>): "
+            "the prefix is all that is known."
+        )
+        acknowledge_wildcards(
+            self.policy, {training_jobs: reason.format("Training"), processing_jobs: reason.format("Processing")}
+        )
 
     def read_property_files(self, *, bucket: s3.IBucket, keys: list[str]) -> None:
         """Let the pipeline read the property files its conditions test: object keys with `*` for the execution id."""
@@ -51,5 +76,11 @@ class PipelineRole(Construct):
             return
         objects = [bucket.arn_for_objects(key) for key in keys]
         self.policy.add_statements(iam.PolicyStatement(sid="ReadPropertyFiles", actions=["s3:GetObject"], resources=objects))
-        acknowledge_wildcards(self.policy, {o: "A step writes its property file under the execution's own folder "
-                                               "(<prefix>/<execution id>/<step>/): the id is not known in advance." for o in objects})
+        acknowledge_wildcards(
+            self.policy,
+            {
+                o: "A step writes its property file under the execution's own folder "
+                "(<prefix>/<execution id>/<step>/): the id is not known in advance."
+                for o in objects
+            },
+        )

@@ -25,32 +25,74 @@ FUNCTION_CODE = Path(__file__).with_name("functions") / "adopt_plan"
 
 
 class PlanAdoption(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, pipeline_arn: str, bucket: s3.IBucket,
-                 results_prefix: str, parameters: dict[str, str]) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        pipeline_name: str,
+        pipeline_arn: str,
+        bucket: s3.IBucket,
+        results_prefix: str,
+        parameters: dict[str, str],
+    ) -> None:
         super().__init__(scope, construct_id)
         count = TUNABLES_BY_NAME["DataInstanceCount"]
         log = logs.LogGroup(self, "Log", retention=logs.RetentionDays.ONE_YEAR)
-        role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                        description="Reads plan.json from the results store and starts the pipeline")
-        self.policy = iam.Policy(self, "Policy", roles=[role], statements=[
-            iam.PolicyStatement(sid="ListResults", actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
-                                conditions={"StringLike": {"s3:prefix": [f"{results_prefix}/*"]}}),
-            iam.PolicyStatement(sid="ReadResults", actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{results_prefix}/*")]),
-            iam.PolicyStatement(sid="StartPipeline", actions=["sagemaker:StartPipelineExecution"], resources=[pipeline_arn]),
-            iam.PolicyStatement(sid="Log", actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[f"{log.log_group_arn}:*"]),
-        ])
+        role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description="Reads plan.json from the results store and starts the pipeline",
+        )
+        self.policy = iam.Policy(
+            self,
+            "Policy",
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="ListResults",
+                    actions=["s3:ListBucket"],
+                    resources=[bucket.bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": [f"{results_prefix}/*"]}},
+                ),
+                iam.PolicyStatement(
+                    sid="ReadResults", actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{results_prefix}/*")]
+                ),
+                iam.PolicyStatement(sid="StartPipeline", actions=["sagemaker:StartPipelineExecution"], resources=[pipeline_arn]),
+                iam.PolicyStatement(
+                    sid="Log", actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[f"{log.log_group_arn}:*"]
+                ),
+            ],
+        )
         self.function = lambda_.Function(
-            self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler="handler.handler",
-            code=lambda_.Code.from_asset(str(FUNCTION_CODE)), timeout=Duration.seconds(60), memory_size=256, role=role,
-            description="Start the pipeline with the data group the latest plan.json recommends", log_group=log,
-            environment={"PIPELINE_NAME": pipeline_name, "RESULTS_BUCKET": bucket.bucket_name, "RESULTS_PREFIX": results_prefix,
-                         "PARAMETERS": json.dumps(parameters, sort_keys=True),
-                         "MIN_DATA_INSTANCE_COUNT": str(count.minimum), "MAX_DATA_INSTANCE_COUNT": str(count.maximum)})
+            self,
+            "Function",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            handler="handler.handler",
+            code=lambda_.Code.from_asset(str(FUNCTION_CODE)),
+            timeout=Duration.seconds(60),
+            memory_size=256,
+            role=role,
+            description="Start the pipeline with the data group the latest plan.json recommends",
+            log_group=log,
+            environment={
+                "PIPELINE_NAME": pipeline_name,
+                "RESULTS_BUCKET": bucket.bucket_name,
+                "RESULTS_PREFIX": results_prefix,
+                "PARAMETERS": json.dumps(parameters, sort_keys=True),
+                "MIN_DATA_INSTANCE_COUNT": str(count.minimum),
+                "MAX_DATA_INSTANCE_COUNT": str(count.maximum),
+            },
+        )
         self.function.node.add_dependency(self.policy)
-        acknowledge_wildcards(Stack.of(self), {
-            bucket.arn_for_objects(f"{results_prefix}/*"): "Evaluate writes one plan.json per execution under the results "
-                                                            "prefix: the prefix is all that is known",
-            f"{log.log_group_arn}:*": "Lambda names the log streams of its own log group",
-            f"{self.function.function_arn}:*": "The schedule may invoke this function's versions (the scheduler target grants "
-                                               "the function and its qualifiers)",
-        })
+        acknowledge_wildcards(
+            Stack.of(self),
+            {
+                bucket.arn_for_objects(f"{results_prefix}/*"): "Evaluate writes one plan.json per execution under the results "
+                "prefix: the prefix is all that is known",
+                f"{log.log_group_arn}:*": "Lambda names the log streams of its own log group",
+                f"{self.function.function_arn}:*": "The schedule may invoke this function's versions (the scheduler target grants "
+                "the function and its qualifiers)",
+            },
+        )

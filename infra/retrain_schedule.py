@@ -11,8 +11,17 @@ from constructs import Construct
 
 
 class RetrainSchedule(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, pipeline: sagemaker.IPipeline, expression: str,
-                 time_zone: str, parameters: dict[str, str], adopt_plan: lambda_.IFunction | None = None) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        pipeline: sagemaker.IPipeline,
+        expression: str,
+        time_zone: str,
+        parameters: dict[str, str],
+        adopt_plan: lambda_.IFunction | None = None,
+    ) -> None:
         """``adopt_plan``: a function that starts the pipeline itself with the latest plan (`infra.plan_adoption`)."""
         super().__init__(scope, construct_id)
         if expression.startswith("cron("):
@@ -25,8 +34,16 @@ class RetrainSchedule(Construct):
             target = targets.LambdaInvoke(adopt_plan, **retry)
         else:  # the target creates its own role, allowed sagemaker:StartPipelineExecution on this pipeline only
             target = targets.SageMakerStartPipelineExecution(
-                pipeline, **retry, pipeline_parameter_list=[targets.SageMakerPipelineParameter(name=name, value=value)
-                                                            for name, value in sorted(parameters.items())])
+                pipeline,
+                **retry,
+                pipeline_parameter_list=[
+                    targets.SageMakerPipelineParameter(name=name, value=value) for name, value in sorted(parameters.items())
+                ],
+            )
         self.schedule = scheduler.Schedule(
-            self, "Schedule", schedule=schedule_expression, description="Retrain the heterogeneous-cluster pipeline",
-            target=target)
+            self,
+            "Schedule",
+            schedule=schedule_expression,
+            description="Retrain the heterogeneous-cluster pipeline",
+            target=target,
+        )

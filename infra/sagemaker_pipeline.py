@@ -29,25 +29,56 @@ class SageMakerPipeline(Construct):
     """`pipeline`: the `CfnPipeline`; `ref`: the same pipeline as an `IPipeline` (for schedule targets);
     `property_file_keys`: the object keys (`*` for the execution id) of the property files its conditions read."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, pipeline_name: str, pipeline_role: iam.IRole,
-                 job_role: iam.IRole, bucket: s3.IBucket, code_url: str, prefix: str, input_prefix: str,
-                 price_overrides_url: str | None = None, framework: str = "pytorch",
-                 training_image: str | None = None,
-                 processing_image: str | None = None, fsx: FsxSettings | None = None,
-                 inter_container_encryption: bool = False, network_isolation: bool = False, spot: bool = False) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        pipeline_name: str,
+        pipeline_role: iam.IRole,
+        job_role: iam.IRole,
+        bucket: s3.IBucket,
+        code_url: str,
+        prefix: str,
+        input_prefix: str,
+        price_overrides_url: str | None = None,
+        framework: str = "pytorch",
+        training_image: str | None = None,
+        processing_image: str | None = None,
+        fsx: FsxSettings | None = None,
+        inter_container_encryption: bool = False,
+        network_isolation: bool = False,
+        spot: bool = False,
+    ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        definition = build_definition(DeploySettings(
-            pipeline_name=pipeline_name, region=stack.region, role_arn=job_role.role_arn, bucket=bucket.bucket_name,
-            code_uri=code_url, prefix=prefix, price_overrides_uri=price_overrides_url, framework=framework,
-            training_image=training_image or None,
-            processing_image=processing_image or None, fsx=fsx,
-            inter_container_encryption=inter_container_encryption, network_isolation=network_isolation, spot=spot))
+        definition = build_definition(
+            DeploySettings(
+                pipeline_name=pipeline_name,
+                region=stack.region,
+                role_arn=job_role.role_arn,
+                bucket=bucket.bucket_name,
+                code_uri=code_url,
+                prefix=prefix,
+                price_overrides_uri=price_overrides_url,
+                framework=framework,
+                training_image=training_image or None,
+                processing_image=processing_image or None,
+                fsx=fsx,
+                inter_container_encryption=inter_container_encryption,
+                network_isolation=network_isolation,
+                spot=spot,
+            )
+        )
         access = JobAccess(inputs=f"s3://{bucket.bucket_name}/{input_prefix}", artifacts=f"s3://{bucket.bucket_name}/{prefix}/")
         self.pipeline = sagemaker.CfnPipeline(
-            self, "Pipeline", pipeline_name=pipeline_name, role_arn=pipeline_role.role_arn,
+            self,
+            "Pipeline",
+            pipeline_name=pipeline_name,
+            role_arn=pipeline_role.role_arn,
             pipeline_description=f"{SUMMARY} {access.describe()}",
-            pipeline_definition={"PipelineDefinitionBody": stack.to_json_string(definition)})
+            pipeline_definition={"PipelineDefinitionBody": stack.to_json_string(definition)},
+        )
         self.property_file_keys = _property_file_keys(definition)
         # the pipeline's ARN as IAM sees it (SageMaker lowercases pipeline names in ARNs)
         self.pipeline_arn = stack.format_arn(service="sagemaker", resource="pipeline", resource_name=pipeline_name.lower())
@@ -58,8 +89,14 @@ def _property_file_keys(definition: dict) -> list[str]:
     """<prefix>/*/<step>/<file> for each property file: the output's S3Uri, its execution id (a `Get`) as `*`."""
     keys = []
     for step in all_steps(definition).values():
-        outputs = {o["OutputName"]: o["S3Output"]["S3Uri"]
-                   for o in step["Arguments"].get("ProcessingOutputConfig", {}).get("Outputs", [])} if "PropertyFiles" in step else {}
+        outputs = (
+            {
+                o["OutputName"]: o["S3Output"]["S3Uri"]
+                for o in step["Arguments"].get("ProcessingOutputConfig", {}).get("Outputs", [])
+            }
+            if "PropertyFiles" in step
+            else {}
+        )
         for prop in step.get("PropertyFiles", []):
             uri = outputs[prop["OutputName"]]
             if isinstance(uri, dict):
@@ -90,4 +127,6 @@ class _PipelineRef(Resource):
         return sagemaker_refs.PipelineReference(pipeline_name=self._name)
 
     def grant_start_pipeline_execution(self, grantee: iam.IGrantable) -> iam.Grant:
-        return iam.Grant.add_to_principal(grantee=grantee, actions=["sagemaker:StartPipelineExecution"], resource_arns=[self._arn])
+        return iam.Grant.add_to_principal(
+            grantee=grantee, actions=["sagemaker:StartPipelineExecution"], resource_arns=[self._arn]
+        )

@@ -34,41 +34,76 @@ class StackSettings:
     pipeline_name: str = _key(PIPELINE_NAME, "SageMaker pipeline name.")
     region: str = _key("us-east-1", "Region to deploy to (the account comes from your AWS credentials).")
     prefix: str = _key("hetero", "Key prefix in the artifact bucket for pipeline outputs and checkpoints.")
-    input_prefix: str = _key("hetero/raw/", "Key prefix in the artifact bucket where raw training data lands "
-                                           "(the pipeline's InputData default is s3://<bucket>/<prefix>/raw/).")
+    input_prefix: str = _key(
+        "hetero/raw/",
+        "Key prefix in the artifact bucket where raw training data lands "
+        "(the pipeline's InputData default is s3://<bucket>/<prefix>/raw/).",
+    )
     schedule: str = _key("rate(7 days)", "EventBridge Scheduler expression for retraining ('' for no schedule).")
     schedule_timezone: str = _key("UTC", "Time zone of a cron() schedule.")
-    retrain_parameters: dict = _key({"RunBaseline": False},
-                                    "Pipeline parameter overrides for scheduled and triggered executions.")
-    retrain_adopts_plan: bool = _key(False, "Scheduled retraining runs with the data group (DataInstanceType, DataInstanceCount) "
-                                            "the latest execution's plan.json recommends, when CreateTrainingJob would accept "
-                                            "it; a function started by the schedule reads it (docs/planner.md).")
+    retrain_parameters: dict = _key(
+        {"RunBaseline": False}, "Pipeline parameter overrides for scheduled and triggered executions."
+    )
+    retrain_adopts_plan: bool = _key(
+        False,
+        "Scheduled retraining runs with the data group (DataInstanceType, DataInstanceCount) "
+        "the latest execution's plan.json recommends, when CreateTrainingJob would accept "
+        "it; a function started by the schedule reads it (docs/planner.md).",
+    )
     new_data_trigger: bool = _key(True, "Start the pipeline when the new-data marker object lands under inputPrefix.")
-    new_data_marker: str = _key("_READY", "Object name (after inputPrefix) that starts a triggered execution; "
-                                          "'' starts one per object created (one execution per uploaded file!).")
-    instance_defaults: dict = _key({}, "Instance types and counts for scheduled and triggered executions (pipeline parameters, "
-                                       "e.g. {\"DnnInstanceType\": \"ml.g5.2xlarge\"}; {}: the pipeline's declared defaults).")
-    fsx: bool = _key(False, "Create a VPC and an FSx for Lustre file system (PERSISTENT_2) linked to s3://<bucket>/<prefix>/; "
-                            "training then reads shards from it (DataSource=FSx).")
+    new_data_marker: str = _key(
+        "_READY",
+        "Object name (after inputPrefix) that starts a triggered execution; "
+        "'' starts one per object created (one execution per uploaded file!).",
+    )
+    instance_defaults: dict = _key(
+        {},
+        "Instance types and counts for scheduled and triggered executions (pipeline parameters, "
+        'e.g. {"DnnInstanceType": "ml.g5.2xlarge"}; {}: the pipeline\'s declared defaults).',
+    )
+    fsx: bool = _key(
+        False,
+        "Create a VPC and an FSx for Lustre file system (PERSISTENT_2) linked to s3://<bucket>/<prefix>/; "
+        "training then reads shards from it (DataSource=FSx).",
+    )
     fsx_storage_gib: int = _key(1200, "FSx for Lustre capacity: 1200, 2400 or a multiple of 2400 GiB.")
     fsx_throughput_per_tib: int = _key(125, "FSx PERSISTENT_2 throughput per TiB (125, 250, 500 or 1000 MB/s).")
-    inter_container_encryption: bool = _key(False, "Encrypt traffic between the hosts of each training job "
-                                                   "(EnableInterContainerTrafficEncryption): batches cross the network encrypted, "
-                                                   "at a cost in step time (docs/deploy.md: Isolation and encryption).")
-    network_isolation: bool = _key(False, "Training containers get no network beyond their own cluster "
-                                          "(EnableNetworkIsolation): a workload cannot send data out (docs/deploy.md: Isolation and encryption).")
-    spot: bool = _key(False, "Training jobs on managed spot capacity (EnableManagedSpotTraining, MaxWaitTimeInSeconds twice the "
-                             "runtime cap): cheaper, may be interrupted; an interrupted job resumes from its checkpoint "
-                             "(docs/checkpoints.md).")
-    framework: str = _key("pytorch", f"Training framework, one of {', '.join(FRAMEWORKS)}: picks the shard format and "
-                                     "the default images (AWS Deep Learning Containers of that framework).")
-    code_dirs: list = _key([], "Folders whose contents ship with the step code, at its root (like the SageMaker SDK's "
-                               "source_dir): your workload package, and a requirements.txt the training hosts pip-install "
-                               "before the entry point (README: Using your own data and model).")
-    training_image: str = _key("", "Training image, an ECR image URI ('' for the framework's AWS DLC, GPU variant, in the "
-                                   "stack's region); the role may pull from its repository only.")
-    processing_image: str = _key("", "Processing image, an ECR image URI ('' for the CPU variant of that DLC); "
-                                     "the role may pull from its repository only.")
+    inter_container_encryption: bool = _key(
+        False,
+        "Encrypt traffic between the hosts of each training job "
+        "(EnableInterContainerTrafficEncryption): batches cross the network encrypted, "
+        "at a cost in step time (docs/deploy.md: Isolation and encryption).",
+    )
+    network_isolation: bool = _key(
+        False,
+        "Training containers get no network beyond their own cluster "
+        "(EnableNetworkIsolation): a workload cannot send data out (docs/deploy.md: Isolation and encryption).",
+    )
+    spot: bool = _key(
+        False,
+        "Training jobs on managed spot capacity (EnableManagedSpotTraining, MaxWaitTimeInSeconds twice the "
+        "runtime cap): cheaper, may be interrupted; an interrupted job resumes from its checkpoint "
+        "(docs/checkpoints.md).",
+    )
+    framework: str = _key(
+        "pytorch",
+        f"Training framework, one of {', '.join(FRAMEWORKS)}: picks the shard format and "
+        "the default images (AWS Deep Learning Containers of that framework).",
+    )
+    code_dirs: list = _key(
+        [],
+        "Folders whose contents ship with the step code, at its root (like the SageMaker SDK's "
+        "source_dir): your workload package, and a requirements.txt the training hosts pip-install "
+        "before the entry point (README: Using your own data and model).",
+    )
+    training_image: str = _key(
+        "",
+        "Training image, an ECR image URI ('' for the framework's AWS DLC, GPU variant, in the "
+        "stack's region); the role may pull from its repository only.",
+    )
+    processing_image: str = _key(
+        "", "Processing image, an ECR image URI ('' for the CPU variant of that DLC); the role may pull from its repository only."
+    )
 
     @staticmethod
     def context_key(name: str) -> str:
@@ -87,27 +122,40 @@ class StackSettings:
         if unknown:
             raise UserError(f"unknown context key {unknown[0]!r}; known: {', '.join(fields)}", headline="bad cdk.json context")
         defaults = cls()
-        values = {f.name: _convert(key, context[key], type(getattr(defaults, f.name)))
-                  for key, f in fields.items() if key in context and context[key] is not None}
+        values = {
+            f.name: _convert(key, context[key], type(getattr(defaults, f.name)))
+            for key, f in fields.items()
+            if key in context and context[key] is not None
+        }
         settings = cls(**values)
         settings.scheduled_parameters(bucket="example")  # names and types checked now, not at deploy time
         if settings.fsx_storage_gib not in (1200,) and settings.fsx_storage_gib % 2400:
-            raise UserError(f"{cls.context_key('fsx_storage_gib')}={settings.fsx_storage_gib}: use 1200, 2400 or a multiple of 2400",
-                            headline="bad cdk.json context")
+            raise UserError(
+                f"{cls.context_key('fsx_storage_gib')}={settings.fsx_storage_gib}: use 1200, 2400 or a multiple of 2400",
+                headline="bad cdk.json context",
+            )
         if not settings.prefix or settings.prefix.strip("/") != settings.prefix:
-            raise UserError(f"{cls.context_key('prefix')}={settings.prefix!r}: a key prefix without leading or trailing '/'",
-                            headline="bad cdk.json context")
+            raise UserError(
+                f"{cls.context_key('prefix')}={settings.prefix!r}: a key prefix without leading or trailing '/'",
+                headline="bad cdk.json context",
+            )
         if settings.input_prefix.startswith("/") or not settings.input_prefix.endswith("/"):
-            raise UserError(f"{cls.context_key('input_prefix')}={settings.input_prefix!r}: a key prefix ending in '/', "
-                            "without a leading '/'", headline="bad cdk.json context")
+            raise UserError(
+                f"{cls.context_key('input_prefix')}={settings.input_prefix!r}: a key prefix ending in '/', without a leading '/'",
+                headline="bad cdk.json context",
+            )
         if f"{settings.prefix}/".startswith(settings.input_prefix):
-            raise UserError(f"{cls.context_key('input_prefix')}={settings.input_prefix!r} holds the pipeline's artifacts "
-                            f"({cls.context_key('prefix')}={settings.prefix!r}), which its jobs write, while they may only read "
-                            f"the inputs: use a prefix inside or beside it, e.g. {settings.prefix + '/raw/'!r}",
-                            headline="bad cdk.json context")
+            raise UserError(
+                f"{cls.context_key('input_prefix')}={settings.input_prefix!r} holds the pipeline's artifacts "
+                f"({cls.context_key('prefix')}={settings.prefix!r}), which its jobs write, while they may only read "
+                f"the inputs: use a prefix inside or beside it, e.g. {settings.prefix + '/raw/'!r}",
+                headline="bad cdk.json context",
+            )
         if settings.framework not in FRAMEWORKS:
-            raise UserError(f"{cls.context_key('framework')}={settings.framework!r}: use one of {', '.join(FRAMEWORKS)}",
-                            headline="bad cdk.json context")
+            raise UserError(
+                f"{cls.context_key('framework')}={settings.framework!r}: use one of {', '.join(FRAMEWORKS)}",
+                headline="bad cdk.json context",
+            )
         for name in ("training_image", "processing_image"):
             if getattr(settings, name):
                 try:
@@ -116,8 +164,10 @@ class StackSettings:
                     raise UserError(f"{cls.context_key(name)}: {exc.message}", headline="bad cdk.json context") from exc
         settings._check_region()
         if not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}", settings.pipeline_name):
-            raise UserError(f"{cls.context_key('pipeline_name')}={settings.pipeline_name!r}: letters, digits and hyphens only",
-                            headline="bad cdk.json context")
+            raise UserError(
+                f"{cls.context_key('pipeline_name')}={settings.pipeline_name!r}: letters, digits and hyphens only",
+                headline="bad cdk.json context",
+            )
         return settings
 
     def _check_region(self) -> None:
@@ -127,22 +177,31 @@ class StackSettings:
         try:
             require_image_region(self.region, framework(self.framework).image_family)
         except UserError as exc:
-            raise UserError(f"{self.context_key('region')}: {exc.message} ({self.context_key('training_image')}, "
-                            f"{self.context_key('processing_image')})", headline="bad cdk.json context") from None
+            raise UserError(
+                f"{self.context_key('region')}: {exc.message} ({self.context_key('training_image')}, "
+                f"{self.context_key('processing_image')})",
+                headline="bad cdk.json context",
+            ) from None
 
     def scheduled_parameters(self, *, bucket: str) -> dict[str, str]:
         """Parameter overrides (as strings) for scheduled and triggered executions."""
         from pipeline.remote import pipeline_parameters
 
-        for key, layer in ((self.context_key("retrain_parameters"), self.retrain_parameters),
-                           (self.context_key("instance_defaults"), self.instance_defaults)):
+        for key, layer in (
+            (self.context_key("retrain_parameters"), self.retrain_parameters),
+            (self.context_key("instance_defaults"), self.instance_defaults),
+        ):
             if "InputData" in layer:  # the jobs may read the input prefix of the stack's bucket only (pipeline.job_access)
-                raise UserError(f"{key} sets InputData={layer['InputData']!r}: scheduled and triggered runs read "
-                                f"s3://<ArtifactBucket>/{self.input_prefix}; set {INPUT_PREFIX_SETTING} instead",
-                                headline="bad cdk.json context")
+                raise UserError(
+                    f"{key} sets InputData={layer['InputData']!r}: scheduled and triggered runs read "
+                    f"s3://<ArtifactBucket>/{self.input_prefix}; set {INPUT_PREFIX_SETTING} instead",
+                    headline="bad cdk.json context",
+                )
         layer = {"InputData": f"s3://{bucket}/{self.input_prefix}", **self.instance_defaults, **self.retrain_parameters}
         resolved = resolve_parameters(layer)  # rejects unknown names and ill-typed values, naming them
-        sent = {p["Name"] for p in pipeline_parameters({name: resolved[name] for name in layer})}  # S3 URIs where the cloud needs them
+        sent = {
+            p["Name"] for p in pipeline_parameters({name: resolved[name] for name in layer})
+        }  # S3 URIs where the cloud needs them
         return {name: _as_parameter_string(resolved[name]) for name in layer if name in sent}
 
 

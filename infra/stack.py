@@ -36,36 +36,72 @@ from steps.contract import RESULTS_FOLDER
 
 class HeteroStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, *, settings: StackSettings, **kwargs: Any) -> None:
-        super().__init__(scope, construct_id, description="Heterogeneous-cluster training pipeline on SageMaker (hetero)", **kwargs)
+        super().__init__(
+            scope, construct_id, description="Heterogeneous-cluster training pipeline on SageMaker (hetero)", **kwargs
+        )
         store = ArtifactBucket(self, "Store", event_bridge=settings.new_data_trigger)
         no_price_overrides = DefaultPriceOverrides(self, "DefaultPriceOverrides")
         # resolved once: the role may pull exactly the images the pipeline runs (a token region needs both set)
-        training_image, processing_image = pipeline_images(self.region, settings.framework, training_image=settings.training_image,
-                                                           processing_image=settings.processing_image)
-        code = TrainingCode(self, "TrainingCode", code_dirs=tuple(map(Path, settings.code_dirs)),
-                            isolated_image=training_image if settings.network_isolation else None)
+        training_image, processing_image = pipeline_images(
+            self.region, settings.framework, training_image=settings.training_image, processing_image=settings.processing_image
+        )
+        code = TrainingCode(
+            self,
+            "TrainingCode",
+            code_dirs=tuple(map(Path, settings.code_dirs)),
+            isolated_image=training_image if settings.network_isolation else None,
+        )
         jobs = JobRole(
-            self, "JobRole", pipeline_name=settings.pipeline_name, bucket=store.bucket, code=code.asset,
-            price_overrides=no_price_overrides.asset, prefix=settings.prefix, input_prefix=settings.input_prefix,
-            images=(training_image, processing_image))
+            self,
+            "JobRole",
+            pipeline_name=settings.pipeline_name,
+            bucket=store.bucket,
+            code=code.asset,
+            price_overrides=no_price_overrides.asset,
+            prefix=settings.prefix,
+            input_prefix=settings.input_prefix,
+            images=(training_image, processing_image),
+        )
         runner = PipelineRole(self, "PipelineRole", pipeline_name=settings.pipeline_name, job_role=jobs.role)
 
         fsx = None
         if settings.fsx:
-            lustre = LustreDataset(self, "Lustre", bucket=store.bucket, dataset_prefix=settings.prefix,
-                                   log_bucket=store.log_bucket, storage_gib=settings.fsx_storage_gib,
-                                   throughput_per_tib=settings.fsx_throughput_per_tib)
+            lustre = LustreDataset(
+                self,
+                "Lustre",
+                bucket=store.bucket,
+                dataset_prefix=settings.prefix,
+                log_bucket=store.log_bucket,
+                storage_gib=settings.fsx_storage_gib,
+                throughput_per_tib=settings.fsx_throughput_per_tib,
+            )
             jobs.allow_vpc_jobs(subnet_arns=lustre.subnet_arns, security_group_arns=lustre.security_group_arns)
-            fsx = FsxSettings(file_system_id=lustre.file_system_id, directory_path=lustre.directory_path,
-                              subnets=lustre.subnet_ids, security_group_ids=lustre.security_group_ids)
+            fsx = FsxSettings(
+                file_system_id=lustre.file_system_id,
+                directory_path=lustre.directory_path,
+                subnets=lustre.subnet_ids,
+                security_group_ids=lustre.security_group_ids,
+            )
 
         pipeline = SageMakerPipeline(
-            self, "Pipeline", pipeline_name=settings.pipeline_name, pipeline_role=runner.role, job_role=jobs.role, bucket=store.bucket,
-            code_url=code.s3_url, price_overrides_url=no_price_overrides.s3_url, prefix=settings.prefix,
-            input_prefix=settings.input_prefix, framework=settings.framework,
-            training_image=training_image, processing_image=processing_image, fsx=fsx,
-            inter_container_encryption=settings.inter_container_encryption, network_isolation=settings.network_isolation,
-            spot=settings.spot)
+            self,
+            "Pipeline",
+            pipeline_name=settings.pipeline_name,
+            pipeline_role=runner.role,
+            job_role=jobs.role,
+            bucket=store.bucket,
+            code_url=code.s3_url,
+            price_overrides_url=no_price_overrides.s3_url,
+            prefix=settings.prefix,
+            input_prefix=settings.input_prefix,
+            framework=settings.framework,
+            training_image=training_image,
+            processing_image=processing_image,
+            fsx=fsx,
+            inter_container_encryption=settings.inter_container_encryption,
+            network_isolation=settings.network_isolation,
+            spot=settings.spot,
+        )
         runner.read_property_files(bucket=store.bucket, keys=pipeline.property_file_keys)
         # both roles hold their permissions before the first execution can start
         pipeline.node.add_dependency(runner.policy, jobs.policy)
@@ -74,17 +110,41 @@ class HeteroStack(Stack):
         if settings.schedule:
             adoption = None
             if settings.retrain_adopts_plan:
-                adoption = PlanAdoption(self, "PlanAdoption", pipeline_name=settings.pipeline_name, pipeline_arn=pipeline.pipeline_arn,
-                                        bucket=store.bucket, results_prefix=f"{settings.prefix}/{RESULTS_FOLDER}", parameters=parameters)
-            schedule = RetrainSchedule(self, "Retrain", pipeline=pipeline.ref, expression=settings.schedule,
-                                       time_zone=settings.schedule_timezone, parameters=parameters,
-                                       adopt_plan=adoption.function if adoption else None)
+                adoption = PlanAdoption(
+                    self,
+                    "PlanAdoption",
+                    pipeline_name=settings.pipeline_name,
+                    pipeline_arn=pipeline.pipeline_arn,
+                    bucket=store.bucket,
+                    results_prefix=f"{settings.prefix}/{RESULTS_FOLDER}",
+                    parameters=parameters,
+                )
+            schedule = RetrainSchedule(
+                self,
+                "Retrain",
+                pipeline=pipeline.ref,
+                expression=settings.schedule,
+                time_zone=settings.schedule_timezone,
+                parameters=parameters,
+                adopt_plan=adoption.function if adoption else None,
+            )
             schedule.node.add_dependency(pipeline.pipeline)
         if settings.new_data_trigger:
-            trigger = NewDataTrigger(self, "NewData", bucket=store.bucket, input_prefix=settings.input_prefix,
-                                     marker=settings.new_data_marker, pipeline_arn=pipeline.pipeline_arn, parameters=parameters)
+            trigger = NewDataTrigger(
+                self,
+                "NewData",
+                bucket=store.bucket,
+                input_prefix=settings.input_prefix,
+                marker=settings.new_data_marker,
+                pipeline_arn=pipeline.pipeline_arn,
+                parameters=parameters,
+            )
             trigger.node.add_dependency(pipeline.pipeline)
 
         CfnOutput(self, "PipelineName", value=settings.pipeline_name, description="SageMaker pipeline name")
-        CfnOutput(self, "ArtifactBucket", value=store.bucket.bucket_name, description="Artifact bucket (inputs under "
-                  f"{settings.input_prefix}, outputs under {settings.prefix}/)")
+        CfnOutput(
+            self,
+            "ArtifactBucket",
+            value=store.bucket.bucket_name,
+            description=f"Artifact bucket (inputs under {settings.input_prefix}, outputs under {settings.prefix}/)",
+        )

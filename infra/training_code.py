@@ -21,11 +21,19 @@ class TrainingCode(Construct):
     code's root; with `isolated_image` (the training image of jobs with network isolation), a requirements.txt among
     them that would need the network is refused at synth time."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, source: Path = STEPS_DIR, code_dirs: tuple[Path, ...] = (),
-                 isolated_image: str | None = None) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        source: Path = STEPS_DIR,
+        code_dirs: tuple[Path, ...] = (),
+        isolated_image: str | None = None,
+    ) -> None:
         super().__init__(scope, construct_id)
-        tarball = build_code_tarball(source=source, code_dirs=code_dirs,
-                                     destination=Path(Stage.of(self).outdir) / "hetero-build" / "code.tar.gz")
+        tarball = build_code_tarball(
+            source=source, code_dirs=code_dirs, destination=Path(Stage.of(self).outdir) / "hetero-build" / "code.tar.gz"
+        )
         if isolated_image is not None and (requirements := requirements_file(code_dirs)):
             refuse_networked(tarball, python=image_python(isolated_image), origin=str(requirements))
         self.asset = s3_assets.Asset(self, "Archive", path=str(tarball))

@@ -51,35 +51,78 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the whole pipeline on an emulated local cluster")
     for param in (p for p in TUNABLES if p.flag):
-        run.add_argument(f"--{param.flag}", dest=param.flag.replace("-", "_"), metavar=param.name,
-                         help=f"{param.help} [{param.name}, default {param.default!r}]")
-    run.add_argument("--framework", choices=FRAMEWORKS, default=FRAMEWORKS[0],
-                     help="training framework: PyTorch over the project's data plane, or TensorFlow over tf.data.service (default %(default)s)")
-    run.add_argument("--code-dir", action="append", default=[], type=Path, metavar="DIR",
-                     help="ship this folder's contents with the step code, at its root (repeatable; deployed: "
-                          f"{CODE_DIRS_KEY}): your --workload package, and a {REQUIREMENTS} every training host pip-installs")
+        run.add_argument(
+            f"--{param.flag}",
+            dest=param.flag.replace("-", "_"),
+            metavar=param.name,
+            help=f"{param.help} [{param.name}, default {param.default!r}]",
+        )
+    run.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default=FRAMEWORKS[0],
+        help="training framework: PyTorch over the project's data plane, or TensorFlow over tf.data.service (default %(default)s)",
+    )
+    run.add_argument(
+        "--code-dir",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="ship this folder's contents with the step code, at its root (repeatable; deployed: "
+        f"{CODE_DIRS_KEY}): your --workload package, and a {REQUIREMENTS} every training host pip-installs",
+    )
     run.add_argument("--no-baseline", action="store_true", help="skip the homogeneous baseline [RunBaseline=false]")
-    run.add_argument("--param", action="append", default=[], metavar="Name=Value", help="any pipeline parameter (see `hetero params`)")
+    run.add_argument(
+        "--param", action="append", default=[], metavar="Name=Value", help="any pipeline parameter (see `hetero params`)"
+    )
     run.add_argument("--config", type=Path, help="JSON file of pipeline parameters")
-    run.add_argument("--work-dir", type=Path, default=Path("runs"), help="where runs and the local results store live (default runs/)")
+    run.add_argument(
+        "--work-dir", type=Path, default=Path("runs"), help="where runs and the local results store live (default runs/)"
+    )
     run.add_argument("--sample-images", type=int, default=3000, help="size of the generated dataset when no --input is given")
     run.add_argument("--no-pin", action="store_true", help="do not pin hosts to CPU sets")
-    run.add_argument("--spot", action="store_true",
-                     help="compile as deployed with hetero:spot (managed spot training; emulated runs have no spot market)")
-    run.add_argument("--network-isolation", action="store_true",
-                     help="compile as deployed with hetero:networkIsolation: the training jobs get the code as an input "
-                          "channel, and the emulator refuses any s3:// location a container would fetch itself")
-    run.add_argument("--interrupt-after-steps", type=int, metavar="N",
-                     help="interrupt each training job once at step N as a spot interruption does (SIGTERM to every host), "
-                          "then restart it from its checkpoints")
-    run.add_argument("--progress-timeout", type=float, default=PROGRESS_TIMEOUT_S, metavar="SECONDS",
-                     help="fail a training step none of whose hosts reports progress (a status or metric line) for this long, "
-                          "naming the hosts that went silent (0: never; default %(default)g)")
-    run.add_argument("--volume-scale", type=float, default=1.0, metavar="F",
-                     help="each GB of a host's volume (VolumeSizeGB, or an instance type's NVMe store) is F GiB on this "
-                          "machine: a small F shows a full volume without writing gigabytes (default %(default)g)")
-    run.add_argument("--prices", type=Path, metavar="FILE", help='JSON price file replacing or extending the bundled prices, '
-                     'e.g. {"prices": {"ml.g6.xlarge": 1.0}} or what `hetero prices refresh` writes [PriceOverrides]')
+    run.add_argument(
+        "--spot",
+        action="store_true",
+        help="compile as deployed with hetero:spot (managed spot training; emulated runs have no spot market)",
+    )
+    run.add_argument(
+        "--network-isolation",
+        action="store_true",
+        help="compile as deployed with hetero:networkIsolation: the training jobs get the code as an input "
+        "channel, and the emulator refuses any s3:// location a container would fetch itself",
+    )
+    run.add_argument(
+        "--interrupt-after-steps",
+        type=int,
+        metavar="N",
+        help="interrupt each training job once at step N as a spot interruption does (SIGTERM to every host), "
+        "then restart it from its checkpoints",
+    )
+    run.add_argument(
+        "--progress-timeout",
+        type=float,
+        default=PROGRESS_TIMEOUT_S,
+        metavar="SECONDS",
+        help="fail a training step none of whose hosts reports progress (a status or metric line) for this long, "
+        "naming the hosts that went silent (0: never; default %(default)g)",
+    )
+    run.add_argument(
+        "--volume-scale",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="each GB of a host's volume (VolumeSizeGB, or an instance type's NVMe store) is F GiB on this "
+        "machine: a small F shows a full volume without writing gigabytes (default %(default)g)",
+    )
+    run.add_argument(
+        "--prices",
+        type=Path,
+        metavar="FILE",
+        help="JSON price file replacing or extending the bundled prices, "
+        'e.g. {"prices": {"ml.g6.xlarge": 1.0}} or what `hetero prices refresh` writes [PriceOverrides]',
+    )
     params = sub.add_parser("params", help="list pipeline parameters")
     params.add_argument("--markdown", action="store_true", help=f"print docs/parameters.md instead ({REGENERATE})")
     _remote_parsers(sub)
@@ -90,46 +133,84 @@ def build_parser() -> argparse.ArgumentParser:
 def _definition_parser(sub) -> None:
     d = sub.add_parser("definition", help="print the SageMaker pipeline definition JSON (offline; placeholder defaults)")
     d.add_argument("--pipeline-name", default=DEFAULT_PIPELINE_NAME, help="(default %(default)s)")
-    d.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-                   help="picks the default images (default: env AWS_REGION, AWS_DEFAULT_REGION or us-east-1)")
-    d.add_argument("--role-arn", default="arn:aws:iam::123456789012:role/hetero-pipeline", help="the jobs' role, every step's RoleArn (default: a placeholder)")
+    d.add_argument(
+        "--region",
+        default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        help="picks the default images (default: env AWS_REGION, AWS_DEFAULT_REGION or us-east-1)",
+    )
+    d.add_argument(
+        "--role-arn",
+        default="arn:aws:iam::123456789012:role/hetero-pipeline",
+        help="the jobs' role, every step's RoleArn (default: a placeholder)",
+    )
     d.add_argument("--bucket", default="hetero-artifacts-example", help="artifact bucket (default: a placeholder)")
     d.add_argument("--code-uri", help="s3:// URI of the code tar.gz (default s3://<bucket>/<prefix>/code/code.tar.gz)")
     d.add_argument("--prefix", default="hetero", help="key prefix of everything the pipeline writes (default %(default)s)")
-    d.add_argument("--framework", choices=FRAMEWORKS, default=FRAMEWORKS[0],
-                   help="training framework: picks the shard format and the default images (default %(default)s)")
-    d.add_argument("--training-image", help="training image URI (default: the AWS GPU training image of the framework in the region)")
+    d.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default=FRAMEWORKS[0],
+        help="training framework: picks the shard format and the default images (default %(default)s)",
+    )
+    d.add_argument(
+        "--training-image", help="training image URI (default: the AWS GPU training image of the framework in the region)"
+    )
     d.add_argument("--processing-image", help="processing image URI (default: the CPU variant of that image)")
     d.add_argument("--fsx-file-system-id", help="read training shards from this FSx for Lustre file system (jobs run in its VPC)")
-    d.add_argument("--fsx-directory-path", default="/fsx/dataset", help="FSx path linked to s3://<bucket>/<prefix>/ (default %(default)s)")
+    d.add_argument(
+        "--fsx-directory-path", default="/fsx/dataset", help="FSx path linked to s3://<bucket>/<prefix>/ (default %(default)s)"
+    )
     d.add_argument("--subnet", action="append", help="VPC subnet of FSx jobs (repeatable; default a placeholder)")
     d.add_argument("--security-group", action="append", help="security group of FSx jobs (repeatable; default a placeholder)")
-    d.add_argument("--network-isolation", action="store_true",
-                   help="training jobs with EnableNetworkIsolation: the code arrives as the `code` input channel")
+    d.add_argument(
+        "--network-isolation",
+        action="store_true",
+        help="training jobs with EnableNetworkIsolation: the code arrives as the `code` input channel",
+    )
 
 
 def _remote_parsers(sub) -> None:
-    pipeline_name = dict(default=os.environ.get("HETERO_PIPELINE_NAME", DEFAULT_PIPELINE_NAME),
-                         help="deployed pipeline (default: env HETERO_PIPELINE_NAME or %(default)s)")
+    pipeline_name = dict(
+        default=os.environ.get("HETERO_PIPELINE_NAME", DEFAULT_PIPELINE_NAME),
+        help="deployed pipeline (default: env HETERO_PIPELINE_NAME or %(default)s)",
+    )
     start = sub.add_parser("start", help="start an execution of the deployed pipeline (parameters: as for run)")
     start.add_argument("--pipeline-name", **pipeline_name)
-    start.add_argument("--param", action="append", default=[], metavar="Name=Value", help="override a pipeline parameter (see `hetero params`)")
+    start.add_argument(
+        "--param", action="append", default=[], metavar="Name=Value", help="override a pipeline parameter (see `hetero params`)"
+    )
     start.add_argument("--config", type=Path, help="JSON file of pipeline parameters")
     start.add_argument("--display-name", help="execution display name shown in SageMaker Studio")
-    start.add_argument("--prices", metavar="FILE_OR_S3_URI",
-                       help="JSON price file (uploaded beside the pipeline's artifacts) or the s3:// URI of one [PriceOverrides]")
+    start.add_argument(
+        "--prices",
+        metavar="FILE_OR_S3_URI",
+        help="JSON price file (uploaded beside the pipeline's artifacts) or the s3:// URI of one [PriceOverrides]",
+    )
     start.set_defaults(no_baseline=False, **dict.fromkeys(FLAGS))  # so `parameter_layers` reads --param, env and --config alike
-    start.add_argument("--apply-plan", metavar="EXECUTION_ID",
-                       help="run with the data group the plan of that execution recommends (its plan.json in --results)")
-    start.add_argument("--results", default=os.environ.get("HETERO_RESULTS_URI"),
-                       help="results store, s3://bucket/prefix (default: env HETERO_RESULTS_URI)")
+    start.add_argument(
+        "--apply-plan",
+        metavar="EXECUTION_ID",
+        help="run with the data group the plan of that execution recommends (its plan.json in --results)",
+    )
+    start.add_argument(
+        "--results",
+        default=os.environ.get("HETERO_RESULTS_URI"),
+        help="results store, s3://bucket/prefix (default: env HETERO_RESULTS_URI)",
+    )
     plan = sub.add_parser("plan", help="the data group a run's measurements recommend: predicted rate, $/h, cost per epoch")
     plan.add_argument("execution_id", nargs="?", metavar="EXECUTION_ID", help="a local run's or a deployed execution's id")
-    plan.add_argument("--results", default=os.environ.get("HETERO_RESULTS_URI") or "runs/results",
-                      help="results store: s3://bucket/prefix or a local folder (default: env HETERO_RESULTS_URI, else runs/results)")
+    plan.add_argument(
+        "--results",
+        default=os.environ.get("HETERO_RESULTS_URI") or "runs/results",
+        help="results store: s3://bucket/prefix or a local folder (default: env HETERO_RESULTS_URI, else runs/results)",
+    )
     plan.add_argument("--metrics", metavar="PATH", help="plan from this metrics.json (or folder, or model.tar.gz) instead")
-    plan.add_argument("--baseline", metavar="PATH", help="with --metrics: the homogeneous run's metrics.json, whose measured "
-                      "rate stands for staying homogeneous (else the model's)")
+    plan.add_argument(
+        "--baseline",
+        metavar="PATH",
+        help="with --metrics: the homogeneous run's metrics.json, whose measured "
+        "rate stands for staying homogeneous (else the model's)",
+    )
     plan.add_argument("--prices", type=Path, help="JSON price overrides (schema: steps/evaluate/prices.py)")
     plan.add_argument("--json", action="store_true", help="print plan.json instead of the table")
     prices = sub.add_parser("prices", help="price tables: `hetero prices refresh` fetches current SageMaker training prices")
@@ -139,13 +220,19 @@ def _remote_parsers(sub) -> None:
     refresh.add_argument("--output", type=Path, default=Path("prices-override.json"), help="(default %(default)s)")
     report = sub.add_parser("report", help="one HTML page with charts: an execution's results, its plan, and the history")
     report.add_argument("execution_id", nargs="?", metavar="EXECUTION_ID", help="(default: the newest execution in the store)")
-    report.add_argument("--results", default=os.environ.get("HETERO_RESULTS_URI") or "runs/results",
-                        help="results store: s3://bucket/prefix or a local folder (default: env HETERO_RESULTS_URI, else runs/results)")
+    report.add_argument(
+        "--results",
+        default=os.environ.get("HETERO_RESULTS_URI") or "runs/results",
+        help="results store: s3://bucket/prefix or a local folder (default: env HETERO_RESULTS_URI, else runs/results)",
+    )
     report.add_argument("--output", type=Path, help="where to write it (default: hetero-report-<execution id>.html)")
     executions = sub.add_parser("executions", help="recent executions of the deployed pipeline with their price-performance")
     executions.add_argument("--pipeline-name", **pipeline_name)
-    executions.add_argument("--results", default=os.environ.get("HETERO_RESULTS_URI"),
-                            help="results store the Evaluate step writes to, s3://bucket/prefix (default: env HETERO_RESULTS_URI)")
+    executions.add_argument(
+        "--results",
+        default=os.environ.get("HETERO_RESULTS_URI"),
+        help="results store the Evaluate step writes to, s3://bucket/prefix (default: env HETERO_RESULTS_URI)",
+    )
     executions.add_argument("--limit", type=int, default=10, help="newest N executions (default %(default)s, at most 100)")
     executions.add_argument("--details", metavar="EXECUTION_ID", help="print the full price-performance table of one execution")
 
@@ -157,7 +244,7 @@ def parameter_layers(args: argparse.Namespace) -> list[dict]:
             file_layer = json.loads(args.config.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise UserError(f"--config {args.config}: {exc}", headline="bad config file") from None
-    env_layer = {k[len(ENV_PREFIX):]: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
+    env_layer = {k[len(ENV_PREFIX) :]: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
     cli_layer = {name: getattr(args, flag) for flag, name in FLAGS.items() if getattr(args, flag) is not None}
     for item in args.param:
         name, sep, value = item.partition("=")
@@ -175,8 +262,10 @@ def validate_run(params: dict, code_dirs: tuple[Path, ...] = ()) -> None:
     """What `hetero run` can tell before anything runs: the price file, the instance types' prices, the workload."""
     file = params["PriceOverrides"]
     if file.startswith("s3://"):
-        raise UserError(f"PriceOverrides {file!r}: hetero run reads a local price file; download it and pass the file",
-                        headline="bad price file")
+        raise UserError(
+            f"PriceOverrides {file!r}: hetero run reads a local price file; download it and pass the file",
+            headline="bad price file",
+        )
     prices = load_prices(file or None)
     for key in ("DataInstanceType", "DnnInstanceType"):
         prices.hourly(params[key])  # an unknown type fails now, not after training
@@ -197,21 +286,28 @@ def check_workload(module: str, *, code_dirs: tuple[Path, ...] = (), deployed: b
         return
     if found is None:
         folders = ", ".join(map(str, code_dirs)) or "none"
-        ship = (f"deploy it with -c {CODE_DIRS_KEY}='[\"DIR\"]' and run hetero start from that folder, whose cdk.json it reads"
-                if deployed else "ship it with --code-dir DIR")
+        ship = (
+            f"deploy it with -c {CODE_DIRS_KEY}='[\"DIR\"]' and run hetero start from that folder, whose cdk.json it reads"
+            if deployed
+            else "ship it with --code-dir DIR"
+        )
         near = _importable_from(parts)
-        raise UserError(f"workload module {module!r} is not in the code the hosts get: no {'/'.join(parts)}.py in "
-                        f"{STEPS_DIR.name}/ or the code folders ({folders}); {ship}, DIR being the folder that holds "
-                        f"{parts[0]}/ ({'here: ' + str(near) if near else 'e.g. --workload steps.train.workloads.shapes'})",
-                        headline="bad workload")
+        raise UserError(
+            f"workload module {module!r} is not in the code the hosts get: no {'/'.join(parts)}.py in "
+            f"{STEPS_DIR.name}/ or the code folders ({folders}); {ship}, DIR being the folder that holds "
+            f"{parts[0]}/ ({'here: ' + str(near) if near else 'e.g. --workload steps.train.workloads.shapes'})",
+            headline="bad workload",
+        )
     try:
         tree = ast.parse(found.read_bytes(), filename=str(found))
     except (SyntaxError, ValueError) as exc:
         raise UserError(f"workload module {module!r} ({found}) does not parse: {exc}", headline="bad workload") from None
     if not _binds(tree, "WORKLOAD"):
-        raise UserError(f"workload module {module!r} ({found}) defines no WORKLOAD: add WORKLOAD = <a subclass of "
-                        "steps.train.workload.Workload>, or pass another module, e.g. --workload steps.train.workloads.shapes",
-                        headline="bad workload")
+        raise UserError(
+            f"workload module {module!r} ({found}) defines no WORKLOAD: add WORKLOAD = <a subclass of "
+            "steps.train.workload.Workload>, or pass another module, e.g. --workload steps.train.workloads.shapes",
+            headline="bad workload",
+        )
 
 
 def _importable_from(parts: list[str]) -> Path | None:
@@ -271,9 +367,12 @@ def _require_framework(framework: str) -> None:
     """A framework this environment lacks is named with the one command that adds it (`make run` installs PyTorch only)."""
     module, extra = FRAMEWORK_PACKAGES.get(framework, (None, None))
     if module and importlib.util.find_spec(module) is None:
-        raise UserError(f"--framework {framework}: {module} is not installed in this environment ({sys.prefix}); "
-                        f"`make run ARGS=\"--framework {framework}\"` installs it (or: {sys.executable} -m pip install "
-                        f"-c {STEPS_DIR.parent / 'constraints.txt'} -e '{STEPS_DIR.parent}[{extra}]')", headline="framework not installed")
+        raise UserError(
+            f"--framework {framework}: {module} is not installed in this environment ({sys.prefix}); "
+            f'`make run ARGS="--framework {framework}"` installs it (or: {sys.executable} -m pip install '
+            f"-c {STEPS_DIR.parent / 'constraints.txt'} -e '{STEPS_DIR.parent}[{extra}]')",
+            headline="framework not installed",
+        )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -288,19 +387,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--interrupt-after-steps {args.interrupt_after_steps}: use a step number >= 1", headline="bad option")
     if not 0 < args.volume_scale <= 1:
         raise UserError(f"--volume-scale {args.volume_scale:g}: use a factor above 0 and at most 1", headline="bad option")
-    options = LocalOptions(work_dir=args.work_dir, framework=args.framework, sample_images=args.sample_images,
-                           pin_cpus=not args.no_pin, spot=args.spot, network_isolation=args.network_isolation,
-                           interrupt_after_steps=args.interrupt_after_steps,
-                           progress_timeout_s=args.progress_timeout or None, code_dirs=tuple(args.code_dir),
-                           volume_scale=args.volume_scale)
+    options = LocalOptions(
+        work_dir=args.work_dir,
+        framework=args.framework,
+        sample_images=args.sample_images,
+        pin_cpus=not args.no_pin,
+        spot=args.spot,
+        network_isolation=args.network_isolation,
+        interrupt_after_steps=args.interrupt_after_steps,
+        progress_timeout_s=args.progress_timeout or None,
+        code_dirs=tuple(args.code_dir),
+        volume_scale=args.volume_scale,
+    )
     _stop_on_signals()
     result = LocalRunner(params, options).run()
     print()
     print(render(result.price_performance))
     print(textwrap.fill(EMULATED, width=110))
     if args.spot:
-        print("spot: compiled with managed spot; an emulated job has no spot market, so it is billed its whole training "
-              "time (in SageMaker, Evaluate prices each run from its BillableTimeInSeconds)")
+        print(
+            "spot: compiled with managed spot; an emulated job has no spot market, so it is billed its whole training "
+            "time (in SageMaker, Evaluate prices each run from its BillableTimeInSeconds)"
+        )
     plan_file = result.evaluation_dir / PLAN_FILE
     if plan_file.is_file():
         print(f"plan for the next run: {json.loads(plan_file.read_text())['reason']}")
@@ -309,8 +417,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     manifest = json.loads((shard / MANIFEST_FILE).read_text())
     quarantined = manifest.get("quarantined", 0) + manifest.get("skipped", 0)
     if quarantined:
-        print(f"\ninput:     {manifest['quarantined']} corrupt file(s) quarantined, {manifest['skipped']} skipped: "
-              f"{shard / SHARD_REPORT_FILE}")
+        print(
+            f"\ninput:     {manifest['quarantined']} corrupt file(s) quarantined, {manifest['skipped']} skipped: "
+            f"{shard / SHARD_REPORT_FILE}"
+        )
     print(f"\nmetrics:   {result.run_dir}/jobs/*/model/{METRICS_FILE}")
     print(f"results:   {result.evaluation_dir / PRICE_PERFORMANCE_FILE}")
     if (result.evaluation_dir / REPORT_FILE).is_file():
@@ -353,8 +463,13 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan = plan_for(execution_id=args.execution_id, results=args.results, metrics_path=args.metrics,
-                    baseline_path=args.baseline, prices_file=args.prices)
+    plan = plan_for(
+        execution_id=args.execution_id,
+        results=args.results,
+        metrics_path=args.metrics,
+        baseline_path=args.baseline,
+        prices_file=args.prices,
+    )
     print(json.dumps(plan, indent=2) if args.json else render_plan(plan))
     return 0 if plan.get("recommendation") is not None else 2
 
@@ -385,7 +500,9 @@ def cmd_executions(args: argparse.Namespace) -> int:
     if not executions:
         print(f"no executions of {args.pipeline_name} yet: start one with `hetero start --pipeline-name {args.pipeline_name}`")
     for e in executions:
-        print(f"{e['id']:<14} {e['status']:<10} {e['start_time']:%Y-%m-%d %H:%M:%SZ}  {_execution_summary(e, args.results)}".rstrip())
+        print(
+            f"{e['id']:<14} {e['status']:<10} {e['start_time']:%Y-%m-%d %H:%M:%SZ}  {_execution_summary(e, args.results)}".rstrip()
+        )
     if not args.results:
         print("(no --results or HETERO_RESULTS_URI: price-performance not shown)", file=sys.stderr)
     return 0
@@ -408,13 +525,25 @@ def cmd_definition(args: argparse.Namespace) -> int:
 
     fsx = None
     if args.fsx_file_system_id:
-        fsx = FsxSettings(file_system_id=args.fsx_file_system_id, directory_path=args.fsx_directory_path,
-                          subnets=tuple(args.subnet or ["subnet-00000000000000000"]),
-                          security_group_ids=tuple(args.security_group or ["sg-00000000000000000"]))
-    settings = DeploySettings(pipeline_name=args.pipeline_name, region=args.region, role_arn=args.role_arn, bucket=args.bucket,
-                              code_uri=args.code_uri or f"s3://{args.bucket}/{args.prefix}/code/code.tar.gz", prefix=args.prefix,
-                              framework=args.framework, training_image=args.training_image,
-                              processing_image=args.processing_image, fsx=fsx, network_isolation=args.network_isolation)
+        fsx = FsxSettings(
+            file_system_id=args.fsx_file_system_id,
+            directory_path=args.fsx_directory_path,
+            subnets=tuple(args.subnet or ["subnet-00000000000000000"]),
+            security_group_ids=tuple(args.security_group or ["sg-00000000000000000"]),
+        )
+    settings = DeploySettings(
+        pipeline_name=args.pipeline_name,
+        region=args.region,
+        role_arn=args.role_arn,
+        bucket=args.bucket,
+        code_uri=args.code_uri or f"s3://{args.bucket}/{args.prefix}/code/code.tar.gz",
+        prefix=args.prefix,
+        framework=args.framework,
+        training_image=args.training_image,
+        processing_image=args.processing_image,
+        fsx=fsx,
+        network_isolation=args.network_isolation,
+    )
     sys.stdout.write(definition_json(settings))
     return 0
 
@@ -422,9 +551,16 @@ def cmd_definition(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "params": cmd_params, "start": cmd_start, "executions": cmd_executions,
-                "definition": cmd_definition, "plan": cmd_plan, "report": cmd_report,
-                "prices": cmd_prices}[args.command](args)
+        return {
+            "run": cmd_run,
+            "params": cmd_params,
+            "start": cmd_start,
+            "executions": cmd_executions,
+            "definition": cmd_definition,
+            "plan": cmd_plan,
+            "report": cmd_report,
+            "prices": cmd_prices,
+        }[args.command](args)
     except StepFailed as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2 if exc.user_error else 1

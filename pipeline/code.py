@@ -35,8 +35,13 @@ def _tree(folder: Path, exclude: Iterable[Path] = ()) -> list[tuple[str, Path]]:
     found = []
     for path in folder.rglob("*"):
         parts = path.relative_to(folder).parts
-        if (not path.is_file() or _SKIP_DIRS.intersection(parts) or path.suffix in _SKIP_SUFFIXES
-                or any(p.startswith(".") for p in parts) or any(path.resolve().is_relative_to(s) for s in skip)):
+        if (
+            not path.is_file()
+            or _SKIP_DIRS.intersection(parts)
+            or path.suffix in _SKIP_SUFFIXES
+            or any(p.startswith(".") for p in parts)
+            or any(path.resolve().is_relative_to(s) for s in skip)
+        ):
             continue
         found.append((path.relative_to(folder).as_posix(), path))
     return sorted(found)
@@ -49,17 +54,24 @@ def shipped_files(*, source: Path = STEPS_DIR, code_dirs: Iterable[Path] = (), e
     owner = dict.fromkeys(files, source)
     for folder in map(Path, code_dirs):
         if not folder.is_dir():
-            raise UserError(f"code folder {str(folder)!r} is not a folder; name the folder that holds your package (its "
-                            "contents ship at the code's root: DIR/my_pkg/my_workload.py ships my_pkg.my_workload)",
-                            headline="bad code folder")
+            raise UserError(
+                f"code folder {str(folder)!r} is not a folder; name the folder that holds your package (its "
+                "contents ship at the code's root: DIR/my_pkg/my_workload.py ships my_pkg.my_workload)",
+                headline="bad code folder",
+            )
         if (folder / source.name).exists():
-            raise UserError(f"code folder {str(folder)!r} holds a {source.name}/ of its own, which would replace the project's "
-                            f"{source.name} package in the code; name a folder without it (the one holding your package)",
-                            headline="bad code folder")
+            raise UserError(
+                f"code folder {str(folder)!r} holds a {source.name}/ of its own, which would replace the project's "
+                f"{source.name} package in the code; name a folder without it (the one holding your package)",
+                headline="bad code folder",
+            )
         for name, path in _tree(folder, exclude):
             if name in owner:
-                raise UserError(f"code folder {str(folder)!r} ships {name}, which {str(owner[name])!r} ships too; keep one "
-                                "(every code folder's contents land at the same root)", headline="bad code folder")
+                raise UserError(
+                    f"code folder {str(folder)!r} ships {name}, which {str(owner[name])!r} ships too; keep one "
+                    "(every code folder's contents land at the same root)",
+                    headline="bad code folder",
+                )
             files[name], owner[name] = path, folder
     return dict(sorted(files.items()))
 
@@ -69,13 +81,17 @@ def requirements_file(code_dirs: Iterable[Path]) -> Path | None:
     return next((Path(d) / REQUIREMENTS for d in code_dirs if (Path(d) / REQUIREMENTS).is_file()), None)
 
 
-def build_code_tarball(*, destination: Path, source: Path = STEPS_DIR, code_dirs: Iterable[Path] = (),
-                       exclude: Iterable[Path] = ()) -> Path:
+def build_code_tarball(
+    *, destination: Path, source: Path = STEPS_DIR, code_dirs: Iterable[Path] = (), exclude: Iterable[Path] = ()
+) -> Path:
     """Pack `source` (kept as the top-level folder, so `steps.*` imports work) and the code folders' contents (at the
     root; nothing under ``exclude``, e.g. the local runner's work folder) into `destination`."""
     destination.parent.mkdir(parents=True, exist_ok=True)
-    with open(destination, "wb") as out, gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        open(destination, "wb") as out,
+        gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for name, path in shipped_files(source=source, code_dirs=code_dirs, exclude=exclude).items():
             info = tarfile.TarInfo(name)
             data = path.read_bytes()

@@ -44,6 +44,7 @@ trainer that went silent, a data host lost), the failure leads with the blamed h
 itself, and the first to fail is the peer that noticed. The model and
 output folders are packed as ``<S3OutputPath>/<job name>/output/{model,output}.tar.gz``.
 """
+
 from __future__ import annotations
 
 import json
@@ -121,8 +122,13 @@ class Channel:
             return cls(channel["ChannelName"], (), "FileSystem", None, mode, directory)
         s3 = source["S3DataSource"]
         groups = tuple(s3["InstanceGroupNames"]) if s3.get("InstanceGroupNames") else None
-        return cls(channel["ChannelName"], tuple(storage.objects(s3["S3Uri"])), s3.get("S3DataDistributionType", "FullyReplicated"),
-                   groups, mode)
+        return cls(
+            channel["ChannelName"],
+            tuple(storage.objects(s3["S3Uri"])),
+            s3.get("S3DataDistributionType", "FullyReplicated"),
+            groups,
+            mode,
+        )
 
 
 @dataclass
@@ -179,11 +185,19 @@ def _write_json(path: Path, obj) -> None:
 
 def _groups(request: dict, cpus: dict | None) -> list[InstanceGroup]:
     rc = request["ResourceConfig"]
-    specs = rc.get("InstanceGroups") or [{"InstanceGroupName": HOMOGENEOUS_GROUP, "InstanceType": rc["InstanceType"],
-                                          "InstanceCount": rc["InstanceCount"]}]
+    specs = rc.get("InstanceGroups") or [
+        {"InstanceGroupName": HOMOGENEOUS_GROUP, "InstanceType": rc["InstanceType"], "InstanceCount": rc["InstanceCount"]}
+    ]
     data_group = request.get("HyperParameters", {}).get("data_group", DATA_GROUP)
-    return [InstanceGroup(g["InstanceGroupName"], g["InstanceType"], int(g["InstanceCount"]),
-                          (cpus or {}).get(_role(g["InstanceGroupName"], len(specs), data_group))) for g in specs]
+    return [
+        InstanceGroup(
+            g["InstanceGroupName"],
+            g["InstanceType"],
+            int(g["InstanceCount"]),
+            (cpus or {}).get(_role(g["InstanceGroupName"], len(specs), data_group)),
+        )
+        for g in specs
+    ]
 
 
 def _role(group: str, group_count: int, data_group: str) -> str:
@@ -227,20 +241,30 @@ class EmulatedJob:
         self.environment = dict(self.request.get("Environment", {}))
         self.checkpoints = self.request.get("CheckpointConfig")
         if self.checkpoints and not self.checkpoints.get("LocalPath", CHECKPOINT_LOCAL_PATH).startswith(CONTAINER_ROOT):
-            raise UserError(f"CheckpointConfig.LocalPath {self.checkpoints['LocalPath']!r}: the emulator lays out only "
-                            f"{CONTAINER_ROOT}; use {CHECKPOINT_LOCAL_PATH}", headline="unsupported request")
+            raise UserError(
+                f"CheckpointConfig.LocalPath {self.checkpoints['LocalPath']!r}: the emulator lays out only "
+                f"{CONTAINER_ROOT}; use {CHECKPOINT_LOCAL_PATH}",
+                headline="unsupported request",
+            )
         if self.timeout_s is None:
             self.timeout_s = self.request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
         self.step = self.step or self.name
         if self.request.get("EnableNetworkIsolation"):
             spec = self.request.get("AlgorithmSpecification", {})
-            refuse_s3_fetches(step=self.step, job="training job", fields={
-                **{f"HyperParameters.{k}": v for k, v in self.hyperparameters.items()},
-                **{f"Environment.{k}": v for k, v in self.environment.items()},
-                **{f"AlgorithmSpecification.{k}": spec[k] for k in ("ContainerEntrypoint", "ContainerArguments") if k in spec}},
+            refuse_s3_fetches(
+                step=self.step,
+                job="training job",
+                fields={
+                    **{f"HyperParameters.{k}": v for k, v in self.hyperparameters.items()},
+                    **{f"Environment.{k}": v for k, v in self.environment.items()},
+                    **{
+                        f"AlgorithmSpecification.{k}": spec[k] for k in ("ContainerEntrypoint", "ContainerArguments") if k in spec
+                    },
+                },
                 fix=f"Give the container what it reads as input channels: the code as a {CODE_CHANNEL!r} channel on every instance "
-                    f"group with sagemaker_submit_directory={CONTAINER_ROOT}input/data/{CODE_CHANNEL}/<file>.tar.gz (what "
-                    "`hetero run --network-isolation` and hetero:networkIsolation compile), anything else as a channel of its own")
+                f"group with sagemaker_submit_directory={CONTAINER_ROOT}input/data/{CODE_CHANNEL}/<file>.tar.gz (what "
+                "`hetero run --network-isolation` and hetero:networkIsolation compile), anything else as a channel of its own",
+            )
 
     def role_of(self, group: str) -> str:
         return _role(group, len(self.groups), self.hyperparameters.get("data_group", DATA_GROUP))
@@ -276,7 +300,7 @@ class EmulatedJob:
     # -- checkpoints ---------------------------------------------------------
     def _checkpoint_dir(self, host: Host) -> Path:
         local = self.checkpoints.get("LocalPath", CHECKPOINT_LOCAL_PATH)
-        return host.base_dir / local[len(CONTAINER_ROOT):]
+        return host.base_dir / local[len(CONTAINER_ROOT) :]
 
     def _restore_checkpoints(self, host: Host) -> None:
         """S3Uri -> every host's LocalPath, as SageMaker does when a job (re)starts."""
@@ -330,18 +354,24 @@ class EmulatedJob:
 
     def _write_config(self, host: Host, channels: dict) -> None:
         config = host.base_dir / "input" / "config"
-        _write_json(config / "resourceconfig.json", {
-            "current_host": host.name,
-            "current_instance_type": host.group.instance_type,
-            "current_group_name": host.group.name,
-            "hosts": [h.name for h in self.hosts],
-            "instance_groups": [
-                {"instance_group_name": g.name, "instance_type": g.instance_type,
-                 "hosts": sorted((h.name for h in self.hosts if h.group is g), key=lambda n: int(n.split("-")[1]))}
-                for g in self.groups
-            ],
-            "network_interface_name": "lo",
-        })
+        _write_json(
+            config / "resourceconfig.json",
+            {
+                "current_host": host.name,
+                "current_instance_type": host.group.instance_type,
+                "current_group_name": host.group.name,
+                "hosts": [h.name for h in self.hosts],
+                "instance_groups": [
+                    {
+                        "instance_group_name": g.name,
+                        "instance_type": g.instance_type,
+                        "hosts": sorted((h.name for h in self.hosts if h.group is g), key=lambda n: int(n.split("-")[1])),
+                    }
+                    for g in self.groups
+                ],
+                "network_interface_name": "lo",
+            },
+        )
         _write_json(config / "hyperparameters.json", {**self.hyperparameters, "sagemaker_job_name": self.name})
         _write_json(config / "inputdataconfig.json", channels)
         for sub in ("model", "output/data", "code"):
@@ -351,15 +381,19 @@ class EmulatedJob:
         """The code ``host`` unpacks: an S3 location, or a path in the host's container (its ``code`` channel's file)."""
         source = self.hyperparameters.get("sagemaker_submit_directory")
         if not source:
-            raise UserError("HyperParameters has no sagemaker_submit_directory: script mode needs the code's location",
-                            headline="no code")
+            raise UserError(
+                "HyperParameters has no sagemaker_submit_directory: script mode needs the code's location", headline="no code"
+            )
         if not source.startswith(CONTAINER_ROOT):
             return storage.path(source)
-        local = host.base_dir / source[len(CONTAINER_ROOT):]
+        local = host.base_dir / source[len(CONTAINER_ROOT) :]
         if not local.exists():
-            raise UserError(f"sagemaker_submit_directory {source!r} is not on host {host.name} ({host.group.name}): no input "
-                            f"channel put it there; give the job a {CODE_CHANNEL!r} channel holding the code tar.gz on every "
-                            "instance group, or an s3:// location (without network isolation)", headline="no code")
+            raise UserError(
+                f"sagemaker_submit_directory {source!r} is not on host {host.name} ({host.group.name}): no input "
+                f"channel put it there; give the job a {CODE_CHANNEL!r} channel holding the code tar.gz on every "
+                "instance group, or an s3:// location (without network isolation)",
+                headline="no code",
+            )
         return local
 
     @staticmethod
@@ -381,17 +415,27 @@ class EmulatedJob:
         for host in self.hosts:
             code = host.base_dir / "code"
             if not (code / program).is_file():
-                raise UserError(f"sagemaker_program {program!r} is not in the code at {self.hyperparameters['sagemaker_submit_directory']}",
-                                headline="no entry point")
+                raise UserError(
+                    f"sagemaker_program {program!r} is not in the code at {self.hyperparameters['sagemaker_submit_directory']}",
+                    headline="no entry point",
+                )
             command = self._command(program)
             # a host imports what a container has: the image's packages (the guard goes first, pipeline.image_guard), the
             # code as shipped (the toolkit runs the program from /opt/ml/code) and what the code's requirements.txt
             # installed; never the caller's folder or PYTHONPATH
             packages = self.job_dir / SITE_PACKAGES / host.name
             pythonpath = os.pathsep.join(filter(None, [guard, str(code), str(packages)]))
-            env = {**base_env, **self.environment, "SAGEMAKER_BASE_DIR": str(host.base_dir),
-                   HOSTS_FILE_ENV: str(self.job_dir / "hosts"), EMULATED_HOST_ENV: "1", "TRAINING_JOB_NAME": self.name,
-                   "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath, **pip_into(packages)}
+            env = {
+                **base_env,
+                **self.environment,
+                "SAGEMAKER_BASE_DIR": str(host.base_dir),
+                HOSTS_FILE_ENV: str(self.job_dir / "hosts"),
+                EMULATED_HOST_ENV: "1",
+                "TRAINING_JOB_NAME": self.name,
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": pythonpath,
+                **pip_into(packages),
+            }
             host.temp_dir = Path(tempfile.mkdtemp(prefix="hetero-"))  # short: Ray puts unix sockets under it
             env["TMPDIR"] = str(host.temp_dir)
             cpus = host.group.cpus
@@ -402,9 +446,14 @@ class EmulatedJob:
                 self._volumes.enter(cwd)
 
             host.process = subprocess.Popen(
-                command, cwd=code, env=env,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=enter if cpus or self._volumes.enforced else None,
+                command,
+                cwd=code,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=enter if cpus or self._volumes.enforced else None,
             )
             reader = threading.Thread(target=self._pump, args=(host,), daemon=True)
             reader.start()
@@ -453,7 +502,11 @@ class EmulatedJob:
         entry = spec.get("ContainerEntrypoint")
         if not entry:
             return [sys.executable, program]
-        return [sys.executable if entry[0] in ("python", "python3") else entry[0], *entry[1:], *spec.get("ContainerArguments", [])]
+        return [
+            sys.executable if entry[0] in ("python", "python3") else entry[0],
+            *entry[1:],
+            *spec.get("ContainerArguments", []),
+        ]
 
     @property
     def signals_reach_entry_point(self) -> bool:
@@ -518,10 +571,18 @@ class EmulatedJob:
             return None
         hosts = "; ".join(
             f"host {h.name} ({h.group.name}, {h.role}) "
-            + (f"silent {now - h.progress_at:.0f} s since {h.progress_line[:200]!r}" if h.progress_line else "reported nothing since it started")
-            + f" [log: {h.base_dir / 'output' / 'host.log'}]" for h in running)
-        return (f"step {self.step}: no host reported progress (a status or metric line of the step code) for "
-                f"{self.progress_timeout_s:g} s, so it is stuck: {hosts}; stopped")
+            + (
+                f"silent {now - h.progress_at:.0f} s since {h.progress_line[:200]!r}"
+                if h.progress_line
+                else "reported nothing since it started"
+            )
+            + f" [log: {h.base_dir / 'output' / 'host.log'}]"
+            for h in running
+        )
+        return (
+            f"step {self.step}: no host reported progress (a status or metric line of the step code) for "
+            f"{self.progress_timeout_s:g} s, so it is stuck: {hosts}; stopped"
+        )
 
     def _interrupt_and_restart(self) -> None:
         """A spot interruption: SIGTERM to every host's entry process, ``grace_s`` to exit, then the same job again
@@ -544,10 +605,14 @@ class EmulatedJob:
                     exited[host.name] = round(time.monotonic() - signalled, 2)
             time.sleep(0.05)
         self.close()  # what did not exit in time, and every host's leftover children
-        self.interrupted = {"signal": "SIGTERM" if self.signals_reach_entry_point else "none (script mode): killed",
-                            "hosts_exited_s": exited, "all_exited_s": max(exited.values(), default=0.0),
-                            "stopped_by_emulator": [h.name for h in live if h.name not in exited],
-                            "exit_codes": {h.name: h.exit_code for h in live}, "roles": {h.name: h.role for h in live}}
+        self.interrupted = {
+            "signal": "SIGTERM" if self.signals_reach_entry_point else "none (script mode): killed",
+            "hosts_exited_s": exited,
+            "all_exited_s": max(exited.values(), default=0.0),
+            "stopped_by_emulator": [h.name for h in live if h.name not in exited],
+            "exit_codes": {h.name: h.exit_code for h in live},
+            "roles": {h.name: h.role for h in live},
+        }
         self._save_checkpoints()
         attempt = self.job_dir.with_name(f"{self.job_dir.name}.attempt-{self.interruptions}")
         if attempt.exists():
@@ -565,7 +630,10 @@ class EmulatedJob:
         image = image_guard.explain(reason if host.failure else _tail(log), self.job_dir / ".image")
         volume = next((v for v in self._volume_plan if v.host == host.name), None)
         full = f" {volumes.full_volume(volume, self.volume_scale)}" if volume and "ENOSPC" in reason else ""
-        who, tail = f"host {host.name} ({host.group.name}, {host.role})", f"{reason}{full}{' ' + image if image else ''} [log: {log}]"
+        who, tail = (
+            f"host {host.name} ({host.group.name}, {host.role})",
+            f"{reason}{full}{' ' + image if image else ''} [log: {log}]",
+        )
         blamed = self._blamed(host)
         if blamed is not None:
             return f"step {self.step}: host {blamed.name} ({blamed.group.name}, {blamed.role}) failed, as {who} reports ({how}): {tail}"
@@ -619,8 +687,9 @@ class EmulatedJob:
             _pack(merged, storage.path(f"{prefix}/model.tar.gz"))
             _pack(output, storage.path(f"{prefix}/output.tar.gz"))
             artifacts = f"{prefix}/model.tar.gz"
-        return JobResult(self.name, self.job_dir, self.hosts, failure, merged, output, artifacts, wall_s, self.interruptions,
-                         self.interrupted)
+        return JobResult(
+            self.name, self.job_dir, self.hosts, failure, merged, output, artifacts, wall_s, self.interruptions, self.interrupted
+        )
 
     def __enter__(self) -> EmulatedJob:
         return self
@@ -649,7 +718,7 @@ def _files(folder: Path) -> dict[str, tuple[int, int]]:
 def _last_error(log: Path) -> str:
     """The step code's last one-line error in a host's log (`steps.common.errors.run_step`): its reason where the failure
     file could not be written (a full volume has no room for it)."""
-    errors = [line[len("ERROR "):] for line in _tail(log, 50).splitlines() if line.startswith("ERROR ")]
+    errors = [line[len("ERROR ") :] for line in _tail(log, 50).splitlines() if line.startswith("ERROR ")]
     return errors[-1] if errors else ""
 
 

@@ -140,4 +140,3 @@ def reads(node: Any) -> set[str]:
         for v in node.values():
             found |= reads(v)
     return found
-

@@ -165,52 +165,79 @@ def build_graph(framework: str = "pytorch") -> Graph:
     dnn = Group(DNN_GROUP, Param("DnnInstanceType"), Param("DnnInstanceCount"))
     data = Group(DATA_GROUP, Param("DataInstanceType"), Param("DataInstanceCount"))
     shard = ProcessingStep(
-        "Shard", SHARD_SCRIPT,
+        "Shard",
+        SHARD_SCRIPT,
         inputs={"input": Param("InputData")},
         outputs={"train": "train", "validation": "validation", "manifest": MANIFEST_FILE, "secret": SECRET_CHANNEL},
         # --input-source: the input as the user named it, for messages (the step reads its container copy)
-        arguments={"--target-shard-mb": Param("ShardSizeMB"), "--data-hosts": Param("DataInstanceCount"),
-                   "--format": fw.shard_format, "--input-source": Param("InputData")},
+        arguments={
+            "--target-shard-mb": Param("ShardSizeMB"),
+            "--data-hosts": Param("DataInstanceCount"),
+            "--format": fw.shard_format,
+            "--input-source": Param("InputData"),
+        },
     )
     train = Output("Shard", "train")
     validation = TrainChannel("validation", Output("Shard", "validation"), REPLICATED, (DNN_GROUP,))
     baseline = TrainingStep(
-        "TrainBaseline", groups=(dnn,),
+        "TrainBaseline",
+        groups=(dnn,),
         # every dnn host sees all shards and takes its share by sample index: shard counts need not divide
-        channels=(TrainChannel("train", train, REPLICATED, (DNN_GROUP,), Param("InputMode"), file_system=True), validation,
-                  TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED, (DNN_GROUP,)),
-                  TrainChannel(SECRET_CHANNEL, Output("Shard", "secret"), REPLICATED, (DNN_GROUP,))),
-        hyperparameters=_hyperparameters(framework), condition=Param("RunBaseline"),
+        channels=(
+            TrainChannel("train", train, REPLICATED, (DNN_GROUP,), Param("InputMode"), file_system=True),
+            validation,
+            TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED, (DNN_GROUP,)),
+            TrainChannel(SECRET_CHANNEL, Output("Shard", "secret"), REPLICATED, (DNN_GROUP,)),
+        ),
+        hyperparameters=_hyperparameters(framework),
+        condition=Param("RunBaseline"),
     )
     if fw.every_host_reads_every_shard:
         # Ray Data's read tasks run on any node and open the files the driver listed: every host sees every shard
         shards = (TrainChannel("train", train, REPLICATED, (DATA_GROUP, DNN_GROUP), Param("InputMode"), file_system=True),)
     else:
-        shards = (TrainChannel("train", train, Param("DataDistribution"), (DATA_GROUP,), Param("InputMode"), file_system=True),
-                  # the dnn hosts' own decode workers take their share of every shard (steps/train/core/split.py). FastFile: whether
-                  # they decode is known only at run time (TrainerCpus=auto measures it, and a definition's channels are fixed
-                  # for every execution), so the shards stream to them as they read; with TrainerCpus=all nothing moves and no
-                  # copy of the training set lands on their volume
-                  TrainChannel(HYBRID_CHANNEL, train, REPLICATED, (DNN_GROUP,), HYBRID_INPUT_MODE, file_system=True))
+        shards = (
+            TrainChannel("train", train, Param("DataDistribution"), (DATA_GROUP,), Param("InputMode"), file_system=True),
+            # the dnn hosts' own decode workers take their share of every shard (steps/train/core/split.py). FastFile: whether
+            # they decode is known only at run time (TrainerCpus=auto measures it, and a definition's channels are fixed
+            # for every execution), so the shards stream to them as they read; with TrainerCpus=all nothing moves and no
+            # copy of the training set lands on their volume
+            TrainChannel(HYBRID_CHANNEL, train, REPLICATED, (DNN_GROUP,), HYBRID_INPUT_MODE, file_system=True),
+        )
     hetero = TrainingStep(
-        "TrainHeterogeneous", groups=(data, dnn),
-        channels=(*shards, validation, TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED, (DATA_GROUP, DNN_GROUP)),
-                  TrainChannel(SECRET_CHANNEL, Output("Shard", "secret"), REPLICATED, (DATA_GROUP, DNN_GROUP))),
+        "TrainHeterogeneous",
+        groups=(data, dnn),
+        channels=(
+            *shards,
+            validation,
+            TrainChannel("manifest", Output("Shard", "manifest"), REPLICATED, (DATA_GROUP, DNN_GROUP)),
+            TrainChannel(SECRET_CHANNEL, Output("Shard", "secret"), REPLICATED, (DATA_GROUP, DNN_GROUP)),
+        ),
         hyperparameters=_hyperparameters(framework),
     )
     evaluate = ProcessingStep(
-        "Evaluate", EVALUATE_SCRIPT,
+        "Evaluate",
+        EVALUATE_SCRIPT,
         # the price file is an input, never an argument: a refreshed table is several KB, an argument at most 256 characters
-        inputs={"heterogeneous": Output("TrainHeterogeneous", "model"), "baseline": Output("TrainBaseline", "model"),
-                "prices": Param("PriceOverrides")},
+        inputs={
+            "heterogeneous": Output("TrainHeterogeneous", "model"),
+            "baseline": Output("TrainBaseline", "model"),
+            "prices": Param("PriceOverrides"),
+        },
         outputs={"evaluation": "."},
-        arguments={"--execution-id": ExecutionId(),
-                   "--billing-heterogeneous": Billing("TrainHeterogeneous"), "--billing-baseline": Billing("TrainBaseline")},
+        arguments={
+            "--execution-id": ExecutionId(),
+            "--billing-heterogeneous": Billing("TrainHeterogeneous"),
+            "--billing-baseline": Billing("TrainBaseline"),
+        },
         depends_on=("TrainBaseline", "TrainHeterogeneous"),
         results_store=True,
     )
     check = CheckStep(
-        "CheckImprovement", Output("Evaluate", "evaluation"), PRICE_PERFORMANCE_FILE, "improvement",
+        "CheckImprovement",
+        Output("Evaluate", "evaluation"),
+        PRICE_PERFORMANCE_FILE,
+        "improvement",
         Param("ImprovementThreshold"),
         "price-performance improvement of the heterogeneous cluster is below ImprovementThreshold",
     )

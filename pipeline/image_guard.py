@@ -65,8 +65,16 @@ def manifests() -> tuple[Manifest, ...]:
     found = []
     for path in sorted(MANIFESTS.glob("*.json")):
         data = json.loads(path.read_text())
-        found.append(Manifest(path.stem, path, data["image"]["repository"], tuple(data["image"]["tags"]),
-                              {canonical(k): v for k, v in data["packages"].items()}, data.get("python", "")))
+        found.append(
+            Manifest(
+                path.stem,
+                path,
+                data["image"]["repository"],
+                tuple(data["image"]["tags"]),
+                {canonical(k): v for k, v in data["packages"].items()},
+                data.get("python", ""),
+            )
+        )
     return tuple(found)
 
 
@@ -132,16 +140,17 @@ def pip_into(folder: Path) -> dict[str, str]:
     return {TARGET_ENV: str(folder), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
-def guard_path(image_uri: str, folder: Path, *, enabled: bool = True,
-               echo: Callable[[str], object] = print) -> str:
+def guard_path(image_uri: str, folder: Path, *, enabled: bool = True, echo: Callable[[str], object] = print) -> str:
     """The PYTHONPATH entry that confines a job's processes to ``image_uri``'s packages ("" when there is none to
     apply: the guard is off, or the image has no manifest, which is said once)."""
     if not enabled:
         return ""
     manifest = manifest_for(image_uri)
     if manifest is None:
-        echo(f"image {image_uri or '(none)'} has no package manifest (pipeline/manifests/): its hosts import this "
-             "machine's packages, which may not be the image's")
+        echo(
+            f"image {image_uri or '(none)'} has no package manifest (pipeline/manifests/): its hosts import this "
+            "machine's packages, which may not be the image's"
+        )
         return ""
     return str(install(folder, image_uri, manifest))
 
@@ -149,11 +158,18 @@ def guard_path(image_uri: str, folder: Path, *, enabled: bool = True,
 def install(folder: Path, image_uri: str, manifest: Manifest) -> Path:
     """Write the guard for ``manifest`` into ``folder`` (put it first on the processes' PYTHONPATH); returns ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "image_guard.json").write_text(json.dumps({
-        "image": image_uri, "manifest": f"pipeline/manifests/{manifest.path.name}", "refused": refused(manifest),
-        "target_env": TARGET_ENV,
-        "refused_distributions": sorted(d for d in _installed() if not manifest.has(d) or d in other_versions(manifest)),
-        "other_versions": other_versions(manifest)}))
+    (folder / "image_guard.json").write_text(
+        json.dumps(
+            {
+                "image": image_uri,
+                "manifest": f"pipeline/manifests/{manifest.path.name}",
+                "refused": refused(manifest),
+                "target_env": TARGET_ENV,
+                "refused_distributions": sorted(d for d in _installed() if not manifest.has(d) or d in other_versions(manifest)),
+                "other_versions": other_versions(manifest),
+            }
+        )
+    )
     (folder / f"{GUARD_MODULE}.py").write_text(_GUARD_SOURCE)
     return folder
 
@@ -167,13 +183,18 @@ def explain(failure: str, folder: str | Path) -> str:
     for name in re.findall(r"No module named '([\w.]+)'", failure):
         owner = spec["refused"].get(name.partition(".")[0])
         if owner:
-            what = "the project's code outside steps/, which does not ship with the job" if owner == "hetero" else \
-                f"no {owner!r} ({name!r})"
+            what = (
+                "the project's code outside steps/, which does not ship with the job"
+                if owner == "hetero"
+                else f"no {owner!r} ({name!r})"
+            )
             if owner in spec.get("other_versions", {}):
                 image, here = spec["other_versions"][owner]
                 what = f"{owner} {image}, not the {here} this project tests with (its own dependency, not for step code)"
-            return (f"[image] {spec['image']} has {what}: the container fails the same way (its packages: "
-                    f"{spec['manifest']}); use what the image has, or build an image FROM it with the package")
+            return (
+                f"[image] {spec['image']} has {what}: the container fails the same way (its packages: "
+                f"{spec['manifest']}); use what the image has, or build an image FROM it with the package"
+            )
     return ""
 
 

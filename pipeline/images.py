@@ -45,8 +45,7 @@ from steps.frameworks import framework as framework_row
 # 2025-10-29. CUDA 13 has no Volta kernels: the GPU image needs ml.g4dn (Turing) or newer, not ml.p3.
 # TensorFlow: 2.21.0 is the newest training version in the SDK's bundled table (image_uri_config/tensorflow.json),
 # with GPU and CPU images, py312 only; AWS lists it as its newest TensorFlow training DLC too.
-IMAGES = {"pytorch": ("pytorch", "2.13.0", "py312"),
-          "tensorflow": ("tensorflow", "2.21.0", "py312")}
+IMAGES = {"pytorch": ("pytorch", "2.13.0", "py312"), "tensorflow": ("tensorflow", "2.21.0", "py312")}
 # Images newer than the SDK's table: framework -> (ECR repository, tag of the GPU variant, tag of the CPU variant)
 DLC_TAGS = {"pytorch": ("pytorch", "2.13.0-cu133-amzn2023-sagemaker", "2.13.0-cpu-amzn2023-sagemaker")}
 # framework -> (the SDK's image table, the version's key there) that lists the regions of the images above: the
@@ -63,21 +62,26 @@ PROCESSING_INSTANCE_TYPE = "ml.m5.xlarge"  # any CPU type: only picks the CPU va
 
 REGION = re.compile(r"[a-z]{2,4}(-[a-z]+)+-\d+")  # us-east-1, eusc-de-east-1; not a CDK token
 # <account>.dkr.ecr.<region>.<DNS suffix of the partition>/<repository>[:tag|@digest]
-_ECR_IMAGE = re.compile(r"(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z]{2,4}(?:-[a-z]+)+-\d+)\."
-                        r"(?:amazonaws\.com|amazonaws\.com\.cn|amazonaws\.eu|c2s\.ic\.gov|sc2s\.sgov\.gov|csp\.hci\.ic\.gov"
-                        r"|cloud\.adc-e\.uk)"
-                        r"/(?P<repository>[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*)"
-                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?")
+_ECR_IMAGE = re.compile(
+    r"(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z]{2,4}(?:-[a-z]+)+-\d+)\."
+    r"(?:amazonaws\.com|amazonaws\.com\.cn|amazonaws\.eu|c2s\.ic\.gov|sc2s\.sgov\.gov|csp\.hci\.ic\.gov"
+    r"|cloud\.adc-e\.uk)"
+    r"/(?P<repository>[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*)"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
+)
 
 
 def default_training_image(region: str, framework: str = "pytorch") -> str:
     """The framework's SageMaker training DLC, GPU variant, in ``region``."""
     fw = framework_row(framework)
     if not fw.aws_image:
-        raise UserError(f"framework {framework} has no AWS training image (none has it installed): build "
-                        f"images/{framework}/Dockerfile (the {fw.image_family} training image plus {framework}), push it to ECR "
-                        "and pass its URI as the training image (npx cdk deploy -c hetero:trainingImage=<uri>; hetero "
-                        "definition --training-image <uri> for the definition alone)", headline="bad deploy settings")
+        raise UserError(
+            f"framework {framework} has no AWS training image (none has it installed): build "
+            f"images/{framework}/Dockerfile (the {fw.image_family} training image plus {framework}), push it to ECR "
+            "and pass its URI as the training image (npx cdk deploy -c hetero:trainingImage=<uri>; hetero "
+            "definition --training-image <uri> for the definition alone)",
+            headline="bad deploy settings",
+        )
     return _image(region, framework, gpu=True)
 
 
@@ -88,17 +92,22 @@ def default_processing_image(region: str, framework: str = "pytorch") -> str:
 
 def pipeline_images(region: str, framework: str, *, training_image: str = "", processing_image: str = "") -> tuple[str, str]:
     """(training, processing) image URIs the pipeline runs: the ones given, else the defaults of ``region``."""
-    return (training_image or default_training_image(region, framework),
-            processing_image or default_processing_image(region, framework))
+    return (
+        training_image or default_training_image(region, framework),
+        processing_image or default_processing_image(region, framework),
+    )
 
 
 def ecr_repository(image_uri: str) -> tuple[str, str, str]:
     """``<account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:tag|@digest]`` -> (account, region, repository)."""
     match = _ECR_IMAGE.fullmatch(image_uri) if isinstance(image_uri, str) else None
     if not match:
-        raise UserError(f"image {image_uri!r} is not an ECR image URI: use "
-                        "<account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:<tag>|@sha256:<digest>] "
-                        "(SageMaker jobs pull their images from Amazon ECR)", headline="bad image URI")
+        raise UserError(
+            f"image {image_uri!r} is not an ECR image URI: use "
+            "<account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:<tag>|@sha256:<digest>] "
+            "(SageMaker jobs pull their images from Amazon ECR)",
+            headline="bad image URI",
+        )
     return match["account"], match["region"], match["repository"]
 
 
@@ -110,8 +119,9 @@ def ecr_partition(region: str) -> str:
     try:
         return botocore.session.get_session().get_partition_for_region(region)
     except botocore.exceptions.UnknownRegionError as exc:
-        raise UserError(f"region {region!r} belongs to no AWS partition known to botocore: check the region",
-                        headline="bad region") from exc
+        raise UserError(
+            f"region {region!r} belongs to no AWS partition known to botocore: check the region", headline="bad region"
+        ) from exc
 
 
 def image_regions(framework: str) -> tuple[str, ...]:
@@ -124,9 +134,12 @@ def require_image_region(region: str, framework: str) -> None:
     """UserError unless AWS publishes ``framework``'s default images in ``region``, naming the regions that have them."""
     regions = image_regions(framework)
     if region not in regions:
-        raise UserError(f"region {region!r} has no AWS Deep Learning Container for {framework} {IMAGES[framework][1]}: AWS "
-                        f"publishes it in {len(regions)} regions ({', '.join(regions)}); use one of them, or your own "
-                        "images", headline="bad region")
+        raise UserError(
+            f"region {region!r} has no AWS Deep Learning Container for {framework} {IMAGES[framework][1]}: AWS "
+            f"publishes it in {len(regions)} regions ({', '.join(regions)}); use one of them, or your own "
+            "images",
+            headline="bad region",
+        )
 
 
 def dlc_framework(image_uri: str) -> str | None:
@@ -158,12 +171,15 @@ def _sdk_table(name: str) -> dict:
 
 def _image(region: str, framework: str, *, gpu: bool) -> str:
     if not isinstance(region, str) or not REGION.fullmatch(region):
-        raise UserError(f"region {region!r} is not a region name (a CloudFormation token?), so the default images "
-                        "cannot be looked up: pass training_image and processing_image, or a concrete region",
-                        headline="bad deploy settings")
+        raise UserError(
+            f"region {region!r} is not a region name (a CloudFormation token?), so the default images "
+            "cannot be looked up: pass training_image and processing_image, or a concrete region",
+            headline="bad deploy settings",
+        )
     if framework not in IMAGES:
-        raise UserError(f"framework {framework!r} has no default image; use one of {', '.join(IMAGES)}",
-                        headline="bad deploy settings")
+        raise UserError(
+            f"framework {framework!r} has no default image; use one of {', '.join(IMAGES)}", headline="bad deploy settings"
+        )
     require_image_region(region, framework)
     name, version, py_version = IMAGES[framework]
     if framework in DLC_TAGS:
@@ -171,8 +187,14 @@ def _image(region: str, framework: str, *, gpu: bool) -> str:
         return f"{DLC_REGISTRIES[region]}.dkr.{_ecr_host(region)}/{repository}:{gpu_tag if gpu else cpu_tag}"
     from sagemaker.core import image_uris  # bundled tables, no network
 
-    return image_uris.retrieve(name, region=region, version=version, py_version=py_version, image_scope="training",
-                               instance_type=TRAINING_INSTANCE_TYPE if gpu else PROCESSING_INSTANCE_TYPE)
+    return image_uris.retrieve(
+        name,
+        region=region,
+        version=version,
+        py_version=py_version,
+        image_scope="training",
+        instance_type=TRAINING_INSTANCE_TYPE if gpu else PROCESSING_INSTANCE_TYPE,
+    )
 
 
 def _ecr_host(region: str) -> str:

@@ -31,6 +31,8 @@ def refuse_s3_fetches(*, step: str, job: str, fields: dict[str, object], fix: st
     """Raise a UserError naming every field of an isolated ``job`` that its container would have to fetch from S3."""
     found = s3_fetches(fields)
     if found:
-        raise UserError(f"step {step}: the {job} has EnableNetworkIsolation, so its container reaches nothing but its cluster "
-                        f"peers (no S3, no package index), yet it would fetch at run time: {'; '.join(found)}. {fix}",
-                        headline="isolated job needs the network")
+        raise UserError(
+            f"step {step}: the {job} has EnableNetworkIsolation, so its container reaches nothing but its cluster "
+            f"peers (no S3, no package index), yet it would fetch at run time: {'; '.join(found)}. {fix}",
+            headline="isolated job needs the network",
+        )

@@ -20,8 +20,9 @@ from steps.common.errors import UserError
 
 INPUT_PREFIX_SETTING = "hetero:inputPrefix"  # the deploy setting (cdk.json context) that moves the inputs' prefix
 _SENTENCE = "Jobs read inputs under {inputs} and their artifacts under {artifacts}."
-_PARSE = re.compile(re.escape(_SENTENCE).replace(r"\{inputs\}", r"(?P<inputs>s3://\S+/)")
-                    .replace(r"\{artifacts\}", r"(?P<artifacts>s3://\S+/)"))
+_PARSE = re.compile(
+    re.escape(_SENTENCE).replace(r"\{inputs\}", r"(?P<inputs>s3://\S+/)").replace(r"\{artifacts\}", r"(?P<artifacts>s3://\S+/)")
+)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,12 @@ class JobAccess:
         if self.readable(uri):
             return
         fix = {"PriceOverrides": f"pass the file with --prices FILE (hetero start uploads it under {self.artifacts})"}.get(
-            name, f"copy the data under {self.inputs}, or redeploy with another input prefix of that bucket "
-                  f"(npx cdk deploy -c {INPUT_PREFIX_SETTING}=<prefix>/)")
-        raise UserError(f"parameter {name}={uri!r}: the pipeline's jobs may read only {self.inputs} (inputs) and "
-                        f"{self.artifacts} (the pipeline's artifacts): {fix}", headline="bad parameter")
+            name,
+            f"copy the data under {self.inputs}, or redeploy with another input prefix of that bucket "
+            f"(npx cdk deploy -c {INPUT_PREFIX_SETTING}=<prefix>/)",
+        )
+        raise UserError(
+            f"parameter {name}={uri!r}: the pipeline's jobs may read only {self.inputs} (inputs) and "
+            f"{self.artifacts} (the pipeline's artifacts): {fix}",
+            headline="bad parameter",
+        )

@@ -55,6 +55,8 @@ def local_training_image(framework: str) -> str:
     if framework_row(framework).aws_image:
         return default_training_image(LOCAL_REGION, framework)
     return LOCAL_BUILT_IMAGES[framework]
+
+
 LOCAL_ACCOUNT = "000000000000"
 
 
@@ -104,19 +106,30 @@ def cpu_plan(pin: bool) -> dict[str, tuple[int, ...]] | None:
     return {"trainer": tuple(cpus[:k]), "data": tuple(cpus[k:])}
 
 
-def local_settings(work_dir: Path, framework: str, code_uri: str, *, spot: bool = False,
-                   network_isolation: bool = False) -> DeploySettings:
+def local_settings(
+    work_dir: Path, framework: str, code_uri: str, *, spot: bool = False, network_isolation: bool = False
+) -> DeploySettings:
     """Deploy settings that bind the pipeline to this machine: the artifact "bucket" is the work folder."""
     from pipeline.sagemaker import DeploySettings
 
-    prefix = storage.uri(work_dir)[len(storage.SCHEME):]
-    return DeploySettings(pipeline_name=PIPELINE_NAME, region=LOCAL_REGION, role_arn=LOCAL_ROLE, bucket=storage.LOCAL_BUCKET,
-                          code_uri=code_uri, prefix=prefix, framework=framework, spot=spot, network_isolation=network_isolation,
-                          training_image=None if framework_row(framework).aws_image else local_training_image(framework))
+    prefix = storage.uri(work_dir)[len(storage.SCHEME) :]
+    return DeploySettings(
+        pipeline_name=PIPELINE_NAME,
+        region=LOCAL_REGION,
+        role_arn=LOCAL_ROLE,
+        bucket=storage.LOCAL_BUCKET,
+        code_uri=code_uri,
+        prefix=prefix,
+        framework=framework,
+        spot=spot,
+        network_isolation=network_isolation,
+        training_image=None if framework_row(framework).aws_image else local_training_image(framework),
+    )
 
 
-def compile_local(work_dir: Path, framework: str, *, spot: bool = False, network_isolation: bool = False,
-                  code_dirs: tuple[Path, ...] = ()) -> dict:
+def compile_local(
+    work_dir: Path, framework: str, *, spot: bool = False, network_isolation: bool = False, code_dirs: tuple[Path, ...] = ()
+) -> dict:
     """The pipeline definition the local runner executes (the code, steps/ and ``code_dirs``, packed under
     ``<work_dir>/code/``, the PriceOverrides default object where the deployed pipeline has it:
     ``<work_dir>/price-overrides/none.json``). Isolated, code whose requirements.txt needs the network is refused."""
@@ -143,20 +156,31 @@ class LocalRunner:
         self.run_dir = self.work_dir / self.execution_id
         _check_input(parameters.get("InputData") or "")
         _check_prices(parameters.get("PriceOverrides") or "")
-        self.definition = compile_local(self.work_dir, options.framework, spot=options.spot, network_isolation=options.network_isolation,
-                                        code_dirs=options.code_dirs)
+        self.definition = compile_local(
+            self.work_dir,
+            options.framework,
+            spot=options.spot,
+            network_isolation=options.network_isolation,
+            code_dirs=options.code_dirs,
+        )
         self.params = self._bind_parameters(parameters)
         self.result = RunResult(self.execution_id, self.run_dir, self.definition)
         self.scope = expressions.Scope(
             parameters=self.params,
-            execution={"PipelineExecutionId": self.execution_id, "PipelineName": self.definition.get("Metadata", {}).get("Name", PIPELINE_NAME),
-                       "PipelineExecutionArn": f"arn:aws:sagemaker:{LOCAL_REGION}:{LOCAL_ACCOUNT}:pipeline/{PIPELINE_NAME.lower()}"
-                                               f"/execution/{self.execution_id}"},
-            read_json=lambda uri: json.loads(storage.path(uri).read_text()))
+            execution={
+                "PipelineExecutionId": self.execution_id,
+                "PipelineName": self.definition.get("Metadata", {}).get("Name", PIPELINE_NAME),
+                "PipelineExecutionArn": f"arn:aws:sagemaker:{LOCAL_REGION}:{LOCAL_ACCOUNT}:pipeline/{PIPELINE_NAME.lower()}"
+                f"/execution/{self.execution_id}",
+            },
+            read_json=lambda uri: json.loads(storage.path(uri).read_text()),
+        )
         # every request of the run, as the steps will send it, before any step (or the sample data) starts
         validate_execution(self.definition, self.params, self.scope.execution)
         if self._sample_data is not None:
-            self.options.echo(f"[Shard] no InputData: generating {self.options.sample_images} sample images in {self._sample_data}")
+            self.options.echo(
+                f"[Shard] no InputData: generating {self.options.sample_images} sample images in {self._sample_data}"
+            )
             generate(self._sample_data, samples=self.options.sample_images)
 
     def _bind_parameters(self, parameters: dict) -> dict:
@@ -210,7 +234,9 @@ class LocalRunner:
             self.options.echo(f"[{name}] {'true' if taken else 'false'}")
             return {s["Name"] for s in args["IfSteps" if taken else "ElseSteps"]}
         if kind == "Fail":
-            raise StepFailed(f"step {name}: {expressions.evaluate(step['Arguments'].get('ErrorMessage', ''), self.scope)}", user_error=True)
+            raise StepFailed(
+                f"step {name}: {expressions.evaluate(step['Arguments'].get('ErrorMessage', ''), self.scope)}", user_error=True
+            )
         operation = {"Training": "CreateTrainingJob", "Processing": "CreateProcessingJob"}.get(kind)
         if operation is None:
             raise UserError(f"step {name} is a {kind} step, which the local runner does not run", headline="unsupported step")
@@ -236,14 +262,25 @@ class LocalRunner:
         def on_line(host, line):
             self.options.echo(f"  {name:<18} {host.name:<7} {host.group.name:<10} {line}")
 
-        job = EmulatedJob(name=job_name, request=request, job_dir=self.run_dir / "jobs" / name, step=name, cpus=plan,
-                          on_line=on_line, grace_s=self.options.grace_s, interrupt_after_steps=self.options.interrupt_after_steps,
-                          progress_timeout_s=self.options.progress_timeout_s, volume_scale=self.options.volume_scale,
-                          echo=lambda line: self.options.echo(f"[{name}] {line}"))
+        job = EmulatedJob(
+            name=job_name,
+            request=request,
+            job_dir=self.run_dir / "jobs" / name,
+            step=name,
+            cpus=plan,
+            on_line=on_line,
+            grace_s=self.options.grace_s,
+            interrupt_after_steps=self.options.interrupt_after_steps,
+            progress_timeout_s=self.options.progress_timeout_s,
+            volume_scale=self.options.volume_scale,
+            echo=lambda line: self.options.echo(f"[{name}] {line}"),
+        )
         if self.options.step_timeout_s is not None:
             job.timeout_s = min(filter(None, [job.timeout_s, self.options.step_timeout_s]))
-        shape = " + ".join(f"{g.count} x {g.instance_type} ({g.name}{', CPUs ' + ','.join(map(str, g.cpus)) if g.cpus else ''})"
-                           for g in job.groups)
+        shape = " + ".join(
+            f"{g.count} x {g.instance_type} ({g.name}{', CPUs ' + ','.join(map(str, g.cpus)) if g.cpus else ''})"
+            for g in job.groups
+        )
         self.options.echo(f"[{name}] {'heterogeneous' if len(job.groups) > 1 else 'homogeneous'} cluster: {shape}")
         with job:
             job.start()
@@ -254,16 +291,27 @@ class LocalRunner:
         if not result.ok:
             raise StepFailed(result.failure, user_error=any(h.exit_code == EXIT_USER_ERROR for h in result.hosts))
         seconds = max(1, round(result.wall_s))  # no spot market here: billable time is the training time
-        self.scope.steps[name] = {"TrainingJobName": job.name, "TrainingJobStatus": "Completed",
-                                  "ModelArtifacts": {"S3ModelArtifacts": result.model_artifacts},
-                                  "TrainingTimeInSeconds": seconds, "BillableTimeInSeconds": seconds, **request}
+        self.scope.steps[name] = {
+            "TrainingJobName": job.name,
+            "TrainingJobStatus": "Completed",
+            "ModelArtifacts": {"S3ModelArtifacts": result.model_artifacts},
+            "TrainingTimeInSeconds": seconds,
+            "BillableTimeInSeconds": seconds,
+            **request,
+        }
 
     def _processing(self, step: dict, job_name: str, request: dict) -> None:
         name = step["Name"]
         args = request["AppSpecification"].get("ContainerArguments", [])
         self.options.echo(f"[{name}] {' '.join(a.rsplit('/', 1)[-1] if a.startswith(('/', 's3://')) else a for a in args)}")
-        result = run_processing_job(name=job_name, request=request, job_dir=self.run_dir / "jobs" / name, step=name,
-                                    echo=lambda line: self.options.echo(f"  {name:<18} {line}"), timeout_s=self.options.step_timeout_s)
+        result = run_processing_job(
+            name=job_name,
+            request=request,
+            job_dir=self.run_dir / "jobs" / name,
+            step=name,
+            echo=lambda line: self.options.echo(f"  {name:<18} {line}"),
+            timeout_s=self.options.step_timeout_s,
+        )
         if not result.ok:
             raise StepFailed(result.failure, user_error=result.exit_code == EXIT_USER_ERROR)
         self.scope.steps[name] = {"ProcessingJobName": job_name, "ProcessingJobStatus": "Completed", **request}
@@ -281,14 +329,19 @@ class LocalRunner:
 
 def _check_input(folder: str) -> None:
     if folder and not Path(folder).is_dir():
-        raise UserError(f"InputData {folder!r} (--input) is not a folder; pass a folder of images laid out as "
-                        "<folder>/<class>/<image>.jpg", headline="missing input")
+        raise UserError(
+            f"InputData {folder!r} (--input) is not a folder; pass a folder of images laid out as <folder>/<class>/<image>.jpg",
+            headline="missing input",
+        )
 
 
 def _check_prices(file: str) -> None:
     if file and not Path(file).is_file():
-        raise UserError(f"PriceOverrides {file!r} (--prices) is not a file; the local runner reads a local JSON price file "
-                        "(schema: steps/evaluate/prices.py; `hetero prices refresh` writes one)", headline="missing price file")
+        raise UserError(
+            f"PriceOverrides {file!r} (--prices) is not a file; the local runner reads a local JSON price file "
+            "(schema: steps/evaluate/prices.py; `hetero prices refresh` writes one)",
+            headline="missing price file",
+        )
 
 
 def _argument(args: list[str], flag: str) -> str | None:
@@ -325,4 +378,3 @@ def _ready(step: dict, parents: dict, done: set, skipped: list) -> bool:
 def _reads_skipped(step: dict, parents: dict, skipped: list) -> bool:
     """A step whose upstream step did not run does not run either (the service blocks that sub-graph)."""
     return bool(_upstream(step, parents) & set(skipped))
-

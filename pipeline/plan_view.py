@@ -16,8 +16,14 @@ from steps.evaluate.report import report_html
 from steps.evaluate.store import open_store, validate_execution_id
 
 
-def plan_for(*, execution_id: str | None, results: str, metrics_path: str | None = None, baseline_path: str | None = None,
-             prices_file: str | Path | None = None) -> dict:
+def plan_for(
+    *,
+    execution_id: str | None,
+    results: str,
+    metrics_path: str | None = None,
+    baseline_path: str | None = None,
+    prices_file: str | Path | None = None,
+) -> dict:
     """The plan of an execution (from the metrics Evaluate stored) or of a metrics.json (and the baseline run's, whose
     measured rate then stands for staying homogeneous), with today's prices."""
     baseline = None
@@ -33,8 +39,11 @@ def plan_for(*, execution_id: str | None, results: str, metrics_path: str | None
         try:
             metrics = store.get_json(validate_execution_id(execution_id), HETEROGENEOUS_METRICS_FILE)
         except DocumentNotFound as exc:
-            raise UserError(f"no {HETEROGENEOUS_METRICS_FILE} for execution {execution_id!r} in {results} ({exc.message}): "
-                            "Evaluate stores it when the execution gets that far", headline="no results") from None
+            raise UserError(
+                f"no {HETEROGENEOUS_METRICS_FILE} for execution {execution_id!r} in {results} ({exc.message}): "
+                "Evaluate stores it when the execution gets that far",
+                headline="no results",
+            ) from None
         metrics = validate_metrics(metrics, f"{results}/{execution_id}/{HETEROGENEOUS_METRICS_FILE}")
         baseline = _optional(store, execution_id, BASELINE_METRICS_FILE)  # none: staying homogeneous is modelled
         if baseline is not None:
@@ -47,13 +56,19 @@ def stored_plan_parameters(results: str, execution_id: str) -> dict:
     try:
         plan = open_store(results).get_json(validate_execution_id(execution_id), PLAN_FILE)
     except DocumentNotFound as exc:
-        raise UserError(f"no {PLAN_FILE} for execution {execution_id!r} in {results} ({exc.message}): Evaluate writes it; "
-                        "check the id with `hetero executions`", headline="no plan") from None
+        raise UserError(
+            f"no {PLAN_FILE} for execution {execution_id!r} in {results} ({exc.message}): Evaluate writes it; "
+            "check the id with `hetero executions`",
+            headline="no plan",
+        ) from None
     if plan.get("recommendation") is None:
         raise UserError(f"execution {execution_id} has no plan to apply: {plan.get('reason')}", headline="no plan")
     if plan.get("parameters") is None:
-        raise UserError(f"execution {execution_id}'s plan is to stay homogeneous ({plan['reason']}): there is no data "
-                        "group to apply; run the baseline alone", headline="no plan")
+        raise UserError(
+            f"execution {execution_id}'s plan is to stay homogeneous ({plan['reason']}): there is no data "
+            "group to apply; run the baseline alone",
+            headline="no plan",
+        )
     return {k: str(v) for k, v in plan["parameters"].items()}
 
 
@@ -65,19 +80,31 @@ def render_plan(plan: dict) -> str:
     for p in shown:
         group = "none (homogeneous)" if p["data"] is None else f"{p['data_count']} x {p['data']}"
         group += " (this run)" if p.get("this_run") else ""
-        rows.append((group, f"{p['samples_per_second']:,.0f}", p["bottleneck"], f"{p['gpu_busy_share']:.0%}",
-                     f"{p['cluster_price_per_hour']:.3f}", f"{p['cost_per_epoch']:.4f}", f"{p['samples_per_dollar']:,.0f}"))
+        rows.append(
+            (
+                group,
+                f"{p['samples_per_second']:,.0f}",
+                p["bottleneck"],
+                f"{p['gpu_busy_share']:.0%}",
+                f"{p['cluster_price_per_hour']:.3f}",
+                f"{p['cost_per_epoch']:.4f}",
+                f"{p['samples_per_dollar']:,.0f}",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     table = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     table.insert(1, "  ".join("-" * w for w in widths))
-    lines = [f"plan: {plan['reason']}", f"cost/throughput frontier ({plan['epoch_samples']:,} samples per epoch, "
-             f"{plan['trainer']['count']} x {plan['trainer']['instance_type']} training):", *table]
+    lines = [
+        f"plan: {plan['reason']}",
+        f"cost/throughput frontier ({plan['epoch_samples']:,} samples per epoch, "
+        f"{plan['trainer']['count']} x {plan['trainer']['instance_type']} training):",
+        *table,
+    ]
     notes = list(plan.get("notes", [])) + sorted({n for p in plan["frontier"] for n in p.get("notes", [])})
     lines += [f"note: {n}" for n in notes]
     if plan.get("parameters"):
         lines.append("apply: " + " ".join(f"--param {k}={v}" for k, v in plan["parameters"].items()))
-    lines.append(f"unpriced (known hardware, no price: `hetero prices refresh`, then --prices): {len(plan['unpriced'])} "
-                 "types")
+    lines.append(f"unpriced (known hardware, no price: `hetero prices refresh`, then --prices): {len(plan['unpriced'])} types")
     return "\n".join(lines)
 
 
@@ -87,15 +114,22 @@ def execution_report(*, results: str, execution_id: str | None) -> tuple[str, st
     past = history(store, {})  # every stored verdict, oldest first: read once, for the page and to find the newest
     if execution_id is None:
         if not past:
-            raise UserError(f"no executions with results in {results}: run `hetero run` (or give --results)", headline="no results")
+            raise UserError(
+                f"no executions with results in {results}: run `hetero run` (or give --results)", headline="no results"
+            )
         execution_id = past[-1]["execution_id"]
     validate_execution_id(execution_id)
     doc = next((d for d in past if d.get("execution_id") == execution_id), None)
     if doc is None:
         raise UserError(f"no {PRICE_PERFORMANCE_FILE} for execution {execution_id!r} in {results}", headline="no results")
-    page = report_html(execution_id=execution_id, price_performance=doc, plan=_optional(store, execution_id, PLAN_FILE),
-                       heterogeneous=_optional(store, execution_id, HETEROGENEOUS_METRICS_FILE),
-                       baseline=_optional(store, execution_id, BASELINE_METRICS_FILE), history=past)
+    page = report_html(
+        execution_id=execution_id,
+        price_performance=doc,
+        plan=_optional(store, execution_id, PLAN_FILE),
+        heterogeneous=_optional(store, execution_id, HETEROGENEOUS_METRICS_FILE),
+        baseline=_optional(store, execution_id, BASELINE_METRICS_FILE),
+        history=past,
+    )
     return execution_id, page
 
 

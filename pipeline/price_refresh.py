@@ -27,9 +27,13 @@ def fetch_training_prices(client: BaseClient, region: str) -> dict[str, float]:
     """USD per instance-hour of every SageMaker training instance type ``region`` lists."""
     prices: dict[str, float] = {}
     pages = client.get_paginator("get_products").paginate(
-        ServiceCode="AmazonSageMaker", FormatVersion="aws_v1",
-        Filters=[{"Type": "TERM_MATCH", "Field": "regionCode", "Value": region},
-                 {"Type": "TERM_MATCH", "Field": "platoinstancetype", "Value": "Training"}])
+        ServiceCode="AmazonSageMaker",
+        FormatVersion="aws_v1",
+        Filters=[
+            {"Type": "TERM_MATCH", "Field": "regionCode", "Value": region},
+            {"Type": "TERM_MATCH", "Field": "platoinstancetype", "Value": "Training"},
+        ],
+    )
     for page in pages:
         for raw in page.get("PriceList", []):
             product = json.loads(raw)
@@ -58,13 +62,22 @@ def refresh(*, region: str, output: Path, client: BaseClient | None = None) -> d
     try:
         prices = fetch_training_prices(client, region)
     except (BotoCoreError, ClientError) as exc:
-        raise UserError(f"the AWS Price List API refused or failed: {exc}; it needs credentials allowed "
-                        "pricing:GetProducts", headline="price refresh failed") from None
+        raise UserError(
+            f"the AWS Price List API refused or failed: {exc}; it needs credentials allowed pricing:GetProducts",
+            headline="price refresh failed",
+        ) from None
     if not prices:
-        raise UserError(f"the Price List API lists no SageMaker training prices for region {region!r}: check the region name",
-                        headline="price refresh failed")
-    doc = {"source": f"AWS Price List API (pricing:GetProducts, AmazonSageMaker, platoinstancetype=Training, regionCode={region})",
-           "as_of": date.today().isoformat(), "region": region, "currency": "USD", "unit": "instance-hour",
-           "prices": dict(sorted(prices.items()))}
+        raise UserError(
+            f"the Price List API lists no SageMaker training prices for region {region!r}: check the region name",
+            headline="price refresh failed",
+        )
+    doc = {
+        "source": f"AWS Price List API (pricing:GetProducts, AmazonSageMaker, platoinstancetype=Training, regionCode={region})",
+        "as_of": date.today().isoformat(),
+        "region": region,
+        "currency": "USD",
+        "unit": "instance-hour",
+        "prices": dict(sorted(prices.items())),
+    }
     output.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return doc

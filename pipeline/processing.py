@@ -43,15 +43,28 @@ class ProcessingResult:
         return self.failure is None
 
 
-def run_processing_job(*, name: str, request: dict, job_dir: Path, step: str, echo: Callable[[str], None] = print,
-                       timeout_s: float | None = None, guard_imports: bool = True) -> ProcessingResult:
+def run_processing_job(
+    *,
+    name: str,
+    request: dict,
+    job_dir: Path,
+    step: str,
+    echo: Callable[[str], None] = print,
+    timeout_s: float | None = None,
+    guard_imports: bool = True,
+) -> ProcessingResult:
     if request.get("NetworkConfig", {}).get("EnableNetworkIsolation"):
         app = request.get("AppSpecification", {})
-        refuse_s3_fetches(step=step, job="processing job", fields={
-            **{f"AppSpecification.{k}": app[k] for k in ("ContainerEntrypoint", "ContainerArguments") if k in app},
-            **{f"Environment.{k}": v for k, v in request.get("Environment", {}).items()}},
+        refuse_s3_fetches(
+            step=step,
+            job="processing job",
+            fields={
+                **{f"AppSpecification.{k}": app[k] for k in ("ContainerEntrypoint", "ContainerArguments") if k in app},
+                **{f"Environment.{k}": v for k, v in request.get("Environment", {}).items()},
+            },
             fix="Pass what the script reads as a ProcessingInput (SageMaker downloads it to its LocalPath before the script "
-                "starts) and the path as the argument, or run the step without network isolation")
+            "starts) and the path as the argument, or run the step without network isolation",
+        )
     root = job_dir / "opt" / "ml"
     for item in request.get("ProcessingInputs", []):
         s3 = item["S3Input"]
@@ -66,9 +79,13 @@ def run_processing_job(*, name: str, request: dict, job_dir: Path, step: str, ec
     shim = bin_dir / "python3"
     shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')  # keeps a virtualenv's packages
     shim.chmod(0o755)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_"))}, **request.get("Environment", {}),
-           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1",
-           "PROCESSING_JOB_NAME": name}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_"))},
+        **request.get("Environment", {}),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONUNBUFFERED": "1",
+        "PROCESSING_JOB_NAME": name,
+    }
     guard = image_guard.guard_path(app.get("ImageUri", ""), job_dir / ".image", enabled=guard_imports, echo=echo)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [guard, env.get("PYTHONPATH")]))  # only the image's packages
     limit = request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
@@ -98,8 +115,19 @@ def _bind(arg: str, root: Path) -> str:
 
 
 def _run(command: list[str], *, cwd: Path, env: dict, log: Path, echo, timeout_s: float | None) -> int | None:
-    with log.open("w") as out, subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, start_new_session=True) as proc:
+    with (
+        log.open("w") as out,
+        subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        ) as proc,
+    ):
+
         def pump():
             for raw in proc.stdout:
                 line = raw.decode(errors="replace").rstrip("\n")

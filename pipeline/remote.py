@@ -60,13 +60,18 @@ def pipeline_parameters(overrides: dict[str, str]) -> list[dict[str, str]]:
     for name, value in parse_overrides(overrides).items():
         if name == "InputData" and not value.startswith("s3://"):
             # a local folder means nothing to a SageMaker Processing job
-            raise UserError(f"parameter InputData={value!r}: in the cloud it must be an s3://bucket/prefix URI", headline="bad parameter")
+            raise UserError(
+                f"parameter InputData={value!r}: in the cloud it must be an s3://bucket/prefix URI", headline="bad parameter"
+            )
         if name == "PriceOverrides":
             if not value:
                 continue  # none: the deployed default (an object that overrides nothing)
             if not value.startswith("s3://"):
-                raise UserError(f"parameter PriceOverrides={value!r}: in the cloud it must be the s3:// URI of a JSON price file "
-                                "(hetero start --prices FILE uploads a local file)", headline="bad parameter")
+                raise UserError(
+                    f"parameter PriceOverrides={value!r}: in the cloud it must be the s3:// URI of a JSON price file "
+                    "(hetero start --prices FILE uploads a local file)",
+                    headline="bad parameter",
+                )
         out.append({"Name": name, "Value": _wire(value)})
     return out
 
@@ -78,8 +83,14 @@ def _wire(value) -> str:
     return str(value)
 
 
-def start_execution(*, pipeline_name: str, overrides: dict[str, str], client: BaseClient | None = None,
-                    display_name: str | None = None, s3: BaseClient | None = None) -> tuple[str, list[dict]]:
+def start_execution(
+    *,
+    pipeline_name: str,
+    overrides: dict[str, str],
+    client: BaseClient | None = None,
+    display_name: str | None = None,
+    s3: BaseClient | None = None,
+) -> tuple[str, list[dict]]:
     """Start one execution with the given overrides; returns its ARN and the PipelineParameters sent. A local
     PriceOverrides file is uploaded (``s3``: the S3 client for that, and for reading an s3:// one)."""
     overrides = dict(overrides)
@@ -101,10 +112,16 @@ def start_execution(*, pipeline_name: str, overrides: dict[str, str], client: Ba
     _check_readable(JobAccess.from_description(described.get("PipelineDescription")), typed)
     declared = {p["Name"]: p.get("DefaultValue") for p in definition.get("Parameters", [])}
     stand_in = "0123456789ab"  # the service's execution ids are 12 characters
-    validate_execution(definition, {**declared, **typed}, {
-        "PipelineExecutionId": stand_in, "PipelineName": pipeline_name,
-        "PipelineExecutionArn": f"arn:aws:sagemaker:{client.meta.region_name}:000000000000:pipeline/{pipeline_name.lower()}"
-                                f"/execution/{stand_in}"})
+    validate_execution(
+        definition,
+        {**declared, **typed},
+        {
+            "PipelineExecutionId": stand_in,
+            "PipelineName": pipeline_name,
+            "PipelineExecutionArn": f"arn:aws:sagemaker:{client.meta.region_name}:000000000000:pipeline/{pipeline_name.lower()}"
+            f"/execution/{stand_in}",
+        },
+    )
     if prices and s3 is None:
         s3 = _client("s3")
     if local_prices is not None:
@@ -127,6 +144,7 @@ def _check_readable(access: JobAccess | None, typed: dict) -> None:
 
 def _check_images(definition: dict, pipeline_name: str) -> None:
     """An AWS Deep Learning Container the deployed definition runs must exist in its region (a custom image is its owner's)."""
+
     def images(node):
         if isinstance(node, dict):
             yield from (v for k, v in node.items() if k in ("TrainingImage", "ImageUri") and isinstance(v, str))
@@ -150,8 +168,10 @@ def _check_images(definition: dict, pipeline_name: str) -> None:
 
 def _check_price_file(path: Path, what: str) -> None:
     if not path.is_file():
-        raise UserError(f"{what}: no such file; pass a JSON price file (`hetero prices refresh` writes one) or the s3:// URI "
-                        "of one", headline="bad price file")
+        raise UserError(
+            f"{what}: no such file; pass a JSON price file (`hetero prices refresh` writes one) or the s3:// URI of one",
+            headline="bad price file",
+        )
     load_prices(path)  # a bad file fails here, naming the schema, not in the Evaluate step after training
 
 
@@ -159,14 +179,18 @@ def _price_file_uri(definition: dict, pipeline_name: str, content: bytes) -> str
     """Where a price file is uploaded: beside the pipeline's artifacts (its results store's parent), which its role may read."""
     root = artifact_root(definition)
     if root is None:
-        raise UserError(f"the definition of pipeline {pipeline_name!r} names no results store (--store), so where its role "
-                        "may read a price file is unknown: upload the file under s3://<ArtifactBucket>/<prefix>/ yourself and "
-                        "pass --prices s3://...", headline="bad price file")
+        raise UserError(
+            f"the definition of pipeline {pipeline_name!r} names no results store (--store), so where its role "
+            "may read a price file is unknown: upload the file under s3://<ArtifactBucket>/<prefix>/ yourself and "
+            "pass --prices s3://...",
+            headline="bad price file",
+        )
     return f"{root}/price-overrides/{hashlib.sha256(content).hexdigest()[:16]}.json"
 
 
 def artifact_root(definition: dict) -> str | None:
     """s3://<bucket>/<prefix> of a deployed definition: the parent of the results store its Evaluate step writes to."""
+
     def walk(steps):
         for step in steps:
             args = step.get("Arguments", {})
@@ -174,7 +198,7 @@ def artifact_root(definition: dict) -> str | None:
             items = args.get("AppSpecification", {}).get("ContainerArguments", []) if isinstance(args, dict) else []
             for flag, value in zip(items, items[1:]):
                 if flag == "--store" and isinstance(value, str) and value.rstrip("/").endswith(f"/{RESULTS_FOLDER}"):
-                    yield value.rstrip("/")[:-len(RESULTS_FOLDER) - 1]
+                    yield value.rstrip("/")[: -len(RESULTS_FOLDER) - 1]
 
     return next(walk(definition.get("Steps", [])), None)
 
@@ -214,15 +238,18 @@ def _s3_errors(uri: str, action: str):
         yield
     except ClientError as exc:
         error = exc.response.get("Error", {})
-        raise UserError(f"cannot {action} {uri}: {error.get('Code', '')} {error.get('Message', '')}".rstrip() + " (check the "
-                        "bucket and key, and that your credentials may s3:GetObject / s3:PutObject there)",
-                        headline="bad price file") from None
+        raise UserError(
+            f"cannot {action} {uri}: {error.get('Code', '')} {error.get('Message', '')}".rstrip() + " (check the "
+            "bucket and key, and that your credentials may s3:GetObject / s3:PutObject there)",
+            headline="bad price file",
+        ) from None
     except BotoCoreError as exc:
         raise UserError(f"cannot {action} {uri}: {exc}", headline="bad price file") from None
 
 
-def list_executions(*, pipeline_name: str, results_uri: str | None, limit: int = 10,
-                    client: BaseClient | None = None) -> list[dict]:
+def list_executions(
+    *, pipeline_name: str, results_uri: str | None, limit: int = 10, client: BaseClient | None = None
+) -> list[dict]:
     """The newest ``limit`` executions: arn, id, status, start time, failure reason and, once
     finished, the price-performance document from the results store (None while absent)."""
     if not 1 <= limit <= MAX_LIST:
@@ -231,7 +258,10 @@ def list_executions(*, pipeline_name: str, results_uri: str | None, limit: int =
     client = client or _client("sagemaker")
     with sagemaker_errors(pipeline_name, client.meta.region_name):
         summaries = client.list_pipeline_executions(
-            PipelineName=pipeline_name, SortBy="CreationTime", SortOrder="Descending", MaxResults=limit,
+            PipelineName=pipeline_name,
+            SortBy="CreationTime",
+            SortOrder="Descending",
+            MaxResults=limit,
         )["PipelineExecutionSummaries"]
     # Sorted here too: the API's order is a request, and local servers (moto) ignore it.
     summaries = sorted(summaries, key=lambda s: s["StartTime"], reverse=True)[:limit]
@@ -259,8 +289,11 @@ def price_performance_of(results_uri: str, execution_id_: str) -> dict:
     try:
         return store.get_json(validate_execution_id(execution_id_), PRICE_PERFORMANCE_FILE)
     except DocumentNotFound as exc:
-        raise UserError(f"no {PRICE_PERFORMANCE_FILE} for execution {execution_id_!r} ({exc.message}): Evaluate writes it when the "
-                        "execution gets that far; check the id with `hetero executions` and --results", headline="no results") from None
+        raise UserError(
+            f"no {PRICE_PERFORMANCE_FILE} for execution {execution_id_!r} ({exc.message}): Evaluate writes it when the "
+            "execution gets that far; check the id with `hetero executions` and --results",
+            headline="no results",
+        ) from None
 
 
 def read_price_performance(store: Store, execution_id_: str) -> dict | None:
@@ -294,26 +327,41 @@ def sagemaker_errors(pipeline_name: str, region: str) -> Iterator[None]:
     try:
         yield
     except (NoCredentialsError, PartialCredentialsError):
-        raise UserError("no AWS credentials found: run `aws configure`, set AWS_PROFILE, or export AWS_ACCESS_KEY_ID and "
-                        "AWS_SECRET_ACCESS_KEY", headline="no credentials") from None
+        raise UserError(
+            "no AWS credentials found: run `aws configure`, set AWS_PROFILE, or export AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY",
+            headline="no credentials",
+        ) from None
     except EndpointConnectionError as exc:
-        raise UserError(f"cannot reach SageMaker at {exc.kwargs.get('endpoint_url')}: check AWS_REGION ({region}), "
-                        "AWS_ENDPOINT_URL and your network", headline="no connection") from None
+        raise UserError(
+            f"cannot reach SageMaker at {exc.kwargs.get('endpoint_url')}: check AWS_REGION ({region}), "
+            "AWS_ENDPOINT_URL and your network",
+            headline="no connection",
+        ) from None
     except ClientError as exc:
         error = exc.response.get("Error", {})
         code, message = error.get("Code", ""), error.get("Message", "")
         if code == "ResourceNotFound" or (code == "ValidationException" and _says_pipeline_missing(message)):
-            raise UserError(f"no pipeline {pipeline_name!r} in {region}: deploy it with `cdk deploy` first, or check "
-                            "--pipeline-name (env HETERO_PIPELINE_NAME) and AWS_REGION", headline="pipeline not found") from None
+            raise UserError(
+                f"no pipeline {pipeline_name!r} in {region}: deploy it with `cdk deploy` first, or check "
+                "--pipeline-name (env HETERO_PIPELINE_NAME) and AWS_REGION",
+                headline="pipeline not found",
+            ) from None
         if code in ("AccessDeniedException", "AccessDenied"):
-            raise UserError(f"{exc.operation_name} on pipeline {pipeline_name!r} in {region} was denied: {message} (the identity "
-                            f"needs sagemaker:{exc.operation_name} on the pipeline)", headline="access denied") from None
+            raise UserError(
+                f"{exc.operation_name} on pipeline {pipeline_name!r} in {region} was denied: {message} (the identity "
+                f"needs sagemaker:{exc.operation_name} on the pipeline)",
+                headline="access denied",
+            ) from None
         if code in ("UnrecognizedClientException", "InvalidClientTokenId", "InvalidSignatureException", "ExpiredTokenException"):
-            raise UserError(f"AWS rejected the credentials ({code}: {message}): refresh them or pick another AWS_PROFILE",
-                            headline="bad credentials") from None
+            raise UserError(
+                f"AWS rejected the credentials ({code}: {message}): refresh them or pick another AWS_PROFILE",
+                headline="bad credentials",
+            ) from None
         if code == "ValidationException":
-            raise UserError(f"SageMaker rejected the request for pipeline {pipeline_name!r}: {message}",
-                            headline="rejected by SageMaker") from None
+            raise UserError(
+                f"SageMaker rejected the request for pipeline {pipeline_name!r}: {message}", headline="rejected by SageMaker"
+            ) from None
         raise
 
 

@@ -32,8 +32,10 @@ from steps.common.errors import UserError
 _INDEX = ("-i", "--index-url", "--extra-index-url")
 _LINKS = ("-f", "--find-links")
 _NESTED = ("-r", "--requirement", "-c", "--constraint")
-FIX = (f"vendor the wheels into the code folder (pip download --only-binary :all: --python-version {{python}} -d DIR/wheels "
-       f"-r DIR/{REQUIREMENTS}) and start the file with `--no-index --find-links wheels`, or drop network isolation")
+FIX = (
+    f"vendor the wheels into the code folder (pip download --only-binary :all: --python-version {{python}} -d DIR/wheels "
+    f"-r DIR/{REQUIREMENTS}) and start the file with `--no-index --find-links wheels`, or drop network isolation"
+)
 
 
 def _lines(file: Path) -> list[tuple[int, list[str]]]:
@@ -104,9 +106,31 @@ def _inside(base: Path, value: str | None, root: Path) -> bool:
 def unresolved(root: Path, python: str) -> str | None:
     """pip's complaint when the shipped folders cannot satisfy ``root/requirements.txt`` offline; None when they can."""
     with tempfile.TemporaryDirectory() as target:
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--only-binary", ":all:",
-                               "--python-version", python, "--target", target, "--disable-pip-version-check", "--quiet",
-                               "-r", REQUIREMENTS], cwd=root, capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--no-index",
+                "--only-binary",
+                ":all:",
+                "--python-version",
+                python,
+                "--target",
+                target,
+                "--disable-pip-version-check",
+                "--quiet",
+                "-r",
+                REQUIREMENTS,
+            ],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     if done.returncode == 0:
         return None
     errors = [line.strip() for line in done.stderr.splitlines() if line.strip().startswith("ERROR:")]
@@ -128,10 +152,13 @@ def refuse_networked(tarball: Path, *, python: str, origin: str) -> None:
         root = Path(tmp)
         tar.extractall(root, filter="data")
         if (root / "setup.py").is_file():
-            raise UserError(f"the code ships a setup.py at its root, so the training toolkit runs `pip install .`, whose build "
-                            "requirements come from a package index, which a job with network isolation cannot reach: move "
-                            f"setup.py out of the code folder (ship the package's folder and a {REQUIREMENTS}), or drop "
-                            "network isolation", headline="requirements need the network")
+            raise UserError(
+                f"the code ships a setup.py at its root, so the training toolkit runs `pip install .`, whose build "
+                "requirements come from a package index, which a job with network isolation cannot reach: move "
+                f"setup.py out of the code folder (ship the package's folder and a {REQUIREMENTS}), or drop "
+                "network isolation",
+                headline="requirements need the network",
+            )
         if not (root / REQUIREMENTS).is_file():
             return
         no_index, reasons = network_need(root / REQUIREMENTS, root)
@@ -140,6 +167,8 @@ def refuse_networked(tarball: Path, *, python: str, origin: str) -> None:
         if not reasons and (complaint := unresolved(root, python)):
             reasons.append(f"the shipped wheels do not satisfy it for Python {python}: {complaint}")
     if reasons:
-        raise UserError(f"{origin} needs the network, but the training jobs run with network isolation (no route to a "
-                        f"package index): {'; '.join(reasons)}. Fix: {FIX.format(python=python)}",
-                        headline="requirements need the network")
+        raise UserError(
+            f"{origin} needs the network, but the training jobs run with network isolation (no route to a "
+            f"package index): {'; '.join(reasons)}. Fix: {FIX.format(python=python)}",
+            headline="requirements need the network",
+        )

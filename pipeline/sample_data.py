@@ -56,15 +56,16 @@ def class_names(classes: int) -> list[str]:
     return [f"{c}_{s}" for c in colours for s in SHAPES[:n_shapes]][:classes]
 
 
-def generate(output_dir: str | os.PathLike, *, samples: int = 3000, image_size: int = 96, seed: int = 0, classes: int = 8) -> Path:
+def generate(
+    output_dir: str | os.PathLike, *, samples: int = 3000, image_size: int = 96, seed: int = 0, classes: int = 8
+) -> Path:
     """Write (or reuse) the dataset in ``output_dir`` and return its path."""
     output_dir = Path(output_dir)
     if samples < classes:
         raise UserError(f"sample data samples={samples} must be at least classes={classes}")
     if image_size < 32:
         raise UserError(f"sample data image_size={image_size} must be at least 32 pixels")
-    params = {"version": GENERATOR_VERSION, "samples": samples, "image_size": image_size,
-              "seed": seed, "classes": classes}
+    params = {"version": GENERATOR_VERSION, "samples": samples, "image_size": image_size, "seed": seed, "classes": classes}
     if _stamp(output_dir) == params:
         return output_dir
     _check_replaceable(output_dir)
@@ -92,8 +93,7 @@ def _stamp(output_dir: Path) -> dict | None:
 def _check_replaceable(output_dir: Path) -> None:
     """Only an empty folder or one this module wrote may be replaced."""
     if output_dir.exists() and not (output_dir / STAMP).exists() and any(output_dir.iterdir()):
-        raise UserError(f"{output_dir} already holds files that are not generated sample data; "
-                        "choose an empty or new folder")
+        raise UserError(f"{output_dir} already holds files that are not generated sample data; choose an empty or new folder")
 
 
 def _write_images(root: Path, params: dict) -> None:
@@ -105,8 +105,7 @@ def _write_images(root: Path, params: dict) -> None:
         # One generator per image: each picture depends only on (seed, index).
         rng = np.random.default_rng([params["seed"], index])
         image = draw_sample(names[label], params["image_size"], rng)
-        image.save(root / names[label] / f"{names[label]}_{index // len(names):05d}.jpg",
-                   format="JPEG", quality=JPEG_QUALITY)
+        image.save(root / names[label] / f"{names[label]}_{index // len(names):05d}.jpg", format="JPEG", quality=JPEG_QUALITY)
 
 
 def draw_sample(class_name: str, size: int, rng: np.random.Generator) -> Image.Image:
@@ -159,8 +158,7 @@ def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, centre, radius: float, an
 
 def _rotated_rect(cx: float, cy: float, half_length: float, half_width: float, angle: float) -> list:
     c, s = math.cos(angle), math.sin(angle)
-    corners = [(-half_length, -half_width), (half_length, -half_width), (half_length, half_width),
-               (-half_length, half_width)]
+    corners = [(-half_length, -half_width), (half_length, -half_width), (half_length, half_width), (-half_length, half_width)]
     return [(cx + x * c - y * s, cy + x * s + y * c) for x, y in corners]
 
 
@@ -172,8 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--classes", type=int, default=8)
     args = parser.parse_args(argv)
-    path = generate(args.output_dir, samples=args.samples, image_size=args.image_size,
-                    seed=args.seed, classes=args.classes)
+    path = generate(args.output_dir, samples=args.samples, image_size=args.image_size, seed=args.seed, classes=args.classes)
     print(f"sample data: {args.samples} images in {path}")
 
 

@@ -25,7 +25,7 @@ def session_members(session: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:  # exited meanwhile
             continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp session ...
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp session ...
         if fields[0] != "Z" and int(fields[3]) == session:
             found.append(int(entry.name))
     return found

@@ -20,17 +20,23 @@ def uri(path: str | Path) -> str:
     """The local S3 URI of ``path``."""
     resolved = Path(path).resolve()
     if shlex.quote(str(resolved)) != str(resolved):
-        raise UserError(f"path {str(resolved)!r} has characters a container's shell command would split (spaces, quotes, ...); "
-                        "use a work folder and input folder whose paths have none", headline="bad local path")
+        raise UserError(
+            f"path {str(resolved)!r} has characters a container's shell command would split (spaces, quotes, ...); "
+            "use a work folder and input folder whose paths have none",
+            headline="bad local path",
+        )
     return SCHEME + str(resolved).lstrip("/")
 
 
 def path(s3_uri: str) -> Path:
     """The local path an ``s3://local/...`` URI names."""
     if not isinstance(s3_uri, str) or not s3_uri.startswith(SCHEME):
-        raise UserError(f"{s3_uri!r} is not a local location: the local runner reads and writes {SCHEME}<absolute path> "
-                        "only (pass local folders, not S3 URIs, to `hetero run`)", headline="not a local location")
-    return Path("/" + s3_uri[len(SCHEME):].rstrip("/"))
+        raise UserError(
+            f"{s3_uri!r} is not a local location: the local runner reads and writes {SCHEME}<absolute path> "
+            "only (pass local folders, not S3 URIs, to `hetero run`)",
+            headline="not a local location",
+        )
+    return Path("/" + s3_uri[len(SCHEME) :].rstrip("/"))
 
 
 def objects(s3_uri: str) -> list[tuple[str, Path]]:

@@ -30,7 +30,9 @@ def render(price_performance: dict) -> str:
     cells = [[label] + [fn(runs[n]) for n in names] for label, fn in ROWS]
     header = [""] + names
     widths = [max(len(row[i]) for row in cells + [header]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in [header] + cells]
+    lines = [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in [header] + cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     speedup, improvement = price_performance.get("speedup"), price_performance.get("improvement")
     if speedup is not None:
@@ -51,8 +53,10 @@ def _bound_lines(bound: dict | None) -> list[str]:
     d, s, cpus = bound["decode_s_per_batch"] * 1e3, bound["step_s_per_batch"] * 1e3, bound.get("measured_on_cpus")
     host = bound.get("data_host_decode_s_per_batch")
     where = f" (the data hosts: {host * 1e3:.1f} ms on their own CPUs during the run)" if host is not None else ""
-    lines = [f"bound: decode {d:.1f} ms + step {s:.1f} ms per batch, each alone on the trainer's {cpus} CPU(s){where}: "
-             f"no overlap beats {bound['ideal_speedup']:.2f}x"]
+    lines = [
+        f"bound: decode {d:.1f} ms + step {s:.1f} ms per batch, each alone on the trainer's {cpus} CPU(s){where}: "
+        f"no overlap beats {bound['ideal_speedup']:.2f}x"
+    ]
     verdict = "ABOVE THE BOUND: not a result" if bound["over_bound"] else f"{bound['efficiency']:.0%} of the bound"
     line = f"heterogeneous step vs decode + step back to back: {bound['speedup_over_back_to_back']:.2f}x = {verdict}"
     if bound["measured_speedup"] is not None:
@@ -62,5 +66,7 @@ def _bound_lines(bound: dict | None) -> list[str]:
     return lines
 
 
-EMULATED = ("step times are measured on this machine's CPUs, one emulated host per CPU set; the $ rows apply the "
-            "instance types' cloud prices to those times: a comparison of the two layouts, not a cloud measurement")
+EMULATED = (
+    "step times are measured on this machine's CPUs, one emulated host per CPU set; the $ rows apply the "
+    "instance types' cloud prices to those times: a comparison of the two layouts, not a cloud measurement"
+)

@@ -56,8 +56,7 @@ def validate_request(operation: str, request: dict, *, step: str, job_name: str 
 
 
 def _rejection(step: str, operation: str, problems: list[str]) -> str:
-    return (f"step {step}: An error occurred (ValidationException) when calling the {operation} operation: "
-            + "; ".join(problems))
+    return f"step {step}: An error occurred (ValidationException) when calling the {operation} operation: " + "; ".join(problems)
 
 
 def request_problems(operation: str, request: dict, *, step: str, job_name: str | None = None) -> list[Problem]:
@@ -72,6 +71,7 @@ def request_problems(operation: str, request: dict, *, step: str, job_name: str 
 
 
 # -- every request of an execution, when it starts -----------------------------------------------
+
 
 def validate_execution(definition: dict, parameters: dict, execution: dict) -> None:
     """Raise `RequestRejected` if any job step of ``definition`` would be rejected when an execution with
@@ -95,8 +95,9 @@ def validate_execution(definition: dict, parameters: dict, execution: dict) -> N
         scope.steps[name] = _stand_in_properties(request, job_name)
         problems = request_problems(operation, request, step=name, job_name=job_name)
         if problems:
-            messages.append(_rejection(name, operation, [_explain(p, step["Arguments"], parameters, operation)
-                                                        for p in problems]))
+            messages.append(
+                _rejection(name, operation, [_explain(p, step["Arguments"], parameters, operation) for p in problems])
+            )
     if messages:
         raise RequestRejected("; ".join(messages))
 
@@ -104,9 +105,14 @@ def validate_execution(definition: dict, parameters: dict, execution: dict) -> N
 def _stand_in_properties(request: dict, job_name: str) -> dict:
     """What DescribeTrainingJob / DescribeProcessingJob will answer, as long as the service makes it."""
     output = request.get("OutputDataConfig", {}).get("S3OutputPath", "s3://bucket")
-    return {**request, "TrainingJobName": job_name, "ProcessingJobName": job_name,
-            "ModelArtifacts": {"S3ModelArtifacts": f"{output.rstrip('/')}/{job_name}/output/model.tar.gz"},
-            "TrainingTimeInSeconds": 8_640_000, "BillableTimeInSeconds": 8_640_000}
+    return {
+        **request,
+        "TrainingJobName": job_name,
+        "ProcessingJobName": job_name,
+        "ModelArtifacts": {"S3ModelArtifacts": f"{output.rstrip('/')}/{job_name}/output/model.tar.gz"},
+        "TrainingTimeInSeconds": 8_640_000,
+        "BillableTimeInSeconds": 8_640_000,
+    }
 
 
 def _explain(problem: Problem, compiled: dict, parameters: dict, operation: str) -> str:
@@ -116,13 +122,19 @@ def _explain(problem: Problem, compiled: dict, parameters: dict, operation: str)
         return problem.text
     member = _member(problem.where)
     if problem.unit == "value":
-        return (f"{member} would be {problem.size}, from parameter {', '.join(f'{n}={parameters.get(n)}' for n in names)}; "
-                f"{operation} allows at most {problem.limit}: lower {' or '.join(names)}")
+        return (
+            f"{member} would be {problem.size}, from parameter {', '.join(f'{n}={parameters.get(n)}' for n in names)}; "
+            f"{operation} allows at most {problem.limit}: lower {' or '.join(names)}"
+        )
     lengths = ", ".join(f"{n} ({len(_text(parameters.get(n)))} characters)" for n in names)
-    fixes = "; ".join(f"{n}: {LONG_VALUE_FIXES.get(n, LONG_VALUE_FIX)}" if len(names) > 1 else LONG_VALUE_FIXES.get(n, LONG_VALUE_FIX)
-                      for n in names)
-    return (f"{member} would be {problem.size} characters long, from parameter {lengths}; {operation} allows at most "
-            f"{problem.limit}: {fixes}")
+    fixes = "; ".join(
+        f"{n}: {LONG_VALUE_FIXES.get(n, LONG_VALUE_FIX)}" if len(names) > 1 else LONG_VALUE_FIXES.get(n, LONG_VALUE_FIX)
+        for n in names
+    )
+    return (
+        f"{member} would be {problem.size} characters long, from parameter {lengths}; {operation} allows at most "
+        f"{problem.limit}: {fixes}"
+    )
 
 
 def _parameters_at(compiled, where: tuple) -> set[str]:
@@ -151,7 +163,9 @@ def _parameters_read(node) -> set[str]:
 def _member(where: tuple) -> str:
     text = ""
     for key in where:
-        text += f"[{key}]" if isinstance(key, int) else (f".{key}" if text and key.isidentifier() else f"[{key!r}]" if text else key)
+        text += (
+            f"[{key}]" if isinstance(key, int) else (f".{key}" if text and key.isidentifier() else f"[{key!r}]" if text else key)
+        )
     return text
 
 
@@ -171,6 +185,7 @@ def _all_steps(steps: list) -> list:
 
 
 # -- the service model -------------------------------------------------------------------------
+
 
 @functools.cache
 def _input_shape(operation: str):
@@ -216,17 +231,31 @@ def _constraints(value, shape, path: str, where: tuple) -> Iterator[Problem]:
             yield Problem(f"Invalid value {value!r} for {path}, valid values: {', '.join(shape.enum)}", where)
         pattern = _pattern(meta.get("pattern"))
         if pattern is not None and not pattern.fullmatch(value):
-            yield Problem(f"Value {value[:80]!r} at {path} failed to satisfy constraint: Member must satisfy regular expression "
-                          f"pattern: {meta['pattern']}", where)
+            yield Problem(
+                f"Value {value[:80]!r} at {path} failed to satisfy constraint: Member must satisfy regular expression "
+                f"pattern: {meta['pattern']}",
+                where,
+            )
     elif kind in ("integer", "long", "float", "double") and "max" in meta and value > meta["max"]:
-        yield Problem(f"Value {value} at {path} failed to satisfy constraint: Member must have value less than or equal to "
-                      f"{meta['max']}", where, value, meta["max"], "value")
+        yield Problem(
+            f"Value {value} at {path} failed to satisfy constraint: Member must have value less than or equal to {meta['max']}",
+            where,
+            value,
+            meta["max"],
+            "value",
+        )
 
 
 def _size(size: int, meta: dict, path: str, unit: str, where: tuple) -> Iterator[Problem]:
     if "max" in meta and size > meta["max"]:
-        yield Problem(f"Value at {path} failed to satisfy constraint: Member must have length less than or equal to "
-                      f"{meta['max']} (has {size} {unit})", where, size, meta["max"], unit)
+        yield Problem(
+            f"Value at {path} failed to satisfy constraint: Member must have length less than or equal to "
+            f"{meta['max']} (has {size} {unit})",
+            where,
+            size,
+            meta["max"],
+            unit,
+        )
 
 
 @functools.cache
@@ -240,6 +269,7 @@ def _pattern(text: str | None):
 
 
 # -- cross-field rules: CreateTrainingJob ------------------------------------------------------
+
 
 def _groups(request: dict) -> list[dict]:
     return request.get("ResourceConfig", {}).get("InstanceGroups") or []
@@ -273,8 +303,10 @@ def channel_groups_all_or_nothing(request: dict) -> Iterator[str]:
     assigned = [c["ChannelName"] for c in channels if _assigned(c)]
     others = [c["ChannelName"] for c in channels if not _assigned(c)]
     if assigned and others:
-        yield (f"Some channels have assigned instance groups: {assigned} while others not: {others}. Assign instance "
-               "groups (InstanceGroupNames) to every channel or to none")
+        yield (
+            f"Some channels have assigned instance groups: {assigned} while others not: {others}. Assign instance "
+            "groups (InstanceGroupNames) to every channel or to none"
+        )
 
 
 def file_system_channels_assign_no_group(request: dict) -> Iterator[str]:
@@ -282,8 +314,10 @@ def file_system_channels_assign_no_group(request: dict) -> Iterator[str]:
     on_fs = [c["ChannelName"] for c in channels if "FileSystemDataSource" in c.get("DataSource", {})]
     assigned = [c["ChannelName"] for c in channels if _assigned(c)]
     if on_fs and assigned:
-        yield (f"channels {on_fs} read a FileSystemDataSource, which mounts on every instance group and cannot be "
-               f"assigned to groups, so no channel may assign instance groups: remove InstanceGroupNames from {assigned}")
+        yield (
+            f"channels {on_fs} read a FileSystemDataSource, which mounts on every instance group and cannot be "
+            f"assigned to groups, so no channel may assign instance groups: remove InstanceGroupNames from {assigned}"
+        )
     if on_fs and not request.get("VpcConfig"):
         yield f"channels {on_fs} read a FileSystemDataSource: the job needs a VpcConfig (subnets and security groups of the file system)"
 
@@ -316,8 +350,13 @@ def spot_wait(request: dict) -> Iterator[str]:
 
 
 TRAINING_RULES: tuple[Callable[[dict], Iterator[str]], ...] = (
-    instance_groups_unique_and_few, channel_names_unique, channel_groups_all_or_nothing, file_system_channels_assign_no_group,
-    channel_groups_exist, hyperparameter_sizes, spot_wait,
+    instance_groups_unique_and_few,
+    channel_names_unique,
+    channel_groups_all_or_nothing,
+    file_system_channels_assign_no_group,
+    channel_groups_exist,
+    hyperparameter_sizes,
+    spot_wait,
 )
 
 
@@ -327,8 +366,10 @@ PROCESSING_ROOT = "/opt/ml/processing/"
 
 
 def processing_names_unique(request: dict) -> Iterator[str]:
-    for what, items, key in (("input", request.get("ProcessingInputs", []), "InputName"),
-                             ("output", request.get("ProcessingOutputConfig", {}).get("Outputs", []), "OutputName")):
+    for what, items, key in (
+        ("input", request.get("ProcessingInputs", []), "InputName"),
+        ("output", request.get("ProcessingOutputConfig", {}).get("Outputs", []), "OutputName"),
+    ):
         names = [i[key] for i in items]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
@@ -355,10 +396,14 @@ def processing_volume_fits_instance_storage(request: dict) -> Iterator[str]:
     store = instance_storage_gb(cluster.get("InstanceType", ""))
     size = cluster.get("VolumeSizeInGB")
     if store and isinstance(size, int) and size > store:
-        yield (f"ProcessingResources.ClusterConfig.VolumeSizeInGB {size} is more than the {store} GB of local instance storage "
-               f"of {cluster['InstanceType']}: request at most {store}, or an instance type without instance storage")
+        yield (
+            f"ProcessingResources.ClusterConfig.VolumeSizeInGB {size} is more than the {store} GB of local instance storage "
+            f"of {cluster['InstanceType']}: request at most {store}, or an instance type without instance storage"
+        )
 
 
 PROCESSING_RULES: tuple[Callable[[dict], Iterator[str]], ...] = (
-    processing_names_unique, processing_local_paths, processing_volume_fits_instance_storage,
+    processing_names_unique,
+    processing_local_paths,
+    processing_volume_fits_instance_storage,
 )

@@ -47,7 +47,11 @@ class Volume:
         return None if self.gb is None else int(self.gb * GIB * scale)
 
     def describe(self, scale: float = 1.0) -> str:
-        source = f"{self.instance_type} NVMe instance store; VolumeSizeInGB does not apply" if self.instance_store else "VolumeSizeInGB"
+        source = (
+            f"{self.instance_type} NVMe instance store; VolumeSizeInGB does not apply"
+            if self.instance_store
+            else "VolumeSizeInGB"
+        )
         emulated = "" if scale == 1 else f"; {_mb(self.size_bytes(scale))} here at volume scale {scale:g}"
         return f"{self.gb:g} GB ({source}{emulated})"
 
@@ -66,8 +70,16 @@ def plan(request: dict, hosts: list) -> list[Volume]:
     volumes = []
     for host in hosts:
         store = instance_storage_gb(host.group.instance_type)
-        volumes.append(Volume(host.name, host.group.name, host.group.instance_type, store or requested, bool(store),
-                              file_channel_bytes(host.base_dir)))
+        volumes.append(
+            Volume(
+                host.name,
+                host.group.name,
+                host.group.instance_type,
+                store or requested,
+                bool(store),
+                file_channel_bytes(host.base_dir),
+            )
+        )
     return volumes
 
 
@@ -89,8 +101,11 @@ def check_downloads(volumes: list[Volume], scale: float, *, step: str) -> None:
     for v in volumes:
         size = v.size_bytes(scale)
         if size is not None and v.channel_bytes >= size:
-            raise UserError(f"step {step}: host {v.host} ({v.group}): ClientError: Data download failed: insufficient disk space: "
-                            f"its File-mode channels hold {_mb(v.channel_bytes)} and its volume is {v.describe(scale)}: {_fix(v)}", headline="volume too small")
+            raise UserError(
+                f"step {step}: host {v.host} ({v.group}): ClientError: Data download failed: insufficient disk space: "
+                f"its File-mode channels hold {_mb(v.channel_bytes)} and its volume is {v.describe(scale)}: {_fix(v)}",
+                headline="volume too small",
+            )
 
 
 def _mb(n: int) -> str:
@@ -104,7 +119,9 @@ def full_volume(volume: Volume, scale: float) -> str:
 
 def _fix(v: Volume) -> str:
     if v.instance_store:
-        return f"its instance store is fixed: use a larger {v.instance_type.rsplit('.', 1)[0]} size, or FastFile input (InputMode)"
+        return (
+            f"its instance store is fixed: use a larger {v.instance_type.rsplit('.', 1)[0]} size, or FastFile input (InputMode)"
+        )
     return f"{VOLUME_FIX}, or FastFile input (InputMode) so shards stream instead"
 
 
@@ -125,8 +142,13 @@ class Volumes:
         mounts = [[dirs[v.host], max(4096, v.size_bytes(scale) - v.channel_bytes)] for v in volumes if v.gb is not None]
         if not mounts:
             return cls(None, [], "no volume size in the request")
-        holder = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
+        holder = subprocess.Popen(
+            [sys.executable, __file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         holder.stdin.write((json.dumps({"uid": os.getuid(), "gid": os.getgid(), "mounts": mounts}) + "\n").encode())
         holder.stdin.flush()
         answer = holder.stdout.readline().decode()
@@ -138,9 +160,12 @@ class Volumes:
             _end(holder)
             if reply.get("full"):  # what the host holds before it starts does not fit
                 v = next(v for v in volumes if dirs[v.host] == reply["full"])
-                raise UserError(f"host {v.host} ({v.group}): its code, configuration and restored checkpoints do not fit its "
-                                f"volume of {v.describe(scale)} beside {_mb(v.channel_bytes)} of File-mode "
-                                f"channels: {_fix(v)}", headline="volume too small")
+                raise UserError(
+                    f"host {v.host} ({v.group}): its code, configuration and restored checkpoints do not fit its "
+                    f"volume of {v.describe(scale)} beside {_mb(v.channel_bytes)} of File-mode "
+                    f"channels: {_fix(v)}",
+                    headline="volume too small",
+                )
             return cls(None, [], reply["error"])
         namespaces = [os.open(f"/proc/{holder.pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC) for kind in ("user", "mnt")]
         return cls(holder, namespaces)

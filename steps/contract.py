@@ -20,14 +20,18 @@ from steps.frameworks import FRAMEWORKS  # noqa: F401 - declared in the framewor
 # -- environment variables -------------------------------------------------------------------------
 HOSTS_FILE_ENV = "HETERO_HOSTS_FILE"  # emulated cluster DNS: lines "<address> <host>"
 EMULATED_HOST_ENV = "HETERO_EMULATED_HOST"  # set on every emulated host: its instance type's GPUs are not there
-BIND_ADDRESS_ENV = "HETERO_BIND_ADDRESS"  # the one address a guarded TensorFlow host listens on (steps/train/dataplane/bind_guard.c)
+BIND_ADDRESS_ENV = (
+    "HETERO_BIND_ADDRESS"  # the one address a guarded TensorFlow host listens on (steps/train/dataplane/bind_guard.c)
+)
 
 # -- files -----------------------------------------------------------------------------------------
 METRICS_FILE = "metrics.json"  # written by trainers into model/ and output/data/
 METRICS_SCHEMA_VERSION = 2  # 2: data_hosts (each data host's own measurements) and bytes_received_per_sample
 METRICS_READABLE_VERSIONS = (1, 2)  # Evaluate reads runs trained by the previous release too
 MANIFEST_FILE = "manifest.json"  # written by the Shard step
-SHARD_REPORT_FILE = "report.json"  # written by the Shard step beside the manifest: per-class counts, quarantined and skipped files
+SHARD_REPORT_FILE = (
+    "report.json"  # written by the Shard step beside the manifest: per-class counts, quarantined and skipped files
+)
 HYBRID_CHANNEL = "train_local"  # the training shards as the dnn group sees them: what its own decode workers read (hybrid decode)
 PRICE_PERFORMANCE_FILE = "price_performance.json"  # written by the Evaluate step
 RESULTS_FOLDER = "results"  # the results store of a deployed pipeline: s3://<bucket>/<prefix>/results/<execution id>/
@@ -36,11 +40,15 @@ PLAN_FILE = "plan.json"
 # the training jobs' `secret` input channel (never their Environment, which DescribeTrainingJob shows)
 SECRET_CHANNEL = "secret"
 SECRET_FILE = "job-secret"
-CODE_CHANNEL = "code"  # under network isolation the code reaches training jobs as this input channel, as the SageMaker SDK ships it
+CODE_CHANNEL = (
+    "code"  # under network isolation the code reaches training jobs as this input channel, as the SageMaker SDK ships it
+)
 CHECKPOINT_FOLDER = "checkpoints"  # CheckpointConfig.LocalPath is /opt/ml/<this>; SageMaker syncs it with CheckpointConfig.S3Uri
 CHECKPOINT_LOCAL_PATH = f"/opt/ml/{CHECKPOINT_FOLDER}"
 HETEROGENEOUS_METRICS_FILE = "heterogeneous_metrics.json"  # in the results store: the runs' metrics beside the verdict
-BASELINE_METRICS_FILE = "baseline_metrics.json"  # written by the Evaluate step beside price_performance.json: the next run's data group
+BASELINE_METRICS_FILE = (
+    "baseline_metrics.json"  # written by the Evaluate step beside price_performance.json: the next run's data group
+)
 PRICE_PERFORMANCE_SCHEMA_VERSION = 2  # 2: each run's bottleneck (steps/evaluate/diagnosis.py)
 
 # -- the job's shape -------------------------------------------------------------------------------
@@ -72,7 +80,7 @@ LONG_VALUE_FIXES = {
     "InputData": "use a shorter S3 prefix (or local folder path) for the raw images",
     "Workload": "use a shorter module path for the workload",
     "WorkloadOptions": "keep long or fixed options in the workload module itself (its defaults) and pass only the ones "
-                       "that change per run",
+    "that change per run",
     "PriceOverrides": "it names the price file, it does not hold it: pass the file (--prices FILE) or its s3:// URI",
 }
 
@@ -104,12 +112,15 @@ class Tunable:
         """A user-supplied value (a string from a CLI/env, or typed) -> the checked value."""
         value = self._typed(raw, what)
         if self.type is str and len(value) > MAX_PARAMETER_CHARS:
-            raise UserError(f"{what} {self.name} is {len(value)} characters long; a SageMaker pipeline parameter value may have "
-                            f"at most {MAX_PARAMETER_CHARS}: {LONG_VALUE_FIXES.get(self.name, LONG_VALUE_FIX)}",
-                            headline=f"bad {what}")
+            raise UserError(
+                f"{what} {self.name} is {len(value)} characters long; a SageMaker pipeline parameter value may have "
+                f"at most {MAX_PARAMETER_CHARS}: {LONG_VALUE_FIXES.get(self.name, LONG_VALUE_FIX)}",
+                headline=f"bad {what}",
+            )
         if self.choices and value not in self.choices:
-            raise UserError(f"{what} {self.name}={value!r}: allowed values are {', '.join(map(str, self.choices))}",
-                            headline=f"bad {what}")
+            raise UserError(
+                f"{what} {self.name}={value!r}: allowed values are {', '.join(map(str, self.choices))}", headline=f"bad {what}"
+            )
         if (self.minimum is not None and value < self.minimum) or (self.maximum is not None and value > self.maximum):
             bounds = f">= {self.minimum:g}" if self.maximum is None else f"between {self.minimum:g} and {self.maximum:g}"
             raise UserError(f"{what} {self.name}={value!r} must be {bounds}", headline=f"bad {what}")
@@ -129,72 +140,172 @@ class Tunable:
                 return self.type(raw)
             return raw
         except (TypeError, ValueError, OverflowError):
-            raise UserError(f"{what} {self.name}={raw!r} is not a{'n' if self.type is int else ''} {self.type.__name__}: {self.help}",
-                            headline=f"bad {what}") from None
+            raise UserError(
+                f"{what} {self.name}={raw!r} is not a{'n' if self.type is int else ''} {self.type.__name__}: {self.help}",
+                headline=f"bad {what}",
+            ) from None
 
     def _check_json_object(self, value: str, what: str) -> None:
         try:
             parsed = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise UserError(f"{what} {self.name}={value!r} is not JSON ({exc}); write a JSON object, "
-                            "e.g. '{\"blur_passes\": 4}'", headline=f"bad {what}") from None
+            raise UserError(
+                f"{what} {self.name}={value!r} is not JSON ({exc}); write a JSON object, e.g. '{{\"blur_passes\": 4}}'",
+                headline=f"bad {what}",
+            ) from None
         if not isinstance(parsed, dict):
-            raise UserError(f"{what} {self.name}={value!r} must be a JSON object, e.g. '{{\"blur_passes\": 4}}'",
-                            headline=f"bad {what}")
+            raise UserError(
+                f"{what} {self.name}={value!r} must be a JSON object, e.g. '{{\"blur_passes\": 4}}'", headline=f"bad {what}"
+            )
 
 
 TUNABLES: tuple[Tunable, ...] = (
-    Tunable("InputData", str, "", "Raw images, class-per-folder: an s3:// prefix in the cloud, a folder locally "
-            "(empty: generated sample data; deployed default: s3://<bucket>/<prefix>/raw/).", flag="input"),
-    Tunable("Workload", str, "steps.train.workloads.shapes", "Module defining WORKLOAD (decode/augment, model).",
-            flag="workload", hyperparameter="workload"),
-    Tunable("WorkloadOptions", str, "{}", "JSON object of workload options, e.g. {\"blur_passes\": 4}.", json_object=True,
-            flag="workload-options", hyperparameter="workload_options"),
+    Tunable(
+        "InputData",
+        str,
+        "",
+        "Raw images, class-per-folder: an s3:// prefix in the cloud, a folder locally "
+        "(empty: generated sample data; deployed default: s3://<bucket>/<prefix>/raw/).",
+        flag="input",
+    ),
+    Tunable(
+        "Workload",
+        str,
+        "steps.train.workloads.shapes",
+        "Module defining WORKLOAD (decode/augment, model).",
+        flag="workload",
+        hyperparameter="workload",
+    ),
+    Tunable(
+        "WorkloadOptions",
+        str,
+        "{}",
+        'JSON object of workload options, e.g. {"blur_passes": 4}.',
+        json_object=True,
+        flag="workload-options",
+        hyperparameter="workload_options",
+    ),
     # g5.xlarge (1 x A10G, 4 vCPUs) + c5.4xlarge (16 vCPUs): the published Ray-on-SageMaker pair. Not p3: the default
     # PyTorch image (CUDA 13, see pipeline/images.py) has no kernels for its V100s.
     Tunable("DataInstanceType", str, "ml.c5.4xlarge", "Instance type of the data (CPU) group.", flag="data-instance-type"),
-    Tunable("DataInstanceCount", int, 1, "Hosts in the data group; the train shard count is a multiple of it.",
-            minimum=1, maximum=64, flag="data-hosts"),
-    Tunable("DnnInstanceType", str, "ml.g5.xlarge", "Instance type of the dnn (GPU) group, also used by the baseline. "
-            "TensorFlow splits each step over every GPU of a host (MirroredStrategy); PyTorch and Ray run one training process "
-            "per host, on one GPU, so for them prefer more one-GPU hosts (a multi-GPU type leaves the rest idle: the trainer's "
-            "log, metrics.json gpus and the report say so).", flag="dnn-instance-type"),
+    Tunable(
+        "DataInstanceCount",
+        int,
+        1,
+        "Hosts in the data group; the train shard count is a multiple of it.",
+        minimum=1,
+        maximum=64,
+        flag="data-hosts",
+    ),
+    Tunable(
+        "DnnInstanceType",
+        str,
+        "ml.g5.xlarge",
+        "Instance type of the dnn (GPU) group, also used by the baseline. "
+        "TensorFlow splits each step over every GPU of a host (MirroredStrategy); PyTorch and Ray run one training process "
+        "per host, on one GPU, so for them prefer more one-GPU hosts (a multi-GPU type leaves the rest idle: the trainer's "
+        "log, metrics.json gpus and the report say so).",
+        flag="dnn-instance-type",
+    ),
     Tunable("DnnInstanceCount", int, 1, "Hosts in the dnn group.", minimum=1, maximum=64, flag="dnn-hosts"),
     Tunable("DataDistribution", str, SHARDED, "How training shards reach the data hosts.", choices=(SHARDED, REPLICATED)),
-    Tunable("InputMode", str, "File", "SageMaker input mode of the S3 training channel (FSx is always File). Not Pipe: "
-            "it delivers FIFOs (<channel>_<epoch>), and the step code reads folders of shards.",
-            choices=INPUT_MODES),
-    Tunable("DataSource", str, "S3", "Where training reads shards from: fixed when deployed (FSx with hetero:fsx=true, else "
-            "S3); a mismatching value fails the execution at CheckParameters.", choices=("S3", "FSx")),
-    Tunable(VOLUME_PARAMETER, int, DEFAULT_VOLUME_GB, "Storage volume of every job's hosts, in GB: a data host holds its "
-            "share of the training shards, a baseline trainer all of them, Shard the raw input and its shards. Instance "
-            "types with NVMe instance storage (g4dn, g5, g6, p4d, p5) use that instead.", minimum=MIN_VOLUME_GB,
-            maximum=MAX_VOLUME_GB, flag="volume-gb"),
+    Tunable(
+        "InputMode",
+        str,
+        "File",
+        "SageMaker input mode of the S3 training channel (FSx is always File). Not Pipe: "
+        "it delivers FIFOs (<channel>_<epoch>), and the step code reads folders of shards.",
+        choices=INPUT_MODES,
+    ),
+    Tunable(
+        "DataSource",
+        str,
+        "S3",
+        "Where training reads shards from: fixed when deployed (FSx with hetero:fsx=true, else "
+        "S3); a mismatching value fails the execution at CheckParameters.",
+        choices=("S3", "FSx"),
+    ),
+    Tunable(
+        VOLUME_PARAMETER,
+        int,
+        DEFAULT_VOLUME_GB,
+        "Storage volume of every job's hosts, in GB: a data host holds its "
+        "share of the training shards, a baseline trainer all of them, Shard the raw input and its shards. Instance "
+        "types with NVMe instance storage (g4dn, g5, g6, p4d, p5) use that instead.",
+        minimum=MIN_VOLUME_GB,
+        maximum=MAX_VOLUME_GB,
+        flag="volume-gb",
+    ),
     # S3 moves 1-128 MB objects best; outside that range either request overhead or per-host imbalance dominates
-    Tunable("ShardSizeMB", float, 64.0, "Target shard size; 1-128 MB objects transfer best.", minimum=1, maximum=128,
-            flag="shard-size-mb"),
-    Tunable("TrainerCpus", str, "auto", "vCPUs of each dnn host kept for the training loop in a heterogeneous run; the "
-            "others decode a share of the data beside the data hosts (hybrid decode). auto: what a training step is measured "
-            "to keep busy (a few steps on a synthetic batch at the start), plus one for the data plane; all: the dnn hosts "
-            "decode nothing; or a number.",
-            flag="trainer-cpus", hyperparameter="trainer_cpus"),
+    Tunable(
+        "ShardSizeMB",
+        float,
+        64.0,
+        "Target shard size; 1-128 MB objects transfer best.",
+        minimum=1,
+        maximum=128,
+        flag="shard-size-mb",
+    ),
+    Tunable(
+        "TrainerCpus",
+        str,
+        "auto",
+        "vCPUs of each dnn host kept for the training loop in a heterogeneous run; the "
+        "others decode a share of the data beside the data hosts (hybrid decode). auto: what a training step is measured "
+        "to keep busy (a few steps on a synthetic batch at the start), plus one for the data plane; all: the dnn hosts "
+        "decode nothing; or a number.",
+        flag="trainer-cpus",
+        hyperparameter="trainer_cpus",
+    ),
     Tunable("Epochs", int, 3, "Passes over the training shards.", minimum=1, flag="epochs", hyperparameter="epochs"),
-    Tunable("MaxSteps", int, 0, "Stop each trainer after this many steps (0: no limit).", minimum=0, flag="max-steps",
-            hyperparameter="max_steps"),
-    Tunable("BatchSize", int, 64, "Samples per step per trainer host.", minimum=1, flag="batch-size",
-            hyperparameter="batch_size"),
-    Tunable("MaxCorruptShare", float, 0.01, "Fail training when more than this share of an epoch's samples does not "
-            "decode, naming the count and examples (0: none may; 1: never fail on corrupt data).", minimum=0, maximum=1,
-            flag="max-corrupt-share", hyperparameter="max_corrupt_share"),
-    Tunable("PriceOverrides", str, "", "A JSON price file replacing or extending the bundled on-demand prices (schema: "
-            "steps/evaluate/prices.py; `hetero prices refresh` writes one): an s3:// URI in the cloud (hetero start --prices FILE "
-            "uploads it to s3://<ArtifactBucket>/<prefix>/price-overrides/<sha256>.json), a file locally (hetero run --prices FILE); "
-            "Evaluate reads it as a processing input; empty: none (the deployed default is a CDK asset holding {}, which "
-            "overrides nothing)."),
-    Tunable("RunBaseline", bool, True, "Also train homogeneously (dnn group alone) for the price-performance comparison "
-            "(hetero run --no-baseline: false)."),
-    Tunable("ImprovementThreshold", float, -1.0, "Fail the execution when price-performance improvement is below this "
-            "(-1: never; above -1 needs RunBaseline=true).", minimum=-1, maximum=1, flag="threshold"),
+    Tunable(
+        "MaxSteps",
+        int,
+        0,
+        "Stop each trainer after this many steps (0: no limit).",
+        minimum=0,
+        flag="max-steps",
+        hyperparameter="max_steps",
+    ),
+    Tunable(
+        "BatchSize", int, 64, "Samples per step per trainer host.", minimum=1, flag="batch-size", hyperparameter="batch_size"
+    ),
+    Tunable(
+        "MaxCorruptShare",
+        float,
+        0.01,
+        "Fail training when more than this share of an epoch's samples does not "
+        "decode, naming the count and examples (0: none may; 1: never fail on corrupt data).",
+        minimum=0,
+        maximum=1,
+        flag="max-corrupt-share",
+        hyperparameter="max_corrupt_share",
+    ),
+    Tunable(
+        "PriceOverrides",
+        str,
+        "",
+        "A JSON price file replacing or extending the bundled on-demand prices (schema: "
+        "steps/evaluate/prices.py; `hetero prices refresh` writes one): an s3:// URI in the cloud (hetero start --prices FILE "
+        "uploads it to s3://<ArtifactBucket>/<prefix>/price-overrides/<sha256>.json), a file locally (hetero run --prices FILE); "
+        "Evaluate reads it as a processing input; empty: none (the deployed default is a CDK asset holding {}, which "
+        "overrides nothing).",
+    ),
+    Tunable(
+        "RunBaseline",
+        bool,
+        True,
+        "Also train homogeneously (dnn group alone) for the price-performance comparison (hetero run --no-baseline: false).",
+    ),
+    Tunable(
+        "ImprovementThreshold",
+        float,
+        -1.0,
+        "Fail the execution when price-performance improvement is below this (-1: never; above -1 needs RunBaseline=true).",
+        minimum=-1,
+        maximum=1,
+        flag="threshold",
+    ),
 )
 TUNABLES_BY_NAME = {t.name: t for t in TUNABLES}
 TUNABLES_BY_HYPERPARAMETER = {t.hyperparameter: t for t in TUNABLES if t.hyperparameter}

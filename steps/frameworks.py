@@ -38,23 +38,35 @@ class Framework:
 
 
 _TABLE = (
-    Framework("pytorch", "the project's own data plane: data hosts stream decoded batches to DDP trainers",
-              shard_format="webdataset",
-              trainer="steps.train.frameworks.pytorch.trainer:run_trainer",
-              data_host="steps.train.frameworks.pytorch.data_host:run_data_service"),
-    Framework("tensorflow", "tf.data.service: a dispatcher on the trainer host, a worker on every data host",
-              shard_format="tfrecord",
-              trainer="steps.train.frameworks.tensorflow.trainer:run_tf_trainer",
-              data_host="steps.train.frameworks.tensorflow.data_host:run_tf_data_host",
-              max_trainer_hosts=1,  # one trainer host, every GPU of it (MirroredStrategy)
-              unguarded_listeners="tf.data.service listens on every interface without authentication",
-              quiet_env={"TF_CPP_MIN_LOG_LEVEL": "1"}),  # C++ INFO lines (CPU features, oneDNN); warnings still show
-    Framework("ray", "Ray Data decodes on every CPU of the cluster, Ray Train's TorchTrainer trains on the GPUs",
-              shard_format="webdataset",
-              trainer="steps.train.frameworks.ray.job:run_ray_host", data_host=None,
-              unguarded_listeners="Ray listens on every interface (its token still applies)",
-              aws_image=False, processing_images_of="pytorch", every_host_reads_every_shard=True,
-              measures_wire_bytes=False),
+    Framework(
+        "pytorch",
+        "the project's own data plane: data hosts stream decoded batches to DDP trainers",
+        shard_format="webdataset",
+        trainer="steps.train.frameworks.pytorch.trainer:run_trainer",
+        data_host="steps.train.frameworks.pytorch.data_host:run_data_service",
+    ),
+    Framework(
+        "tensorflow",
+        "tf.data.service: a dispatcher on the trainer host, a worker on every data host",
+        shard_format="tfrecord",
+        trainer="steps.train.frameworks.tensorflow.trainer:run_tf_trainer",
+        data_host="steps.train.frameworks.tensorflow.data_host:run_tf_data_host",
+        max_trainer_hosts=1,  # one trainer host, every GPU of it (MirroredStrategy)
+        unguarded_listeners="tf.data.service listens on every interface without authentication",
+        quiet_env={"TF_CPP_MIN_LOG_LEVEL": "1"},
+    ),  # C++ INFO lines (CPU features, oneDNN); warnings still show
+    Framework(
+        "ray",
+        "Ray Data decodes on every CPU of the cluster, Ray Train's TorchTrainer trains on the GPUs",
+        shard_format="webdataset",
+        trainer="steps.train.frameworks.ray.job:run_ray_host",
+        data_host=None,
+        unguarded_listeners="Ray listens on every interface (its token still applies)",
+        aws_image=False,
+        processing_images_of="pytorch",
+        every_host_reads_every_shard=True,
+        measures_wire_bytes=False,
+    ),
 )
 TABLE = {f.name: f for f in _TABLE}
 FRAMEWORKS = tuple(TABLE)
@@ -64,5 +76,6 @@ def framework(name: str) -> Framework:
     try:
         return TABLE[name]
     except KeyError:
-        raise UserError(f"framework {name!r} is not supported; use one of {', '.join(FRAMEWORKS)}",
-                        headline="bad framework") from None
+        raise UserError(
+            f"framework {name!r} is not supported; use one of {', '.join(FRAMEWORKS)}", headline="bad framework"
+        ) from None

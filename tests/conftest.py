@@ -22,8 +22,11 @@ ONE_HOST_TESTS = ("tests/e2e/test_cli_runs.py", "tests/e2e/test_image_guard.py")
 
 
 def _runs_clusters(item) -> bool:
-    return (bool(item.get_closest_marker("e2e")) and item.nodeid.startswith(CLUSTER_TESTS)
-            and not item.nodeid.startswith(ONE_HOST_TESTS))
+    return (
+        bool(item.get_closest_marker("e2e"))
+        and item.nodeid.startswith(CLUSTER_TESTS)
+        and not item.nodeid.startswith(ONE_HOST_TESTS)
+    )
 
 
 def pytest_collection_modifyitems(config, items):

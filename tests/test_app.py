@@ -21,16 +21,24 @@ def test_cdk_json_runs_the_project_venv_and_keeps_the_cli_quiet():
     assert json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"].startswith("^2.")
 
 
-@pytest.mark.skipif(not (ROOT / "node_modules" / ".bin" / "cdk").exists(),
-                    reason="node_modules missing: run `npm ci` (`make test` does) to install the pinned CDK CLI")
+@pytest.mark.skipif(
+    not (ROOT / "node_modules" / ".bin" / "cdk").exists(),
+    reason="node_modules missing: run `npm ci` (`make test` does) to install the pinned CDK CLI",
+)
 @pytest.mark.e2e
 def test_cdk_synth_with_the_pinned_cli(tmp_path):
     env = {**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true", "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
     for var in ("AWS_PROFILE", "CDK_DEFAULT_ACCOUNT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         env.pop(var, None)  # offline and account-agnostic, as on a machine without credentials
     started = time.monotonic()
-    result = subprocess.run([shutil.which("npx") or "npx", "--no-install", "cdk", "synth", "--quiet", "--output", str(tmp_path)],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [shutil.which("npx") or "npx", "--no-install", "cdk", "synth", "--quiet", "--output", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert json.loads((tmp_path / "HeteroTraining.template.json").read_text())["Resources"]

@@ -40,8 +40,12 @@ def file_map() -> list[str]:
 def test_the_file_map_names_every_module_and_only_paths_that_exist():
     mapped = file_map()
     assert len(mapped) == len(set(mapped)), [p for p in mapped if mapped.count(p) > 1]
-    modules = sorted(str(p.relative_to(ROOT)) for folder in MAPPED for p in (ROOT / folder).rglob("*.py")
-                     if p.name != "__init__.py" and "__pycache__" not in p.parts)
+    modules = sorted(
+        str(p.relative_to(ROOT))
+        for folder in MAPPED
+        for p in (ROOT / folder).rglob("*.py")
+        if p.name != "__init__.py" and "__pycache__" not in p.parts
+    )
     missing = [m for m in modules if m not in mapped]
     assert not missing, f"modules the file map in docs/architecture.md does not name (add a line each): {missing}"
     gone = [p for p in mapped if not (ROOT / p).exists()]

@@ -112,8 +112,14 @@ class Compiler:
         return base if rel in (".", "") else _join("/", base, rel)
 
     # -- steps ---------------------------------------------------------------
-    def processing(self, step: ProcessingStep, *, name: str | None = None, skip: Collection[str] = (),
-                   property_files: Iterable[PropertyFile] = ()) -> SmProcessingStep:
+    def processing(
+        self,
+        step: ProcessingStep,
+        *,
+        name: str | None = None,
+        skip: Collection[str] = (),
+        property_files: Iterable[PropertyFile] = (),
+    ) -> SmProcessingStep:
         from sagemaker.core.processing import Processor
         from sagemaker.core.shapes import ProcessingInput, ProcessingOutput, ProcessingS3Input, ProcessingS3Output
         from sagemaker.mlops.workflow.steps import ProcessingStep as SmProcessingStep
@@ -121,8 +127,10 @@ class Compiler:
         name = name or step.name
 
         def s3_input(input_name, uri, local_path):
-            return ProcessingInput(input_name=input_name, s3_input=ProcessingS3Input(
-                s3_uri=uri, local_path=local_path, s3_data_type="S3Prefix", s3_input_mode="File"))
+            return ProcessingInput(
+                input_name=input_name,
+                s3_input=ProcessingS3Input(s3_uri=uri, local_path=local_path, s3_data_type="S3Prefix", s3_input_mode="File"),
+            )
 
         inputs = [s3_input("code", self.s.code_uri, CODE_DIR)]
         args = ["--output", f"{PROCESSING_ROOT}/output"]
@@ -137,18 +145,37 @@ class Compiler:
                 args += [flag, self.value(ref, string=True)]
         if step.results_store:  # the results store lives in the artifact bucket
             args += ["--store", f"s3://{self.s.bucket}/{self.s.prefix}/{RESULTS_FOLDER}"]
-        outputs = [ProcessingOutput(output_name="output", s3_output=ProcessingS3Output(
-            s3_uri=self.s3(self.exec_id, name), local_path=f"{PROCESSING_ROOT}/output", s3_upload_mode="EndOfJob"))]
+        outputs = [
+            ProcessingOutput(
+                output_name="output",
+                s3_output=ProcessingS3Output(
+                    s3_uri=self.s3(self.exec_id, name), local_path=f"{PROCESSING_ROOT}/output", s3_upload_mode="EndOfJob"
+                ),
+            )
+        ]
         # Processing has no script mode: unpack the code (a gzipped tar, whatever its object name: CDK
         # names assets <hash>.gz), then run the step script from the root of the tree.
-        unpack = (f'set -e; mkdir -p /opt/ml/code; for f in {CODE_DIR}/*; do tar -xzf "$f" -C /opt/ml/code; done; '
-                  f'cd /opt/ml/code; exec python3 {step.script} "$@"')
-        processor = Processor(role=self.s.role_arn, image_uri=self.processing_image, instance_count=1,
-                              instance_type=step.instance_type, entrypoint=["/bin/sh", "-c", unpack, step.script],
-                              volume_size_in_gb=self.value(step.volume_gb), max_runtime_in_seconds=MAX_RUNTIME_S,
-                              base_job_name=f"hetero-{name.lower()}", sagemaker_session=self.session)
-        sm_step = SmProcessingStep(name=name, step_args=processor.run(inputs=inputs, outputs=outputs, arguments=args),
-                                   property_files=list(property_files), depends_on=None)
+        unpack = (
+            f'set -e; mkdir -p /opt/ml/code; for f in {CODE_DIR}/*; do tar -xzf "$f" -C /opt/ml/code; done; '
+            f'cd /opt/ml/code; exec python3 {step.script} "$@"'
+        )
+        processor = Processor(
+            role=self.s.role_arn,
+            image_uri=self.processing_image,
+            instance_count=1,
+            instance_type=step.instance_type,
+            entrypoint=["/bin/sh", "-c", unpack, step.script],
+            volume_size_in_gb=self.value(step.volume_gb),
+            max_runtime_in_seconds=MAX_RUNTIME_S,
+            base_job_name=f"hetero-{name.lower()}",
+            sagemaker_session=self.session,
+        )
+        sm_step = SmProcessingStep(
+            name=name,
+            step_args=processor.run(inputs=inputs, outputs=outputs, arguments=args),
+            property_files=list(property_files),
+            depends_on=None,
+        )
         self.steps[name] = sm_step
         return sm_step
 
@@ -163,16 +190,32 @@ class Compiler:
         channels = []
         for c in (*step.channels, *(code if self.s.network_isolation else ())):
             if c.name in on_fsx:
-                source = DataSource(file_system_data_source=FileSystemDataSource(
-                    file_system_id=self.s.fsx.file_system_id, file_system_type="FSxLustre", file_system_access_mode="ro",
-                    directory_path=_join("", self.s.fsx.directory_path, "/", self.exec_id,
-                                         f"/{c.source.step}/{self.graph.step(c.source.step).outputs[c.source.name]}")))
+                source = DataSource(
+                    file_system_data_source=FileSystemDataSource(
+                        file_system_id=self.s.fsx.file_system_id,
+                        file_system_type="FSxLustre",
+                        file_system_access_mode="ro",
+                        directory_path=_join(
+                            "",
+                            self.s.fsx.directory_path,
+                            "/",
+                            self.exec_id,
+                            f"/{c.source.step}/{self.graph.step(c.source.step).outputs[c.source.name]}",
+                        ),
+                    )
+                )
                 channels.append(Channel(channel_name=c.name, data_source=source, input_mode="File"))
                 continue
             groups = {"instance_group_names": list(c.instance_groups)} if c.instance_groups and not on_fsx else {}
-            s3 = S3DataSource(s3_data_type="S3Prefix", s3_uri=self.value(c.source), s3_data_distribution_type=self.value(c.distribution),
-                              **groups)
-            channels.append(Channel(channel_name=c.name, data_source=DataSource(s3_data_source=s3), input_mode=self.value(c.input_mode)))
+            s3 = S3DataSource(
+                s3_data_type="S3Prefix",
+                s3_uri=self.value(c.source),
+                s3_data_distribution_type=self.value(c.distribution),
+                **groups,
+            )
+            channels.append(
+                Channel(channel_name=c.name, data_source=DataSource(s3_data_source=s3), input_mode=self.value(c.input_mode))
+            )
         return channels
 
     def training(self, step: TrainingStep) -> SmTrainingStep:
@@ -183,12 +226,16 @@ class Compiler:
         from sagemaker.train import ModelTrainer
 
         # Counts are ints in SDK v3: a placeholder here, `Parameters.<count>` after compiling.
-        groups = [InstanceGroup(instance_group_name=g.name, instance_type=self.value(g.instance_type), instance_count=1)
-                  for g in step.groups]
+        groups = [
+            InstanceGroup(instance_group_name=g.name, instance_type=self.value(g.instance_type), instance_count=1)
+            for g in step.groups
+        ]
         hyperparameters = {k: self.value(v, string=True) for k, v in step.hyperparameters.items()}
         # isolated, the container cannot download the code: it is the code channel's file (the toolkit unpacks it)
         submit = f"{CODE_CHANNEL_DIR}/{code_file(self.s.code_uri)}" if self.s.network_isolation else self.s.code_uri
-        hyperparameters.update(sagemaker_program=step.entry_point, sagemaker_submit_directory=submit, sagemaker_region=self.s.region)
+        hyperparameters.update(
+            sagemaker_program=step.entry_point, sagemaker_submit_directory=submit, sagemaker_region=self.s.region
+        )
         trainer = ModelTrainer(
             training_image=self.training_image,  # explicit: with a parameterised instance type the SDK would pick the CPU image
             role=self.s.role_arn,
@@ -196,23 +243,35 @@ class Compiler:
             base_job_name=f"hetero-{step.name.lower()}",
             # Managed spot is a deploy option, not a pipeline parameter: CreateTrainingJob rejects MaxWaitTimeInSeconds
             # unless EnableManagedSpotTraining is true, and a request member cannot be left out by a parameter's value
-            compute=Compute(instance_groups=groups, volume_size_in_gb=_int_or_placeholder(step.volume_gb), **({"enable_managed_spot_training": True} if self.s.spot else {})),
+            compute=Compute(
+                instance_groups=groups,
+                volume_size_in_gb=_int_or_placeholder(step.volume_gb),
+                **({"enable_managed_spot_training": True} if self.s.spot else {}),
+            ),
             networking=self.networking(Networking),
-            stopping_condition=StoppingCondition(max_runtime_in_seconds=MAX_RUNTIME_S,
-                                                 **({"max_wait_time_in_seconds": MAX_WAIT_S} if self.s.spot else {})),
+            stopping_condition=StoppingCondition(
+                max_runtime_in_seconds=MAX_RUNTIME_S, **({"max_wait_time_in_seconds": MAX_WAIT_S} if self.s.spot else {})
+            ),
             output_data_config=OutputDataConfig(s3_output_path=self.s3(self.exec_id, step.name)),
             # per execution and step: a spot restart and a retry of the step (RetryPolicies) resume from it
-            checkpoint_config=CheckpointConfig(s3_uri=self.s3(self.exec_id, step.name, CHECKPOINT_FOLDER), local_path=CHECKPOINT_LOCAL_PATH),
+            checkpoint_config=CheckpointConfig(
+                s3_uri=self.s3(self.exec_id, step.name, CHECKPOINT_FOLDER), local_path=CHECKPOINT_LOCAL_PATH
+            ),
             # No Environment: DescribeTrainingJob shows it. The data-plane secret is the `secret` channel's file (a random
             # object Shard writes under the execution's prefix): it keeps out network peers (other jobs or hosts in the
             # VPC, port scans) and every principal that cannot read that object, DescribeTrainingJob callers included.
             hyperparameters=hyperparameters,
         ).with_metric_definitions([MetricDefinition(name=m["Name"], regex=m["Regex"]) for m in METRIC_DEFINITIONS])
         # no capacity (spot or on-demand) or a SageMaker-side error: start the job again; it resumes from its checkpoint
-        retry = SageMakerJobStepRetryPolicy(failure_reason_types=[SageMakerJobExceptionTypeEnum.CAPACITY_ERROR,
-                                                                  SageMakerJobExceptionTypeEnum.INTERNAL_ERROR],
-                                            max_attempts=TRAINING_RETRY_ATTEMPTS, interval_seconds=60, backoff_rate=2.0)
-        sm_step = SmTrainingStep(name=step.name, step_args=trainer.train(input_data_config=self.channels(step)), retry_policies=[retry])
+        retry = SageMakerJobStepRetryPolicy(
+            failure_reason_types=[SageMakerJobExceptionTypeEnum.CAPACITY_ERROR, SageMakerJobExceptionTypeEnum.INTERNAL_ERROR],
+            max_attempts=TRAINING_RETRY_ATTEMPTS,
+            interval_seconds=60,
+            backoff_rate=2.0,
+        )
+        sm_step = SmTrainingStep(
+            name=step.name, step_args=trainer.train(input_data_config=self.channels(step)), retry_policies=[retry]
+        )
         self.steps[step.name] = sm_step
         return sm_step
 
@@ -235,16 +294,28 @@ class Compiler:
 
         threshold = self.params[step.threshold.name]
         value = JsonGet(step_name=step.source.step, property_file=PROPERTY_FILE, json_path=step.field)
-        fail = FailStep(name=f"{step.name}Failed", error_message=_join(
-            "", f"{step.message}: {step.field} ", value, f" < {step.threshold.name} ", threshold,
-            f" (see {step.file} in the {step.source.step} output)"))
+        fail = FailStep(
+            name=f"{step.name}Failed",
+            error_message=_join(
+                "",
+                f"{step.message}: {step.field} ",
+                value,
+                f" < {step.threshold.name} ",
+                threshold,
+                f" (see {step.file} in the {step.source.step} output)",
+            ),
+        )
         # threshold -1 never fails, as in the local runner
-        return ConditionStep(name=step.name, conditions=[ConditionGreaterThan(left=threshold, right=-1),
-                                                         ConditionLessThan(left=value, right=threshold)],
-                             if_steps=[fail], else_steps=[])
+        return ConditionStep(
+            name=step.name,
+            conditions=[ConditionGreaterThan(left=threshold, right=-1), ConditionLessThan(left=value, right=threshold)],
+            if_steps=[fail],
+            else_steps=[],
+        )
 
-    def compile_step(self, step: ProcessingStep | TrainingStep | CheckStep, *, name: str | None = None,
-                     skip: Collection[str] = ()) -> SmProcessingStep | SmTrainingStep | ConditionStep:
+    def compile_step(
+        self, step: ProcessingStep | TrainingStep | CheckStep, *, name: str | None = None, skip: Collection[str] = ()
+    ) -> SmProcessingStep | SmTrainingStep | ConditionStep:
         from sagemaker.core.workflow.properties import PropertyFile
 
         if isinstance(step, TrainingStep):
@@ -271,12 +342,26 @@ class Compiler:
         if gated:
             skipped = gated[0]
             if_steps = [self.compile_step(skipped)] + [self.compile_step(s) for s in g.steps if s.name in downstream]
-            else_steps = [self.compile_step(s, name=f"{s.name}Without{skipped.name.removeprefix('Train')}", skip=(skipped.name,))
-                          for s in g.steps if s.name in downstream and isinstance(s, ProcessingStep)]
-            top.append(ConditionStep(name=f"{skipped.condition.name}Gate", if_steps=if_steps, else_steps=else_steps,
-                                     conditions=[ConditionEquals(left=self.params[skipped.condition.name], right=True)]))
-        return Pipeline(name=self.s.pipeline_name, parameters=list(self.params.values()), steps=top,
-                        sagemaker_session=self.session, pipeline_experiment_config=None)
+            else_steps = [
+                self.compile_step(s, name=f"{s.name}Without{skipped.name.removeprefix('Train')}", skip=(skipped.name,))
+                for s in g.steps
+                if s.name in downstream and isinstance(s, ProcessingStep)
+            ]
+            top.append(
+                ConditionStep(
+                    name=f"{skipped.condition.name}Gate",
+                    if_steps=if_steps,
+                    else_steps=else_steps,
+                    conditions=[ConditionEquals(left=self.params[skipped.condition.name], right=True)],
+                )
+            )
+        return Pipeline(
+            name=self.s.pipeline_name,
+            parameters=list(self.params.values()),
+            steps=top,
+            sagemaker_session=self.session,
+            pipeline_experiment_config=None,
+        )
 
     def parameter_check(self, first_step: SmProcessingStep | SmTrainingStep | ConditionStep) -> ConditionStep:
         """CheckParameters: what this pipeline cannot run fails the execution before any job starts."""
@@ -286,19 +371,34 @@ class Compiler:
 
         p = self.params
         deployed = "FSx" if self.s.fsx else "S3"
-        conditions = [ConditionEquals(left=p["DataSource"], right=deployed),
-                      ConditionOr(conditions=[ConditionEquals(left=p["RunBaseline"], right=True),
-                                              ConditionLessThanOrEqualTo(left=p["ImprovementThreshold"], right=-1)])]
-        message = ["parameters rejected, one of: DataSource=", p["DataSource"],
-                   f" (this pipeline was deployed to read training data from {deployed}; redeploy "
-                   f"{'without' if self.s.fsx else 'with'} FSx to change it); ImprovementThreshold=", p["ImprovementThreshold"],
-                   " with RunBaseline=", p["RunBaseline"], " (a threshold above -1 needs RunBaseline=true)"]
+        conditions = [
+            ConditionEquals(left=p["DataSource"], right=deployed),
+            ConditionOr(
+                conditions=[
+                    ConditionEquals(left=p["RunBaseline"], right=True),
+                    ConditionLessThanOrEqualTo(left=p["ImprovementThreshold"], right=-1),
+                ]
+            ),
+        ]
+        message = [
+            "parameters rejected, one of: DataSource=",
+            p["DataSource"],
+            f" (this pipeline was deployed to read training data from {deployed}; redeploy "
+            f"{'without' if self.s.fsx else 'with'} FSx to change it); ImprovementThreshold=",
+            p["ImprovementThreshold"],
+            " with RunBaseline=",
+            p["RunBaseline"],
+            " (a threshold above -1 needs RunBaseline=true)",
+        ]
         limit = self.graph.max_dnn_hosts
         if limit is not None:
             conditions.append(ConditionLessThanOrEqualTo(left=p["DnnInstanceCount"], right=limit))
-            message += ["; DnnInstanceCount=", p["DnnInstanceCount"],
-                        f" (the {self.graph.framework} path trains on at most {limit} dnn host, every GPU of it: use "
-                        f"DnnInstanceCount={limit}, or the pytorch framework for several trainer hosts)"]
+            message += [
+                "; DnnInstanceCount=",
+                p["DnnInstanceCount"],
+                f" (the {self.graph.framework} path trains on at most {limit} dnn host, every GPU of it: use "
+                f"DnnInstanceCount={limit}, or the pytorch framework for several trainer hosts)",
+            ]
         invalid = FailStep(name="InvalidParameters", error_message=_join("", *message))
         return ConditionStep(name="CheckParameters", conditions=conditions, if_steps=[first_step], else_steps=[invalid])
 

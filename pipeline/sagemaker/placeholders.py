@@ -20,16 +20,25 @@ _PLACEHOLDER_REGION = "xx-heteroplaceholder-1"  # when the region is a token (an
 
 
 def placeholder_settings(settings: DeploySettings) -> DeploySettings:
-    return replace(settings, role_arn=_ROLE, bucket=_BUCKET, code_uri=_CODE, fsx=_placeholder_fsx(settings.fsx),
-                   region=settings.region if REGION.fullmatch(settings.region) else _PLACEHOLDER_REGION)
+    return replace(
+        settings,
+        role_arn=_ROLE,
+        bucket=_BUCKET,
+        code_uri=_CODE,
+        fsx=_placeholder_fsx(settings.fsx),
+        region=settings.region if REGION.fullmatch(settings.region) else _PLACEHOLDER_REGION,
+    )
 
 
 def _placeholder_fsx(fsx: FsxSettings | None) -> FsxSettings | None:
     if fsx is None:
         return None
-    return FsxSettings("fs-00000000placeholder", "/placeholder-fsx-path",
-                       tuple(f"subnet-placeholder{i}" for i in range(len(fsx.subnets))),
-                       tuple(f"sg-placeholder{i}" for i in range(len(fsx.security_group_ids))))
+    return FsxSettings(
+        "fs-00000000placeholder",
+        "/placeholder-fsx-path",
+        tuple(f"subnet-placeholder{i}" for i in range(len(fsx.subnets))),
+        tuple(f"sg-placeholder{i}" for i in range(len(fsx.security_group_ids))),
+    )
 
 
 def substitutions(real: DeploySettings, fake: DeploySettings) -> list[tuple[str, str]]:
@@ -40,7 +49,9 @@ def substitutions(real: DeploySettings, fake: DeploySettings) -> list[tuple[str,
         pairs.append((f"{CODE_CHANNEL_DIR}/{_CODE_FILE}", f"{CODE_CHANNEL_DIR}/{code_file(real.code_uri)}"))
     if real.fsx:
         pairs += [(fake.fsx.file_system_id, real.fsx.file_system_id), (fake.fsx.directory_path, real.fsx.directory_path)]
-        pairs += list(zip(fake.fsx.subnets, real.fsx.subnets)) + list(zip(fake.fsx.security_group_ids, real.fsx.security_group_ids))
+        pairs += list(zip(fake.fsx.subnets, real.fsx.subnets)) + list(
+            zip(fake.fsx.security_group_ids, real.fsx.security_group_ids)
+        )
     return sorted(pairs, key=lambda p: -len(p[0]))  # longest first: the code URI contains the bucket
 
 

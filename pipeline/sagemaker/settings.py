@@ -15,9 +15,11 @@ MAX_RUNTIME_S = 6 * 3600  # a stuck job bills every host of the cluster until th
 # same process, the container's first), so SIGTERM from StopTrainingJob or a spot interruption reaches the trainer.
 # Script mode runs the entry point as a child that never gets the signal (aws/sagemaker-training-toolkit#125), and the
 # trainer could not save its checkpoint in the notice period. One ContainerEntrypoint item: at most 256 characters.
-TRAINING_BOOTSTRAP = ("import os,sys;from sagemaker_training import environment as e,files as f,entry_point as p;v=e.Environment();"
-                      "c=e.code_dir;u=v.user_entry_point;f.download_and_extract(v.module_dir,c);os.chdir(c);p.install(u,c);"
-                      "x=sys.executable;os.execv(x,[x,u])")
+TRAINING_BOOTSTRAP = (
+    "import os,sys;from sagemaker_training import environment as e,files as f,entry_point as p;v=e.Environment();"
+    "c=e.code_dir;u=v.user_entry_point;f.download_and_extract(v.module_dir,c);os.chdir(c);p.install(u,c);"
+    "x=sys.executable;os.execv(x,[x,u])"
+)
 TRAINING_ENTRYPOINT = ["python3", "-c", TRAINING_BOOTSTRAP]
 # Under network isolation nothing in the container reaches S3: the code tar.gz arrives as the `code` channel and
 # sagemaker_submit_directory names the file there (the toolkit's download_and_extract unpacks a local tar.gz path)
@@ -77,29 +79,38 @@ def check(settings: DeploySettings) -> None:
         if not getattr(settings, name):
             raise UserError(f"DeploySettings.{name} is empty; pass the {name.replace('_', ' ')}", headline="bad deploy settings")
     if settings.framework not in FRAMEWORKS:
-        raise UserError(f"DeploySettings.framework {settings.framework!r} is not supported; use one of {', '.join(FRAMEWORKS)}",
-                        headline="bad deploy settings")
+        raise UserError(
+            f"DeploySettings.framework {settings.framework!r} is not supported; use one of {', '.join(FRAMEWORKS)}",
+            headline="bad deploy settings",
+        )
     if settings.prefix.strip("/") != settings.prefix or not settings.prefix:
-        raise UserError(f"DeploySettings.prefix {settings.prefix!r} must be a key prefix without leading or trailing '/'",
-                        headline="bad deploy settings")
+        raise UserError(
+            f"DeploySettings.prefix {settings.prefix!r} must be a key prefix without leading or trailing '/'",
+            headline="bad deploy settings",
+        )
     if not REGION.fullmatch(settings.region) and not (settings.training_image and settings.processing_image):
-        raise UserError(f"region {settings.region!r} is not a region name (a CloudFormation token?), so the default images "
-                        "cannot be looked up: pass training_image and processing_image, or a concrete region",
-                        headline="bad deploy settings")
+        raise UserError(
+            f"region {settings.region!r} is not a region name (a CloudFormation token?), so the default images "
+            "cannot be looked up: pass training_image and processing_image, or a concrete region",
+            headline="bad deploy settings",
+        )
     if settings.network_isolation:
         code_file(settings.code_uri)
     if settings.fsx and not (settings.fsx.subnets and settings.fsx.security_group_ids):
-        raise UserError("FsxSettings needs subnets and security_group_ids: jobs that mount FSx run in its VPC",
-                        headline="bad deploy settings")
+        raise UserError(
+            "FsxSettings needs subnets and security_group_ids: jobs that mount FSx run in its VPC", headline="bad deploy settings"
+        )
 
 
 def code_file(code_uri: str) -> str:
     """The object name of the code tar.gz: its file in the ``code`` channel of an isolated training job."""
     name = code_uri.rsplit("/", 1)[-1]
     if not code_uri.startswith("s3://") or code_uri.count("/") < 3 or not name or "${Token[" in name:
-        raise UserError(f"DeploySettings.code_uri {code_uri!r}: with network isolation the code reaches the training jobs as "
-                        f"the {CODE_CHANNEL!r} channel and sagemaker_submit_directory names its file, so the URI must be "
-                        "s3://<bucket>/<key> with the key's last part known when compiling (CDK: "
-                        "f\"s3://{asset.s3_bucket_name}/{asset.s3_object_key}\", not asset.s3_object_url)",
-                        headline="bad deploy settings")
+        raise UserError(
+            f"DeploySettings.code_uri {code_uri!r}: with network isolation the code reaches the training jobs as "
+            f"the {CODE_CHANNEL!r} channel and sagemaker_submit_directory names its file, so the URI must be "
+            "s3://<bucket>/<key> with the key's last part known when compiling (CDK: "
+            'f"s3://{asset.s3_bucket_name}/{asset.s3_object_key}", not asset.s3_object_url)',
+            headline="bad deploy settings",
+        )
     return name

@@ -40,8 +40,9 @@ def output_dir(argv: list[str], default: str) -> str:
     return output
 
 
-def run_step_cli(parser: argparse.ArgumentParser, step: Callable[[argparse.Namespace], object],
-                 argv: list[str] | None = None) -> int:
+def run_step_cli(
+    parser: argparse.ArgumentParser, step: Callable[[argparse.Namespace], object], argv: list[str] | None = None
+) -> int:
     """Parse ``argv`` (default: the process's) and run ``step(args)`` as a processing step; return the exit code.
 
     ``--help`` prints usage and succeeds; anything else that fails, parsing
@@ -52,5 +53,8 @@ def run_step_cli(parser: argparse.ArgumentParser, step: Callable[[argparse.Names
     if "-h" in argv or "--help" in argv:
         parser.print_help()
         return 0
-    return run_step(lambda: step(parser.parse_args(argv)), output_dir=output_dir(argv, parser.get_default("output")),
-                    exit_message=processing_exit_message())
+    return run_step(
+        lambda: step(parser.parse_args(argv)),
+        output_dir=output_dir(argv, parser.get_default("output")),
+        exit_message=processing_exit_message(),
+    )

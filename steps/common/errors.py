@@ -93,8 +93,12 @@ def storage_error(exc: BaseException) -> UserError | None:
             cause, fix = _STORAGE_CAUSES[exc.errno]
             where = exc.filename if exc.filename is not None else "a file"
             if exc.errno == errno.ENOSPC and (volume := _job_volume()):
-                cause, fix = f"the job's storage volume is full ({volume})", (
-                    f"raise the {VOLUME_PARAMETER} parameter (hetero run --volume-gb), or stream the training shards (InputMode=FastFile)")
+                cause, fix = (
+                    f"the job's storage volume is full ({volume})",
+                    (
+                        f"raise the {VOLUME_PARAMETER} parameter (hetero run --volume-gb), or stream the training shards (InputMode=FastFile)"
+                    ),
+                )
             return UserError(f"cannot write {where}: {cause} ({errno.errorcode[exc.errno]}); {fix}", headline="storage")
         exc = exc.__cause__ or exc.__context__
     return None

@@ -41,6 +41,7 @@ def speedup_bound(baseline: dict | None, heterogeneous: dict, speedup: float | N
     measured = [c for c in ((baseline or {}).get("isolated_costs"), heterogeneous.get("isolated_costs")) if c]
     if not measured:
         return None
+
     def lowest(name: str, fallback: str | None = None) -> float:
         # each trainer measured both alone on the same kind of host: the lower of each is the least disturbed
         return min(float(c.get(name, c[fallback]) if fallback else c[name]) for c in measured)
@@ -54,15 +55,26 @@ def speedup_bound(baseline: dict | None, heterogeneous: dict, speedup: float | N
     slower = max(d if host_d is None else min(d, host_d), s)
     ideal = back_to_back / slower
     over_back_to_back = back_to_back / heterogeneous["step_time_s"]["mean"]
-    doc = {"decode_s_per_batch": d, "step_s_per_batch": s, "data_host_decode_s_per_batch": host_d,
-           "measured_on_cpus": measured[0].get("cpus"),
-           "device": measured[0].get("device"), "back_to_back_s": back_to_back, "ideal_speedup": ideal,
-           "measured_speedup": speedup, "speedup_over_back_to_back": over_back_to_back,
-           "efficiency": over_back_to_back / ideal, "baseline_over_back_to_back": None,
-           "over_bound": over_back_to_back > ideal * OVER_BOUND_TOLERANCE, "notes": []}
+    doc = {
+        "decode_s_per_batch": d,
+        "step_s_per_batch": s,
+        "data_host_decode_s_per_batch": host_d,
+        "measured_on_cpus": measured[0].get("cpus"),
+        "device": measured[0].get("device"),
+        "back_to_back_s": back_to_back,
+        "ideal_speedup": ideal,
+        "measured_speedup": speedup,
+        "speedup_over_back_to_back": over_back_to_back,
+        "efficiency": over_back_to_back / ideal,
+        "baseline_over_back_to_back": None,
+        "over_bound": over_back_to_back > ideal * OVER_BOUND_TOLERANCE,
+        "notes": [],
+    }
     if baseline:
         # typical, not best-case, stage costs: the baseline's mean step carries the same everyday noise
-        typical = lowest("decode_s_per_batch_median", "decode_s_per_batch") + lowest("step_s_per_batch_median", "step_s_per_batch")
+        typical = lowest("decode_s_per_batch_median", "decode_s_per_batch") + lowest(
+            "step_s_per_batch_median", "step_s_per_batch"
+        )
         ratio = baseline["step_time_s"]["mean"] / typical
         doc["baseline_over_back_to_back"] = ratio
         if ratio > 1 + FAIR_BASELINE:
@@ -70,14 +82,18 @@ def speedup_bound(baseline: dict | None, heterogeneous: dict, speedup: float | N
                 f"the baseline's step ({baseline['step_time_s']['mean'] * 1e3:.0f} ms) is {ratio - 1:.0%} slower than decode + "
                 f"step back to back ({typical * 1e3:.0f} ms, median batches) on its CPUs: it loses time beyond the two stages (its decode "
                 f"workers and training loop contending for its cores, or a busy machine), so the measured {speedup:.2f}x overstates what a data host is worth; "
-                f"{over_back_to_back:.2f}x is the fair figure")
+                f"{over_back_to_back:.2f}x is the fair figure"
+            )
         elif ratio < 1 - FAIR_BASELINE:
             doc["notes"].append(
                 f"the baseline's step is {1 - ratio:.0%} faster than decode + step back to back: it overlaps them on its own "
-                "CPUs, so the bound understates what it already gets without a data host")
+                "CPUs, so the bound understates what it already gets without a data host"
+            )
     if doc["over_bound"]:
-        doc["notes"].append(f"the heterogeneous step ({heterogeneous['step_time_s']['mean'] * 1e3:.0f} ms) beats the slower "
-                            f"stage ({slower * 1e3:.0f} ms): {over_back_to_back:.2f}x is above the bound {ideal:.2f}x, "
-                            "so the isolated costs or the step times are off (cores and runs of a shared machine differ by 10-15%); "
-                            "this is not a result")
+        doc["notes"].append(
+            f"the heterogeneous step ({heterogeneous['step_time_s']['mean'] * 1e3:.0f} ms) beats the slower "
+            f"stage ({slower * 1e3:.0f} ms): {over_back_to_back:.2f}x is above the bound {ideal:.2f}x, "
+            "so the isolated costs or the step times are off (cores and runs of a shared machine differ by 10-15%); "
+            "this is not a result"
+        )
     return doc

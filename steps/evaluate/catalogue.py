@@ -42,8 +42,11 @@ class Catalogue:
         try:
             return self.specs[name]
         except KeyError:
-            raise UserError(f"instance type {name!r} is not in the instance catalogue ({BUNDLED_CATALOGUE.name}); "
-                            f"known: {', '.join(sorted(self.specs)[:8])}, ...", headline="unknown instance type") from None
+            raise UserError(
+                f"instance type {name!r} is not in the instance catalogue ({BUNDLED_CATALOGUE.name}); "
+                f"known: {', '.join(sorted(self.specs)[:8])}, ...",
+                headline="unknown instance type",
+            ) from None
 
     def priced(self, name: str, prices: PriceTable) -> InstanceType | None:
         """The planner's view of ``name`` at its price; None when the price table has none."""

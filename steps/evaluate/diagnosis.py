@@ -27,37 +27,62 @@ def diagnose(metrics: dict) -> dict:
     hosts = metrics.get("data_hosts") or []
     busy = [round(float(h["busy_share"]), 4) for h in hosts]
     wire = float(metrics.get("bytes_received_per_sample") or 0.0) * float(metrics["samples_per_second"])
-    doc = {"label": "", "data_wait_share": wait, "data_host_busy_share": busy,
-           "wire_mb_per_s": round(wire / 1e6, 3) if hosts else None, "reason": ""}
+    doc = {
+        "label": "",
+        "data_wait_share": wait,
+        "data_host_busy_share": busy,
+        "wire_mb_per_s": round(wire / 1e6, 3) if hosts else None,
+        "reason": "",
+    }
     if wait < WAIT_SHARE:
-        reason = (f"the trainers waited for data {wait:.1%} of their step time (under {WAIT_SHARE:.0%}): the training "
-                  "step sets the pace; more input capacity would not raise it")
+        reason = (
+            f"the trainers waited for data {wait:.1%} of their step time (under {WAIT_SHARE:.0%}): the training "
+            "step sets the pace; more input capacity would not raise it"
+        )
         if busy and sum(busy) / len(busy) >= BUSY_SHARE:
-            reason += (f"; the data hosts were busy {sum(busy) / len(busy):.0%} of their CPUs too, so a faster step would "
-                       "make the run input-bound")
+            reason += (
+                f"; the data hosts were busy {sum(busy) / len(busy):.0%} of their CPUs too, so a faster step would "
+                "make the run input-bound"
+            )
         return {**doc, "label": "compute-bound", "reason": reason}
     if metrics["mode"] == "homogeneous":
-        return {**doc, "label": "input-bound",
-                "reason": f"the trainers waited for data {wait:.1%} of their step time while decoding on their own CPUs: "
-                          "data hosts (or more CPUs) would raise the rate"}
+        return {
+            **doc,
+            "label": "input-bound",
+            "reason": f"the trainers waited for data {wait:.1%} of their step time while decoding on their own CPUs: "
+            "data hosts (or more CPUs) would raise the rate",
+        }
     if not hosts:
-        return {**doc, "label": "input-bound",
-                "reason": f"the trainers waited for data {wait:.1%} of their step time; the data hosts did not measure "
-                          "themselves (metrics schema 1), so input and transport are not told apart"}
+        return {
+            **doc,
+            "label": "input-bound",
+            "reason": f"the trainers waited for data {wait:.1%} of their step time; the data hosts did not measure "
+            "themselves (metrics schema 1), so input and transport are not told apart",
+        }
     mean = sum(busy) / len(busy)
     if mean >= BUSY_SHARE:
-        return {**doc, "label": "input-bound",
-                "reason": f"the trainers waited for data {wait:.1%} of their step time and the data hosts were busy "
-                          f"{mean:.0%} of their CPUs (at least {BUSY_SHARE:.0%}): more data-host CPUs would raise the rate"}
+        return {
+            **doc,
+            "label": "input-bound",
+            "reason": f"the trainers waited for data {wait:.1%} of their step time and the data hosts were busy "
+            f"{mean:.0%} of their CPUs (at least {BUSY_SHARE:.0%}): more data-host CPUs would raise the rate",
+        }
     if not _measures_wire(metrics):  # Ray moves blocks through its object store: no bytes per sample measured
-        return {**doc, "label": "transport-bound", "wire_mb_per_s": None,
-                "reason": f"the trainers waited for data {wait:.1%} of their step time while the data hosts were busy only "
-                          f"{mean:.0%} of their CPUs: Ray Data's scheduling and object transfers, not decode, set the pace; "
-                          "more decode would not help"}
-    return {**doc, "label": "transport-bound",
+        return {
+            **doc,
+            "label": "transport-bound",
+            "wire_mb_per_s": None,
             "reason": f"the trainers waited for data {wait:.1%} of their step time while the data hosts were busy only "
-                      f"{mean:.0%} of their CPUs: batches were ready but arrived too slowly ({wire / 1e6:.1f} MB/s into "
-                      "the trainers); more decode would not help, more network (or fewer bytes per sample) would"}
+            f"{mean:.0%} of their CPUs: Ray Data's scheduling and object transfers, not decode, set the pace; "
+            "more decode would not help",
+        }
+    return {
+        **doc,
+        "label": "transport-bound",
+        "reason": f"the trainers waited for data {wait:.1%} of their step time while the data hosts were busy only "
+        f"{mean:.0%} of their CPUs: batches were ready but arrived too slowly ({wire / 1e6:.1f} MB/s into "
+        "the trainers); more decode would not help, more network (or fewer bytes per sample) would",
+    }
 
 
 def _measures_wire(metrics: dict) -> bool:

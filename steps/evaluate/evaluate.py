@@ -67,6 +67,7 @@ DEFAULT_OUTPUT = "/opt/ml/processing/output/evaluation"
 
 # --- the arithmetic (checked against the AWS blog tables in the tests) ---
 
+
 def cluster_price_per_hour(instance_groups: Iterable[Mapping[str, Any]], prices: PriceTable) -> float:
     """On-demand USD/hour of the whole cluster: every instance bills while the job runs."""
     total = math.fsum(g["count"] * prices.hourly(g["instance_type"]) for g in instance_groups)
@@ -90,7 +91,9 @@ def parse_billing(text: str | None, label: str) -> dict | None:
     try:
         billable, training = (int(float(part)) for part in text.split("/"))
     except ValueError:
-        raise UserError(f"--billing-{label} {text!r} is not BILLABLE/TRAINING seconds, e.g. 1800/3600", headline="bad argument") from None
+        raise UserError(
+            f"--billing-{label} {text!r} is not BILLABLE/TRAINING seconds, e.g. 1800/3600", headline="bad argument"
+        ) from None
     if training <= 0 or not 0 <= billable:
         raise UserError(f"--billing-{label} {text!r}: training seconds must be > 0 and billable >= 0", headline="bad argument")
     share = min(billable / training, 1.0)
@@ -104,8 +107,13 @@ def run_summary(metrics: dict, prices: PriceTable, billing: dict | None = None) 
     step_s = metrics["step_time_s"]["mean"]
     sps = metrics["samples_per_second"]
     groups = [
-        {"name": g["name"], "instance_type": g["instance_type"], "count": g["count"], "role": g["role"],
-         "instance_usd_per_hour": prices.hourly(g["instance_type"])}
+        {
+            "name": g["name"],
+            "instance_type": g["instance_type"],
+            "count": g["count"],
+            "role": g["role"],
+            "instance_usd_per_hour": prices.hourly(g["instance_type"]),
+        }
         for g in metrics["instance_groups"]
     ]
     return {
@@ -123,15 +131,25 @@ def run_summary(metrics: dict, prices: PriceTable, billing: dict | None = None) 
     }
 
 
-def price_performance(hetero_metrics: dict, baseline_metrics: dict | None, prices: PriceTable,
-                      *, execution_id: str | None = None, billing: dict | None = None) -> dict:
+def price_performance(
+    hetero_metrics: dict,
+    baseline_metrics: dict | None,
+    prices: PriceTable,
+    *,
+    execution_id: str | None = None,
+    billing: dict | None = None,
+) -> dict:
     """The price_performance.json document; speedup and improvement are null without a baseline.
     ``billing``: run ("heterogeneous", "baseline") -> `parse_billing`, where SageMaker reported it."""
     billing = billing or {}
-    hetero = _priced(validate_metrics(hetero_metrics, "heterogeneous metrics"), prices, "heterogeneous run", billing.get("heterogeneous"))
+    hetero = _priced(
+        validate_metrics(hetero_metrics, "heterogeneous metrics"), prices, "heterogeneous run", billing.get("heterogeneous")
+    )
     baseline = None
     if baseline_metrics is not None:
-        baseline = _priced(validate_metrics(baseline_metrics, "baseline metrics"), prices, "baseline run", billing.get("baseline"))
+        baseline = _priced(
+            validate_metrics(baseline_metrics, "baseline metrics"), prices, "baseline run", billing.get("baseline")
+        )
     speedup = baseline["step_time_s"] / hetero["step_time_s"] if baseline else None
     return {
         "schema_version": PRICE_PERFORMANCE_SCHEMA_VERSION,
@@ -157,28 +175,42 @@ def summary_line(doc: dict) -> str:
         cluster = " + ".join(f"{g['count']}x {g['instance_type']}" for g in run["instance_groups"])
         billing = run.get("billing") or {}
         spot = f" (billed {billing['billed_share']:.0%} of on-demand: spot)" if billing.get("spot_saving") else ""
-        return (f"{cluster} ${run['cluster_usd_per_hour']:.3f}/h{spot}, {run['step_time_s'] * 1000:.0f} ms/step, "
-                f"${run['cost_per_100_steps']:.3f}/100 steps")
+        return (
+            f"{cluster} ${run['cluster_usd_per_hour']:.3f}/h{spot}, {run['step_time_s'] * 1000:.0f} ms/step, "
+            f"${run['cost_per_100_steps']:.3f}/100 steps"
+        )
 
     line = f"heterogeneous: {describe(doc['runs']['heterogeneous'])}, {doc['runs']['heterogeneous']['bottleneck']['label']}"
     if doc["runs"]["baseline"] is None:
         return line + "; no baseline"
-    line = (f"{line}; baseline: {describe(doc['runs']['baseline'])}; "
-            f"speedup {doc['speedup']:.2f}x, cost per step {abs(doc['improvement']):.0%} "
-            f"{'lower' if doc['improvement'] >= 0 else 'higher'}")
+    line = (
+        f"{line}; baseline: {describe(doc['runs']['baseline'])}; "
+        f"speedup {doc['speedup']:.2f}x, cost per step {abs(doc['improvement']):.0%} "
+        f"{'lower' if doc['improvement'] >= 0 else 'higher'}"
+    )
     bound = doc.get("bound")
     if bound:
-        line += (f"; bound {bound['ideal_speedup']:.2f}x from decode {bound['decode_s_per_batch'] * 1e3:.0f} ms + step "
-                 f"{bound['step_s_per_batch'] * 1e3:.0f} ms alone, {bound['speedup_over_back_to_back']:.2f}x over them back to back"
-                 f"{' - ABOVE THE BOUND, not a result' if bound['over_bound'] else ''}")
+        line += (
+            f"; bound {bound['ideal_speedup']:.2f}x from decode {bound['decode_s_per_batch'] * 1e3:.0f} ms + step "
+            f"{bound['step_s_per_batch'] * 1e3:.0f} ms alone, {bound['speedup_over_back_to_back']:.2f}x over them back to back"
+            f"{' - ABOVE THE BOUND, not a result' if bound['over_bound'] else ''}"
+        )
     return line
 
 
 # --- the step ---
 
-def evaluate(*, heterogeneous: str | Path, baseline: str | Path | None, output: str | Path,
-             prices_file: str | Path | None = None, execution_id: str | None = None,
-             store_uri: str | None = None, billing: dict | None = None) -> dict:
+
+def evaluate(
+    *,
+    heterogeneous: str | Path,
+    baseline: str | Path | None,
+    output: str | Path,
+    prices_file: str | Path | None = None,
+    execution_id: str | None = None,
+    store_uri: str | None = None,
+    billing: dict | None = None,
+) -> dict:
     """Write price_performance.json to ``output`` (and to the store if given); return it."""
     if execution_id is not None:
         validate_execution_id(execution_id)
@@ -231,8 +263,14 @@ def _report(doc, plan, hetero_metrics, baseline_metrics, past: list[dict]) -> st
     except ImportError:
         print(f"{REPORT_FILE} not written: this image has no matplotlib (pip install matplotlib)", flush=True)
         return None
-    return report_html(execution_id=doc.get("execution_id"), price_performance=doc, plan=plan, heterogeneous=hetero_metrics,
-                       baseline=baseline_metrics, history=past)
+    return report_html(
+        execution_id=doc.get("execution_id"),
+        price_performance=doc,
+        plan=plan,
+        heterogeneous=hetero_metrics,
+        baseline=baseline_metrics,
+        history=past,
+    )
 
 
 def resolve_baseline(arg: str | None) -> Path | None:
@@ -247,26 +285,42 @@ def resolve_baseline(arg: str | None) -> Path | None:
 
 def build_parser() -> StepArgumentParser:
     parser = StepArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--heterogeneous", default=DEFAULT_HETEROGENEOUS,
-                        help="metrics.json, a directory holding one, or model.tar.gz (default: %(default)s)")
-    parser.add_argument("--baseline", default=None,
-                        help=f"same forms; default {DEFAULT_BASELINE} if present, else no baseline")
-    parser.add_argument("--prices", default=None, help="JSON price override file, or a folder holding one (the PriceOverrides "
-                        "input); {} overrides nothing (schema: steps/evaluate/prices.py)")
+    parser.add_argument(
+        "--heterogeneous",
+        default=DEFAULT_HETEROGENEOUS,
+        help="metrics.json, a directory holding one, or model.tar.gz (default: %(default)s)",
+    )
+    parser.add_argument("--baseline", default=None, help=f"same forms; default {DEFAULT_BASELINE} if present, else no baseline")
+    parser.add_argument(
+        "--prices",
+        default=None,
+        help="JSON price override file, or a folder holding one (the PriceOverrides "
+        "input); {} overrides nothing (schema: steps/evaluate/prices.py)",
+    )
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="where price_performance.json goes (default: %(default)s)")
     parser.add_argument("--execution-id", default=None, help="pipeline execution id; required with --store")
     parser.add_argument("--store", default=None, help="results store: s3://bucket/prefix, file:///dir or a path")
     for run in ("heterogeneous", "baseline"):
-        parser.add_argument(f"--billing-{run}", default=None, metavar="BILLABLE/TRAINING",
-                            help=f"the {run} job's BillableTimeInSeconds/TrainingTimeInSeconds: a managed spot run is priced at "
-                                 "what it was billed")
+        parser.add_argument(
+            f"--billing-{run}",
+            default=None,
+            metavar="BILLABLE/TRAINING",
+            help=f"the {run} job's BillableTimeInSeconds/TrainingTimeInSeconds: a managed spot run is priced at "
+            "what it was billed",
+        )
     return parser
 
 
 def _step(args) -> None:
-    evaluate(heterogeneous=args.heterogeneous, baseline=resolve_baseline(args.baseline), output=args.output,
-             prices_file=args.prices, execution_id=args.execution_id, store_uri=args.store,
-             billing={run: parse_billing(getattr(args, f"billing_{run}"), run) for run in ("heterogeneous", "baseline")})
+    evaluate(
+        heterogeneous=args.heterogeneous,
+        baseline=resolve_baseline(args.baseline),
+        output=args.output,
+        prices_file=args.prices,
+        execution_id=args.execution_id,
+        store_uri=args.store,
+        billing={run: parse_billing(getattr(args, f"billing_{run}"), run) for run in ("heterogeneous", "baseline")},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,8 +31,9 @@ def load_metrics(path: str | Path) -> dict:
 
 def _read_metrics_bytes(path: Path) -> tuple[bytes, str]:
     if not path.exists():
-        raise UserError(f"metrics not found: {path} does not exist; pass a {METRICS_FILE}, "
-                        "a directory containing one, or a model.tar.gz")
+        raise UserError(
+            f"metrics not found: {path} does not exist; pass a {METRICS_FILE}, a directory containing one, or a model.tar.gz"
+        )
     if path.is_dir():
         return _find_in_dir(path)
     if path.name.endswith((".tar.gz", ".tgz", ".tar")):
@@ -59,8 +60,7 @@ def _find_in_dir(directory: Path) -> tuple[bytes, str]:
             return found[0]
         files = [where for _, where in found]
     if not files:
-        raise UserError(f"metrics not found: no {METRICS_FILE} under {directory} (searched recursively, "
-                        "model.tar.gz included)")
+        raise UserError(f"metrics not found: no {METRICS_FILE} under {directory} (searched recursively, model.tar.gz included)")
     listing = ", ".join(str(f) for f in files[:5])
     raise UserError(f"{directory} holds {len(files)} {METRICS_FILE} files ({listing}); pass the one to evaluate")
 
@@ -72,8 +72,7 @@ def _scan_tar(tar_path: Path) -> tuple[bytes, str] | None:
             members = [m for m in tar.getmembers() if m.isfile() and PurePosixPath(m.name).name == METRICS_FILE]
             if len(members) > 1:
                 names = ", ".join(m.name for m in members[:5])
-                raise UserError(f"{tar_path} holds {len(members)} {METRICS_FILE} files ({names}); "
-                                "pass an extracted one instead")
+                raise UserError(f"{tar_path} holds {len(members)} {METRICS_FILE} files ({names}); pass an extracted one instead")
             if not members:
                 return None
             if members[0].size > _MAX_METRICS_BYTES:
@@ -91,8 +90,10 @@ def validate_metrics(doc: object, source: str) -> dict:
     version = _field(doc, "schema_version", int, source)
     if version not in METRICS_READABLE_VERSIONS:
         readable = " and ".join(map(str, METRICS_READABLE_VERSIONS))
-        raise UserError(f"{source}: field 'schema_version' is {version}; this evaluator reads versions {readable}: "
-                        "evaluate with the release that trained it, or retrain")
+        raise UserError(
+            f"{source}: field 'schema_version' is {version}; this evaluator reads versions {readable}: "
+            "evaluate with the release that trained it, or retrain"
+        )
     mode = _field(doc, "mode", str, source)
     if mode not in ("heterogeneous", "homogeneous"):
         raise UserError(f"{source}: field 'mode' must be 'heterogeneous' or 'homogeneous', got {mode!r}")
@@ -151,8 +152,7 @@ def _check_group(group, label: str, source: str) -> None:
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", list: "a list", dict: "an object"}
 
 
-def _field(obj: dict, key: str, kind: type, source: str, *, label: str | None = None,
-           low=None, high=None, low_open=False):
+def _field(obj: dict, key: str, kind: type, source: str, *, label: str | None = None, low=None, high=None, low_open=False):
     label = label or key
     if key not in obj:
         raise UserError(f"{source}: required field {label!r} is missing")

@@ -24,14 +24,22 @@ MEASURED_BASELINE = "measured: this execution's baseline trained on the same tra
 MAX_DATA_HOSTS = 16
 
 
-def plan_document(metrics: dict, prices: PriceTable, catalogue: Catalogue, *, execution_id: str | None = None,
-                  baseline: dict | None = None) -> dict:
+def plan_document(
+    metrics: dict, prices: PriceTable, catalogue: Catalogue, *, execution_id: str | None = None, baseline: dict | None = None
+) -> dict:
     """The plan for the run ``metrics`` describes; ``recommendation`` None (with ``reason``) when it cannot plan.
     ``baseline``: the same execution's homogeneous run, whose measured rate replaces the model's for staying
     homogeneous when it trained on the same trainer group."""
-    doc = {"schema_version": PLAN_SCHEMA_VERSION, "execution_id": execution_id, "prices": prices.describe(),
-           "catalogue": catalogue.describe(), "enough_throughput": ENOUGH_THROUGHPUT, "recommendation": None,
-           "parameters": None, "reason": None}
+    doc = {
+        "schema_version": PLAN_SCHEMA_VERSION,
+        "execution_id": execution_id,
+        "prices": prices.describe(),
+        "catalogue": catalogue.describe(),
+        "enough_throughput": ENOUGH_THROUGHPUT,
+        "recommendation": None,
+        "parameters": None,
+        "reason": None,
+    }
     try:
         return {**doc, **_plan(metrics, prices, catalogue, baseline)}
     except UserError as exc:
@@ -55,22 +63,36 @@ def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue, baseline: dic
     same = ("instance_type", "count")  # the same trainer group, whatever its name
     base = _group(baseline, "trainer") if baseline is not None else None
     if base is not None and [base[k] for k in same] == [dnn[k] for k in same]:
-        found[0] = measured(trainer, dnn["count"], baseline["samples_per_second"], baseline["data_wait_share"],
-                            diagnose(baseline)["label"].split("-")[0], epoch_samples, MEASURED_BASELINE)
+        found[0] = measured(
+            trainer,
+            dnn["count"],
+            baseline["samples_per_second"],
+            baseline["data_wait_share"],
+            diagnose(baseline)["label"].split("-")[0],
+            epoch_samples,
+            MEASURED_BASELINE,
+        )
     pick = recommend(found)
     current_type = catalogue.priced(data["instance_type"], prices)
     current, notes = None, []
     ran_on = sorted({h["cpus"] for h in metrics.get("data_hosts") or []})
     if current_type is not None and ran_on and ran_on != [current_type.vcpus]:
         # an emulated run: its hosts had fewer CPUs than the type; the model predicts the run as it ran
-        notes.append(f"the data hosts ran on {'/'.join(map(str, ran_on))} CPU(s), not the {current_type.vcpus} vCPUs of "
-                     f"{current_type.name} (an emulated run): candidates scale the measured per-CPU rate to each type's vCPUs")
+        notes.append(
+            f"the data hosts ran on {'/'.join(map(str, ran_on))} CPU(s), not the {current_type.vcpus} vCPUs of "
+            f"{current_type.name} (an emulated run): candidates scale the measured per-CPU rate to each type's vCPUs"
+        )
         current_type = replace(current_type, vcpus=ran_on[0])
     if current_type is not None:
         # as it ran: with the decode workers its trainers ran beside their loop (hybrid decode), if any
-        predicted = predict(profile, trainer, dnn["count"], current_type, data["count"], epoch_samples, spare=profile.local_workers)
-        current = {**predicted.as_dict(), "measured_samples_per_second": metrics["samples_per_second"],
-                   "model_error": predicted.samples_per_second / metrics["samples_per_second"] - 1}
+        predicted = predict(
+            profile, trainer, dnn["count"], current_type, data["count"], epoch_samples, spare=profile.local_workers
+        )
+        current = {
+            **predicted.as_dict(),
+            "measured_samples_per_second": metrics["samples_per_second"],
+            "model_error": predicted.samples_per_second / metrics["samples_per_second"] - 1,
+        }
     return {
         "profile": asdict(profile),
         "epoch_samples": epoch_samples,
@@ -104,9 +126,13 @@ def _reason(pick, current: dict | None) -> str:
         what = "stay homogeneous: the measured baseline is the cheapest configuration fast enough"
     else:
         what = "stay homogeneous: the trainers' own vCPUs decode fast enough"
-    line = (f"{what}: {pick.samples_per_second:,.0f} samples/s predicted ({pick.bottleneck}-bound), "
-            f"${pick.cluster_price_per_hour:.3f}/h, ${pick.cost_per_epoch:.4f} per epoch")
+    line = (
+        f"{what}: {pick.samples_per_second:,.0f} samples/s predicted ({pick.bottleneck}-bound), "
+        f"${pick.cluster_price_per_hour:.3f}/h, ${pick.cost_per_epoch:.4f} per epoch"
+    )
     if current:
-        line += (f"; this run: {current['data_count']} x {current['data']}, {current['measured_samples_per_second']:,.0f} "
-                 f"samples/s measured, {current['samples_per_second']:,.0f} predicted ({current['model_error']:+.1%})")
+        line += (
+            f"; this run: {current['data_count']} x {current['data']}, {current['measured_samples_per_second']:,.0f} "
+            f"samples/s measured, {current['samples_per_second']:,.0f} predicted ({current['model_error']:+.1%})"
+        )
     return line

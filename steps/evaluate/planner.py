@@ -82,14 +82,24 @@ def profile_from_metrics(doc: dict, source: str = METRICS_FILE) -> Profile:
     a homogeneous run gives decode from ``isolated_costs`` and no transport numbers)."""
     costs = doc.get("isolated_costs")
     if not costs:
-        raise UserError(f"{source} has no isolated_costs (step alone with data resident): the planner needs a run "
-                        "whose trainer measured it; rerun with validation shards", headline="cannot plan")
+        raise UserError(
+            f"{source} has no isolated_costs (step alone with data resident): the planner needs a run "
+            "whose trainer measured it; rerun with validation shards",
+            headline="cannot plan",
+        )
     batch = float(costs["batch_size"])
     decode = float(costs["decode_cpu_s_per_batch"]) / batch
     hosts = doc.get("data_hosts") or []
     if not hosts:
-        return Profile(float(costs.get("step_s_per_batch_median", costs["step_s_per_batch"])) / batch, decode, decode, 1.0,
-                       False, None, source)
+        return Profile(
+            float(costs.get("step_s_per_batch_median", costs["step_s_per_batch"])) / batch,
+            decode,
+            decode,
+            1.0,
+            False,
+            None,
+            source,
+        )
     step = float(doc["compute_s_per_step"]) / batch
     cpu = per_sample(hosts, "decode_cpu_s_per_sample", "service_cpu_s_per_sample") or 0.0
     decode_hosts = per_sample(hosts, "decode_cpu_s_per_sample") or 0.0
@@ -111,8 +121,16 @@ def spare_vcpus(profile: Profile, trainer: InstanceType) -> int:
     return max(trainer.vcpus - kept, 0)
 
 
-def predict(profile: Profile, trainer: InstanceType, trainers: int, data: InstanceType | None, count: int,
-            epoch_samples: int, *, spare: float | None = None) -> Prediction:
+def predict(
+    profile: Profile,
+    trainer: InstanceType,
+    trainers: int,
+    data: InstanceType | None,
+    count: int,
+    epoch_samples: int,
+    *,
+    spare: float | None = None,
+) -> Prediction:
     """What ``trainers`` x ``trainer`` fed by ``count`` x ``data`` (none: decode on the trainers) will do; with data hosts,
     each trainer's ``spare`` vCPUs decode too (hybrid decode; None: `spare_vcpus`)."""
     rates = {"compute": trainers / profile.step_s_per_sample}
@@ -131,33 +149,63 @@ def predict(profile: Profile, trainer: InstanceType, trainers: int, data: Instan
     rate = rates[bottleneck]
     notes = []
     if data is not None and count and spare:
-        notes.append(f"input counts {trainers} x {spare:g} spare vCPU(s) of {trainer.name} decoding "
-                     f"beside the data hosts (hybrid decode): {local:,.0f} samples/s")
+        notes.append(
+            f"input counts {trainers} x {spare:g} spare vCPU(s) of {trainer.name} decoding "
+            f"beside the data hosts (hybrid decode): {local:,.0f} samples/s"
+        )
     if bottleneck == "transport" and narrowest.network_burst:
-        notes.append(f"transport uses {narrowest.name}'s 'up to' {narrowest.network_gbps:g} Gbps, a burst figure: "
-                     "sustained bandwidth is lower")
+        notes.append(
+            f"transport uses {narrowest.name}'s 'up to' {narrowest.network_gbps:g} Gbps, a burst figure: "
+            "sustained bandwidth is lower"
+        )
     price = trainers * trainer.price_per_hour + (count * data.price_per_hour if data is not None else 0.0)
     return Prediction(
-        trainer=trainer.name, trainers=trainers, data=data.name if data is not None and count else None,
-        data_count=count if data is not None else 0, samples_per_second=rate, bottleneck=bottleneck, stage_rates=rates,
-        gpu_busy_share=rate / rates["compute"], cluster_price_per_hour=price,
-        cost_per_epoch=price * epoch_samples / rate / 3600, samples_per_dollar=rate * 3600 / price, notes=tuple(notes),
+        trainer=trainer.name,
+        trainers=trainers,
+        data=data.name if data is not None and count else None,
+        data_count=count if data is not None else 0,
+        samples_per_second=rate,
+        bottleneck=bottleneck,
+        stage_rates=rates,
+        gpu_busy_share=rate / rates["compute"],
+        cluster_price_per_hour=price,
+        cost_per_epoch=price * epoch_samples / rate / 3600,
+        samples_per_dollar=rate * 3600 / price,
+        notes=tuple(notes),
     )
 
 
-def measured(trainer: InstanceType, trainers: int, samples_per_second: float, data_wait_share: float, bottleneck: str,
-             epoch_samples: int, note: str) -> Prediction:
+def measured(
+    trainer: InstanceType,
+    trainers: int,
+    samples_per_second: float,
+    data_wait_share: float,
+    bottleneck: str,
+    epoch_samples: int,
+    note: str,
+) -> Prediction:
     """A homogeneous configuration that was run: its measured rate stands in for the model's (the trainer
     computed for the share of its steps it did not wait)."""
     price = trainers * trainer.price_per_hour
-    return Prediction(trainer=trainer.name, trainers=trainers, data=None, data_count=0, samples_per_second=samples_per_second,
-                      bottleneck=bottleneck, stage_rates={}, gpu_busy_share=1 - data_wait_share, cluster_price_per_hour=price,
-                      cost_per_epoch=price * epoch_samples / samples_per_second / 3600,
-                      samples_per_dollar=samples_per_second * 3600 / price, notes=(note,))
+    return Prediction(
+        trainer=trainer.name,
+        trainers=trainers,
+        data=None,
+        data_count=0,
+        samples_per_second=samples_per_second,
+        bottleneck=bottleneck,
+        stage_rates={},
+        gpu_busy_share=1 - data_wait_share,
+        cluster_price_per_hour=price,
+        cost_per_epoch=price * epoch_samples / samples_per_second / 3600,
+        samples_per_dollar=samples_per_second * 3600 / price,
+        notes=(note,),
+    )
 
 
-def candidates(profile: Profile, trainer: InstanceType, trainers: int, data_types: list[InstanceType], *,
-               max_count: int, epoch_samples: int) -> list[Prediction]:
+def candidates(
+    profile: Profile, trainer: InstanceType, trainers: int, data_types: list[InstanceType], *, max_count: int, epoch_samples: int
+) -> list[Prediction]:
     """Staying homogeneous, and every data type at 1..max_count hosts."""
     found = [predict(profile, trainer, trainers, None, 0, epoch_samples)]
     for data in data_types:

@@ -33,13 +33,15 @@ from steps.common.errors import UserError
 BUNDLED_PRICES = Path(__file__).with_name("prices.json")
 
 _OVERRIDE_HINT = (
-    'add it with an override file, e.g. --prices my-prices.json containing '
+    "add it with an override file, e.g. --prices my-prices.json containing "
     '{{"prices": {{"{itype}": <USD per hour>}}}} (see steps/evaluate/prices.py)'
 )
 
 # what every schema error shows, so a bad file can be fixed from the message alone
-SCHEMA = ('expected a JSON object {"prices": {"ml.<type>": <USD per hour>, ...}} with optional "source", "as_of", '
-          '"region" (non-empty strings) and "currency": "USD", as `hetero prices refresh` writes it (steps/evaluate/prices.py)')
+SCHEMA = (
+    'expected a JSON object {"prices": {"ml.<type>": <USD per hour>, ...}} with optional "source", "as_of", '
+    '"region" (non-empty strings) and "currency": "USD", as `hetero prices refresh` writes it (steps/evaluate/prices.py)'
+)
 NO_OVERRIDES: dict = {}  # the override document that changes nothing
 
 
@@ -71,9 +73,8 @@ class PriceTable:
     def _unknown(self, instance_type) -> str:
         close = difflib.get_close_matches(str(instance_type), list(self.usd_per_hour), n=3, cutoff=0.6)
         hint = f"close matches: {', '.join(close)}" if close else "no close match"
-        return (
-            f"no {self.region} price for instance type {instance_type!r} ({hint}); "
-            + _OVERRIDE_HINT.format(itype=instance_type)
+        return f"no {self.region} price for instance type {instance_type!r} ({hint}); " + _OVERRIDE_HINT.format(
+            itype=instance_type
         )
 
 
@@ -103,8 +104,10 @@ def _override_file(path: Path) -> Path:
         return path
     files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
     if len(files) != 1:
-        raise UserError(f"price folder {path} holds {len(files)} files ({', '.join(p.name for p in files[:5]) or 'none'}); "
-                        "it must hold exactly one price file: pass that file to --prices")
+        raise UserError(
+            f"price folder {path} holds {len(files)} files ({', '.join(p.name for p in files[:5]) or 'none'}); "
+            "it must hold exactly one price file: pass that file to --prices"
+        )
     return files[0]
 
 
@@ -149,8 +152,12 @@ def _validate_prices(path: Path, prices) -> dict[str, float]:
         raise UserError(f"price file {path}: key 'prices' must be a non-empty object of instance type -> USD per hour; {SCHEMA}")
     for itype, price in prices.items():
         if not itype.startswith("ml."):
-            raise UserError(f"price file {path}: key {itype!r} must be a SageMaker instance type such as 'ml.c5.18xlarge'; {SCHEMA}")
+            raise UserError(
+                f"price file {path}: key {itype!r} must be a SageMaker instance type such as 'ml.c5.18xlarge'; {SCHEMA}"
+            )
         # bool is an int subclass; true is not a price.
         if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) or price <= 0:
-            raise UserError(f"price file {path}: price for key {itype!r} must be a positive number of USD per hour, got {price!r}; {SCHEMA}")
+            raise UserError(
+                f"price file {path}: price for key {itype!r} must be a positive number of USD per hour, got {price!r}; {SCHEMA}"
+            )
     return {itype: float(price) for itype, price in prices.items()}

@@ -17,8 +17,15 @@ REPORT_FILE = "report.html"
 REPORT_CONTENT_TYPE = "text/html; charset=utf-8"
 
 
-def report_html(*, execution_id: str | None, price_performance: dict | None, plan: dict | None,
-                heterogeneous: dict | None, baseline: dict | None, history: list[dict]) -> str:
+def report_html(
+    *,
+    execution_id: str | None,
+    price_performance: dict | None,
+    plan: dict | None,
+    heterogeneous: dict | None,
+    baseline: dict | None,
+    history: list[dict],
+) -> str:
     """The page. ``history``: price_performance.json documents of all executions, oldest first."""
     import matplotlib
 
@@ -27,17 +34,32 @@ def report_html(*, execution_id: str | None, price_performance: dict | None, pla
     if price_performance:
         sections.append(_summary(price_performance))
     if heterogeneous or baseline:
-        sections.append(_figure("Step time over training", _step_chart(heterogeneous, baseline),
-                                "Mean of consecutive steps; the first ones include start-up."))
-        sections.append(_figure("Data-wait share", _wait_chart(heterogeneous, baseline),
-                                "Share of each step the trainer spent waiting for its batch."))
+        sections.append(
+            _figure(
+                "Step time over training",
+                _step_chart(heterogeneous, baseline),
+                "Mean of consecutive steps; the first ones include start-up.",
+            )
+        )
+        sections.append(
+            _figure(
+                "Data-wait share",
+                _wait_chart(heterogeneous, baseline),
+                "Share of each step the trainer spent waiting for its batch.",
+            )
+        )
     if plan and plan.get("recommendation"):
         sections.append(_figure("The planner's frontier", _frontier_chart(plan), html.escape(plan["reason"])))
     elif plan:
         sections.append(f"<p>No plan: {html.escape(str(plan.get('reason')))}</p>")
     if history:
-        sections.append(_figure("Price-performance across executions", _history_chart(history),
-                                f"{len(history)} execution(s) in the results store, oldest first."))
+        sections.append(
+            _figure(
+                "Price-performance across executions",
+                _history_chart(history),
+                f"{len(history)} execution(s) in the results store, oldest first.",
+            )
+        )
     return _PAGE.format(body="\n".join(sections))
 
 
@@ -54,17 +76,20 @@ def _summary(doc: dict) -> str:
         ("bottleneck", lambda r: (r.get("bottleneck") or {}).get("label", "-")),
     ]
     head = "".join(f"<th>{n}</th>" for n in names)
-    body = "".join(f"<tr><th>{label}</th>{''.join(f'<td>{html.escape(fn(runs[n]))}</td>' for n in names)}</tr>"
-                   for label, fn in rows)
+    body = "".join(
+        f"<tr><th>{label}</th>{''.join(f'<td>{html.escape(fn(runs[n]))}</td>' for n in names)}</tr>" for label, fn in rows
+    )
     lines = []
     if doc.get("speedup") is not None:
         lines.append(f"speedup {doc['speedup']:.2f}x, price-performance improvement {doc['improvement']:.1%}")
     bound = doc.get("bound")
     if bound:
         verdict = "ABOVE THE BOUND: not a result" if bound["over_bound"] else f"{bound['efficiency']:.0%} of the bound"
-        lines.append(f"bound {bound['ideal_speedup']:.2f}x (decode {bound['decode_s_per_batch'] * 1e3:.1f} ms + step "
-                     f"{bound['step_s_per_batch'] * 1e3:.1f} ms alone); heterogeneous vs back to back "
-                     f"{bound['speedup_over_back_to_back']:.2f}x = {verdict}")
+        lines.append(
+            f"bound {bound['ideal_speedup']:.2f}x (decode {bound['decode_s_per_batch'] * 1e3:.1f} ms + step "
+            f"{bound['step_s_per_batch'] * 1e3:.1f} ms alone); heterogeneous vs back to back "
+            f"{bound['speedup_over_back_to_back']:.2f}x = {verdict}"
+        )
     hetero = runs.get("heterogeneous") or {}
     if hetero.get("bottleneck"):
         lines.append(f"{hetero['bottleneck']['label']}: {hetero['bottleneck']['reason']}")
@@ -79,8 +104,10 @@ def _summary(doc: dict) -> str:
 
 def _figure(title: str, png: bytes, caption: str) -> str:
     data = base64.b64encode(png).decode("ascii")
-    return (f"<h2>{html.escape(title)}</h2><img alt=\"{html.escape(title)}\" src=\"data:image/png;base64,{data}\">"
-            f"<p class=\"caption\">{caption}</p>")
+    return (
+        f'<h2>{html.escape(title)}</h2><img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
+        f'<p class="caption">{caption}</p>'
+    )
 
 
 def _png(fig) -> bytes:
@@ -120,7 +147,7 @@ def _wait_chart(heterogeneous, baseline) -> bytes:
     runs = _runs(heterogeneous, baseline)
     fig, ax = plt.subplots(figsize=(5, 2.6))
     shares = [doc["data_wait_share"] * 100 for _, doc in runs]
-    ax.barh([name for name, _ in runs], shares, color=["#999999", "#1f77b4"][-len(runs):])
+    ax.barh([name for name, _ in runs], shares, color=["#999999", "#1f77b4"][-len(runs) :])
     for y, share in enumerate(shares):
         ax.text(share, y, f" {share:.1f}%", va="center")
     ax.set_xlabel("data wait (% of step time)")
@@ -133,17 +160,36 @@ def _frontier_chart(plan: dict) -> bytes:
 
     fig, ax = plt.subplots(figsize=(7.5, 4))
     candidates = plan["candidates"]
-    ax.scatter([c["cost_per_epoch"] for c in candidates], [c["samples_per_second"] for c in candidates], s=10, color="#bbbbbb",
-               label="candidates")
+    ax.scatter(
+        [c["cost_per_epoch"] for c in candidates],
+        [c["samples_per_second"] for c in candidates],
+        s=10,
+        color="#bbbbbb",
+        label="candidates",
+    )
     frontier = sorted(plan["frontier"], key=lambda c: c["cost_per_epoch"])
     ax.plot([c["cost_per_epoch"] for c in frontier], [c["samples_per_second"] for c in frontier], marker="o", label="frontier")
     pick = plan["recommendation"]
-    ax.scatter([pick["cost_per_epoch"]], [pick["samples_per_second"]], marker="*", s=250, color="#d62728", zorder=5,
-               label=f"pick: {_group(pick)}")
+    ax.scatter(
+        [pick["cost_per_epoch"]],
+        [pick["samples_per_second"]],
+        marker="*",
+        s=250,
+        color="#d62728",
+        zorder=5,
+        label=f"pick: {_group(pick)}",
+    )
     current = plan.get("current")
     if current:
-        ax.scatter([current["cost_per_epoch"]], [current["measured_samples_per_second"]], marker="x", s=80, color="black",
-                   zorder=5, label=f"this run (measured): {_group(current)}")
+        ax.scatter(
+            [current["cost_per_epoch"]],
+            [current["measured_samples_per_second"]],
+            marker="x",
+            s=80,
+            color="black",
+            zorder=5,
+            label=f"this run (measured): {_group(current)}",
+        )
     ax.set_xscale("log")
     ax.set_xlabel(f"cost per epoch of {plan['epoch_samples']:,} samples ($, log)")
     ax.set_ylabel("samples/s (predicted)")
@@ -164,8 +210,9 @@ def _history_chart(history: list[dict]) -> bytes:
         points = [(i, doc["runs"][name]["samples_per_dollar"]) for i, doc in zip(x, history) if doc["runs"].get(name)]
         if points:
             ax.plot([i for i, _ in points], [v for _, v in points], marker="o", label=f"{name} samples per $")
-    ax.set_xticks(list(x), [str(doc.get("execution_id") or i)[-12:] for i, doc in zip(x, history)], rotation=30, ha="right",
-                  fontsize=7)
+    ax.set_xticks(
+        list(x), [str(doc.get("execution_id") or i)[-12:] for i, doc in zip(x, history)], rotation=30, ha="right", fontsize=7
+    )
     ax.set_ylabel("samples per $")
     ax.set_ylim(bottom=0)
     ax.legend()

@@ -47,8 +47,7 @@ def validate_execution_id(execution_id: str) -> str:
 def _check_name(value, what: str) -> str:
     if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value):
         raise UserError(
-            f"{what} {value!r} is not allowed: use 1-128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
+            f"{what} {value!r} is not allowed: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     return value
 
@@ -133,8 +132,9 @@ class S3Store:
         return "/".join(p for p in parts if p)
 
     def put_json(self, execution_id: str, name: str, obj: Any) -> str:
-        return self.put_text(execution_id, name, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n",
-                             "application/json")
+        return self.put_text(
+            execution_id, name, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n", "application/json"
+        )
 
     def put_text(self, execution_id: str, name: str, text: str, content_type: str) -> str:
         key = self._key(execution_id, name)
@@ -153,12 +153,10 @@ class S3Store:
         prefix = f"{self.prefix}/" if self.prefix else ""
         found = []
         with _s3_errors(self.uri):
-            pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=prefix, Delimiter="/"
-            )
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/")
             for page in pages:
                 for common in page.get("CommonPrefixes", []):
-                    found.append(common["Prefix"][len(prefix):].rstrip("/"))
+                    found.append(common["Prefix"][len(prefix) :].rstrip("/"))
         return sorted(name for name in found if _SAFE_NAME.fullmatch(name))
 
 

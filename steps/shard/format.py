@@ -145,6 +145,7 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 # --- reading helpers ---------------------------------------------------------------
 
+
 class _OpenShard:
     """``tarfile.open`` whose errors (also those raised while iterating) become UserErrors."""
 

@@ -31,8 +31,7 @@ class Item:
 
 def assign_ids(valid: list[Candidate]) -> list[Item]:
     # Candidates are already in (sorted class, sorted relative path) order.
-    return [Item(i, c.label, c.path, c.path.suffix.lower().lstrip("."), c.path.stat().st_size)
-            for i, c in enumerate(valid)]
+    return [Item(i, c.label, c.path, c.path.suffix.lower().lstrip("."), c.path.stat().st_size) for i, c in enumerate(valid)]
 
 
 def split(items: list[Item], validation_fraction: float, seed: int) -> tuple[list[Item], list[Item]]:
@@ -55,8 +54,7 @@ def validation_count(n: int, fraction: float) -> int:
     return min(n - 1, max(1, math.floor(n * fraction + 0.5)))
 
 
-def plan_shard_count(items: list[Item], target_bytes: int, multiple: int, *,
-                     shard_format: str = "webdataset") -> int:
+def plan_shard_count(items: list[Item], target_bytes: int, multiple: int, *, shard_format: str = "webdataset") -> int:
     """Shards for ``items``: enough to stay near ``target_bytes``, a multiple of ``multiple``.
 
     ShardedByS3Key hands each data host len(shards) / hosts objects, so a multiple of

@@ -41,8 +41,7 @@ def scan_input(input_dir: Path, *, source: str | None = None) -> tuple[list[str]
     input (the user's name for it, when ``input_dir`` is a copy)."""
     source = source or str(input_dir)
     if not input_dir.is_dir():
-        raise UserError(f"input folder {source} does not exist or is not a folder; {LAYOUT_HINT}",
-                        headline="missing input")
+        raise UserError(f"input folder {source} does not exist or is not a folder; {LAYOUT_HINT}", headline="missing input")
     top = sorted(p for p in input_dir.iterdir() if not p.name.startswith("."))
     classes = [p.name for p in top if p.is_dir()]
     if not classes:

@@ -131,8 +131,7 @@ def iter_tfrecord_shard(path: str | os.PathLike) -> Iterator[Sample]:
         index, offset = index + 1, offset + FRAME_BYTES + len(record)
     if offset != size:
         # TFRecordDataset stops quietly at a partial record header; the sizes tell.
-        raise _malformed(path, index, f"file is {size} bytes but its records end at byte {offset} "
-                                      "(truncated or trailing data)")
+        raise _malformed(path, index, f"file is {size} bytes but its records end at byte {offset} (truncated or trailing data)")
 
 
 def count_tfrecord_samples(path: str | os.PathLike) -> int:
@@ -149,6 +148,7 @@ def list_tfrecord_shards(directory: str | os.PathLike) -> list[Path]:
 
 
 # --- reading helpers ---------------------------------------------------------------
+
 
 def _file_size(path: Path) -> int:
     if not path.is_file():
@@ -194,8 +194,7 @@ def _tf_message(exc) -> str:
 
 def _malformed(path: Path, index: int, problem: str) -> UserError:
     return UserError(
-        f"shard {path}, record {index}: {problem}. "
-        "Re-create the shards with the shard step (steps/shard/shard.py).",
+        f"shard {path}, record {index}: {problem}. Re-create the shards with the shard step (steps/shard/shard.py).",
         headline="malformed shard",
     )
 

@@ -47,17 +47,23 @@ def write_split(output_dir: Path, split_name: str, groups: list[list[Item]], sha
         name = f"{split_name}/{split_name}-{index:05d}{fmt.suffix}"
         path = output_dir / name
         fmt.write(path, ((i.sample_id, i.label, i.ext, i.path.read_bytes()) for i in group))
-        shards.append({"name": name, "samples": len(group), "bytes": path.stat().st_size,
-                       "sha256": sha256_file(path)})
-    return {"samples": sum(s["samples"] for s in shards), "bytes": sum(s["bytes"] for s in shards),
-            "shards": shards}
+        shards.append({"name": name, "samples": len(group), "bytes": path.stat().st_size, "sha256": sha256_file(path)})
+    return {"samples": sum(s["samples"] for s in shards), "bytes": sum(s["bytes"] for s in shards), "shards": shards}
 
 
-def report(input_dir: Path, classes: list[str], candidates: list[Candidate], train: list[Item],
-           validation: list[Item], quarantined: list[dict], skipped: list[dict]) -> dict:
+def report(
+    input_dir: Path,
+    classes: list[str],
+    candidates: list[Candidate],
+    train: list[Item],
+    validation: list[Item],
+    quarantined: list[dict],
+    skipped: list[dict],
+) -> dict:
     """report.json: per-class counts, and every quarantined and skipped file with its reason."""
-    per_class = {name: {"label": label, "images": 0, "train": 0, "validation": 0, "quarantined": 0}
-                 for label, name in enumerate(classes)}
+    per_class = {
+        name: {"label": label, "images": 0, "train": 0, "validation": 0, "quarantined": 0} for label, name in enumerate(classes)
+    }
     for cand in candidates:
         per_class[cand.class_name]["images"] += 1
     for split_name, items in (("train", train), ("validation", validation)):
@@ -65,8 +71,7 @@ def report(input_dir: Path, classes: list[str], candidates: list[Candidate], tra
             per_class[classes[item.label]][split_name] += 1
     for entry in quarantined:
         per_class[entry["path"].split("/", 1)[0]]["quarantined"] += 1
-    return {"input": str(input_dir), "classes": per_class,
-            "quarantined": quarantined, "skipped": skipped}
+    return {"input": str(input_dir), "classes": per_class, "quarantined": quarantined, "skipped": skipped}
 
 
 def write_json(path: Path, data: dict) -> None:

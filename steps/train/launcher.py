@@ -51,8 +51,11 @@ def dispatch(env: Environment) -> None:
         _confine(cfg, cluster, fw.unguarded_listeners)  # re-executes this process once, before the framework starts a server
     _load_secret(cluster)
     workload = load_workload(cfg.workload, cfg.workload_options)
-    print(f"[launcher] host={cluster.current_host} group={cluster.current_group} role={cluster.role} "
-          f"framework={cfg.framework} heterogeneous={cluster.heterogeneous}", flush=True)
+    print(
+        f"[launcher] host={cluster.current_host} group={cluster.current_group} role={cluster.role} "
+        f"framework={cfg.framework} heterogeneous={cluster.heterogeneous}",
+        flush=True,
+    )
     for name, value in fw.quiet_env.items():
         os.environ.setdefault(name, value)
     # the framework's data-host entry on a data host (if it has one: Ray runs one cluster of every host), else its trainer

@@ -16,9 +16,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_gpu_trainer_bench_runs_its_data_plane_and_loop_small_on_a_cpu(no_leftovers):  # noqa: F811
-    done = subprocess.run([sys.executable, "bench/gpu_trainer.py", "--device", "cpu", "--size", "32", "--model", "small_cnn",
-                           "--batches", "4", "--epochs", "2", "--anchor-steps", "3"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "bench/gpu_trainer.py",
+            "--device",
+            "cpu",
+            "--size",
+            "32",
+            "--model",
+            "small_cnn",
+            "--batches",
+            "4",
+            "--epochs",
+            "2",
+            "--anchor-steps",
+            "3",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["device"] == "cpu" and result["steps"] == 8 and result["samples"] == 8 * 64

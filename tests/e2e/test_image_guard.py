@@ -38,18 +38,29 @@ def _probe(tmp_path: Path, framework: str, modules: list[str]) -> dict:
     code = tmp_path / "code"
     code.mkdir()
     (code / "probe.py").write_text(f"MODULES = {modules!r}\n{PROBE}")
-    request = training_request(code_uri=storage.uri(code), output=tmp_path / "out", groups=[("train", "ml.g5.xlarge", 1)],
-                               channels=[], hyperparameters={"framework": framework, "sagemaker_program": "probe.py"})
+    request = training_request(
+        code_uri=storage.uri(code),
+        output=tmp_path / "out",
+        groups=[("train", "ml.g5.xlarge", 1)],
+        channels=[],
+        hyperparameters={"framework": framework, "sagemaker_program": "probe.py"},
+    )
     del request["AlgorithmSpecification"]["ContainerEntrypoint"]  # plain script mode: python3 probe.py
     request["HyperParameters"]["sagemaker_program"] = "probe.py"
     lines = []
-    job = EmulatedJob(name="probe", request=request, job_dir=tmp_path / "job", timeout_s=120,
-                      on_line=lambda host, line: lines.append(line), echo=lines.append)
+    job = EmulatedJob(
+        name="probe",
+        request=request,
+        job_dir=tmp_path / "job",
+        timeout_s=120,
+        on_line=lambda host, line: lines.append(line),
+        echo=lines.append,
+    )
     with job:
         job.start()
         result = job.wait()
     assert result.ok, (result.failure, lines)
-    (found,) = [json.loads(line[len("PROBE "):]) for line in lines if line.startswith("PROBE ")]
+    (found,) = [json.loads(line[len("PROBE ") :]) for line in lines if line.startswith("PROBE ")]
     return found
 
 
@@ -65,16 +76,24 @@ def test_a_host_that_imports_what_its_image_lacks_fails_naming_the_image_and_its
     code = tmp_path / "code"
     code.mkdir()
     (code / "train.py").write_text("import ray\n")
-    request = training_request(code_uri=storage.uri(code), output=tmp_path / "out", groups=[("train", "ml.g5.xlarge", 1)],
-                               channels=[], hyperparameters={"framework": "pytorch"})
+    request = training_request(
+        code_uri=storage.uri(code),
+        output=tmp_path / "out",
+        groups=[("train", "ml.g5.xlarge", 1)],
+        channels=[],
+        hyperparameters={"framework": "pytorch"},
+    )
     del request["AlgorithmSpecification"]["ContainerEntrypoint"]
     request["HyperParameters"]["sagemaker_program"] = "train.py"
     with EmulatedJob(name="j", request=request, job_dir=tmp_path / "job", timeout_s=120, on_line=lambda *_: None) as job:
         job.start()
         result = job.wait()
     assert not result.ok and "No module named 'ray'" in (result.job_dir / "algo-1" / "output" / "host.log").read_text()
-    assert "[image] 763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker has no 'ray'" \
-        in result.failure and "pipeline/manifests/pytorch-gpu.json" in result.failure
+    assert (
+        "[image] 763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker has no 'ray'"
+        in result.failure
+        and "pipeline/manifests/pytorch-gpu.json" in result.failure
+    )
 
 
 def test_a_tensorflow_host_imports_tensorflow_and_not_ray(tmp_path):
@@ -86,7 +105,10 @@ def test_a_processing_job_runs_with_its_images_packages(tmp_path):
     image = default_processing_image(LOCAL_REGION, "pytorch")
     request = {"AppSpecification": {"ImageUri": image, "ContainerEntrypoint": ["python3", "-c", "import tensorflow"]}}
     result = run_processing_job(name="p", request=request, job_dir=tmp_path / "job", step="Probe", echo=lambda line: None)
-    assert not result.ok and "[image] 763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cpu-amzn2023-sagemaker" in result.failure
+    assert (
+        not result.ok
+        and "[image] 763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cpu-amzn2023-sagemaker" in result.failure
+    )
     assert "No module named 'tensorflow'" in result.failure
 
 

@@ -28,11 +28,21 @@ def _attempt_logs(result, step: str) -> str:
 
 
 def test_pytorch_jobs_resume_mid_epoch_and_consume_each_sample_once_per_epoch(tmp_path, tiny_images, no_leftovers):
-    params = resolve_parameters({"InputData": str(tiny_images), "DataInstanceCount": 2, "Epochs": 2, "BatchSize": 8,
-                                 "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 1}'})
+    params = resolve_parameters(
+        {
+            "InputData": str(tiny_images),
+            "DataInstanceCount": 2,
+            "Epochs": 2,
+            "BatchSize": 8,
+            "ShardSizeMB": 1,
+            "WorkloadOptions": '{"blur_passes": 1}',
+        }
+    )
     lines = []
-    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, grace_s=10, step_timeout_s=300, echo=lines.append,
-                                              spot=True, interrupt_after_steps=10)).run()
+    result = LocalRunner(
+        params,
+        LocalOptions(work_dir=tmp_path, grace_s=10, step_timeout_s=300, echo=lines.append, spot=True, interrupt_after_steps=10),
+    ).run()
 
     train_samples = json.loads((result.outputs["Shard"] / "manifest.json").read_text())["splits"]["train"]["samples"]
     for step in ("TrainBaseline", "TrainHeterogeneous"):
@@ -43,7 +53,9 @@ def test_pytorch_jobs_resume_mid_epoch_and_consume_each_sample_once_per_epoch(tm
         ledger = metrics["sample_ledger"]
         assert ledger["resumes"] == 1 and ledger["partial_epoch"] is None
         assert [(e["epoch"], e["samples"], e["distinct"], e["duplicates"]) for e in ledger["epochs"]] == [
-            (0, train_samples, train_samples, 0), (1, train_samples, train_samples, 0)]
+            (0, train_samples, train_samples, 0),
+            (1, train_samples, train_samples, 0),
+        ]
         assert ledger["epochs"][0]["digest"] == ledger["epochs"][1]["digest"]  # the same samples, each epoch
         assert metrics["samples_seen"] == 2 * train_samples  # the same accounting as an uninterrupted run
         assert all(h.exit_code == 0 for h in job.hosts)
@@ -54,10 +66,27 @@ def test_pytorch_jobs_resume_mid_epoch_and_consume_each_sample_once_per_epoch(tm
 
 
 def test_tensorflow_job_resumes_at_the_epoch_boundary_and_says_what_it_redoes(tmp_path, tiny_images, no_leftovers):
-    params = resolve_parameters({"InputData": str(tiny_images), "Epochs": 2, "BatchSize": 8, "ShardSizeMB": 1,
-                                 "RunBaseline": False, "WorkloadOptions": '{"blur_passes": 1}'})
-    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, framework="tensorflow", grace_s=10, step_timeout_s=300,
-                                              echo=lambda line: None, interrupt_after_steps=40)).run()
+    params = resolve_parameters(
+        {
+            "InputData": str(tiny_images),
+            "Epochs": 2,
+            "BatchSize": 8,
+            "ShardSizeMB": 1,
+            "RunBaseline": False,
+            "WorkloadOptions": '{"blur_passes": 1}',
+        }
+    )
+    result = LocalRunner(
+        params,
+        LocalOptions(
+            work_dir=tmp_path,
+            framework="tensorflow",
+            grace_s=10,
+            step_timeout_s=300,
+            echo=lambda line: None,
+            interrupt_after_steps=40,
+        ),
+    ).run()
 
     job = result.jobs["TrainHeterogeneous"]
     assert job.interruptions == 1
@@ -75,18 +104,39 @@ def test_tensorflow_job_resumes_at_the_epoch_boundary_and_says_what_it_redoes(tm
 
 
 def test_a_ray_job_resumes_at_the_epoch_boundary_from_the_heads_checkpoint(tmp_path, tiny_images, no_leftovers):
-    params = resolve_parameters({"InputData": str(tiny_images), "Epochs": 3, "BatchSize": 8, "ShardSizeMB": 1,
-                                 "RunBaseline": False, "WorkloadOptions": '{"blur_passes": 1}'})
+    params = resolve_parameters(
+        {
+            "InputData": str(tiny_images),
+            "Epochs": 3,
+            "BatchSize": 8,
+            "ShardSizeMB": 1,
+            "RunBaseline": False,
+            "WorkloadOptions": '{"blur_passes": 1}',
+        }
+    )
     lines = []
     # 27 steps an epoch: step 30 is early in epoch 1. Ray forwards a worker's lines to the driver late (seconds under
     # load), so the SIGTERM may land an epoch later; what must hold is that the restart takes the newest checkpoint
-    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, framework="ray", pin_cpus=False, spot=True, grace_s=20,
-                                              step_timeout_s=400, echo=lines.append, interrupt_after_steps=30)).run()
+    result = LocalRunner(
+        params,
+        LocalOptions(
+            work_dir=tmp_path,
+            framework="ray",
+            pin_cpus=False,
+            spot=True,
+            grace_s=20,
+            step_timeout_s=400,
+            echo=lines.append,
+            interrupt_after_steps=30,
+        ),
+    ).run()
 
     job = result.jobs["TrainHeterogeneous"]
     assert job.interruptions == 1
-    resumed = [re.search(r"\[checkpoint\] resuming from \S+: epoch (\d+), .*an interrupted epoch is redone whole", line)
-               for line in lines]
+    resumed = [
+        re.search(r"\[checkpoint\] resuming from \S+: epoch (\d+), .*an interrupted epoch is redone whole", line)
+        for line in lines
+    ]
     resumed = [int(m.group(1)) for m in resumed if m]
     assert resumed and resumed[0] in (1, 2), [line for line in lines if "[checkpoint]" in line or "interrupt" in line.lower()]
     assert "[checkpoint] saved (end of epoch): epoch 1" in _attempt_logs(result, "TrainHeterogeneous")
@@ -100,7 +150,8 @@ def test_a_ray_job_resumes_at_the_epoch_boundary_from_the_heads_checkpoint(tmp_p
     ledger = metrics["sample_ledger"]
     assert ledger["resumes"] == 1
     assert [(e["epoch"], e["samples"], e["distinct"], e["duplicates"]) for e in ledger["epochs"]] == [
-        (e, train, train, 0) for e in range(3)]
+        (e, train, train, 0) for e in range(3)
+    ]
     assert metrics["samples_seen"] == 3 * train  # the whole run's accounting: the interrupted epoch counted once
     assert all(h.exit_code == 0 for h in job.hosts)
     assert not listeners_on(result.jobs.values())
@@ -108,12 +159,33 @@ def test_a_ray_job_resumes_at_the_epoch_boundary_from_the_heads_checkpoint(tmp_p
 
 def test_two_trainer_hosts_resume_from_the_newest_point_both_reached(tmp_path, shards, code_uri, no_leftovers):
     train = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
-    request = two_group_request(tmp_path, shards, code_uri, data=2, dnn=2, checkpoints=tmp_path / "checkpoints", hyperparameters={
-        "epochs": 3, "batch_size": 8, "log_every": 1, "checkpoint_every_steps": 2, "workload_options": {"blur_passes": 0},
-        "heartbeat_s": 0.5, "silence_timeout_s": 10, "connect_timeout_s": 60})
-    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=20, timeout_s=300,
-                      # the first trainer's step count: its share of epoch 0 (half or more of the batches) and a few more
-                      interrupt_after_steps=train // 16 + 11)
+    request = two_group_request(
+        tmp_path,
+        shards,
+        code_uri,
+        data=2,
+        dnn=2,
+        checkpoints=tmp_path / "checkpoints",
+        hyperparameters={
+            "epochs": 3,
+            "batch_size": 8,
+            "log_every": 1,
+            "checkpoint_every_steps": 2,
+            "workload_options": {"blur_passes": 0},
+            "heartbeat_s": 0.5,
+            "silence_timeout_s": 10,
+            "connect_timeout_s": 60,
+        },
+    )
+    job = EmulatedJob(
+        name="job",
+        request=request,
+        job_dir=tmp_path / "job",
+        grace_s=20,
+        timeout_s=300,
+        # the first trainer's step count: its share of epoch 0 (half or more of the batches) and a few more
+        interrupt_after_steps=train // 16 + 11,
+    )
     with job:
         job.start()
         result = job.wait()

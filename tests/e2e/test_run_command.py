@@ -53,9 +53,16 @@ class Run:
         self.lines: list[str] = []
         self.started = time.monotonic()
         env = {**os.environ, MARKER: self.token}
-        self.process = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "--work-dir", str(work_dir), *args],
-                                        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.cli", "run", "--work-dir", str(work_dir), *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.new_line = threading.Condition()
         self.ended = False
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -73,8 +80,9 @@ class Run:
     def wait_for(self, text: str, timeout_s: float) -> bool:
         """Whether a line with ``text`` came within ``timeout_s`` (woken by each line, not polling)."""
         with self.new_line:
-            return self.new_line.wait_for(lambda: any(text in line for line in self.lines) or self.ended,
-                                          timeout_s) and any(text in line for line in self.lines)
+            return self.new_line.wait_for(lambda: any(text in line for line in self.lines) or self.ended, timeout_s) and any(
+                text in line for line in self.lines
+            )
 
     def leftovers(self, within_s: float) -> list[str]:
         """Processes of the run still there after ``within_s`` (waiting for them to go until then), then killed."""
@@ -113,7 +121,9 @@ def test_the_readme_run_with_its_defaults_ends_with_exit_0_and_leaves_no_process
         left = run.leftovers(within_s=5)
     finally:
         run.close()
-    print(f"hetero run --framework {framework}: exit {code} in {wall:.0f} s, {len(run.lines)} lines, {len(left)} process(es) left")
+    print(
+        f"hetero run --framework {framework}: exit {code} in {wall:.0f} s, {len(run.lines)} lines, {len(left)} process(es) left"
+    )
     assert code == 0, run.tail()
     assert not left, left
     assert any(line.startswith("speedup ") for line in run.lines), run.tail()
@@ -122,8 +132,16 @@ def test_the_readme_run_with_its_defaults_ends_with_exit_0_and_leaves_no_process
     assert len(run.lines) < 1000, f"{len(run.lines)} lines"
 
 
-@pytest.mark.parametrize("framework,sig", [("pytorch", signal.SIGTERM), ("pytorch", signal.SIGINT), ("pytorch", signal.SIGHUP),
-                                           ("tensorflow", signal.SIGTERM), ("ray", signal.SIGTERM)])
+@pytest.mark.parametrize(
+    "framework,sig",
+    [
+        ("pytorch", signal.SIGTERM),
+        ("pytorch", signal.SIGINT),
+        ("pytorch", signal.SIGHUP),
+        ("tensorflow", signal.SIGTERM),
+        ("ray", signal.SIGTERM),
+    ],
+)
 def test_a_signal_stops_hetero_run_and_every_process_it_started_within_30_s(tmp_path, framework, sig):
     run = Run(tmp_path / "runs", "--framework", framework, "--sample-images", "300", "--epochs", "100")
     try:

@@ -16,12 +16,22 @@ pytestmark = pytest.mark.e2e
 def test_a_trainer_whose_volume_fills_up_ends_the_step_in_one_line_per_host(tmp_path, tiny_images, no_leftovers, capfd):
     # ml.p3.2xlarge: a GPU type with EBS storage only, so VolumeSizeGB sizes the trainer's volume too. 1 GB at this scale
     # is 2 MiB: the code (0.6 MB) and the channels fit, the trainer's checkpoint and model do not
-    params = resolve_parameters({"InputData": str(tiny_images), "Epochs": 2, "BatchSize": 8, "ShardSizeMB": 1,
-                                 "RunBaseline": False, "DnnInstanceType": "ml.p3.2xlarge", "VolumeSizeGB": 1,
-                                 "WorkloadOptions": '{"blur_passes": 0}'})
+    params = resolve_parameters(
+        {
+            "InputData": str(tiny_images),
+            "Epochs": 2,
+            "BatchSize": 8,
+            "ShardSizeMB": 1,
+            "RunBaseline": False,
+            "DnnInstanceType": "ml.p3.2xlarge",
+            "VolumeSizeGB": 1,
+            "WorkloadOptions": '{"blur_passes": 0}',
+        }
+    )
     lines = []
-    runner = LocalRunner(params, LocalOptions(work_dir=tmp_path, grace_s=10, step_timeout_s=300, echo=lines.append,
-                                              volume_scale=2 * 2**20 / GIB))
+    runner = LocalRunner(
+        params, LocalOptions(work_dir=tmp_path, grace_s=10, step_timeout_s=300, echo=lines.append, volume_scale=2 * 2**20 / GIB)
+    )
     with pytest.raises(StepFailed) as failed:
         runner.run()
     volume_line = next(line for line in lines if "volume per host:" in line)

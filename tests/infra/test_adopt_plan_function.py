@@ -24,11 +24,21 @@ FIXED = {"RunBaseline": "false", "InputData": "s3://artifacts/hetero/raw/"}
 def aws(aws_env):
     s3, sagemaker = boto3.client("s3"), boto3.client("sagemaker")
     s3.create_bucket(Bucket=BUCKET)
-    definition = {"Version": "2020-12-01", "Steps": [],
-                  "Parameters": [{"Name": p.name, "Type": {int: "Integer", float: "Float", bool: "Boolean"}.get(p.type, "String"),
-                                  "DefaultValue": p.default} for p in TUNABLES]}
-    sagemaker.create_pipeline(PipelineName=PIPELINE, PipelineDefinition=json.dumps(definition),
-                              RoleArn="arn:aws:iam::123456789012:role/hetero-pipeline")
+    definition = {
+        "Version": "2020-12-01",
+        "Steps": [],
+        "Parameters": [
+            {
+                "Name": p.name,
+                "Type": {int: "Integer", float: "Float", bool: "Boolean"}.get(p.type, "String"),
+                "DefaultValue": p.default,
+            }
+            for p in TUNABLES
+        ],
+    }
+    sagemaker.create_pipeline(
+        PipelineName=PIPELINE, PipelineDefinition=json.dumps(definition), RoleArn="arn:aws:iam::123456789012:role/hetero-pipeline"
+    )
     return s3, sagemaker
 
 
@@ -38,8 +48,9 @@ def _plan(s3, execution: str, parameters: dict | None, reason: str = "3 x ml.c5.
 
 
 def _start(s3, sagemaker) -> tuple[dict, dict]:
-    result = adopt.start_with_latest_plan(s3=s3, sagemaker=sagemaker, pipeline=PIPELINE, bucket=BUCKET, prefix=PREFIX,
-                                          parameters=FIXED, count_bounds=(1, 64))
+    result = adopt.start_with_latest_plan(
+        s3=s3, sagemaker=sagemaker, pipeline=PIPELINE, bucket=BUCKET, prefix=PREFIX, parameters=FIXED, count_bounds=(1, 64)
+    )
     sent = sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=result["execution_arn"])["PipelineParameters"]
     return result, {p["Name"]: p["Value"] for p in sent}
 
@@ -57,12 +68,15 @@ def test_the_newest_plan_is_applied_over_the_schedules_parameters(aws, capsys):
     assert json.loads(capsys.readouterr().out)["applied"] == {"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": 3}
 
 
-@pytest.mark.parametrize("parameters,reason", [
-    ({"DataInstanceType": "ml.c5.huge", "DataInstanceCount": 2}, "'ml.c5.huge' is not a SageMaker training instance type"),
-    ({"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": 65}, "DataInstanceCount 65 is not an integer within 1..64"),
-    ({"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": "2"}, "DataInstanceCount '2' is not an integer"),
-    (None, "the plan recommends no data group: stay homogeneous"),
-])
+@pytest.mark.parametrize(
+    "parameters,reason",
+    [
+        ({"DataInstanceType": "ml.c5.huge", "DataInstanceCount": 2}, "'ml.c5.huge' is not a SageMaker training instance type"),
+        ({"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": 65}, "DataInstanceCount 65 is not an integer within 1..64"),
+        ({"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": "2"}, "DataInstanceCount '2' is not an integer"),
+        (None, "the plan recommends no data group: stay homogeneous"),
+    ],
+)
 def test_a_plan_the_service_would_refuse_is_not_applied_and_retraining_still_runs(aws, parameters, reason):
     s3, sagemaker = aws
     _plan(s3, "e1", parameters, reason="stay homogeneous: ...")
@@ -80,8 +94,14 @@ def test_no_plan_yet_starts_with_the_schedules_parameters(aws):
 def test_the_handler_reads_its_settings_from_the_environment(aws, monkeypatch):
     s3, sagemaker = aws
     _plan(s3, "e1", {"DataInstanceType": "ml.c5.2xlarge", "DataInstanceCount": 2})
-    for name, value in {"PIPELINE_NAME": PIPELINE, "RESULTS_BUCKET": BUCKET, "RESULTS_PREFIX": PREFIX,
-                        "PARAMETERS": json.dumps(FIXED), "MIN_DATA_INSTANCE_COUNT": "1", "MAX_DATA_INSTANCE_COUNT": "64"}.items():
+    for name, value in {
+        "PIPELINE_NAME": PIPELINE,
+        "RESULTS_BUCKET": BUCKET,
+        "RESULTS_PREFIX": PREFIX,
+        "PARAMETERS": json.dumps(FIXED),
+        "MIN_DATA_INSTANCE_COUNT": "1",
+        "MAX_DATA_INSTANCE_COUNT": "64",
+    }.items():
         monkeypatch.setenv(name, value)
     result = adopt.handler({}, None)
     assert result["parameters"] == {**FIXED, "DataInstanceType": "ml.c5.2xlarge", "DataInstanceCount": 2}

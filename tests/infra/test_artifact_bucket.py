@@ -7,33 +7,57 @@ PRIVATE = {"BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls
 
 
 def test_artifact_bucket_is_encrypted_private_versioned_and_logged(synth_default):
-    synth_default.template.has_resource_properties("AWS::S3::Bucket", {
-        "BucketEncryption": ENCRYPTED, "PublicAccessBlockConfiguration": PRIVATE,
-        "VersioningConfiguration": {"Status": "Enabled"},
-        "LoggingConfiguration": {"DestinationBucketName": Match.any_value(), "LogFilePrefix": "artifacts/"},
-        "NotificationConfiguration": {"EventBridgeConfiguration": {"EventBridgeEnabled": True}},
-    })
+    synth_default.template.has_resource_properties(
+        "AWS::S3::Bucket",
+        {
+            "BucketEncryption": ENCRYPTED,
+            "PublicAccessBlockConfiguration": PRIVATE,
+            "VersioningConfiguration": {"Status": "Enabled"},
+            "LoggingConfiguration": {"DestinationBucketName": Match.any_value(), "LogFilePrefix": "artifacts/"},
+            "NotificationConfiguration": {"EventBridgeConfiguration": {"EventBridgeEnabled": True}},
+        },
+    )
 
 
 def test_overwritten_artifacts_such_as_checkpoint_slots_are_not_kept_for_ever(synth_default):
-    synth_default.template.has_resource_properties("AWS::S3::Bucket", {
-        "LoggingConfiguration": {"DestinationBucketName": Match.any_value(), "LogFilePrefix": "artifacts/"},
-        "LifecycleConfiguration": {"Rules": [{"Id": "NoncurrentVersions", "Status": "Enabled",
-                                              "NoncurrentVersionExpiration": {"NoncurrentDays": 30},
-                                              "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7}}]},
-    })
+    synth_default.template.has_resource_properties(
+        "AWS::S3::Bucket",
+        {
+            "LoggingConfiguration": {"DestinationBucketName": Match.any_value(), "LogFilePrefix": "artifacts/"},
+            "LifecycleConfiguration": {
+                "Rules": [
+                    {
+                        "Id": "NoncurrentVersions",
+                        "Status": "Enabled",
+                        "NoncurrentVersionExpiration": {"NoncurrentDays": 30},
+                        "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7},
+                    }
+                ]
+            },
+        },
+    )
 
 
 def test_log_bucket_is_encrypted_private_and_versioned(synth_default):
-    synth_default.template.has_resource_properties("AWS::S3::Bucket", {
-        "BucketEncryption": ENCRYPTED, "PublicAccessBlockConfiguration": PRIVATE,
-        "VersioningConfiguration": {"Status": "Enabled"}, "LoggingConfiguration": Match.absent(),
-    })
+    synth_default.template.has_resource_properties(
+        "AWS::S3::Bucket",
+        {
+            "BucketEncryption": ENCRYPTED,
+            "PublicAccessBlockConfiguration": PRIVATE,
+            "VersioningConfiguration": {"Status": "Enabled"},
+            "LoggingConfiguration": Match.absent(),
+        },
+    )
 
 
 def test_both_buckets_refuse_plain_http(synth_default):
-    deny_http = {"PolicyDocument": {"Statement": Match.array_with([Match.object_like({
-        "Effect": "Deny", "Action": "s3:*", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})])}}
+    deny_http = {
+        "PolicyDocument": {
+            "Statement": Match.array_with(
+                [Match.object_like({"Effect": "Deny", "Action": "s3:*", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})]
+            )
+        }
+    }
     synth_default.template.resource_properties_count_is("AWS::S3::BucketPolicy", deny_http, 2)
 
 

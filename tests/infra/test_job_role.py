@@ -33,9 +33,15 @@ def _decide(synth, action: str, key: str) -> str:
         parts = resource.get("Fn::Join", ["", [resource]])[1]
         return "".join("arn:aws:s3:::artifacts" if p == bucket else p if isinstance(p, str) else "<other>" for p in parts)
 
-    matching = [s for s in statements(synth, POLICY_NAME) if action in _actions(s)
-                and any(fnmatch.fnmatchcase(f"arn:aws:s3:::artifacts/{key}", render(r))
-                        for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]]))]
+    matching = [
+        s
+        for s in statements(synth, POLICY_NAME)
+        if action in _actions(s)
+        and any(
+            fnmatch.fnmatchcase(f"arn:aws:s3:::artifacts/{key}", render(r))
+            for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+        )
+    ]
     effects = {s["Effect"] for s in matching}
     return "Deny" if "Deny" in effects else "Allow" if effects else "implicit deny"
 
@@ -54,11 +60,31 @@ def test_raw_inputs_are_readable_and_never_changed(request, variant):
 
 
 def test_the_inputs_are_protected_by_an_explicit_deny(synth_default):
-    synth_default.template.has_resource_properties("AWS::IAM::Policy", {"PolicyName": POLICY_NAME, "PolicyDocument": {
-        "Statement": Match.array_with([Match.object_like({
-            "Sid": "KeepInputs", "Effect": "Deny",
-            "Action": ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObject"],
-            "Resource": {"Fn::Join": ["", [Match.any_value(), "/hetero/raw/*"]]}})])}})
+    synth_default.template.has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "PolicyName": POLICY_NAME,
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Sid": "KeepInputs",
+                                "Effect": "Deny",
+                                "Action": [
+                                    "s3:AbortMultipartUpload",
+                                    "s3:DeleteObject",
+                                    "s3:DeleteObjectVersion",
+                                    "s3:PutObject",
+                                ],
+                                "Resource": {"Fn::Join": ["", [Match.any_value(), "/hetero/raw/*"]]},
+                            }
+                        )
+                    ]
+                )
+            },
+        },
+    )
 
 
 def test_workload_code_cannot_start_jobs_or_pass_a_role(synth_any):
@@ -67,12 +93,18 @@ def test_workload_code_cannot_start_jobs_or_pass_a_role(synth_any):
 
 
 def test_role_is_assumed_by_sagemaker_with_no_managed_policies(synth_default):
-    synth_default.template.has_resource_properties("AWS::IAM::Role", {
-        "AssumeRolePolicyDocument": {"Statement": [Match.object_like({
-            "Action": "sts:AssumeRole", "Principal": {"Service": "sagemaker.amazonaws.com"}})]},
-        "Description": "Runs the training and processing jobs of the HeteroTraining SageMaker pipeline",
-        "ManagedPolicyArns": Match.absent(),
-    })
+    synth_default.template.has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "AssumeRolePolicyDocument": {
+                "Statement": [
+                    Match.object_like({"Action": "sts:AssumeRole", "Principal": {"Service": "sagemaker.amazonaws.com"}})
+                ]
+            },
+            "Description": "Runs the training and processing jobs of the HeteroTraining SageMaker pipeline",
+            "ManagedPolicyArns": Match.absent(),
+        },
+    )
 
 
 def test_no_wildcard_actions_anywhere(synth_any):
@@ -83,15 +115,25 @@ def test_no_wildcard_actions_anywhere(synth_any):
 
 def test_star_resources_only_where_the_api_forces_them(synth_any):
     star = {a for s in statements(synth_any, POLICY_NAME) if s["Resource"] == "*" for a in _actions(s)}
-    assert star <= {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs",
-                    "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "fsx:DescribeFileSystems"}
+    assert star <= {
+        "ecr:GetAuthorizationToken",
+        "cloudwatch:PutMetricData",
+        "ec2:DescribeNetworkInterfaces",
+        "ec2:DescribeVpcs",
+        "ec2:DescribeDhcpOptions",
+        "ec2:DescribeSubnets",
+        "ec2:DescribeSecurityGroups",
+        "fsx:DescribeFileSystems",
+    }
     assert _by_sid(synth_any)["JobMetrics"]["Condition"] == {"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}
 
 
 def test_every_step_runs_as_the_job_role(synth_any):
     definition, tokens = embedded_definition(synth_any)
     job_role = f"@@TOKEN{tokens.index(role_arn_of(synth_any, POLICY_NAME))}@@"
-    runs = {name: s["Arguments"]["RoleArn"] for name, s in all_steps(definition).items() if s["Type"] in ("Training", "Processing")}
+    runs = {
+        name: s["Arguments"]["RoleArn"] for name, s in all_steps(definition).items() if s["Type"] in ("Training", "Processing")
+    }
     assert runs and set(runs.values()) == {job_role}, runs
 
 
@@ -106,8 +148,17 @@ PULL = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownload
 
 
 def _allows_pull(synth, resource) -> None:
-    synth.template.has_resource_properties("AWS::IAM::Policy", {"PolicyName": POLICY_NAME, "PolicyDocument": {"Statement": Match.array_with([
-        Match.object_like({"Sid": "PullJobImages", "Effect": "Allow", "Action": PULL, "Resource": resource})])}})
+    synth.template.has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "PolicyName": POLICY_NAME,
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [Match.object_like({"Sid": "PullJobImages", "Effect": "Allow", "Action": PULL, "Resource": resource})]
+                )
+            },
+        },
+    )
 
 
 def _images_run(synth) -> set[str]:
@@ -123,6 +174,7 @@ def _images_run(synth) -> set[str]:
         elif isinstance(node, list):
             for v in node:
                 walk(v)
+
     walk(definition)
     return found
 
@@ -160,8 +212,13 @@ def test_custom_images_are_pulled_from_their_own_repositories_only(tmp_path):
     training = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/my-team/pytorch:2.5-gpu"
     processing = "210987654321.dkr.ecr.cn-north-1.amazonaws.com.cn/my-team/prep@sha256:" + "0" * 64
     synth = synthesise(tmp_path, **{"hetero:trainingImage": training, "hetero:processingImage": processing})
-    _allows_pull(synth, ["arn:aws-cn:ecr:cn-north-1:210987654321:repository/my-team/prep",
-                         "arn:aws:ecr:eu-west-1:123456789012:repository/my-team/pytorch"])
+    _allows_pull(
+        synth,
+        [
+            "arn:aws-cn:ecr:cn-north-1:210987654321:repository/my-team/prep",
+            "arn:aws:ecr:eu-west-1:123456789012:repository/my-team/pytorch",
+        ],
+    )
     assert _images_run(synth) == {training, processing}
     assert "763104351884" not in json.dumps(synth.template_json)
     assert synth.validation_error is None
@@ -172,8 +229,13 @@ def test_one_custom_image_keeps_the_default_for_the_other(tmp_path):
 
     training = "123456789012.dkr.ecr.us-east-1.amazonaws.com/my-team/pytorch:2.13-gpu"
     synth = synthesise(tmp_path, **{"hetero:trainingImage": training})
-    _allows_pull(synth, ["arn:aws:ecr:us-east-1:123456789012:repository/my-team/pytorch",
-                         "arn:aws:ecr:us-east-1:763104351884:repository/pytorch"])
+    _allows_pull(
+        synth,
+        [
+            "arn:aws:ecr:us-east-1:123456789012:repository/my-team/pytorch",
+            "arn:aws:ecr:us-east-1:763104351884:repository/pytorch",
+        ],
+    )
     assert _images_run(synth) == {training, default_processing_image("us-east-1")}
 
 
@@ -190,8 +252,20 @@ def test_an_environment_agnostic_stack_needs_both_images():
     image = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/pytorch:1"
     settings = StackSettings.from_context({**cdk_json_context(), "hetero:trainingImage": image, "hetero:processingImage": image})
     template = Template.from_stack(HeteroStack(App(), "Agnostic", settings=settings))
-    template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([Match.object_like(
-        {"Sid": "PullJobImages", "Resource": "arn:aws:ecr:eu-west-1:123456789012:repository/team/pytorch"})])}})
+    template.has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {"Sid": "PullJobImages", "Resource": "arn:aws:ecr:eu-west-1:123456789012:repository/team/pytorch"}
+                        )
+                    ]
+                )
+            }
+        },
+    )
 
 
 def test_logs_are_scoped_to_sagemaker_log_groups(synth_default):

@@ -14,18 +14,26 @@ def _by_sid(synth) -> dict:
 
 
 def test_the_pipeline_runs_as_the_pipeline_role(synth_any):
-    synth_any.template.has_resource_properties("AWS::SageMaker::Pipeline", {
-        "PipelineName": "HeteroTraining", "RoleArn": role_arn_of(synth_any, pipeline_role.POLICY_NAME)})
+    synth_any.template.has_resource_properties(
+        "AWS::SageMaker::Pipeline",
+        {"PipelineName": "HeteroTraining", "RoleArn": role_arn_of(synth_any, pipeline_role.POLICY_NAME)},
+    )
     assert role_arn_of(synth_any, pipeline_role.POLICY_NAME) != role_arn_of(synth_any, job_role.POLICY_NAME)
 
 
 def test_role_is_assumed_by_sagemaker_with_no_managed_policies(synth_default):
-    synth_default.template.has_resource_properties("AWS::IAM::Role", {
-        "AssumeRolePolicyDocument": {"Statement": [Match.object_like({
-            "Action": "sts:AssumeRole", "Principal": {"Service": "sagemaker.amazonaws.com"}})]},
-        "Description": Match.string_like_regexp("^Runs the HeteroTraining SageMaker pipeline"),
-        "ManagedPolicyArns": Match.absent(),
-    })
+    synth_default.template.has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "AssumeRolePolicyDocument": {
+                "Statement": [
+                    Match.object_like({"Action": "sts:AssumeRole", "Principal": {"Service": "sagemaker.amazonaws.com"}})
+                ]
+            },
+            "Description": Match.string_like_regexp("^Runs the HeteroTraining SageMaker pipeline"),
+            "ManagedPolicyArns": Match.absent(),
+        },
+    )
 
 
 def test_jobs_are_scoped_to_pipeline_job_names(synth_default):
@@ -36,29 +44,53 @@ def test_jobs_are_scoped_to_pipeline_job_names(synth_default):
 
 
 def test_it_passes_the_job_role_only_and_only_to_sagemaker(synth_any):
-    synth_any.template.has_resource_properties("AWS::IAM::Policy", {
-        "PolicyName": pipeline_role.POLICY_NAME, "PolicyDocument": {"Statement": Match.array_with([Match.object_like({
-            "Sid": "PassJobRole", "Effect": "Allow", "Action": "iam:PassRole", "Resource": role_arn_of(synth_any, job_role.POLICY_NAME),
-            "Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}})])}})
+    synth_any.template.has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "PolicyName": pipeline_role.POLICY_NAME,
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Sid": "PassJobRole",
+                                "Effect": "Allow",
+                                "Action": "iam:PassRole",
+                                "Resource": role_arn_of(synth_any, job_role.POLICY_NAME),
+                                "Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+                            }
+                        )
+                    ]
+                )
+            },
+        },
+    )
 
 
 def test_no_other_role_of_the_stack_passes_a_role(synth_any):
     """The trigger, the schedule and the plan-adoption function start executions; the pipeline's role runs them."""
-    passing = [p["Properties"]["PolicyName"] for p in resources(synth_any, "AWS::IAM::Policy")
-               if "iam:PassRole" in json.dumps(p["Properties"]["PolicyDocument"])]
+    passing = [
+        p["Properties"]["PolicyName"]
+        for p in resources(synth_any, "AWS::IAM::Policy")
+        if "iam:PassRole" in json.dumps(p["Properties"]["PolicyDocument"])
+    ]
     assert passing == [pipeline_role.POLICY_NAME]
 
 
 def test_it_reads_exactly_the_property_files_of_the_definition(synth_any):
     definition, _ = embedded_definition(synth_any)
-    files = sorted(f"/hetero/*/{name}/{f['FilePath']}" for name, step in all_steps(definition).items()
-                   for f in step.get("PropertyFiles", []))
+    files = sorted(
+        f"/hetero/*/{name}/{f['FilePath']}" for name, step in all_steps(definition).items() for f in step.get("PropertyFiles", [])
+    )
     assert files == ["/hetero/*/Evaluate/price_performance.json"]
     read = _by_sid(synth_any)["ReadPropertyFiles"]
     assert read["Action"] == "s3:GetObject" and read["Resource"]["Fn::Join"][1][1:] == files
 
 
 def test_it_reads_no_data_and_pulls_no_image(synth_any):
-    actions = {a for s in statements(synth_any, pipeline_role.POLICY_NAME)
-               for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
+    actions = {
+        a
+        for s in statements(synth_any, pipeline_role.POLICY_NAME)
+        for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+    }
     assert actions == {*pipeline_role.JOB_ACTIONS, "iam:PassRole", "s3:GetObject"}

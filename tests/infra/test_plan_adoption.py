@@ -14,9 +14,15 @@ def adopting(tmp_path_factory):
 
 
 def test_the_schedule_invokes_the_function_which_starts_the_pipeline_with_its_parameters(adopting):
-    adopting.template.has_resource_properties("AWS::Scheduler::Schedule", {
-        "Target": {"Arn": {"Fn::GetAtt": [Match.string_like_regexp("PlanAdoptionFunction"), "Arn"]},
-                   "RetryPolicy": {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 3}}})
+    adopting.template.has_resource_properties(
+        "AWS::Scheduler::Schedule",
+        {
+            "Target": {
+                "Arn": {"Fn::GetAtt": [Match.string_like_regexp("PlanAdoptionFunction"), "Arn"]},
+                "RetryPolicy": {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 3},
+            }
+        },
+    )
     (function,) = resources(adopting, "AWS::Lambda::Function")
     env = function["Properties"]["Environment"]["Variables"]
     assert env["PIPELINE_NAME"] == "HeteroTraining" and env["RESULTS_PREFIX"] == "hetero/results"
@@ -26,8 +32,11 @@ def test_the_schedule_invokes_the_function_which_starts_the_pipeline_with_its_pa
 
 
 def test_the_function_may_read_the_results_and_start_this_pipeline_only(adopting):
-    (policy,) = [p for p in resources(adopting, "AWS::IAM::Policy")
-                 if any(s.get("Sid") == "StartPipeline" for s in p["Properties"]["PolicyDocument"]["Statement"])]
+    (policy,) = [
+        p
+        for p in resources(adopting, "AWS::IAM::Policy")
+        if any(s.get("Sid") == "StartPipeline" for s in p["Properties"]["PolicyDocument"]["Statement"])
+    ]
     statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
     assert set(statements) == {"ListResults", "ReadResults", "StartPipeline", "Log"}
     assert statements["ListResults"]["Condition"] == {"StringLike": {"s3:prefix": ["hetero/results/*"]}}

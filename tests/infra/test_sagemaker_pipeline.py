@@ -23,26 +23,36 @@ def _ids(synth, kind: str) -> list[str]:
 
 def test_the_pipeline_runs_as_its_role_and_every_job_as_the_job_role(synth_any):
     pipeline, jobs = role_arn_of(synth_any, pipeline_role.POLICY_NAME), role_arn_of(synth_any, job_role.POLICY_NAME)
-    synth_any.template.has_resource_properties("AWS::SageMaker::Pipeline", {
-        "PipelineName": "HeteroTraining", "RoleArn": pipeline,
-        "PipelineDefinition": {"PipelineDefinitionBody": {"Fn::Join": ["", Match.array_with([jobs])]}},
-    })
+    synth_any.template.has_resource_properties(
+        "AWS::SageMaker::Pipeline",
+        {
+            "PipelineName": "HeteroTraining",
+            "RoleArn": pipeline,
+            "PipelineDefinition": {"PipelineDefinitionBody": {"Fn::Join": ["", Match.array_with([jobs])]}},
+        },
+    )
     (resource,) = resources(synth_any, "AWS::SageMaker::Pipeline")
     assert pipeline not in resource["Properties"]["PipelineDefinition"]["PipelineDefinitionBody"]["Fn::Join"][1]
 
 
 def test_pipeline_waits_for_both_role_policies(synth_any):
     (pipeline,) = resources(synth_any, "AWS::SageMaker::Pipeline")
-    policies = [k for k, r in synth_any.template_json["Resources"].items() if r["Type"] == "AWS::IAM::Policy"
-                and r["Properties"]["PolicyName"] in (pipeline_role.POLICY_NAME, job_role.POLICY_NAME)]
+    policies = [
+        k
+        for k, r in synth_any.template_json["Resources"].items()
+        if r["Type"] == "AWS::IAM::Policy" and r["Properties"]["PolicyName"] in (pipeline_role.POLICY_NAME, job_role.POLICY_NAME)
+    ]
     assert len(policies) == 2 and set(policies) <= set(pipeline["DependsOn"])
 
 
 def test_the_description_says_what_the_jobs_may_read(synth_any):
     """`hetero start` reads it back (DescribePipeline) to refuse an S3 URI the job role cannot read."""
     (resource,) = resources(synth_any, "AWS::SageMaker::Pipeline")
-    (artifacts,) = [k for k, r in synth_any.template_json["Resources"].items()
-                    if r["Type"] == "AWS::S3::Bucket" and "LoggingConfiguration" in r["Properties"]]
+    (artifacts,) = [
+        k
+        for k, r in synth_any.template_json["Resources"].items()
+        if r["Type"] == "AWS::S3::Bucket" and "LoggingConfiguration" in r["Properties"]
+    ]
     _, parts = resource["Properties"]["PipelineDescription"]["Fn::Join"]
     assert [p for p in parts if not isinstance(p, str)] == [{"Ref": artifacts}] * 2
     text = "".join(p if isinstance(p, str) else "my-bucket" for p in parts)
@@ -56,9 +66,15 @@ def test_definition_declares_every_graph_parameter(synth_default):
 
 def test_tokens_reach_the_definition(synth_default):
     definition, tokens = embedded_definition(synth_default)
-    (bucket,) = [k for k, r in synth_default.template_json["Resources"].items()
-                 if r["Type"] == "AWS::S3::Bucket" and "LoggingConfiguration" in r["Properties"]]
-    role_token, bucket_token = _token_of(tokens, role_arn_of(synth_default, job_role.POLICY_NAME)), _token_of(tokens, {"Ref": bucket})
+    (bucket,) = [
+        k
+        for k, r in synth_default.template_json["Resources"].items()
+        if r["Type"] == "AWS::S3::Bucket" and "LoggingConfiguration" in r["Properties"]
+    ]
+    role_token, bucket_token = (
+        _token_of(tokens, role_arn_of(synth_default, job_role.POLICY_NAME)),
+        _token_of(tokens, {"Ref": bucket}),
+    )
     steps = all_steps(definition)
     hetero = steps["TrainHeterogeneous"]["Arguments"]
     assert hetero["RoleArn"] == role_token
@@ -72,8 +88,10 @@ def test_tokens_reach_the_definition(synth_default):
 
 def test_instance_counts_are_parameters(synth_default):
     definition, _ = embedded_definition(synth_default)
-    groups = {g["InstanceGroupName"]: g["InstanceCount"]
-              for g in all_steps(definition)["TrainHeterogeneous"]["Arguments"]["ResourceConfig"]["InstanceGroups"]}
+    groups = {
+        g["InstanceGroupName"]: g["InstanceCount"]
+        for g in all_steps(definition)["TrainHeterogeneous"]["Arguments"]["ResourceConfig"]["InstanceGroups"]
+    }
     assert groups == {"data_group": {"Get": "Parameters.DataInstanceCount"}, "dnn_group": {"Get": "Parameters.DnnInstanceCount"}}
 
 
@@ -92,7 +110,9 @@ def test_fsx_variant_mounts_the_file_system_in_its_vpc(synth_fsx):
     groups = _ids(synth_fsx, "AWS::EC2::SecurityGroup")
     hetero = all_steps(definition)["TrainHeterogeneous"]["Arguments"]
     assert hetero["VpcConfig"]["Subnets"] == [_token_of(tokens, {"Ref": subnet})]
-    assert sorted(hetero["VpcConfig"]["SecurityGroupIds"]) == sorted(_token_of(tokens, {"Fn::GetAtt": [g, "GroupId"]}) for g in groups)
+    assert sorted(hetero["VpcConfig"]["SecurityGroupIds"]) == sorted(
+        _token_of(tokens, {"Fn::GetAtt": [g, "GroupId"]}) for g in groups
+    )
     train = next(c for c in hetero["InputDataConfig"] if c["ChannelName"] == "train")
     source = train["DataSource"]["FileSystemDataSource"]
     assert source["FileSystemId"] == _token_of(tokens, {"Ref": fs}) and source["FileSystemType"] == "FSxLustre"
@@ -143,8 +163,18 @@ def test_network_isolation_gives_every_training_job_the_code_asset_as_its_code_c
     stack = Stack(App(), "Isolated", env={"region": "us-east-1", "account": "123456789012"})
     role = iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
     code = TrainingCode(stack, "TrainingCode")
-    SageMakerPipeline(stack, "Pipeline", pipeline_name="HeteroTraining", pipeline_role=role, job_role=role, bucket=s3.Bucket(stack, "Bucket"),
-                      code_url=code.s3_url, prefix="hetero", input_prefix="hetero/raw/", network_isolation=True)
+    SageMakerPipeline(
+        stack,
+        "Pipeline",
+        pipeline_name="HeteroTraining",
+        pipeline_role=role,
+        job_role=role,
+        bucket=s3.Bucket(stack, "Bucket"),
+        code_url=code.s3_url,
+        prefix="hetero",
+        input_prefix="hetero/raw/",
+        network_isolation=True,
+    )
     body = Template.from_stack(stack).to_json()["Resources"]
     (pipeline,) = [r for r in body.values() if r["Type"] == "AWS::SageMaker::Pipeline"]
     parts = pipeline["Properties"]["PipelineDefinition"]["PipelineDefinitionBody"]["Fn::Join"][1]
@@ -168,8 +198,18 @@ def test_spot_context_puts_every_training_job_on_managed_spot_with_its_checkpoin
 
     stack = Stack(App(), "Spot", env={"region": "us-east-1", "account": "123456789012"})
     role = iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
-    SageMakerPipeline(stack, "Pipeline", pipeline_name="HeteroTraining", pipeline_role=role, job_role=role, bucket=s3.Bucket(stack, "Bucket"),
-                      code_url="s3://b/code.tar.gz", prefix="hetero", input_prefix="hetero/raw/", spot=True)
+    SageMakerPipeline(
+        stack,
+        "Pipeline",
+        pipeline_name="HeteroTraining",
+        pipeline_role=role,
+        job_role=role,
+        bucket=s3.Bucket(stack, "Bucket"),
+        code_url="s3://b/code.tar.gz",
+        prefix="hetero",
+        input_prefix="hetero/raw/",
+        spot=True,
+    )
     body = Template.from_stack(stack).to_json()["Resources"]
     (pipeline,) = [r for r in body.values() if r["Type"] == "AWS::SageMaker::Pipeline"]
     text = json.dumps(pipeline["Properties"]["PipelineDefinition"]["PipelineDefinitionBody"])
@@ -183,7 +223,7 @@ def test_the_price_overrides_default_is_an_asset_object_holding_nothing_to_overr
     default = {p["Name"]: p for p in definition["Parameters"]}["PriceOverrides"]["DefaultValue"]
     bucket, key = re.fullmatch(r"s3://@@TOKEN(\d+)@@/([0-9a-f]{64}\.json)", default).groups()
     assert tokens[int(bucket)] == {"Fn::Sub": "cdk-hnb659fds-assets-${AWS::AccountId}-us-east-1"}
-    (asset,) = synth_default.outdir.glob(f"asset.{key[:-len('.json')]}.json")
+    (asset,) = synth_default.outdir.glob(f"asset.{key[: -len('.json')]}.json")
     assert json.loads(asset.read_text()) == {}
     for name in ("Evaluate", "EvaluateWithoutBaseline"):
         inputs = {i["InputName"]: i["S3Input"]["S3Uri"] for i in all_steps(definition)[name]["Arguments"]["ProcessingInputs"]}

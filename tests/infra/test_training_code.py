@@ -33,23 +33,38 @@ def test_archive_is_script_mode_tar_gz_with_steps_at_its_root(tmp_path):
 def test_the_real_entry_points_are_packed(tmp_path):
     with tarfile.open(build_code_tarball(source=STEPS_DIR, destination=tmp_path / "code.tar.gz"), "r:gz") as tar:
         names = tar.getnames()
-    assert {"steps/train/launcher.py", "steps/shard/shard.py", "steps/evaluate/evaluate.py", "steps/evaluate/prices.json"} <= set(names)
+    assert {"steps/train/launcher.py", "steps/shard/shard.py", "steps/evaluate/evaluate.py", "steps/evaluate/prices.json"} <= set(
+        names
+    )
     assert names == sorted(names) and not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
 def test_the_asset_is_the_file_not_a_zipped_directory(synth_default):
-    assets = [p for p in synth_default.outdir.iterdir() if p.name.startswith("asset.") and p.suffix != ".json"]  # not the {} prices
+    assets = [
+        p for p in synth_default.outdir.iterdir() if p.name.startswith("asset.") and p.suffix != ".json"
+    ]  # not the {} prices
     assert [p.suffixes[-2:] for p in assets] == [[".tar", ".gz"]]
-    assert assets[0].read_bytes() == build_code_tarball(
-        source=STEPS_DIR, destination=synth_default.outdir.parent / "again" / "code.tar.gz").read_bytes()
+    assert (
+        assets[0].read_bytes()
+        == build_code_tarball(source=STEPS_DIR, destination=synth_default.outdir.parent / "again" / "code.tar.gz").read_bytes()
+    )
 
 
 def test_code_folders_ship_at_the_root_without_hidden_files_caches_or_the_work_folder(tmp_path):
     """Like the SageMaker SDK's source_dir: a folder's contents land at the code's root (DIR/my_pkg/w.py ships
     my_pkg.w), beside steps/; what a folder keeps for itself (.git, .venv, .env, caches, the runs) does not ship."""
     mine = tmp_path / "mine"
-    for name in ("my_pkg/__init__.py", "my_pkg/w.py", "requirements.txt", "wheels/x-1-py3-none-any.whl", ".env", ".git/HEAD",
-                 ".venv/lib/x.py", "my_pkg/__pycache__/w.cpython-311.pyc", "runs/local-1/metrics.json"):
+    for name in (
+        "my_pkg/__init__.py",
+        "my_pkg/w.py",
+        "requirements.txt",
+        "wheels/x-1-py3-none-any.whl",
+        ".env",
+        ".git/HEAD",
+        ".venv/lib/x.py",
+        "my_pkg/__pycache__/w.cpython-311.pyc",
+        "runs/local-1/metrics.json",
+    ):
         (mine / name).parent.mkdir(parents=True, exist_ok=True)
         (mine / name).write_text(name)
     archive = build_code_tarball(destination=tmp_path / "code.tar.gz", code_dirs=[mine], exclude=[mine / "runs"])
@@ -80,6 +95,9 @@ def test_an_isolated_deploy_refuses_requirements_that_need_the_index_at_synth(tm
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "requirements.txt").write_text("tiny-dep\n")
-    with pytest.raises(UserError, match=r"requirements.txt needs the network, but the training jobs run with network "
-                                        r"isolation .*it does not say --no-index"):
+    with pytest.raises(
+        UserError,
+        match=r"requirements.txt needs the network, but the training jobs run with network "
+        r"isolation .*it does not say --no-index",
+    ):
         synthesise(tmp_path / "cdk", **{"hetero:codeDirs": [str(mine)], "hetero:networkIsolation": True})

@@ -20,18 +20,21 @@ def run_cli(capsys, *argv) -> tuple[int, str]:
     return code, captured.err
 
 
-@pytest.mark.parametrize("argv,expected", [
-    (["--input", "/no/such/folder"], r"InputData '/no/such/folder' \(--input\) is not a folder.*<class>"),
-    (["--dnn-instance-type", "ml.p9.mega"], r"ml\.p9\.mega"),
-    (["--epochs", "0"], r"Epochs=0 must be >= 1"),
-    (["--epochs", "two"], r"Epochs='two' is not an int"),
-    (["--param", "DataDistribution=Striped"], r"allowed values are ShardedByS3Key, FullyReplicated"),
-    (["--param", "NoSuchThing=1"], r"unknown parameter 'NoSuchThing'"),
-    (["--param", "Epochs"], r"write Name=Value"),
-    (["--shard-size-mb", "500"], r"ShardSizeMB=500.0 must be between 1 and 128"),
-    (["--workload-options", "[1, 2]"], r"must be a JSON object"),
-    (["--workload-options", "{bad"], r"is not JSON"),
-])
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["--input", "/no/such/folder"], r"InputData '/no/such/folder' \(--input\) is not a folder.*<class>"),
+        (["--dnn-instance-type", "ml.p9.mega"], r"ml\.p9\.mega"),
+        (["--epochs", "0"], r"Epochs=0 must be >= 1"),
+        (["--epochs", "two"], r"Epochs='two' is not an int"),
+        (["--param", "DataDistribution=Striped"], r"allowed values are ShardedByS3Key, FullyReplicated"),
+        (["--param", "NoSuchThing=1"], r"unknown parameter 'NoSuchThing'"),
+        (["--param", "Epochs"], r"write Name=Value"),
+        (["--shard-size-mb", "500"], r"ShardSizeMB=500.0 must be between 1 and 128"),
+        (["--workload-options", "[1, 2]"], r"must be a JSON object"),
+        (["--workload-options", "{bad"], r"is not JSON"),
+    ],
+)
 def test_bad_parameters_fail_before_any_work(tmp_path, capsys, argv, expected):
     code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path), *argv)
     assert code == 2
@@ -57,7 +60,15 @@ def test_environment_and_config_file_layers(tmp_path, capsys, monkeypatch):
 def test_params_lists_every_parameter(capsys):
     assert main(["params"]) == 0
     out = capsys.readouterr().out
-    for name in ("InputData", "DataInstanceCount", "DnnInstanceType", "DataDistribution", "InputMode", "ShardSizeMB", "RunBaseline"):
+    for name in (
+        "InputData",
+        "DataInstanceCount",
+        "DnnInstanceType",
+        "DataDistribution",
+        "InputMode",
+        "ShardSizeMB",
+        "RunBaseline",
+    ):
         assert name in out
 
 
@@ -97,13 +108,22 @@ def test_a_refreshed_100_type_price_file_is_taken_by_run_and_plan(tmp_path, caps
     assert plan["unpriced"] == [] and str(prices) in plan["prices"]["source"]  # every catalogue type priced from the file
 
 
-@pytest.mark.parametrize("module,expected", [
-    ("no_such_pkg.workload", r"workload module 'no_such_pkg.workload' is not in the code the hosts get: no "
-                             r"no_such_pkg/workload.py in steps/ or the code folders \(none\); ship it with --code-dir DIR"),
-    ("steps.train.workload", r"workload module 'steps.train.workload' \(.*steps/train/workload.py\) defines no WORKLOAD: add "
-                             r"WORKLOAD = "),
-    ("not a module", r"workload module 'not a module' is not in the code the hosts get"),
-])
+@pytest.mark.parametrize(
+    "module,expected",
+    [
+        (
+            "no_such_pkg.workload",
+            r"workload module 'no_such_pkg.workload' is not in the code the hosts get: no "
+            r"no_such_pkg/workload.py in steps/ or the code folders \(none\); ship it with --code-dir DIR",
+        ),
+        (
+            "steps.train.workload",
+            r"workload module 'steps.train.workload' \(.*steps/train/workload.py\) defines no WORKLOAD: add "
+            r"WORKLOAD = ",
+        ),
+        ("not a module", r"workload module 'not a module' is not in the code the hosts get"),
+    ],
+)
 def test_an_unknown_workload_is_refused_before_any_work(tmp_path, capsys, module, expected):
     code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--workload", module)
     assert code == 2 and "Traceback" not in err and err.startswith("error: bad workload: ")
@@ -128,8 +148,11 @@ def test_a_workload_in_a_folder_not_named_is_refused_before_any_work_naming_the_
     folder = _user_code(tmp_path)
     monkeypatch.chdir(folder)
     code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--workload", "my_workloads.tiny")
-    assert code == 2 and err.count("\n") == 1 and err.startswith("error: bad workload: workload module 'my_workloads.tiny' is "
-                                                                  "not in the code the hosts get"), err
+    assert (
+        code == 2
+        and err.count("\n") == 1
+        and err.startswith("error: bad workload: workload module 'my_workloads.tiny' is not in the code the hosts get")
+    ), err
     assert f"ship it with --code-dir DIR, DIR being the folder that holds my_workloads/ (here: {folder})" in err
     assert not (tmp_path / "w").exists()
     cli.check_workload("my_workloads.tiny", code_dirs=(folder,))  # named: it ships
@@ -145,10 +168,17 @@ def test_a_workload_in_a_folder_not_named_is_refused_before_any_work_naming_the_
     cli.check_workload("my_workloads.tiny", code_dirs=cli.deployed_code_dirs(), deployed=True)
 
 
-@pytest.mark.parametrize("files, folders, expected", [
-    (["mine/steps/x.py"], ["mine"], r"code folder '.*/mine' holds a steps/ of its own"),
-    (["a/requirements.txt", "b/requirements.txt"], ["a", "b"], r"code folder '.*/b' ships requirements.txt, which '.*/a' ships too"),
-])
+@pytest.mark.parametrize(
+    "files, folders, expected",
+    [
+        (["mine/steps/x.py"], ["mine"], r"code folder '.*/mine' holds a steps/ of its own"),
+        (
+            ["a/requirements.txt", "b/requirements.txt"],
+            ["a", "b"],
+            r"code folder '.*/b' ships requirements.txt, which '.*/a' ships too",
+        ),
+    ],
+)
 def test_code_folders_that_would_clash_in_the_code_are_refused(tmp_path, capsys, files, folders, expected):
     for name in files:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -163,12 +193,23 @@ def test_code_folders_that_would_clash_in_the_code_are_refused(tmp_path, capsys,
 
 def test_isolated_requirements_that_need_the_index_are_refused_before_shard(tmp_path, capsys):
     folder = _user_code(tmp_path, requirements="tiny-dep==0.0.1\n")
-    code, err = run_cli(capsys, "run", "--work-dir", str(tmp_path / "w"), "--network-isolation", "--code-dir", str(folder),
-                        "--workload", "my_workloads.tiny")
+    code, err = run_cli(
+        capsys,
+        "run",
+        "--work-dir",
+        str(tmp_path / "w"),
+        "--network-isolation",
+        "--code-dir",
+        str(folder),
+        "--workload",
+        "my_workloads.tiny",
+    )
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith(f"error: requirements need the network: {folder / 'requirements.txt'} needs the network, but the "
-                          "training jobs run with network isolation (no route to a package index): it does not say "
-                          "--no-index, so pip asks the package index about every requirement. Fix: vendor the wheels"), err
+    assert err.startswith(
+        f"error: requirements need the network: {folder / 'requirements.txt'} needs the network, but the "
+        "training jobs run with network isolation (no route to a package index): it does not say "
+        "--no-index, so pip asks the package index about every requirement. Fix: vendor the wheels"
+    ), err
     assert not list((tmp_path / "w").glob("local-*")) and not (tmp_path / "w" / "sample-data").exists()  # nothing ran
 
 
@@ -203,8 +244,9 @@ def test_plan_from_metrics_files_takes_the_baseline_runs_measured_rate_for_stayi
 
     hetero = write_json(tmp_path / "h" / "metrics.json", input_bound_run())
     groups = [{"name": "dnn_group", "instance_type": "ml.g5.xlarge", "count": 1, "role": "trainer"}]
-    baseline = write_json(tmp_path / "b" / "metrics.json", metrics(case="tf_homogeneous", instance_groups=groups,
-                                                                    samples_per_second=900.0))
+    baseline = write_json(
+        tmp_path / "b" / "metrics.json", metrics(case="tf_homogeneous", instance_groups=groups, samples_per_second=900.0)
+    )
     assert main(["plan", "--metrics", str(hetero), "--baseline", str(baseline), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     stay = next(c for c in plan["candidates"] if not c["data_count"])
@@ -221,7 +263,9 @@ def test_report_writes_the_newest_executions_page_or_the_one_named(tmp_path, cap
     store = tmp_path / "store"
     hetero = write_json(tmp_path / "h" / "metrics.json", metrics())
     for execution in ("first", "second"):
-        ev.evaluate(heterogeneous=hetero, baseline=None, output=tmp_path / execution, execution_id=execution, store_uri=str(store))
+        ev.evaluate(
+            heterogeneous=hetero, baseline=None, output=tmp_path / execution, execution_id=execution, store_uri=str(store)
+        )
     capsys.readouterr()
     assert main(["report", "--results", str(store), "--output", str(tmp_path / "newest.html")]) == 0
     assert "hetero report: second" in (tmp_path / "newest.html").read_text()
@@ -269,8 +313,16 @@ def test_every_hetero_command_the_code_and_docs_name_exists():
     options = {name: {o for a in p._actions for o in a.option_strings} for name, p in subparsers.choices.items()}
     prose = {"failed", "data"}  # the base error's headline "hetero failed"; "a hetero data service"
     named = re.compile(r"(?<![\w./:-])hetero ([a-z][a-z-]*)(?: (--[a-z][a-z-]*))?")
-    files = [root / "README.md", root / "app.py", *(p for d in ("docs", "pipeline", "steps", "infra", "images", "bench")
-                                                    for p in sorted((root / d).rglob("*")) if p.suffix in (".py", ".md"))]
+    files = [
+        root / "README.md",
+        root / "app.py",
+        *(
+            p
+            for d in ("docs", "pipeline", "steps", "infra", "images", "bench")
+            for p in sorted((root / d).rglob("*"))
+            if p.suffix in (".py", ".md")
+        ),
+    ]
     wrong = []
     for path in files:
         for m in named.finditer(path.read_text(encoding="utf-8")):

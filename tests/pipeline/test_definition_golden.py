@@ -23,9 +23,16 @@ CASES = {
     "ray": ["--framework", "ray", "--training-image", "111122223333.dkr.ecr.us-east-1.amazonaws.com/hetero-ray:2.60.0"],
     "pytorch-fsx": ["--fsx-file-system-id", "fs-0123456789abcdef0", "--region", "us-west-2"],
     "pytorch-isolated": ["--network-isolation", "--code-uri", "s3://hetero-artifacts-example/hetero/code/abc123.tar.gz"],
-    "tensorflow-own-images": ["--framework", "tensorflow", "--region", "eu-central-1",
-                              "--training-image", "111122223333.dkr.ecr.eu-central-1.amazonaws.com/mine:gpu",
-                              "--processing-image", "111122223333.dkr.ecr.eu-central-1.amazonaws.com/mine:cpu"],
+    "tensorflow-own-images": [
+        "--framework",
+        "tensorflow",
+        "--region",
+        "eu-central-1",
+        "--training-image",
+        "111122223333.dkr.ecr.eu-central-1.amazonaws.com/mine:gpu",
+        "--processing-image",
+        "111122223333.dkr.ecr.eu-central-1.amazonaws.com/mine:cpu",
+    ],
 }
 
 
@@ -40,6 +47,8 @@ def test_the_compiled_definition_is_the_reviewed_one(case, capsys, monkeypatch):
     if os.environ.get("HETERO_UPDATE_GOLDEN") == "1":
         golden.write_text(text)
     assert golden.is_file(), f"no reviewed definition for {case}: run with HETERO_UPDATE_GOLDEN=1 and review the file"
-    assert text == golden.read_text(), (f"the compiled {case} definition changed: if that is meant, run "
-                                        "HETERO_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/pipeline/test_definition_golden.py "
-                                        "and review the diff")
+    assert text == golden.read_text(), (
+        f"the compiled {case} definition changed: if that is meant, run "
+        "HETERO_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/pipeline/test_definition_golden.py "
+        "and review the diff"
+    )

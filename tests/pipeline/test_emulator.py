@@ -34,8 +34,13 @@ print(json.dumps({
 
 def real_environment(base_dir: Path) -> dict:
     """The sagemaker-training toolkit's view of a base dir, read in a fresh process (it reads at import)."""
-    out = subprocess.run([sys.executable, "-c", READ_ENVIRONMENT], env={"SAGEMAKER_BASE_DIR": str(base_dir), "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", READ_ENVIRONMENT],
+        env={"SAGEMAKER_BASE_DIR": str(base_dir), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -52,11 +57,15 @@ def make_job(tmp_path, shards, code_uri, *, data=2, dnn=1, seed=None) -> Emulate
     manifest = tmp_path / "manifest.json"
     manifest.write_text("{}")
     request = training_request(
-        code_uri=code_uri, output=tmp_path / "output",
+        code_uri=code_uri,
+        output=tmp_path / "output",
         groups=[("data_group", "ml.c5.18xlarge", data), ("dnn_group", "ml.p4d.24xlarge", dnn)],
-        channels=[s3_channel("train", shards, distribution=SHARDED, groups=("data_group",)),
-                  s3_channel("manifest", manifest, groups=("data_group", "dnn_group"))],
-        hyperparameters={"epochs": 3, "workload_options": {"blur_passes": 2}})
+        channels=[
+            s3_channel("train", shards, distribution=SHARDED, groups=("data_group",)),
+            s3_channel("manifest", manifest, groups=("data_group", "dnn_group")),
+        ],
+        hyperparameters={"epochs": 3, "workload_options": {"blur_passes": 2}},
+    )
     return EmulatedJob(name="job", request=request, job_dir=tmp_path / "jobs" / "job", seed=seed)
 
 
@@ -143,7 +152,11 @@ def test_each_host_gets_its_own_loopback_address(tmp_path, shards, code_uri):
     job = make_job(tmp_path, shards, code_uri, data=2, dnn=2)
     job.prepare()
     addresses = [h.address for h in job.hosts]
-    assert len(set(addresses)) == 4 and len({a.rsplit(".", 1)[0] for a in addresses}) == 1 and all(a.startswith("127.") for a in addresses)
+    assert (
+        len(set(addresses)) == 4
+        and len({a.rsplit(".", 1)[0] for a in addresses}) == 1
+        and all(a.startswith("127.") for a in addresses)
+    )
     hosts_file = (job.job_dir / "hosts").read_text()
     for host in job.hosts:
         assert f"{host.address} {host.name}" in hosts_file

@@ -24,9 +24,11 @@ def test_every_image_the_pipeline_runs_has_a_manifest():
 
 
 def test_manifests_name_their_source_and_hold_what_the_step_code_needs():
-    needs = {"pytorch": {"torch", "numpy", "pillow", "sagemaker-training", "boto3", "matplotlib"},
-             "tensorflow": {"tensorflow", "keras", "numpy", "pillow", "sagemaker-training", "boto3", "matplotlib"},
-             "ray": {"torch", "ray", "numpy", "pillow", "sagemaker-training", "pyarrow", "pandas", "tensorboardx"}}
+    needs = {
+        "pytorch": {"torch", "numpy", "pillow", "sagemaker-training", "boto3", "matplotlib"},
+        "tensorflow": {"tensorflow", "keras", "numpy", "pillow", "sagemaker-training", "boto3", "matplotlib"},
+        "ray": {"torch", "ray", "numpy", "pillow", "sagemaker-training", "pyarrow", "pandas", "tensorboardx"},
+    }
     for manifest in image_guard.manifests():
         data = json.loads(manifest.path.read_text())
         assert data["source"]["repository"] == "aws/deep-learning-containers" and len(data["source"]["commit"]) == 40
@@ -46,8 +48,9 @@ def test_the_guard_refuses_what_the_image_lacks_and_names_the_image_and_its_mani
     assert "tensorflow" not in tensorflow and "ray" in tensorflow  # tensorflow-cpu here stands for the image's tensorflow
     # the TensorFlow image's torch (its SageMaker SDK's dependency, 2.11 / 2.12) is not the torch this project tests with
     assert tensorflow["torch"] == "torch"
-    folder = image_guard.install(Path(tempfile.mkdtemp()), "tf-image", image_guard.manifest_for(
-        default_training_image(LOCAL_REGION, "tensorflow")))
+    folder = image_guard.install(
+        Path(tempfile.mkdtemp()), "tf-image", image_guard.manifest_for(default_training_image(LOCAL_REGION, "tensorflow"))
+    )
     explained = image_guard.explain("ModuleNotFoundError: No module named 'torch'", folder)
     assert "[image] tf-image has torch 2.11.0, not the 2.13.0" in explained
 
@@ -56,7 +59,10 @@ def test_the_guard_hides_what_the_image_lacks_from_every_finder(tmp_path):
     folder = image_guard.install(tmp_path, "img", image_guard.manifest_for(default_training_image(LOCAL_REGION, "pytorch")))
     saved = list(sys.meta_path)
     try:
-        exec(compile((folder / "sitecustomize.py").read_text(), "sitecustomize", "exec"), {"__file__": str(folder / "sitecustomize.py")})
+        exec(
+            compile((folder / "sitecustomize.py").read_text(), "sitecustomize", "exec"),
+            {"__file__": str(folder / "sitecustomize.py")},
+        )
         finders = list(sys.meta_path)
     finally:
         sys.meta_path[:] = saved

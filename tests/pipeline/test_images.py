@@ -66,9 +66,12 @@ def test_the_images_exist_in_the_36_regions_aws_lists_not_the_45_the_sdk_lists(f
 @pytest.mark.parametrize("framework", sorted(IMAGES))
 def test_a_region_without_the_image_is_refused_naming_the_framework_and_the_regions_that_have_it(region, framework):
     for build in (default_training_image, default_processing_image):
-        with pytest.raises(UserError, match=rf"^region '{region}' has no AWS Deep Learning Container for {framework} "
-                                            rf"{re.escape(IMAGES[framework][1])}: AWS publishes it in 36 regions "
-                                            r"\(af-south-1, ap-east-1, .*, us-west-2\); use one of them, or your own images$"):
+        with pytest.raises(
+            UserError,
+            match=rf"^region '{region}' has no AWS Deep Learning Container for {framework} "
+            rf"{re.escape(IMAGES[framework][1])}: AWS publishes it in 36 regions "
+            r"\(af-south-1, ap-east-1, .*, us-west-2\); use one of them, or your own images$",
+        ):
             build(region, framework)
     mine = f"123456789012.dkr.ecr.{region}.amazonaws.com/team/train:1"
     assert pipeline_images(region, framework, training_image=mine, processing_image=mine) == (mine, mine)
@@ -110,7 +113,9 @@ def test_pipeline_images_keeps_the_images_given():
 
 @pytest.mark.parametrize("region", ["${Token[AWS.Region.7]}", "", "US-EAST-1"])
 def test_a_token_region_cannot_pick_defaults(region):
-    with pytest.raises(UserError, match=r"is not a region name \(a CloudFormation token\?\).*pass training_image and processing_image"):
+    with pytest.raises(
+        UserError, match=r"is not a region name \(a CloudFormation token\?\).*pass training_image and processing_image"
+    ):
         default_training_image(region, "pytorch")
 
 
@@ -123,39 +128,55 @@ def test_unknown_region_and_framework_are_named():
         default_training_image("us-east-1", "jax")
 
 
-@pytest.mark.parametrize("uri, parsed", [
-    ("763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker",
-     ("763104351884", "us-east-1", "pytorch")),
-    ("626614931356.dkr.ecr.af-south-1.amazonaws.com/tensorflow-training:2.21.0-cpu-py312",
-     ("626614931356", "af-south-1", "tensorflow-training")),
-    ("727897471807.dkr.ecr.cn-northwest-1.amazonaws.com.cn/pytorch-training:2.10.0-gpu-py313",
-     ("727897471807", "cn-northwest-1", "pytorch-training")),
-    ("123456789012.dkr.ecr.eu-west-1.amazonaws.com/my-team/pytorch", ("123456789012", "eu-west-1", "my-team/pytorch")),
-    ("123456789012.dkr.ecr.eu-west-1.amazonaws.com/my_team/py.torch@sha256:" + "a" * 64,
-     ("123456789012", "eu-west-1", "my_team/py.torch")),
-    ("123456789012.dkr.ecr.eu-west-1.amazonaws.com/train:v1@sha256:" + "0" * 64, ("123456789012", "eu-west-1", "train")),
-    ("442386744353.dkr.ecr.us-gov-west-1.amazonaws.com/pytorch:2.13.0-cpu-amzn2023-sagemaker",
-     ("442386744353", "us-gov-west-1", "pytorch")),
-])
+@pytest.mark.parametrize(
+    "uri, parsed",
+    [
+        (
+            "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker",
+            ("763104351884", "us-east-1", "pytorch"),
+        ),
+        (
+            "626614931356.dkr.ecr.af-south-1.amazonaws.com/tensorflow-training:2.21.0-cpu-py312",
+            ("626614931356", "af-south-1", "tensorflow-training"),
+        ),
+        (
+            "727897471807.dkr.ecr.cn-northwest-1.amazonaws.com.cn/pytorch-training:2.10.0-gpu-py313",
+            ("727897471807", "cn-northwest-1", "pytorch-training"),
+        ),
+        ("123456789012.dkr.ecr.eu-west-1.amazonaws.com/my-team/pytorch", ("123456789012", "eu-west-1", "my-team/pytorch")),
+        (
+            "123456789012.dkr.ecr.eu-west-1.amazonaws.com/my_team/py.torch@sha256:" + "a" * 64,
+            ("123456789012", "eu-west-1", "my_team/py.torch"),
+        ),
+        ("123456789012.dkr.ecr.eu-west-1.amazonaws.com/train:v1@sha256:" + "0" * 64, ("123456789012", "eu-west-1", "train")),
+        (
+            "442386744353.dkr.ecr.us-gov-west-1.amazonaws.com/pytorch:2.13.0-cpu-amzn2023-sagemaker",
+            ("442386744353", "us-gov-west-1", "pytorch"),
+        ),
+    ],
+)
 def test_ecr_uris_are_parsed(uri, parsed):
     assert ecr_repository(uri) == parsed
 
 
-@pytest.mark.parametrize("uri", [
-    "",
-    "pytorch:2.13",  # Docker Hub
-    "public.ecr.aws/deep-learning-containers/pytorch:2.13-cu133-amzn2023-sagemaker",  # ECR Public: not for jobs
-    "img:gpu",
-    "76310435188.dkr.ecr.us-east-1.amazonaws.com/pytorch:1",  # 11-digit account
-    "763104351884.dkr.ecr.us-east-1.amazonaws.com/",  # no repository
-    "763104351884.dkr.ecr.us-east-1.amazonaws.com/PyTorch:1",  # repositories are lower case
-    "763104351884.dkr.ecr.us-east-1.amazonaws.com.evil.example/pytorch:1",
-    "763104351884.dkr.ecr.us-east-1.amazonaws.cn/pytorch:1",
-    "763104351884.ecr.us-east-1.amazonaws.com/pytorch:1",
-    "https://763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:1",
-    "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:1 ",
-    "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch@sha256:abc",  # truncated digest
-])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "",
+        "pytorch:2.13",  # Docker Hub
+        "public.ecr.aws/deep-learning-containers/pytorch:2.13-cu133-amzn2023-sagemaker",  # ECR Public: not for jobs
+        "img:gpu",
+        "76310435188.dkr.ecr.us-east-1.amazonaws.com/pytorch:1",  # 11-digit account
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/",  # no repository
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/PyTorch:1",  # repositories are lower case
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com.evil.example/pytorch:1",
+        "763104351884.dkr.ecr.us-east-1.amazonaws.cn/pytorch:1",
+        "763104351884.ecr.us-east-1.amazonaws.com/pytorch:1",
+        "https://763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:1",
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:1 ",
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch@sha256:abc",  # truncated digest
+    ],
+)
 def test_non_ecr_uris_are_user_errors_that_quote_the_value(uri):
     with pytest.raises(UserError, match=re.escape(repr(uri))) as raised:
         ecr_repository(uri)
@@ -167,11 +188,14 @@ def test_importing_the_module_and_checking_regions_does_not_import_the_sdk():  #
     import sys
     from pathlib import Path
 
-    code = ("import sys, pipeline.images as i; i.require_image_region('us-east-1', 'tensorflow'); "
-            "i.dlc_framework('763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:1'); "
-            "print(any(m == 'sagemaker' or m.startswith('sagemaker.') for m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            cwd=Path(__file__).resolve().parents[2])
+    code = (
+        "import sys, pipeline.images as i; i.require_image_region('us-east-1', 'tensorflow'); "
+        "i.dlc_framework('763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:1'); "
+        "print(any(m == 'sagemaker' or m.startswith('sagemaker.') for m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2]
+    )
     assert result.stdout.strip() == "False"
 
 
@@ -199,7 +223,10 @@ def test_one_ray_version_in_the_pins_the_image_its_manifest_and_the_docs():
     assert re.findall(r"^ray==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M) == [RAY_VERSION]
     manifest = json.loads((ROOT / "pipeline" / "manifests" / "ray-gpu.json").read_text())
     assert (manifest["image"]["repository"], manifest["image"]["tags"], manifest["packages"]["ray"]) == (
-        RAY_REPOSITORY, [RAY_VERSION], RAY_VERSION)
+        RAY_REPOSITORY,
+        [RAY_VERSION],
+        RAY_VERSION,
+    )
     named = []
     for path in [ROOT / "README.md", ROOT / "images" / "ray" / "Dockerfile", *sorted((ROOT / "docs").glob("*.md"))]:
         text = path.read_text()

@@ -33,10 +33,12 @@ def request_of(tmp_path, code_uri):
 
     def make(**hyperparameters) -> dict:
         return training_request(
-            code_uri=code_uri, output=tmp_path / "output",
+            code_uri=code_uri,
+            output=tmp_path / "output",
             groups=[(DATA_GROUP, "ml.c5.4xlarge", 2), (DNN_GROUP, "ml.g5.xlarge", 1)],
             channels=[s3_channel("train", shards, distribution=SHARDED, groups=(DATA_GROUP,)), secret_channel(tmp_path)],
-            hyperparameters={"epochs": 1, **hyperparameters})
+            hyperparameters={"epochs": 1, **hyperparameters},
+        )
 
     return make
 
@@ -59,14 +61,19 @@ def test_an_isolated_job_that_would_download_its_code_is_refused_with_the_fix(tm
         EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", step="TrainHeterogeneous")
     assert caught.value.headline == "isolated job needs the network"
     assert "step TrainHeterogeneous" in caught.value.message
-    assert "'code' channel on every instance group with sagemaker_submit_directory=/opt/ml/input/data/code/<file>.tar.gz" \
+    assert (
+        "'code' channel on every instance group with sagemaker_submit_directory=/opt/ml/input/data/code/<file>.tar.gz"
         in caught.value.message
+    )
 
 
-@pytest.mark.parametrize("where,key,value", [
-    ("HyperParameters", "workload_options", '{"lookup": "s3://bucket/table.json"}'),  # read by the step code at run time
-    ("Environment", "LABELS", "s3://bucket/labels.csv"),
-])
+@pytest.mark.parametrize(
+    "where,key,value",
+    [
+        ("HyperParameters", "workload_options", '{"lookup": "s3://bucket/table.json"}'),  # read by the step code at run time
+        ("Environment", "LABELS", "s3://bucket/labels.csv"),
+    ],
+)
 def test_an_isolated_job_refuses_any_other_location_its_code_would_fetch(tmp_path, request_of, where, key, value):
     request = isolate(request_of())
     request[where][key] = value
@@ -81,8 +88,11 @@ def test_an_isolated_job_without_the_code_on_a_group_names_the_host(tmp_path, re
     code = next(c for c in request["InputDataConfig"] if c["ChannelName"] == "code")
     code["DataSource"]["S3DataSource"]["InstanceGroupNames"] = [DATA_GROUP]
     job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job")
-    with pytest.raises(UserError, match=r"sagemaker_submit_directory '/opt/ml/input/data/code/code.tar.gz' is not on host "
-                                        r"algo-\d \(dnn_group\).*'code' channel"):
+    with pytest.raises(
+        UserError,
+        match=r"sagemaker_submit_directory '/opt/ml/input/data/code/code.tar.gz' is not on host "
+        r"algo-\d \(dnn_group\).*'code' channel",
+    ):
         job.prepare()
 
 
@@ -94,10 +104,16 @@ def test_the_bootstrap_unpacks_the_code_channels_tar_gz_itself(tmp_path, request
     (source / "probe.py").write_text("import json, os, sys\nprint(json.dumps({'cwd': os.getcwd(), 'argv0': sys.argv[0]}))\n")
     request = isolate(request_of())
     request["InputDataConfig"] = [c for c in request["InputDataConfig"] if c["ChannelName"] != "code"]
-    request["InputDataConfig"].append(s3_channel("code", build_code_tarball(source=source, destination=tmp_path / "c" / "sourcedir.tar.gz"),
-                                                 groups=(DATA_GROUP, DNN_GROUP)))
-    request["HyperParameters"].update(sagemaker_program="src/probe.py",
-                                      sagemaker_submit_directory="/opt/ml/input/data/code/sourcedir.tar.gz")
+    request["InputDataConfig"].append(
+        s3_channel(
+            "code",
+            build_code_tarball(source=source, destination=tmp_path / "c" / "sourcedir.tar.gz"),
+            groups=(DATA_GROUP, DNN_GROUP),
+        )
+    )
+    request["HyperParameters"].update(
+        sagemaker_program="src/probe.py", sagemaker_submit_directory="/opt/ml/input/data/code/sourcedir.tar.gz"
+    )
     job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job")
     job.prepare()
     host = job.hosts[0]
@@ -115,18 +131,28 @@ def test_the_bootstrap_unpacks_the_code_channels_tar_gz_itself(tmp_path, request
 
 
 def test_an_isolated_processing_job_refuses_an_s3_argument_and_runs_none(tmp_path):
-    request = {"AppSpecification": {"ImageUri": "x", "ContainerEntrypoint": ["python3", "-c", "open('ran', 'w')"],
-                                    "ContainerArguments": ["--store", "s3://bucket/results"]},
-               "NetworkConfig": {"EnableNetworkIsolation": True}}
-    with pytest.raises(UserError, match=r"step Evaluate: the processing job has EnableNetworkIsolation.*"
-                                        r"AppSpecification.ContainerArguments\[1\] = 's3://bucket/results'.*ProcessingInput"):
+    request = {
+        "AppSpecification": {
+            "ImageUri": "x",
+            "ContainerEntrypoint": ["python3", "-c", "open('ran', 'w')"],
+            "ContainerArguments": ["--store", "s3://bucket/results"],
+        },
+        "NetworkConfig": {"EnableNetworkIsolation": True},
+    }
+    with pytest.raises(
+        UserError,
+        match=r"step Evaluate: the processing job has EnableNetworkIsolation.*"
+        r"AppSpecification.ContainerArguments\[1\] = 's3://bucket/results'.*ProcessingInput",
+    ):
         run_processing_job(name="p", request=request, job_dir=tmp_path / "job", step="Evaluate", echo=lambda line: None)
     assert not (tmp_path / "job" / "ran").exists()
 
 
 def test_s3_locations_are_found_in_lists_and_json_values_and_nothing_else_counts():
     assert s3_fetches({"a": ["x", "s3://b/k"], "b": '{"u": "s3://b/k"}', "c": "/opt/ml/input/data/code/code.tar.gz", "d": 3}) == [
-        "a[1] = 's3://b/k'", "b = '{\"u\": \"s3://b/k\"}'"]
+        "a[1] = 's3://b/k'",
+        'b = \'{"u": "s3://b/k"}\'',
+    ]
 
 
 def test_local_storage_uris_are_s3_uris_too(tmp_path):

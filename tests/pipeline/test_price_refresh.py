@@ -14,10 +14,16 @@ from steps.evaluate.prices import load_prices
 from tests.support.prices import price_list_row
 
 PAGES = [
-    [price_list_row("ml.c7i.xlarge", "0.2142000000"), price_list_row("ml.c5.xlarge", "0.2040000000"),
-     price_list_row("ml.c5.xlarge", "0.2300000000", component="Hosting")],  # another component: not a training price
-    [price_list_row("ml.g6.xlarge-Training", "1.1670000000"), price_list_row("ml.m5.large", "0.0000000000"),  # $0: free-tier row
-     price_list_row("ml.p5.48xlarge", "55.0400000000", unit="Quantity")],  # not an hourly dimension
+    [
+        price_list_row("ml.c7i.xlarge", "0.2142000000"),
+        price_list_row("ml.c5.xlarge", "0.2040000000"),
+        price_list_row("ml.c5.xlarge", "0.2300000000", component="Hosting"),
+    ],  # another component: not a training price
+    [
+        price_list_row("ml.g6.xlarge-Training", "1.1670000000"),
+        price_list_row("ml.m5.large", "0.0000000000"),  # $0: free-tier row
+        price_list_row("ml.p5.48xlarge", "55.0400000000", unit="Quantity"),
+    ],  # not an hourly dimension
 ]
 
 

@@ -21,7 +21,9 @@ me = config["current_host"]
 
 # the trainer logs a few steps and ends; the data host said it serves, then prints only what a framework prints while
 # nothing advances (Ray Data's progress bar of a read that never starts)
-STUCK = HOST + """
+STUCK = (
+    HOST
+    + """
 if config["current_group_name"] == "dnn_group":
     for step in range(1, 4):
         print(f"[metrics] epoch=0 step={step} step_time_ms=100.0", flush=True)
@@ -32,26 +34,36 @@ while True:
     print("Running Dataset: dataset_0. Active & requested resources: 1/0 CPU: : 0.00 row [00:01, ? row/s]", flush=True)
     time.sleep(0.1)
 """
+)
 
 # both hosts report every 0.4 s for 3 s, longer than the deadline
-STEADY = HOST + """
+STEADY = (
+    HOST
+    + """
 for i in range(1, 8):
     print(f"[metrics] epoch=0 step={i} step_time_ms=400.0" if config["current_group_name"] == "dnn_group" else f"[data] {me}: {i}",
           flush=True)
     time.sleep(0.4)
 """
+)
 
 
 def _job(tmp_path, program: str, progress_timeout_s: float) -> EmulatedJob:
     code = tmp_path / "code"
     code.mkdir()
     (code / "entry.py").write_text(program)
-    request = training_request(code_uri=storage.uri(code), output=tmp_path / "output", channels=[], hyperparameters={},
-                               groups=[(DATA_GROUP, "ml.c5.4xlarge", 1), (DNN_GROUP, "ml.g5.xlarge", 1)])
+    request = training_request(
+        code_uri=storage.uri(code),
+        output=tmp_path / "output",
+        channels=[],
+        hyperparameters={},
+        groups=[(DATA_GROUP, "ml.c5.4xlarge", 1), (DNN_GROUP, "ml.g5.xlarge", 1)],
+    )
     del request["AlgorithmSpecification"]["ContainerEntrypoint"]  # script mode: the toolkit runs entry.py
     request["HyperParameters"]["sagemaker_program"] = "entry.py"
-    return EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=5, timeout_s=120,
-                       progress_timeout_s=progress_timeout_s)
+    return EmulatedJob(
+        name="job", request=request, job_dir=tmp_path / "job", grace_s=5, timeout_s=120, progress_timeout_s=progress_timeout_s
+    )
 
 
 def test_a_job_whose_hosts_stop_reporting_progress_fails_naming_the_stuck_host(tmp_path, no_leftovers):

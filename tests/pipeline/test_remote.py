@@ -31,17 +31,29 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-MINIMAL_DEFINITION = {"Version": "2020-12-01", "Steps": [],
-                      "Parameters": [{"Name": p.name, "Type": {int: "Integer", float: "Float", bool: "Boolean"}.get(p.type, "String"),
-                                      "DefaultValue": p.default} for p in TUNABLES]}
+MINIMAL_DEFINITION = {
+    "Version": "2020-12-01",
+    "Steps": [],
+    "Parameters": [
+        {
+            "Name": p.name,
+            "Type": {int: "Integer", float: "Float", bool: "Boolean"}.get(p.type, "String"),
+            "DefaultValue": p.default,
+        }
+        for p in TUNABLES
+    ],
+}
 
 
 @pytest.fixture
 def sagemaker(aws_env):
     """A moto SageMaker with the pipeline created (a minimal definition declaring our parameters)."""
     client = boto3.client("sagemaker")
-    client.create_pipeline(PipelineName=PIPELINE, PipelineDefinition=json.dumps(MINIMAL_DEFINITION),
-                           RoleArn="arn:aws:iam::123456789012:role/hetero-pipeline")
+    client.create_pipeline(
+        PipelineName=PIPELINE,
+        PipelineDefinition=json.dumps(MINIMAL_DEFINITION),
+        RoleArn="arn:aws:iam::123456789012:role/hetero-pipeline",
+    )
     return client
 
 
@@ -55,13 +67,28 @@ def start(capsys, *params: str, name: str = PIPELINE) -> str:
 
 # --- starting ---
 
+
 def test_start_sends_checked_overrides_as_sagemaker_strings(sagemaker, capsys):
-    arn = start(capsys, "InputData=s3://data/images/", "Epochs=3", "RunBaseline=no", "ShardSizeMB=32", "DataDistribution=FullyReplicated",
-                "DnnInstanceCount=2", "WorkloadOptions={\"blur_passes\": 4}")
+    arn = start(
+        capsys,
+        "InputData=s3://data/images/",
+        "Epochs=3",
+        "RunBaseline=no",
+        "ShardSizeMB=32",
+        "DataDistribution=FullyReplicated",
+        "DnnInstanceCount=2",
+        'WorkloadOptions={"blur_passes": 4}',
+    )
     sent = sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]
-    assert sent == [{"Name": "InputData", "Value": "s3://data/images/"}, {"Name": "Epochs", "Value": "3"}, {"Name": "RunBaseline", "Value": "false"},
-                    {"Name": "ShardSizeMB", "Value": "32.0"}, {"Name": "DataDistribution", "Value": "FullyReplicated"},
-                    {"Name": "DnnInstanceCount", "Value": "2"}, {"Name": "WorkloadOptions", "Value": "{\"blur_passes\": 4}"}]
+    assert sent == [
+        {"Name": "InputData", "Value": "s3://data/images/"},
+        {"Name": "Epochs", "Value": "3"},
+        {"Name": "RunBaseline", "Value": "false"},
+        {"Name": "ShardSizeMB", "Value": "32.0"},
+        {"Name": "DataDistribution", "Value": "FullyReplicated"},
+        {"Name": "DnnInstanceCount", "Value": "2"},
+        {"Name": "WorkloadOptions", "Value": '{"blur_passes": 4}'},
+    ]
     described = sagemaker.describe_pipeline_execution(PipelineExecutionArn=arn)
     assert described["PipelineExecutionArn"] == arn
     assert described["PipelineArn"].endswith(f":pipeline/{PIPELINE}")
@@ -83,11 +110,15 @@ def test_start_uses_the_run_precedence(sagemaker, capsys, monkeypatch, tmp_path)
     code, out, err = run_cli(capsys, "start", "--config", str(config), "--param", "Epochs=2")  # the command line beats both
     assert code == 0, err
     arn = re.search(r"arn: +(\S+)", out)[1]
-    sent = {p["Name"]: p["Value"] for p in sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]}
+    sent = {
+        p["Name"]: p["Value"]
+        for p in sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]
+    }
     assert sent == {"Epochs": "2", "MaxSteps": "60", "RunBaseline": "false"}
 
 
 # --- bad input never reaches AWS ---
+
 
 class Recorder(BaseHTTPRequestHandler):
     """Records every request and answers with the server's canned (status, JSON body)."""
@@ -128,19 +159,22 @@ def endpoint(aws_env, monkeypatch):
         server.server_close()
 
 
-@pytest.mark.parametrize("param,expected", [
-    ("NoSuchThing=1", r"unknown parameter 'NoSuchThing'; known: InputData, .*ImprovementThreshold"),
-    ("Epochs=two", r"Epochs='two' is not an int"),
-    ("Epochs=0", r"Epochs=0 must be >= 1"),
-    ("DnnInstanceCount=1.5", r"DnnInstanceCount='1.5' is not an int"),
-    ("ShardSizeMB=500", r"ShardSizeMB=500.0 must be between 1 and 128"),
-    ("DataDistribution=Striped", r"DataDistribution='Striped': allowed values are ShardedByS3Key, FullyReplicated"),
-    ("InputMode=file", r"InputMode='file': allowed values are File, FastFile"),
-    ("RunBaseline=maybe", r"RunBaseline='maybe' is not a bool"),
-    ("WorkloadOptions=[1]", r"WorkloadOptions='\[1\]' must be a JSON object"),
-    ("Epochs", r"--param 'Epochs': write Name=Value"),
-    ("InputData=./my_images", r"InputData='./my_images': in the cloud it must be an s3://bucket/prefix URI"),
-])
+@pytest.mark.parametrize(
+    "param,expected",
+    [
+        ("NoSuchThing=1", r"unknown parameter 'NoSuchThing'; known: InputData, .*ImprovementThreshold"),
+        ("Epochs=two", r"Epochs='two' is not an int"),
+        ("Epochs=0", r"Epochs=0 must be >= 1"),
+        ("DnnInstanceCount=1.5", r"DnnInstanceCount='1.5' is not an int"),
+        ("ShardSizeMB=500", r"ShardSizeMB=500.0 must be between 1 and 128"),
+        ("DataDistribution=Striped", r"DataDistribution='Striped': allowed values are ShardedByS3Key, FullyReplicated"),
+        ("InputMode=file", r"InputMode='file': allowed values are File, FastFile"),
+        ("RunBaseline=maybe", r"RunBaseline='maybe' is not a bool"),
+        ("WorkloadOptions=[1]", r"WorkloadOptions='\[1\]' must be a JSON object"),
+        ("Epochs", r"--param 'Epochs': write Name=Value"),
+        ("InputData=./my_images", r"InputData='./my_images': in the cloud it must be an s3://bucket/prefix URI"),
+    ],
+)
 def test_bad_parameters_are_rejected_before_any_request(endpoint, capsys, param, expected):
     code, out, err = run_cli(capsys, "start", "--param", "Epochs=2", "--param", param)
     assert code == 2 and not out
@@ -157,16 +191,28 @@ def test_the_recording_endpoint_does_see_a_valid_start(endpoint, capsys):
     assert json.loads(body)["PipelineParameters"] == [{"Name": "Epochs", "Value": "2"}]
 
 
-@pytest.mark.parametrize("reply,expected", [
-    # What AWS itself answers (moto says ValidationException "Could not find pipeline", tested below).
-    ((400, {"__type": "ResourceNotFound", "message": "Pipeline 'arn:aws:sagemaker:us-east-1:1:pipeline/p' does not exist."}),
-     r"^error: pipeline not found: no pipeline 'HeteroTraining' in us-east-1: deploy it with `cdk deploy` first"),
-    ((400, {"__type": "AccessDeniedException", "Message": "User: arn:aws:iam::1:user/u is not authorized"}),
-     r"^error: access denied: StartPipelineExecution on pipeline 'HeteroTraining' in us-east-1 was denied: .*not authorized.*"
-     r"needs sagemaker:StartPipelineExecution"),
-    ((400, {"__type": "UnrecognizedClientException", "message": "The security token included in the request is invalid."}),
-     r"^error: bad credentials: AWS rejected the credentials \(UnrecognizedClientException"),
-])
+@pytest.mark.parametrize(
+    "reply,expected",
+    [
+        # What AWS itself answers (moto says ValidationException "Could not find pipeline", tested below).
+        (
+            (
+                400,
+                {"__type": "ResourceNotFound", "message": "Pipeline 'arn:aws:sagemaker:us-east-1:1:pipeline/p' does not exist."},
+            ),
+            r"^error: pipeline not found: no pipeline 'HeteroTraining' in us-east-1: deploy it with `cdk deploy` first",
+        ),
+        (
+            (400, {"__type": "AccessDeniedException", "Message": "User: arn:aws:iam::1:user/u is not authorized"}),
+            r"^error: access denied: StartPipelineExecution on pipeline 'HeteroTraining' in us-east-1 was denied: .*not authorized.*"
+            r"needs sagemaker:StartPipelineExecution",
+        ),
+        (
+            (400, {"__type": "UnrecognizedClientException", "message": "The security token included in the request is invalid."}),
+            r"^error: bad credentials: AWS rejected the credentials \(UnrecognizedClientException",
+        ),
+    ],
+)
 def test_aws_refusals_are_one_line_user_errors(endpoint, capsys, reply, expected):
     endpoint.reply = reply
     code, _, err = run_cli(capsys, "start")
@@ -185,15 +231,19 @@ def test_no_credentials(aws_env, capsys, monkeypatch):
 
 # --- the pipeline must exist ---
 
+
 @pytest.mark.parametrize("command", ["start", "executions"])
 def test_pipeline_not_found_says_deploy_first(sagemaker, capsys, command):
     code, _, err = run_cli(capsys, command, "--pipeline-name", "not-deployed")
     assert code == 2 and "Traceback" not in err
-    assert err.strip() == ("error: pipeline not found: no pipeline 'not-deployed' in us-east-1: deploy it with `cdk deploy` "
-                           "first, or check --pipeline-name (env HETERO_PIPELINE_NAME) and AWS_REGION")
+    assert err.strip() == (
+        "error: pipeline not found: no pipeline 'not-deployed' in us-east-1: deploy it with `cdk deploy` "
+        "first, or check --pipeline-name (env HETERO_PIPELINE_NAME) and AWS_REGION"
+    )
 
 
 # --- watching ---
+
 
 @pytest.fixture
 def three_executions(sagemaker, capsys, tmp_path):
@@ -220,7 +270,9 @@ def test_executions_lists_newest_first_with_the_summary(three_executions, capsys
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"
     assert re.fullmatch(rf"{new} +Succeeded +{stamp}  no price_performance\.json", lines[0]), lines[0]
     assert re.fullmatch(rf"{middle} +Succeeded +{stamp}  no baseline, \$0\.0289/100 steps", lines[1]), lines[1]
-    assert re.fullmatch(rf"{old} +Succeeded +{stamp}  speedup 6\.48x, improvement 77\.2%, \$0\.0289/100 steps", lines[2]), lines[2]
+    assert re.fullmatch(rf"{old} +Succeeded +{stamp}  speedup 6\.48x, improvement 77\.2%, \$0\.0289/100 steps", lines[2]), lines[
+        2
+    ]
 
 
 def test_executions_limit_and_env_defaults(three_executions, capsys, monkeypatch):
@@ -269,12 +321,15 @@ def test_missing_results_bucket_is_a_user_error(sagemaker, capsys):
 
 def test_overrides_api_is_pure():
     assert pipeline_parameters({"RunBaseline": "1", "ImprovementThreshold": "0.2"}) == [
-        {"Name": "RunBaseline", "Value": "true"}, {"Name": "ImprovementThreshold", "Value": "0.2"}]
+        {"Name": "RunBaseline", "Value": "true"},
+        {"Name": "ImprovementThreshold", "Value": "0.2"},
+    ]
     with pytest.raises(UserError, match="unknown parameter 'epochs'"):
         pipeline_parameters({"epochs": "2"})
 
 
 # --- planning from an execution, and starting with its plan ---
+
 
 @pytest.fixture
 def planned_execution(sagemaker, capsys, tmp_path):
@@ -303,19 +358,29 @@ def test_plan_prints_the_frontier_and_how_to_apply_it(planned_execution, capsys)
 
 def test_start_apply_plan_sends_the_planned_data_group(planned_execution, sagemaker, capsys):
     exec_id, stored = planned_execution
-    code, out, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", exec_id,
-                             "--param", "Epochs=2")
+    code, out, err = run_cli(
+        capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", exec_id, "--param", "Epochs=2"
+    )
     assert code == 0, err
     arn = re.search(r"arn: +(\S+)", out)[1]
-    sent = {p["Name"]: p["Value"] for p in sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]}
-    assert sent == {"Epochs": "2", "DataInstanceType": stored["recommendation"]["data"],
-                    "DataInstanceCount": str(stored["recommendation"]["data_count"])}
+    sent = {
+        p["Name"]: p["Value"]
+        for p in sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]
+    }
+    assert sent == {
+        "Epochs": "2",
+        "DataInstanceType": stored["recommendation"]["data"],
+        "DataInstanceCount": str(stored["recommendation"]["data_count"]),
+    }
 
 
-@pytest.mark.parametrize("argv,expected", [
-    (["--param", "DataInstanceCount=7"], "--apply-plan sets DataInstanceCount, which you also set: drop one"),
-    ([], None),
-])
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["--param", "DataInstanceCount=7"], "--apply-plan sets DataInstanceCount, which you also set: drop one"),
+        ([], None),
+    ],
+)
 def test_apply_plan_refuses_a_clash_and_an_unknown_execution(planned_execution, capsys, argv, expected):
     exec_id, _ = planned_execution
     target = exec_id if expected else "no-such-execution"
@@ -338,15 +403,26 @@ DEPLOYED = "HeteroDeployed"
 def compiled_definition() -> dict:
     from pipeline.sagemaker import DeploySettings, build_definition
 
-    return build_definition(DeploySettings(pipeline_name=DEPLOYED, region="us-east-1", role_arn="arn:aws:iam::123456789012:role/jobs",
-                                           bucket=BUCKET, code_uri=f"s3://{BUCKET}/hetero/code/code.tar.gz"))
+    return build_definition(
+        DeploySettings(
+            pipeline_name=DEPLOYED,
+            region="us-east-1",
+            role_arn="arn:aws:iam::123456789012:role/jobs",
+            bucket=BUCKET,
+            code_uri=f"s3://{BUCKET}/hetero/code/code.tar.gz",
+        )
+    )
 
 
 def create_deployed(client, definition: dict) -> None:
     """As the stack deploys it: the description says what the jobs' role may read (infra/sagemaker_pipeline.py)."""
     access = JobAccess(inputs=f"s3://{BUCKET}/hetero/raw/", artifacts=f"s3://{BUCKET}/hetero/")
-    client.create_pipeline(PipelineName=DEPLOYED, PipelineDefinition=json.dumps(definition),
-                           PipelineDescription=f"Shard -> ... {access.describe()}", RoleArn="arn:aws:iam::123456789012:role/pipeline")
+    client.create_pipeline(
+        PipelineName=DEPLOYED,
+        PipelineDefinition=json.dumps(definition),
+        PipelineDescription=f"Shard -> ... {access.describe()}",
+        RoleArn="arn:aws:iam::123456789012:role/pipeline",
+    )
 
 
 @pytest.fixture
@@ -360,7 +436,10 @@ def deployed(aws_env):
 
 def sent_parameters(client, out: str) -> dict:
     arn = re.search(r"arn: +(\S+)", out)[1]
-    return {p["Name"]: p["Value"] for p in client.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]}
+    return {
+        p["Name"]: p["Value"]
+        for p in client.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]
+    }
 
 
 def test_start_uploads_a_refreshed_price_file_beside_the_artifacts_and_passes_its_uri(deployed, capsys, tmp_path):
@@ -371,7 +450,9 @@ def test_start_uploads_a_refreshed_price_file_beside_the_artifacts_and_passes_it
     code, out, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--prices", str(prices), "--param", "Epochs=1")
     assert code == 0, err
     sent = sent_parameters(deployed, out)
-    assert sent["Epochs"] == "1" and re.fullmatch(rf"s3://{BUCKET}/hetero/price-overrides/[0-9a-f]{{16}}\.json", sent["PriceOverrides"])
+    assert sent["Epochs"] == "1" and re.fullmatch(
+        rf"s3://{BUCKET}/hetero/price-overrides/[0-9a-f]{{16}}\.json", sent["PriceOverrides"]
+    )
     key = sent["PriceOverrides"].split("/", 3)[3]
     assert boto3.client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read() == prices.read_bytes()
     code, out, _ = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--prices", str(prices))
@@ -386,38 +467,62 @@ def test_start_takes_an_s3_price_file_once_it_has_read_it(deployed, capsys, tmp_
     assert code == 0, err
     assert sent_parameters(deployed, out) == {"PriceOverrides": uri}
     s3.put_object(Bucket=BUCKET, Key="hetero/mine/bad.json", Body=b'{"ml.p9.mega": 99.0}')
-    for bad, expected in ((f"s3://{BUCKET}/hetero/mine/bad.json", "bad price file: price file s3://hetero-artifacts/hetero/mine/"
-                                                                 "bad.json: key 'prices' must be a non-empty object"),
-                          (f"s3://{BUCKET}/hetero/mine/none.json", "cannot read the price file s3://hetero-artifacts/hetero/mine/"
-                                                                  "none.json: NoSuchKey")):
+    for bad, expected in (
+        (
+            f"s3://{BUCKET}/hetero/mine/bad.json",
+            "bad price file: price file s3://hetero-artifacts/hetero/mine/bad.json: key 'prices' must be a non-empty object",
+        ),
+        (
+            f"s3://{BUCKET}/hetero/mine/none.json",
+            "cannot read the price file s3://hetero-artifacts/hetero/mine/none.json: NoSuchKey",
+        ),
+    ):
         code, _, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--param", f"PriceOverrides={bad}")
         assert code == 2 and expected in err, err
-    assert '{"prices": {"ml.<type>": <USD per hour>, ...}}' in run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--prices",
-                                                                       f"s3://{BUCKET}/hetero/mine/bad.json")[2]
+    assert (
+        '{"prices": {"ml.<type>": <USD per hour>, ...}}'
+        in run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--prices", f"s3://{BUCKET}/hetero/mine/bad.json")[2]
+    )
     assert len(deployed.list_pipeline_executions(PipelineName=DEPLOYED)["PipelineExecutionSummaries"]) == 1
 
 
 def test_start_refuses_a_request_over_a_service_limit_before_the_execution_starts(deployed, capsys):
-    long = f"s3://{BUCKET}/hetero/raw/" + "raw-images/" * 22  # a valid parameter (<= 1024), too long for the Shard step's argument
+    long = (
+        f"s3://{BUCKET}/hetero/raw/" + "raw-images/" * 22
+    )  # a valid parameter (<= 1024), too long for the Shard step's argument
     code, out, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--param", f"InputData={long}")
     assert code == 2 and not out and "Traceback" not in err
-    assert (f"step Shard: An error occurred (ValidationException) when calling the CreateProcessingJob operation: "
-            f"AppSpecification.ContainerArguments[11] would be {len(long)} characters long, from parameter InputData "
-            f"({len(long)} characters); CreateProcessingJob allows at most 256: use a shorter S3 prefix") in err, err
-    code, _, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--param", "WorkloadOptions=" + json.dumps({"k": "x" * 1100}))
-    assert code == 2 and "parameter WorkloadOptions is 1109 characters long; a SageMaker pipeline parameter value may have at " \
-                         "most 1024: keep long or fixed options in the workload module" in err
+    assert (
+        f"step Shard: An error occurred (ValidationException) when calling the CreateProcessingJob operation: "
+        f"AppSpecification.ContainerArguments[11] would be {len(long)} characters long, from parameter InputData "
+        f"({len(long)} characters); CreateProcessingJob allows at most 256: use a shorter S3 prefix"
+    ) in err, err
+    code, _, err = run_cli(
+        capsys, "start", "--pipeline-name", DEPLOYED, "--param", "WorkloadOptions=" + json.dumps({"k": "x" * 1100})
+    )
+    assert (
+        code == 2
+        and "parameter WorkloadOptions is 1109 characters long; a SageMaker pipeline parameter value may have at "
+        "most 1024: keep long or fixed options in the workload module"
+        in err
+    )
     assert deployed.list_pipeline_executions(PipelineName=DEPLOYED)["PipelineExecutionSummaries"] == []
 
 
-@pytest.mark.parametrize("argv,expected", [
-    (["--param", "Workload=my_pkg.my_workload"], "workload module 'my_pkg.my_workload' is not in the code the hosts get: no "
-                                                 "my_pkg/my_workload.py in steps/ or the code folders (none); deploy it with "
-                                                 "-c hetero:codeDirs='[\"DIR\"]' and run hetero start from that folder"),
-    (["--param", "Workload=steps.train.workloads.nope"], "workload module 'steps.train.workloads.nope' is not in the code"),
-    (["--param", "Workload=steps.train.workload"], "defines no WORKLOAD"),
-    (["--prices", "no-such-prices.json"], "PriceOverrides 'no-such-prices.json' (--prices): no such file"),
-])
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (
+            ["--param", "Workload=my_pkg.my_workload"],
+            "workload module 'my_pkg.my_workload' is not in the code the hosts get: no "
+            "my_pkg/my_workload.py in steps/ or the code folders (none); deploy it with "
+            "-c hetero:codeDirs='[\"DIR\"]' and run hetero start from that folder",
+        ),
+        (["--param", "Workload=steps.train.workloads.nope"], "workload module 'steps.train.workloads.nope' is not in the code"),
+        (["--param", "Workload=steps.train.workload"], "defines no WORKLOAD"),
+        (["--prices", "no-such-prices.json"], "PriceOverrides 'no-such-prices.json' (--prices): no such file"),
+    ],
+)
 def test_a_bad_workload_or_price_file_is_refused_before_any_request(endpoint, capsys, argv, expected):
     code, out, err = run_cli(capsys, "start", *argv)
     assert code == 2 and not out and expected in err, err
@@ -434,14 +539,17 @@ def test_a_denied_describe_pipeline_names_the_permission(endpoint, capsys):
 
 # --- what the jobs' role may read, and where the images exist: checked before the execution starts ---
 
+
 def test_start_refuses_input_data_the_jobs_role_cannot_read(deployed, capsys):
     for uri in ("s3://someone-elses-bucket/images/", f"s3://{BUCKET}/incoming/", f"s3://{BUCKET}/het"):
         code, out, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--param", f"InputData={uri}")
         assert code == 2 and not out and "Traceback" not in err
-        assert err.strip() == (f"error: bad parameter: parameter InputData={uri!r}: the pipeline's jobs may read only "
-                               f"s3://{BUCKET}/hetero/raw/ (inputs) and s3://{BUCKET}/hetero/ (the pipeline's artifacts): copy the "
-                               f"data under s3://{BUCKET}/hetero/raw/, or redeploy with another input prefix of that bucket "
-                               "(npx cdk deploy -c hetero:inputPrefix=<prefix>/)"), err
+        assert err.strip() == (
+            f"error: bad parameter: parameter InputData={uri!r}: the pipeline's jobs may read only "
+            f"s3://{BUCKET}/hetero/raw/ (inputs) and s3://{BUCKET}/hetero/ (the pipeline's artifacts): copy the "
+            f"data under s3://{BUCKET}/hetero/raw/, or redeploy with another input prefix of that bucket "
+            "(npx cdk deploy -c hetero:inputPrefix=<prefix>/)"
+        ), err
     assert deployed.list_pipeline_executions(PipelineName=DEPLOYED)["PipelineExecutionSummaries"] == []
 
 
@@ -454,14 +562,17 @@ def test_start_takes_input_data_under_the_readable_prefixes(deployed, capsys):
 
 def test_start_refuses_a_price_file_the_jobs_role_cannot_read(deployed, capsys):
     code, _, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED, "--prices", "s3://someone-elses-bucket/prices.json")
-    assert code == 2 and "parameter PriceOverrides='s3://someone-elses-bucket/prices.json': the pipeline's jobs may read only" in err
+    assert (
+        code == 2 and "parameter PriceOverrides='s3://someone-elses-bucket/prices.json': the pipeline's jobs may read only" in err
+    )
     assert f"pass the file with --prices FILE (hetero start uploads it under s3://{BUCKET}/hetero/)" in err
 
 
 def test_a_pipeline_that_does_not_say_what_its_jobs_read_is_not_checked(sagemaker, capsys):
     arn = start(capsys, "InputData=s3://anywhere/images/")  # created without the stack's description
     assert sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"] == [
-        {"Name": "InputData", "Value": "s3://anywhere/images/"}]
+        {"Name": "InputData", "Value": "s3://anywhere/images/"}
+    ]
 
 
 def _in_region(definition: dict, registry: str) -> dict:
@@ -476,8 +587,10 @@ def test_start_refuses_aws_images_of_a_region_where_aws_does_not_publish_them(aw
     code, out, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED)
     assert code == 2 and not out and "Traceback" not in err
     image = default_processing_image("us-east-1").replace("763104351884.dkr.ecr.us-east-1.amazonaws.com", gov)
-    assert err.startswith(f"error: bad region: pipeline {DEPLOYED!r} runs {image}: region 'us-gov-west-1' has no AWS Deep "
-                          "Learning Container for pytorch 2.13.0: AWS publishes it in 36 regions (af-south-1, "), err
+    assert err.startswith(
+        f"error: bad region: pipeline {DEPLOYED!r} runs {image}: region 'us-gov-west-1' has no AWS Deep "
+        "Learning Container for pytorch 2.13.0: AWS publishes it in 36 regions (af-south-1, "
+    ), err
     assert err.rstrip().endswith("us-west-2); use one of them, or your own images"), err
     assert client.list_pipeline_executions(PipelineName=DEPLOYED)["PipelineExecutionSummaries"] == []
 

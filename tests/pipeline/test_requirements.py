@@ -45,24 +45,29 @@ def test_vendored_wheels_with_no_index_pass_and_a_missing_one_is_refused_with_pi
     assert _refusal(tmp_path, folder) is None
     (folder / "requirements.txt").write_text(VENDORED + "tiny-dep==0.0.1\nother-dep\n")
     message = _refusal(tmp_path, folder)
-    assert message.startswith(f"requirements need the network: {folder / 'requirements.txt'} needs the network, but the "
-                              "training jobs run with network isolation"), message
+    assert message.startswith(
+        f"requirements need the network: {folder / 'requirements.txt'} needs the network, but the "
+        "training jobs run with network isolation"
+    ), message
     assert "the shipped wheels do not satisfy it for Python 3.12: " in message and "other-dep" in message
     assert "--no-index --find-links wheels" in message and "drop network isolation" in message  # the fix
     assert "\n" not in message
 
 
-@pytest.mark.parametrize("requirements, reason", [
-    ("tiny-dep\n", "it does not say --no-index, so pip asks the package index about every requirement"),
-    (VENDORED + "-i https://pypi.org/simple\ntiny-dep\n", "requirements.txt:2 names an index (-i https://pypi.org/simple)"),
-    (VENDORED + "--extra-index-url=https://x/simple tiny-dep\n", "requirements.txt:2 names an index (--extra-index-url"),
-    ("--no-index -f /tmp/wheels\ntiny-dep\n", "requirements.txt:1 finds links outside the shipped code (-f /tmp/wheels)"),
-    ("--no-index --find-links ../wheels\ntiny-dep\n", "finds links outside the shipped code (--find-links ../wheels)"),
-    ("--no-index --find-links https://example.com/wheels/\ntiny-dep\n", "finds links outside the shipped code"),
-    (VENDORED + "tiny-dep @ https://example.com/tiny_dep-0.0.1-py3-none-any.whl\n", "requirements.txt:2 installs from a URL"),
-    (VENDORED + "git+https://github.com/x/y.git#egg=y\n", "installs from a URL (git+https://github.com/x/y.git#egg=y)"),
-    (VENDORED + "-r more.txt\n", "requirements.txt:2 reads 'more.txt', which is not a file of the shipped code"),
-])
+@pytest.mark.parametrize(
+    "requirements, reason",
+    [
+        ("tiny-dep\n", "it does not say --no-index, so pip asks the package index about every requirement"),
+        (VENDORED + "-i https://pypi.org/simple\ntiny-dep\n", "requirements.txt:2 names an index (-i https://pypi.org/simple)"),
+        (VENDORED + "--extra-index-url=https://x/simple tiny-dep\n", "requirements.txt:2 names an index (--extra-index-url"),
+        ("--no-index -f /tmp/wheels\ntiny-dep\n", "requirements.txt:1 finds links outside the shipped code (-f /tmp/wheels)"),
+        ("--no-index --find-links ../wheels\ntiny-dep\n", "finds links outside the shipped code (--find-links ../wheels)"),
+        ("--no-index --find-links https://example.com/wheels/\ntiny-dep\n", "finds links outside the shipped code"),
+        (VENDORED + "tiny-dep @ https://example.com/tiny_dep-0.0.1-py3-none-any.whl\n", "requirements.txt:2 installs from a URL"),
+        (VENDORED + "git+https://github.com/x/y.git#egg=y\n", "installs from a URL (git+https://github.com/x/y.git#egg=y)"),
+        (VENDORED + "-r more.txt\n", "requirements.txt:2 reads 'more.txt', which is not a file of the shipped code"),
+    ],
+)
 def test_what_would_reach_for_the_network_is_named_by_line(tmp_path, requirements, reason):
     folder = _code(tmp_path, requirements, wheels={"tiny-dep": {"tiny_dep.py": "X = 1\n"}})
     message = _refusal(tmp_path, folder)
@@ -70,7 +75,9 @@ def test_what_would_reach_for_the_network_is_named_by_line(tmp_path, requirement
 
 
 def test_nested_files_follow_the_same_rules_and_no_index_anywhere_counts(tmp_path):
-    folder = _code(tmp_path, "-r more/reqs.txt\n# a comment\ntiny-dep  # pinned below\n", wheels={"tiny-dep": {"tiny_dep.py": ""}})
+    folder = _code(
+        tmp_path, "-r more/reqs.txt\n# a comment\ntiny-dep  # pinned below\n", wheels={"tiny-dep": {"tiny_dep.py": ""}}
+    )
     (folder / "more").mkdir()
     (folder / "more" / "reqs.txt").write_text("--no-index \\\n  --find-links ../wheels\ntiny-dep==0.0.1\n")
     no_index, reasons = network_need(folder / "requirements.txt", folder)
@@ -87,9 +94,18 @@ def test_a_setup_py_at_the_root_is_refused_the_toolkit_would_pip_install_it(tmp_
 
 
 def test_the_image_python_comes_from_its_manifest():
-    assert image_python(training_request(code_uri="s3://local/x", output=Path("/o"), groups=[], channels=[], hyperparameters={})
-                        ["AlgorithmSpecification"]["TrainingImage"]) == "3.12"
-    assert image_python("123456789012.dkr.ecr.eu-west-1.amazonaws.com/mine:1") == f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert (
+        image_python(
+            training_request(code_uri="s3://local/x", output=Path("/o"), groups=[], channels=[], hyperparameters={})[
+                "AlgorithmSpecification"
+            ]["TrainingImage"]
+        )
+        == "3.12"
+    )
+    assert (
+        image_python("123456789012.dkr.ecr.eu-west-1.amazonaws.com/mine:1")
+        == f"{sys.version_info.major}.{sys.version_info.minor}"
+    )
 
 
 PROBE = """import importlib.metadata, json, moto, tiny_dep
@@ -101,26 +117,43 @@ def test_each_host_installs_the_requirements_into_its_own_folder_and_the_guard_l
     """The training bootstrap (the toolkit's entry_point.install) pip-installs the code's requirements.txt before the entry
     point, as in the container; here into the host's own folder, never this machine's environment. A package the image
     lacks (moto, refused to every host otherwise) is the job's own once its requirements installed it."""
-    request = training_request(code_uri="s3://local/x", output=tmp_path / "out", groups=[("train", "ml.g5.xlarge", 2)],
-                               channels=[], hyperparameters={"framework": "pytorch"})
+    request = training_request(
+        code_uri="s3://local/x",
+        output=tmp_path / "out",
+        groups=[("train", "ml.g5.xlarge", 2)],
+        channels=[],
+        hyperparameters={"framework": "pytorch"},
+    )
     manifest = image_guard.manifest_for(request["AlgorithmSpecification"]["TrainingImage"])
     assert "moto" in image_guard.refused(manifest)  # the guard would refuse it: the job's own install must lift that
-    folder = _code(tmp_path, VENDORED + "moto==0.0.1\ntiny-dep\n",
-                   wheels={"moto": {"moto/__init__.py": ""}, "tiny-dep": {"tiny_dep.py": "X = 7\n"}})
+    folder = _code(
+        tmp_path,
+        VENDORED + "moto==0.0.1\ntiny-dep\n",
+        wheels={"moto": {"moto/__init__.py": ""}, "tiny-dep": {"tiny_dep.py": "X = 7\n"}},
+    )
     (folder / "probe.py").write_text(PROBE)
     code = build_code_tarball(destination=tmp_path / "code.tar.gz", code_dirs=[folder])
     request["HyperParameters"].update(sagemaker_program="probe.py", sagemaker_submit_directory=storage.uri(code))
     before = metadata.version("moto")
     lines = []
-    job = EmulatedJob(name="req", request=request, job_dir=tmp_path / "job", timeout_s=240,
-                      on_line=lambda host, line: lines.append((host.name, line)), echo=lambda line: lines.append(("", line)))
+    job = EmulatedJob(
+        name="req",
+        request=request,
+        job_dir=tmp_path / "job",
+        timeout_s=240,
+        on_line=lambda host, line: lines.append((host.name, line)),
+        echo=lambda line: lines.append(("", line)),
+    )
     with job:
         job.start()
         result = job.wait()
     assert result.ok, (result.failure, lines)
-    probes = {host: json.loads(line[len("PROBE "):]) for host, line in lines if line.startswith("PROBE ")}
+    probes = {host: json.loads(line[len("PROBE ") :]) for host, line in lines if line.startswith("PROBE ")}
     assert set(probes) == {"algo-1", "algo-2"}
     for host, probe in probes.items():
-        assert probe == {"moto": str(tmp_path / "job" / SITE_PACKAGES / host / "moto" / "__init__.py"), "version": "0.0.1",
-                         "dep": 7}, probe
+        assert probe == {
+            "moto": str(tmp_path / "job" / SITE_PACKAGES / host / "moto" / "__init__.py"),
+            "version": "0.0.1",
+            "dep": 7,
+        }, probe
     assert metadata.version("moto") == before != "0.0.1"  # this machine's environment is untouched

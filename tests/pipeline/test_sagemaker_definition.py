@@ -31,11 +31,23 @@ from steps.train.core.metrics import metric_line  # noqa: E402
 
 ROLE, BUCKET, CODE = "${Token[TOKEN.101]}", "${Token[TOKEN.102]}", "${Token[TOKEN.103]}"
 SETTINGS = DeploySettings(pipeline_name="hetero-test", region="eu-west-1", role_arn=ROLE, bucket=BUCKET, code_uri=CODE)
-FSX = FsxSettings(file_system_id="${Token[TOKEN.201]}", directory_path="${Token[TOKEN.202]}",
-                  subnets=("${Token[TOKEN.203]}",), security_group_ids=("${Token[TOKEN.204]}", "${Token[TOKEN.205]}"))
-FSX_SETTINGS = DeploySettings(pipeline_name="hetero-fsx", region="us-west-2", role_arn=ROLE, bucket=BUCKET, code_uri=CODE,
-                              prefix="team/hetero", training_image="111122223333.dkr.ecr.us-west-2.amazonaws.com/mine:gpu",
-                              processing_image="111122223333.dkr.ecr.us-west-2.amazonaws.com/mine:cpu", fsx=FSX)
+FSX = FsxSettings(
+    file_system_id="${Token[TOKEN.201]}",
+    directory_path="${Token[TOKEN.202]}",
+    subnets=("${Token[TOKEN.203]}",),
+    security_group_ids=("${Token[TOKEN.204]}", "${Token[TOKEN.205]}"),
+)
+FSX_SETTINGS = DeploySettings(
+    pipeline_name="hetero-fsx",
+    region="us-west-2",
+    role_arn=ROLE,
+    bucket=BUCKET,
+    code_uri=CODE,
+    prefix="team/hetero",
+    training_image="111122223333.dkr.ecr.us-west-2.amazonaws.com/mine:gpu",
+    processing_image="111122223333.dkr.ecr.us-west-2.amazonaws.com/mine:cpu",
+    fsx=FSX,
+)
 TF_SETTINGS = replace(SETTINGS, pipeline_name="hetero-tf", framework="tensorflow")
 PROCESSING_STEPS = ("Shard", "Evaluate", "EvaluateWithoutBaseline")
 SDK_ENV = ("AWS_DEFAULT_REGION", "SAGEMAKER_VALIDATE_ROLE", "AWS_EC2_METADATA_DISABLED")
@@ -64,8 +76,16 @@ def built():
         first, second = definition_json(SETTINGS), definition_json(SETTINGS)
         fsx = build_definition(FSX_SETTINGS)
         tensorflow = build_definition(TF_SETTINGS)
-    return {"text": first, "again": second, "definition": json.loads(first), "fsx": fsx, "tensorflow": tensorflow, "attempts": attempts,
-            "env_before": env_before, "env_after": {k: os.environ.get(k) for k in SDK_ENV}}
+    return {
+        "text": first,
+        "again": second,
+        "definition": json.loads(first),
+        "fsx": fsx,
+        "tensorflow": tensorflow,
+        "attempts": attempts,
+        "env_before": env_before,
+        "env_after": {k: os.environ.get(k) for k in SDK_ENV},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +128,7 @@ def args_of(step: dict) -> dict:
 
 # -- building ----------------------------------------------------------------------------------
 
+
 def test_builds_without_network_and_restores_the_environment(built):
     assert built["attempts"] == []
     assert built["env_after"] == built["env_before"]
@@ -132,9 +153,13 @@ def test_cloudformation_tokens_pass_through_unchanged(built, steps):
 
 def test_empty_settings_are_refused_before_the_sdk_runs():
     with pytest.raises(UserError, match="role_arn"):
-        build_definition(DeploySettings(pipeline_name="p", region="eu-west-1", role_arn="", bucket="b", code_uri="s3://b/c.tar.gz"))
+        build_definition(
+            DeploySettings(pipeline_name="p", region="eu-west-1", role_arn="", bucket="b", code_uri="s3://b/c.tar.gz")
+        )
     with pytest.raises(UserError, match="prefix"):
-        build_definition(DeploySettings(pipeline_name="p", region="eu-west-1", role_arn="r", bucket="b", code_uri="c", prefix="/x/"))
+        build_definition(
+            DeploySettings(pipeline_name="p", region="eu-west-1", role_arn="r", bucket="b", code_uri="c", prefix="/x/")
+        )
 
 
 def test_every_reference_points_at_a_declared_parameter_or_step(definition, steps):
@@ -151,6 +176,7 @@ def test_every_reference_points_at_a_declared_parameter_or_step(definition, step
 
 # -- parameters --------------------------------------------------------------------------------
 
+
 def test_every_graph_parameter_is_a_pipeline_parameter_with_its_default(definition):
     declared = {p["Name"]: p for p in definition["Parameters"]}
     assert list(declared) == [p.name for p in TUNABLES]
@@ -166,6 +192,7 @@ def test_every_graph_parameter_is_a_pipeline_parameter_with_its_default(definiti
 
 # -- training ----------------------------------------------------------------------------------
 
+
 def test_heterogeneous_job_has_two_parameterised_instance_groups(steps):
     groups = steps["TrainHeterogeneous"]["Arguments"]["ResourceConfig"]["InstanceGroups"]
     assert groups == [
@@ -176,7 +203,9 @@ def test_heterogeneous_job_has_two_parameterised_instance_groups(steps):
 
 def test_baseline_is_the_dnn_group_alone(steps):
     groups = steps["TrainBaseline"]["Arguments"]["ResourceConfig"]["InstanceGroups"]
-    assert groups == [{"InstanceGroupName": DNN_GROUP, "InstanceType": param("DnnInstanceType"), "InstanceCount": param("DnnInstanceCount")}]
+    assert groups == [
+        {"InstanceGroupName": DNN_GROUP, "InstanceType": param("DnnInstanceType"), "InstanceCount": param("DnnInstanceCount")}
+    ]
 
 
 def channels(step: dict) -> dict:
@@ -189,7 +218,10 @@ def test_training_channel_is_sharded_by_parameter_onto_the_data_group_only(steps
     assert s3["S3DataDistributionType"] == param("DataDistribution")
     assert s3["InstanceGroupNames"] == [DATA_GROUP]
     assert train["InputMode"] == param("InputMode")
-    assert s3["S3Uri"]["Std:Join"]["Values"] == [{"Get": "Steps.Shard.ProcessingOutputConfig.Outputs['output'].S3Output.S3Uri"}, "train"]
+    assert s3["S3Uri"]["Std:Join"]["Values"] == [
+        {"Get": "Steps.Shard.ProcessingOutputConfig.Outputs['output'].S3Output.S3Uri"},
+        "train",
+    ]
 
 
 def test_the_dnn_hosts_stream_the_training_shards_and_hold_no_copy_of_them(steps):
@@ -217,14 +249,19 @@ def test_validation_reaches_the_trainers_and_the_manifest_every_host(steps):
     baseline_train = channels(steps["TrainBaseline"])["train"]["DataSource"]["S3DataSource"]
     assert (baseline_train["S3DataDistributionType"], baseline_train["InstanceGroupNames"]) == (REPLICATED, [DNN_GROUP])
     # data hosts (the TensorFlow workers) and trainers read the manifest
-    assert channels(steps["TrainHeterogeneous"])["manifest"]["DataSource"]["S3DataSource"]["InstanceGroupNames"] == [DATA_GROUP, DNN_GROUP]
+    assert channels(steps["TrainHeterogeneous"])["manifest"]["DataSource"]["S3DataSource"]["InstanceGroupNames"] == [
+        DATA_GROUP,
+        DNN_GROUP,
+    ]
     assert channels(steps["TrainBaseline"])["manifest"]["DataSource"]["S3DataSource"]["InstanceGroupNames"] == [DNN_GROUP]
 
 
 def test_every_channel_of_a_job_names_its_instance_groups(steps):
     """CreateTrainingJob rejects a heterogeneous job where some channels are assigned to groups and others not."""
     for name in ("TrainHeterogeneous", "TrainBaseline"):
-        assert all(c["DataSource"]["S3DataSource"].get("InstanceGroupNames") for c in steps[name]["Arguments"]["InputDataConfig"]), name
+        assert all(
+            c["DataSource"]["S3DataSource"].get("InstanceGroupNames") for c in steps[name]["Arguments"]["InputDataConfig"]
+        ), name
 
 
 def test_metric_definitions_scrape_the_trainers_metric_lines(steps):
@@ -258,7 +295,11 @@ def test_script_mode_hyperparameters_and_the_graphs_own(steps):
     hp = steps["TrainHeterogeneous"]["Arguments"]["HyperParameters"]
     assert hp["sagemaker_program"] == "steps/train/launcher.py"
     assert hp["sagemaker_submit_directory"] == CODE
-    assert hp["epochs"] == as_string("Epochs") and hp["batch_size"] == as_string("BatchSize") and hp["max_steps"] == as_string("MaxSteps")
+    assert (
+        hp["epochs"] == as_string("Epochs")
+        and hp["batch_size"] == as_string("BatchSize")
+        and hp["max_steps"] == as_string("MaxSteps")
+    )
     assert hp["workload"] == param("Workload") and hp["workload_options"] == param("WorkloadOptions")
     assert (hp["data_group"], hp["dnn_group"]) == (DATA_GROUP, DNN_GROUP)
     known = set(TrainConfig.help())
@@ -274,7 +315,10 @@ def test_the_job_secret_is_a_channel_from_shard_never_the_environment(steps):
         a = steps[name]["Arguments"]
         assert "Environment" not in a and "HETERO_JOB_SECRET" not in json.dumps(a)
         s3 = channels(steps[name])["secret"]["DataSource"]["S3DataSource"]
-        assert s3["S3Uri"]["Std:Join"]["Values"] == [{"Get": "Steps.Shard.ProcessingOutputConfig.Outputs['output'].S3Output.S3Uri"}, "secret"]
+        assert s3["S3Uri"]["Std:Join"]["Values"] == [
+            {"Get": "Steps.Shard.ProcessingOutputConfig.Outputs['output'].S3Output.S3Uri"},
+            "secret",
+        ]
         assert (s3["InstanceGroupNames"], s3["S3DataDistributionType"]) == (groups, REPLICATED)
         assert channels(steps[name])["secret"]["InputMode"] == "File"  # a file the host can remove once read
 
@@ -283,17 +327,34 @@ def test_outputs_and_checkpoints_are_keyed_by_the_execution(steps):
     for name in ("TrainHeterogeneous", "TrainBaseline"):
         a = steps[name]["Arguments"]
         assert a["OutputDataConfig"]["S3OutputPath"]["Std:Join"]["Values"] == [
-            f"s3://{BUCKET}/hetero", {"Get": "Execution.PipelineExecutionId"}, name]
+            f"s3://{BUCKET}/hetero",
+            {"Get": "Execution.PipelineExecutionId"},
+            name,
+        ]
         # checkpoints per execution and step: a spot restart or a retry of the step resumes from them
-        assert a["CheckpointConfig"] == {"LocalPath": "/opt/ml/checkpoints", "S3Uri": {"Std:Join": {"On": "/", "Values": [
-            f"s3://{BUCKET}/hetero", {"Get": "Execution.PipelineExecutionId"}, name, "checkpoints"]}}}
+        assert a["CheckpointConfig"] == {
+            "LocalPath": "/opt/ml/checkpoints",
+            "S3Uri": {
+                "Std:Join": {
+                    "On": "/",
+                    "Values": [f"s3://{BUCKET}/hetero", {"Get": "Execution.PipelineExecutionId"}, name, "checkpoints"],
+                }
+            },
+        }
         assert "EnableManagedSpotTraining" not in a and "MaxWaitTimeInSeconds" not in a["StoppingCondition"]
-        assert steps[name]["RetryPolicies"] == [{"ExceptionType": ["SageMaker.CAPACITY_ERROR", "SageMaker.JOB_INTERNAL_ERROR"],
-                                                 "MaxAttempts": 3, "IntervalSeconds": 60, "BackoffRate": 2.0}]
+        assert steps[name]["RetryPolicies"] == [
+            {
+                "ExceptionType": ["SageMaker.CAPACITY_ERROR", "SageMaker.JOB_INTERNAL_ERROR"],
+                "MaxAttempts": 3,
+                "IntervalSeconds": 60,
+                "BackoffRate": 2.0,
+            }
+        ]
         assert "VpcConfig" not in a
 
 
 # -- processing --------------------------------------------------------------------------------
+
 
 def test_shard_runs_the_script_from_the_code_tarball(steps):
     shard = steps["Shard"]["Arguments"]
@@ -312,7 +373,9 @@ def test_shard_runs_the_script_from_the_code_tarball(steps):
 
 def test_evaluate_reads_both_models_and_exposes_price_performance(steps):
     evaluate = steps["Evaluate"]
-    assert evaluate["PropertyFiles"] == [{"PropertyFileName": "PricePerformance", "OutputName": "output", "FilePath": "price_performance.json"}]
+    assert evaluate["PropertyFiles"] == [
+        {"PropertyFileName": "PricePerformance", "OutputName": "output", "FilePath": "price_performance.json"}
+    ]
     inputs = {i["InputName"]: i["S3Input"]["S3Uri"] for i in evaluate["Arguments"]["ProcessingInputs"]}
     assert inputs["heterogeneous"] == {"Get": "Steps.TrainHeterogeneous.ModelArtifacts.S3ModelArtifacts"}
     assert inputs["baseline"] == {"Get": "Steps.TrainBaseline.ModelArtifacts.S3ModelArtifacts"}
@@ -320,8 +383,12 @@ def test_evaluate_reads_both_models_and_exposes_price_performance(steps):
     assert flags["--execution-id"] == {"Get": "Execution.PipelineExecutionId"}
     assert flags["--store"] == f"s3://{BUCKET}/hetero/results"
     for run, step in (("heterogeneous", "TrainHeterogeneous"), ("baseline", "TrainBaseline")):  # a spot run is priced as billed
-        assert flags[f"--billing-{run}"] == {"Std:Join": {"On": "/", "Values": [
-            {"Get": f"Steps.{step}.BillableTimeInSeconds"}, {"Get": f"Steps.{step}.TrainingTimeInSeconds"}]}}
+        assert flags[f"--billing-{run}"] == {
+            "Std:Join": {
+                "On": "/",
+                "Values": [{"Get": f"Steps.{step}.BillableTimeInSeconds"}, {"Get": f"Steps.{step}.TrainingTimeInSeconds"}],
+            }
+        }
     assert "python3 steps/evaluate/evaluate.py" in evaluate["Arguments"]["AppSpecification"]["ContainerEntrypoint"][2]
 
 
@@ -351,9 +418,15 @@ def test_a_refreshed_100_type_price_file_passes_every_request_check(tmp_path):
     definition = build_definition(CONCRETE_SETTINGS)
     params = {p["Name"]: p.get("DefaultValue") for p in definition["Parameters"]}
     params["PriceOverrides"] = "s3://my-bucket/hetero/price-overrides/0123456789abcdef.json"  # what `hetero start` uploads
-    validate_execution(definition, params, {"PipelineExecutionId": "abcdef123456", "PipelineName": "hetero-test",
-                                            "PipelineExecutionArn": "arn:aws:sagemaker:eu-west-1:123456789012:pipeline/"
-                                                                    "hetero-test/execution/abcdef123456"})
+    validate_execution(
+        definition,
+        params,
+        {
+            "PipelineExecutionId": "abcdef123456",
+            "PipelineName": "hetero-test",
+            "PipelineExecutionArn": "arn:aws:sagemaker:eu-west-1:123456789012:pipeline/hetero-test/execution/abcdef123456",
+        },
+    )
 
 
 def test_shard_names_the_users_input_in_its_messages(steps):
@@ -361,6 +434,7 @@ def test_shard_names_the_users_input_in_its_messages(steps):
 
 
 # -- control flow ------------------------------------------------------------------------------
+
 
 def names(steps_list) -> list[str]:
     return [s["Name"] for s in steps_list]
@@ -380,7 +454,9 @@ def test_baseline_is_skipped_by_a_condition_with_evaluation_in_both_branches(def
 
 def test_check_improvement_fails_the_execution_below_the_threshold(steps):
     check = steps["CheckImprovement"]["Arguments"]
-    improvement = {"Std:JsonGet": {"PropertyFile": {"Get": "Steps.Evaluate.PropertyFiles.PricePerformance"}, "Path": "improvement"}}
+    improvement = {
+        "Std:JsonGet": {"PropertyFile": {"Get": "Steps.Evaluate.PropertyFiles.PricePerformance"}, "Path": "improvement"}
+    }
     assert check["Conditions"] == [
         {"Type": "GreaterThan", "LeftValue": param("ImprovementThreshold"), "RightValue": -1},  # -1: never fail
         {"Type": "LessThan", "LeftValue": improvement, "RightValue": param("ImprovementThreshold")},
@@ -412,6 +488,7 @@ def test_the_tensorflow_pipeline_refuses_several_dnn_hosts_before_any_job(built)
 
 # -- FSx ---------------------------------------------------------------------------------------
 
+
 def test_fsx_variant_mounts_lustre_in_the_vpc(built):
     definition = built["fsx"]
     fsx_steps = all_steps(definition)
@@ -426,7 +503,11 @@ def test_fsx_variant_mounts_lustre_in_the_vpc(built):
         assert source["FileSystemId"] == FSX.file_system_id and source["FileSystemType"] == "FSxLustre"
         assert source["FileSystemAccessMode"] == "ro" and train["InputMode"] == "File"
         assert source["DirectoryPath"]["Std:Join"]["Values"] == [
-            FSX.directory_path, "/", {"Get": "Execution.PipelineExecutionId"}, "/Shard/train"]
+            FSX.directory_path,
+            "/",
+            {"Get": "Execution.PipelineExecutionId"},
+            "/Shard/train",
+        ]
         assert "S3DataSource" in channels(fsx_steps[name])["validation"]["DataSource"]
         # a file-system channel mounts on every group, and channels are assigned to groups all or none
         assert not any(c["DataSource"].get("S3DataSource", {}).get("InstanceGroupNames") for c in a["InputDataConfig"])
@@ -455,7 +536,11 @@ def test_isolated_training_jobs_get_the_code_as_a_channel_on_every_group_and_fet
         a = isolated[name]["Arguments"]
         code = channels(isolated[name])["code"]
         assert code["InputMode"] == "File" and code["DataSource"]["S3DataSource"] == {
-            "S3DataType": "S3Prefix", "S3Uri": ISOLATED.code_uri, "S3DataDistributionType": REPLICATED, "InstanceGroupNames": groups}
+            "S3DataType": "S3Prefix",
+            "S3Uri": ISOLATED.code_uri,
+            "S3DataDistributionType": REPLICATED,
+            "InstanceGroupNames": groups,
+        }
         # the toolkit's download_and_extract unpacks a local tar.gz path: no S3 call in the container
         assert a["HyperParameters"]["sagemaker_submit_directory"] == f"/opt/ml/input/data/code/{'0' * 64}.gz"
         assert not [k for k, v in a["HyperParameters"].items() if "s3://" in json.dumps(v)], name
@@ -494,10 +579,14 @@ def test_spot_is_a_training_job_option_with_its_wait_and_the_service_accepts_bot
 
 # -- framework ---------------------------------------------------------------------------------
 
+
 def image_of(step: dict) -> str:
     arguments = step["Arguments"]
-    return arguments["AlgorithmSpecification"]["TrainingImage"] if "AlgorithmSpecification" in arguments \
+    return (
+        arguments["AlgorithmSpecification"]["TrainingImage"]
+        if "AlgorithmSpecification" in arguments
         else arguments["AppSpecification"]["ImageUri"]
+    )
 
 
 def test_pytorch_is_the_default_framework_with_webdataset_shards(steps):
@@ -567,11 +656,14 @@ def test_the_ray_pipeline_replicates_the_shards_to_every_host_and_runs_the_ray_i
 
 # -- command line ------------------------------------------------------------------------------
 
+
 def test_hetero_definition_prints_the_json(capsys):
     assert main(["definition", "--bucket", "my-bucket", "--region", "eu-central-1"]) == 0
     definition = json.loads(capsys.readouterr().out)
     shard = all_steps(definition)["Shard"]["Arguments"]
-    assert {i["InputName"]: i["S3Input"]["S3Uri"] for i in shard["ProcessingInputs"]}["code"] == "s3://my-bucket/hetero/code/code.tar.gz"
+    assert {i["InputName"]: i["S3Input"]["S3Uri"] for i in shard["ProcessingInputs"]}[
+        "code"
+    ] == "s3://my-bucket/hetero/code/code.tar.gz"
     assert ".eu-central-1." in shard["AppSpecification"]["ImageUri"]
 
 
@@ -579,7 +671,9 @@ def test_hetero_definition_network_isolation_flag_ships_the_code_as_a_channel(ca
     assert main(["definition", "--bucket", "my-bucket", "--network-isolation"]) == 0
     hetero = all_steps(json.loads(capsys.readouterr().out))["TrainHeterogeneous"]["Arguments"]
     assert hetero["EnableNetworkIsolation"] is True
-    assert channels({"Arguments": hetero})["code"]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://my-bucket/hetero/code/code.tar.gz"
+    assert (
+        channels({"Arguments": hetero})["code"]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://my-bucket/hetero/code/code.tar.gz"
+    )
     assert hetero["HyperParameters"]["sagemaker_submit_directory"] == "/opt/ml/input/data/code/code.tar.gz"
 
 
@@ -587,8 +681,17 @@ def test_a_token_region_needs_explicit_images_and_passes_through():
     region = "${Token[AWS.Region.9]}"
     with pytest.raises(UserError, match="training_image"):
         build_definition(DeploySettings(pipeline_name="p", region=region, role_arn=ROLE, bucket=BUCKET, code_uri=CODE))
-    definition = build_definition(DeploySettings(pipeline_name="p", region=region, role_arn=ROLE, bucket=BUCKET, code_uri=CODE,
-                                                 training_image="img:gpu", processing_image="img:cpu"))
+    definition = build_definition(
+        DeploySettings(
+            pipeline_name="p",
+            region=region,
+            role_arn=ROLE,
+            bucket=BUCKET,
+            code_uri=CODE,
+            training_image="img:gpu",
+            processing_image="img:cpu",
+        )
+    )
     train = all_steps(definition)["TrainHeterogeneous"]["Arguments"]
     assert train["HyperParameters"]["sagemaker_region"] == region
     assert train["AlgorithmSpecification"]["TrainingImage"] == "img:gpu"

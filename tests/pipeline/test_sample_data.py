@@ -71,8 +71,16 @@ def test_refuses_a_folder_it_did_not_write(tmp_path):
 
 
 def test_class_names_mix_shape_and_colour():
-    assert class_names(8) == ["red_circle", "red_square", "red_triangle", "red_cross",
-                              "blue_circle", "blue_square", "blue_triangle", "blue_cross"]
+    assert class_names(8) == [
+        "red_circle",
+        "red_square",
+        "red_triangle",
+        "red_cross",
+        "blue_circle",
+        "blue_square",
+        "blue_triangle",
+        "blue_cross",
+    ]
     for n in range(1, 25):
         names = class_names(n)
         assert len(set(names)) == n
@@ -91,7 +99,6 @@ def test_colour_family_is_visible_at_the_centre():
 
 
 def test_shapes_differ_for_the_same_random_draws():
-    images = {name: np.asarray(draw_sample(name, 64, np.random.default_rng(0)))
-              for name in class_names(8)}
+    images = {name: np.asarray(draw_sample(name, 64, np.random.default_rng(0))) for name in class_names(8)}
     reds = [images[n] for n in images if n.startswith("red_")]
-    assert all(not np.array_equal(x, y) for i, x in enumerate(reds) for y in reds[i + 1:])
+    assert all(not np.array_equal(x, y) for i, x in enumerate(reds) for y in reds[i + 1 :])

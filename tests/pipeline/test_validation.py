@@ -18,11 +18,19 @@ from pipeline.sagemaker import FsxSettings, all_steps, build_definition  # noqa:
 from pipeline.validation import validate_request  # noqa: E402
 from tests.support.deploy import CONCRETE_SETTINGS as SETTINGS  # noqa: E402
 
-FSX = FsxSettings(file_system_id="fs-0123456789abcdef0", directory_path="/fsx/dataset", subnets=("subnet-0123456789abcdef0",),
-                  security_group_ids=("sg-0123456789abcdef0",))
-VARIANTS = {"pytorch": SETTINGS, "tensorflow": replace(SETTINGS, framework="tensorflow"), "fsx": replace(SETTINGS, fsx=FSX),
-            "locked-down": replace(SETTINGS, fsx=FSX, inter_container_encryption=True, network_isolation=True),
-            "spot": replace(SETTINGS, spot=True)}
+FSX = FsxSettings(
+    file_system_id="fs-0123456789abcdef0",
+    directory_path="/fsx/dataset",
+    subnets=("subnet-0123456789abcdef0",),
+    security_group_ids=("sg-0123456789abcdef0",),
+)
+VARIANTS = {
+    "pytorch": SETTINGS,
+    "tensorflow": replace(SETTINGS, framework="tensorflow"),
+    "fsx": replace(SETTINGS, fsx=FSX),
+    "locked-down": replace(SETTINGS, fsx=FSX, inter_container_encryption=True, network_isolation=True),
+    "spot": replace(SETTINGS, spot=True),
+}
 OPERATIONS = {"Training": "CreateTrainingJob", "Processing": "CreateProcessingJob"}
 
 
@@ -30,16 +38,26 @@ def requests_of(definition: dict, overrides: dict | None = None) -> dict:
     """Every job step's request with the parameters' defaults (or ``overrides``) and stand-in properties
     of the steps it reads, as the service would hand it to CreateTrainingJob / CreateProcessingJob."""
     params = {p["Name"]: p.get("DefaultValue") for p in definition["Parameters"]} | (overrides or {})
-    scope = expressions.Scope(params, {"PipelineExecutionId": "abcdef123456", "PipelineName": "hetero-test",
-                                       "PipelineExecutionArn": "arn:aws:sagemaker:eu-west-1:123456789012:pipeline/hetero-test/execution/abcdef123456"})
+    scope = expressions.Scope(
+        params,
+        {
+            "PipelineExecutionId": "abcdef123456",
+            "PipelineName": "hetero-test",
+            "PipelineExecutionArn": "arn:aws:sagemaker:eu-west-1:123456789012:pipeline/hetero-test/execution/abcdef123456",
+        },
+    )
     found = {}
     for step in all_steps(definition).values():
         if step["Type"] not in OPERATIONS:
             continue
         request = expressions.evaluate(step["Arguments"], scope)
         found[step["Name"]] = (OPERATIONS[step["Type"]], request)
-        scope.steps[step["Name"]] = {**request, "ModelArtifacts": {"S3ModelArtifacts": "s3://my-bucket/job/output/model.tar.gz"},
-                                     "BillableTimeInSeconds": 1200, "TrainingTimeInSeconds": 3600}
+        scope.steps[step["Name"]] = {
+            **request,
+            "ModelArtifacts": {"S3ModelArtifacts": "s3://my-bucket/job/output/model.tar.gz"},
+            "BillableTimeInSeconds": 1200,
+            "TrainingTimeInSeconds": 3600,
+        }
     return found
 
 
@@ -56,8 +74,13 @@ def test_every_compiled_request_passes_the_service_checks(compiled, variant):
         validate_request(operation, request, step=step)
 
 
-@pytest.mark.parametrize("overrides", [{"DataInstanceCount": 3, "DnnInstanceCount": 2, "DataDistribution": "FullyReplicated"},
-                                       {"InputMode": "FastFile", "RunBaseline": False}])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"DataInstanceCount": 3, "DnnInstanceCount": 2, "DataDistribution": "FullyReplicated"},
+        {"InputMode": "FastFile", "RunBaseline": False},
+    ],
+)
 def test_compiled_requests_pass_with_other_parameter_values(compiled, overrides):
     for step, (operation, request) in requests_of(compiled["pytorch"], overrides).items():
         validate_request(operation, request, step=step)
@@ -87,6 +110,7 @@ def channel(request: dict, name: str) -> dict:
 
 # -- the service model ----------------------------------------------------------------------------
 
+
 def test_a_missing_required_member_is_rejected(training):
     del training["RoleArn"]
     rejected("CreateTrainingJob", training, "Missing required parameter.*RoleArn")
@@ -103,8 +127,14 @@ def test_an_enum_value_the_service_does_not_know_is_rejected(training):
 
 
 def test_a_pattern_is_matched_whole(training):
-    channel(training, "train")["DataSource"] = {"FileSystemDataSource": {
-        "FileSystemId": "fs-xyzxyzxyz", "FileSystemType": "FSxLustre", "FileSystemAccessMode": "ro", "DirectoryPath": "/fsx"}}
+    channel(training, "train")["DataSource"] = {
+        "FileSystemDataSource": {
+            "FileSystemId": "fs-xyzxyzxyz",
+            "FileSystemType": "FSxLustre",
+            "FileSystemAccessMode": "ro",
+            "DirectoryPath": "/fsx",
+        }
+    }
     rejected("CreateTrainingJob", training, "FileSystemId failed to satisfy constraint.*pattern")
 
 
@@ -126,6 +156,7 @@ def test_an_over_long_hyperparameter_key_is_rejected(training):
 
 # -- cross-field rules ------------------------------------------------------------------------------
 
+
 def test_channels_are_assigned_to_instance_groups_all_or_nothing(training):
     del channel(training, "manifest")["DataSource"]["S3DataSource"]["InstanceGroupNames"]
     message = rejected("CreateTrainingJob", training, "Some channels have assigned instance groups")
@@ -133,17 +164,33 @@ def test_channels_are_assigned_to_instance_groups_all_or_nothing(training):
 
 
 def test_a_file_system_channel_forbids_assigning_any_channel(training):
-    channel(training, "train")["DataSource"] = {"FileSystemDataSource": {
-        "FileSystemId": "fs-0123456789abcdef0", "FileSystemType": "FSxLustre", "FileSystemAccessMode": "ro", "DirectoryPath": "/fsx/x"}}
+    channel(training, "train")["DataSource"] = {
+        "FileSystemDataSource": {
+            "FileSystemId": "fs-0123456789abcdef0",
+            "FileSystemType": "FSxLustre",
+            "FileSystemAccessMode": "ro",
+            "DirectoryPath": "/fsx/x",
+        }
+    }
     training["VpcConfig"] = {"Subnets": ["subnet-0123456789abcdef0"], "SecurityGroupIds": ["sg-0123456789abcdef0"]}
-    rejected("CreateTrainingJob", training, r"FileSystemDataSource.*cannot be assigned to groups.*\['train_local', 'validation', 'manifest', 'secret'\]")
+    rejected(
+        "CreateTrainingJob",
+        training,
+        r"FileSystemDataSource.*cannot be assigned to groups.*\['train_local', 'validation', 'manifest', 'secret'\]",
+    )
 
 
 def test_a_file_system_channel_needs_a_vpc(training):
     for c in training["InputDataConfig"]:
         c["DataSource"].get("S3DataSource", {}).pop("InstanceGroupNames", None)
-    channel(training, "train")["DataSource"] = {"FileSystemDataSource": {
-        "FileSystemId": "fs-0123456789abcdef0", "FileSystemType": "FSxLustre", "FileSystemAccessMode": "ro", "DirectoryPath": "/fsx/x"}}
+    channel(training, "train")["DataSource"] = {
+        "FileSystemDataSource": {
+            "FileSystemId": "fs-0123456789abcdef0",
+            "FileSystemType": "FSxLustre",
+            "FileSystemAccessMode": "ro",
+            "DirectoryPath": "/fsx/x",
+        }
+    }
     rejected("CreateTrainingJob", training, "needs a VpcConfig")
 
 
@@ -170,7 +217,11 @@ def test_instance_groups_exclude_a_top_level_instance_type(training):
 
 def test_a_spot_wait_without_spot_is_rejected_as_the_service_does(training):
     training["StoppingCondition"]["MaxWaitTimeInSeconds"] = 43200
-    rejected("CreateTrainingJob", training, "Invalid MaxWaitTimeInSeconds. It is only supported when EnableManagedSpotTraining is set to true")
+    rejected(
+        "CreateTrainingJob",
+        training,
+        "Invalid MaxWaitTimeInSeconds. It is only supported when EnableManagedSpotTraining is set to true",
+    )
     training["EnableManagedSpotTraining"] = True
     validate_request("CreateTrainingJob", training, step="TrainHeterogeneous")
     training["StoppingCondition"]["MaxWaitTimeInSeconds"] = 60
@@ -194,8 +245,11 @@ from pipeline.validation import validate_execution  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
 from steps.contract import TUNABLES  # noqa: E402
 
-EXECUTION = {"PipelineExecutionId": "abcdef123456", "PipelineName": "hetero-test",
-             "PipelineExecutionArn": "arn:aws:sagemaker:eu-west-1:123456789012:pipeline/hetero-test/execution/abcdef123456"}
+EXECUTION = {
+    "PipelineExecutionId": "abcdef123456",
+    "PipelineName": "hetero-test",
+    "PipelineExecutionArn": "arn:aws:sagemaker:eu-west-1:123456789012:pipeline/hetero-test/execution/abcdef123456",
+}
 
 
 def rejected_at_start(definition: dict, **overrides) -> str:
@@ -236,10 +290,16 @@ def test_a_container_argument_over_256_characters_is_refused_at_start_naming_the
     long = "s3://my-bucket/" + "raw-images/" * 24  # 279 characters: a valid parameter, too long for an argument
     message = rejected_at_start(compiled["pytorch"], InputData=long)
     assert message.startswith("ValidationException: step Shard: ") and "CreateProcessingJob" in message
-    assert re.search(r"AppSpecification\.ContainerArguments\[\d+\] would be 279 characters long, from parameter InputData "
-                     r"\(279 characters\); CreateProcessingJob allows at most 256: use a shorter S3 prefix", message), message
-    validate_execution(compiled["pytorch"], {p["Name"]: p.get("DefaultValue") for p in compiled["pytorch"]["Parameters"]}
-                       | {"InputData": long[:250]}, EXECUTION)
+    assert re.search(
+        r"AppSpecification\.ContainerArguments\[\d+\] would be 279 characters long, from parameter InputData "
+        r"\(279 characters\); CreateProcessingJob allows at most 256: use a shorter S3 prefix",
+        message,
+    ), message
+    validate_execution(
+        compiled["pytorch"],
+        {p["Name"]: p.get("DefaultValue") for p in compiled["pytorch"]["Parameters"]} | {"InputData": long[:250]},
+        EXECUTION,
+    )
 
 
 def test_a_container_entrypoint_item_over_256_characters_is_rejected(processing):
@@ -251,31 +311,46 @@ def test_environment_values_are_at_most_512_characters_in_training_and_256_in_pr
     options = json.dumps({"note": "x" * 290})  # 302 characters
     env = {"Environment": {"WORKLOAD_OPTIONS": get("WorkloadOptions")}}
     training = with_arguments(compiled["pytorch"], "TrainHeterogeneous", **env)
-    validate_execution(training, {p["Name"]: p.get("DefaultValue") for p in training["Parameters"]} | {"WorkloadOptions": options},
-                       EXECUTION)  # 302 <= 512
+    validate_execution(
+        training, {p["Name"]: p.get("DefaultValue") for p in training["Parameters"]} | {"WorkloadOptions": options}, EXECUTION
+    )  # 302 <= 512
     message = rejected_at_start(training, WorkloadOptions=json.dumps({"note": "x" * 600}))
-    assert re.search(r"step TrainHeterogeneous: .*Environment\.WORKLOAD_OPTIONS would be 612 characters long, from parameter "
-                     r"WorkloadOptions \(612 characters\); CreateTrainingJob allows at most 512: keep long", message), message
+    assert re.search(
+        r"step TrainHeterogeneous: .*Environment\.WORKLOAD_OPTIONS would be 612 characters long, from parameter "
+        r"WorkloadOptions \(612 characters\); CreateTrainingJob allows at most 512: keep long",
+        message,
+    ), message
     message = rejected_at_start(with_arguments(compiled["pytorch"], "Shard", **env), WorkloadOptions=options)
-    assert re.search(r"step Shard: .*Environment\.WORKLOAD_OPTIONS would be 302 characters long, from parameter WorkloadOptions "
-                     r"\(302 characters\); CreateProcessingJob allows at most 256", message), message
+    assert re.search(
+        r"step Shard: .*Environment\.WORKLOAD_OPTIONS would be 302 characters long, from parameter WorkloadOptions "
+        r"\(302 characters\); CreateProcessingJob allows at most 256",
+        message,
+    ), message
 
 
 def test_at_most_100_hyperparameters_of_at_most_2500_characters(compiled):
     step = all_steps(compiled["pytorch"])["TrainHeterogeneous"]["Arguments"]
     many = {**step["HyperParameters"], **{f"extra_{i}": "1" for i in range(100)}}
     message = rejected_at_start(with_arguments(compiled["pytorch"], "TrainHeterogeneous", HyperParameters=many))
-    assert re.search(r"step TrainHeterogeneous: .*HyperParameters failed to satisfy constraint: Member must have length less "
-                     r"than or equal to 100 \(has \d+ entries\)", message), message
+    assert re.search(
+        r"step TrainHeterogeneous: .*HyperParameters failed to satisfy constraint: Member must have length less "
+        r"than or equal to 100 \(has \d+ entries\)",
+        message,
+    ), message
     thrice = {**step["HyperParameters"], "options_thrice": {"Std:Join": {"On": "", "Values": [get("WorkloadOptions")] * 3}}}
     options = json.dumps({"note": "x" * 990})  # 1002 characters: a valid parameter, 3006 joined
-    message = rejected_at_start(with_arguments(compiled["pytorch"], "TrainHeterogeneous", HyperParameters=thrice),
-                                WorkloadOptions=options)
-    assert re.search(r"HyperParameters\.options_thrice would be 3006 characters long, from parameter WorkloadOptions \(1002 "
-                     r"characters\); CreateTrainingJob allows at most 2500", message), message
+    message = rejected_at_start(
+        with_arguments(compiled["pytorch"], "TrainHeterogeneous", HyperParameters=thrice), WorkloadOptions=options
+    )
+    assert re.search(
+        r"HyperParameters\.options_thrice would be 3006 characters long, from parameter WorkloadOptions \(1002 "
+        r"characters\); CreateTrainingJob allows at most 2500",
+        message,
+    ), message
 
 
 # -- storage volumes ---------------------------------------------------------------------------------
+
 
 def test_the_volume_parameter_takes_what_both_job_kinds_accept():
     import botocore.session
@@ -294,20 +369,27 @@ def test_the_volume_parameter_takes_what_both_job_kinds_accept():
 
 def test_every_job_of_an_execution_gets_the_volume_parameter(compiled):
     requests = requests_of(compiled["pytorch"], {"VolumeSizeGB": 750})
-    sizes = {step: (r["ResourceConfig"] if op == "CreateTrainingJob" else r["ProcessingResources"]["ClusterConfig"])["VolumeSizeInGB"]
-             for step, (op, r) in requests.items()}
+    sizes = {
+        step: (r["ResourceConfig"] if op == "CreateTrainingJob" else r["ProcessingResources"]["ClusterConfig"])["VolumeSizeInGB"]
+        for step, (op, r) in requests.items()
+    }
     assert sizes == {step: 750 for step in requests}
 
 
 def test_a_volume_over_the_service_limit_is_refused_at_start_naming_the_parameter(compiled):
     message = rejected_at_start(compiled["pytorch"], VolumeSizeGB=20000)  # past the parameter's own check: a console start
-    assert re.search(r"step Shard: .*ProcessingResources\.ClusterConfig\.VolumeSizeInGB would be 20000, from parameter "
-                     r"VolumeSizeGB=20000; CreateProcessingJob allows at most 16384: lower VolumeSizeGB", message), message
+    assert re.search(
+        r"step Shard: .*ProcessingResources\.ClusterConfig\.VolumeSizeInGB would be 20000, from parameter "
+        r"VolumeSizeGB=20000; CreateProcessingJob allows at most 16384: lower VolumeSizeGB",
+        message,
+    ), message
 
 
 def test_a_processing_volume_may_not_exceed_the_instance_store_of_an_nvme_type(processing):
     processing["ProcessingResources"]["ClusterConfig"].update(InstanceType="ml.g5.xlarge", VolumeSizeInGB=300)
-    rejected("CreateProcessingJob", processing, r"VolumeSizeInGB 300 is more than the 250 GB of local instance storage of ml.g5.xlarge")
+    rejected(
+        "CreateProcessingJob", processing, r"VolumeSizeInGB 300 is more than the 250 GB of local instance storage of ml.g5.xlarge"
+    )
     processing["ProcessingResources"]["ClusterConfig"]["VolumeSizeInGB"] = 250
     validate_request("CreateProcessingJob", processing, step="Shard")
 

@@ -27,22 +27,42 @@ raise SystemExit(run_step(main, output_dir=base / "output"))
 MB = 2**20
 
 
-def probe_job(tmp_path: Path, *, volume_mb: float, small: int, big: int, channel_bytes: int = 1000, input_mode: str = "File",
-              instance_type: str = "ml.c5.xlarge", lines: list | None = None) -> EmulatedJob:
+def probe_job(
+    tmp_path: Path,
+    *,
+    volume_mb: float,
+    small: int,
+    big: int,
+    channel_bytes: int = 1000,
+    input_mode: str = "File",
+    instance_type: str = "ml.c5.xlarge",
+    lines: list | None = None,
+) -> EmulatedJob:
     code = tmp_path / "code"
     code.mkdir(parents=True)
     (code / "probe.py").write_text(PROBE)
     data = tmp_path / "data"
     data.mkdir()
     (data / "shard-0.tar").write_bytes(b"d" * channel_bytes)
-    request = training_request(code_uri=storage.uri(code), output=tmp_path / "out", groups=[("train", instance_type, 1)],
-                               channels=[s3_channel("train", data, input_mode=input_mode)], hyperparameters={})
+    request = training_request(
+        code_uri=storage.uri(code),
+        output=tmp_path / "out",
+        groups=[("train", instance_type, 1)],
+        channels=[s3_channel("train", data, input_mode=input_mode)],
+        hyperparameters={},
+    )
     request["HyperParameters"]["sagemaker_program"] = "probe.py"
     del request["AlgorithmSpecification"]["ContainerEntrypoint"]
     request["ResourceConfig"]["VolumeSizeInGB"] = 1
     request["Environment"] = {"SMALL": str(small), "BIG": str(big)}
-    return EmulatedJob(name="probe", request=request, job_dir=tmp_path / "job", volume_scale=volume_mb * MB / GIB,
-                       image_guard=False, echo=(lines if lines is not None else []).append)
+    return EmulatedJob(
+        name="probe",
+        request=request,
+        job_dir=tmp_path / "job",
+        volume_scale=volume_mb * MB / GIB,
+        image_guard=False,
+        echo=(lines if lines is not None else []).append,
+    )
 
 
 def run(job: EmulatedJob, lines: list):
@@ -59,7 +79,10 @@ def test_a_write_past_the_volume_fails_with_enospc_naming_the_volume_and_the_par
     assert lines == ["volume per host: train 1 GB (VolumeSizeInGB; 2.0 MB here at volume scale 0.00195312)"]
     host = result.hosts[0]
     assert host.exit_code == 2  # a user error: the volume is the user's to size
-    assert "host algo-1 (train, trainer) exited with code 2: storage: cannot write a file: the job's storage volume is full" in result.failure
+    assert (
+        "host algo-1 (train, trainer) exited with code 2: storage: cannot write a file: the job's storage volume is full"
+        in result.failure
+    )
     assert "ENOSPC" in result.failure and "raise the VolumeSizeGB parameter" in result.failure
     log = (host.base_dir / "output" / "host.log").read_text()
     assert log.count("\n") == 1 and log.startswith("ERROR storage:") and "Traceback" not in log  # one line, no traceback
@@ -84,9 +107,12 @@ def test_file_mode_channels_take_their_bytes_off_the_volume_first(tmp_path, no_l
 
 def test_channels_that_do_not_fit_fail_the_job_before_it_starts_and_fastfile_ones_take_nothing(tmp_path):
     job = probe_job(tmp_path / "file", volume_mb=1, small=0, big=0, channel_bytes=2 * MB)
-    with pytest.raises(UserError, match=r"step probe: host algo-1 \(train\): ClientError: Data download failed: insufficient disk "
-                                        r"space: its File-mode channels hold 2.0 MB and its volume is 1 GB \(VolumeSizeInGB; "
-                                        r"1.0 MB here .*\): raise the VolumeSizeGB parameter"):
+    with pytest.raises(
+        UserError,
+        match=r"step probe: host algo-1 \(train\): ClientError: Data download failed: insufficient disk "
+        r"space: its File-mode channels hold 2.0 MB and its volume is 1 GB \(VolumeSizeInGB; "
+        r"1.0 MB here .*\): raise the VolumeSizeGB parameter",
+    ):
         job.prepare()
     streamed = probe_job(tmp_path / "fastfile", volume_mb=1, small=0, big=0, channel_bytes=2 * MB, input_mode="FastFile")
     streamed.prepare()

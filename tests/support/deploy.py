@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pipeline.sagemaker import DeploySettings
 
-CONCRETE_SETTINGS = DeploySettings(pipeline_name="hetero-test", region="eu-west-1",
-                                   role_arn="arn:aws:iam::123456789012:role/hetero", bucket="my-bucket",
-                                   code_uri="s3://my-bucket/hetero/code/code.tar.gz")
+CONCRETE_SETTINGS = DeploySettings(
+    pipeline_name="hetero-test",
+    region="eu-west-1",
+    role_arn="arn:aws:iam::123456789012:role/hetero",
+    bucket="my-bucket",
+    code_uri="s3://my-bucket/hetero/code/code.tar.gz",
+)

@@ -9,7 +9,9 @@ class FakeEnv:
 
     def __init__(self, current_host, groups, current_group="homogeneousCluster"):
         self.current_host = current_host
-        self.instance_groups_dict = {n: {"instance_group_name": n, "instance_type": t, "hosts": h} for n, (t, h) in groups.items()}
+        self.instance_groups_dict = {
+            n: {"instance_group_name": n, "instance_type": t, "hosts": h} for n, (t, h) in groups.items()
+        }
         self.current_instance_group = current_group
         self.current_instance_type = "ml.m5.xlarge"
         self.hosts = sorted(h for _, hs in groups.values() for h in hs)

@@ -15,9 +15,18 @@ BLOG = {
 }
 
 
-DATA_HOST = {"host": "algo-2", "cpus": 4, "samples_sent": 12800, "batches_sent": {"algo-1": 200},
-             "decode_cpu_s_per_sample": 0.0021, "service_cpu_s_per_sample": 0.0001, "busy_share": 0.93,
-             "bytes_sent_per_sample": 12304.0, "samples_per_second": 1700.0, "measured_over_s": 7.5}
+DATA_HOST = {
+    "host": "algo-2",
+    "cpus": 4,
+    "samples_sent": 12800,
+    "batches_sent": {"algo-1": 200},
+    "decode_cpu_s_per_sample": 0.0021,
+    "service_cpu_s_per_sample": 0.0001,
+    "busy_share": 0.93,
+    "bytes_sent_per_sample": 12304.0,
+    "samples_per_second": 1700.0,
+    "measured_over_s": 7.5,
+}
 
 
 def metrics(case="tf_heterogeneous", batch=256, **overrides):
@@ -25,15 +34,23 @@ def metrics(case="tf_heterogeneous", batch=256, **overrides):
     groups, step_s, _, _ = BLOG[case]
     hetero = len(groups) > 1
     doc = {
-        "schema_version": 2, "framework": "pytorch",
+        "schema_version": 2,
+        "framework": "pytorch",
         "mode": "heterogeneous" if len(groups) > 1 else "homogeneous",
-        "instance_groups": [{"name": f"{role}_group", "instance_type": itype, "count": n, "role": role}
-                            for itype, n, role in groups],
-        "global_batch_size": batch, "steps": 500, "warmup_steps": 10,
+        "instance_groups": [
+            {"name": f"{role}_group", "instance_type": itype, "count": n, "role": role} for itype, n, role in groups
+        ],
+        "global_batch_size": batch,
+        "steps": 500,
+        "warmup_steps": 10,
         "step_time_s": {"mean": step_s, "p50": step_s, "p90": step_s * 1.1},
-        "data_wait_share": 0.05, "samples_per_second": batch / step_s, "accuracy": 0.93, "epochs": 2,
+        "data_wait_share": 0.05,
+        "samples_per_second": batch / step_s,
+        "accuracy": 0.93,
+        "epochs": 2,
         "config": {"lr": 0.1, "batch_size": batch},
-        "data_hosts": [DATA_HOST] if hetero else [], "bytes_received_per_sample": 12304.0 if hetero else 0.0,
+        "data_hosts": [DATA_HOST] if hetero else [],
+        "bytes_received_per_sample": 12304.0 if hetero else 0.0,
     }
     doc.update(overrides)
     return doc
@@ -52,17 +69,33 @@ def make_model_tar(path, doc, member="metrics.json"):
     return path
 
 
-COSTS = {"batch_size": 64, "cpus": 4, "step_s_per_batch": 0.020, "step_s_per_batch_median": 0.021,
-         "decode_cpu_s_per_batch": 0.128, "decode_s_per_batch": 0.032}
+COSTS = {
+    "batch_size": 64,
+    "cpus": 4,
+    "step_s_per_batch": 0.020,
+    "step_s_per_batch_median": 0.021,
+    "decode_cpu_s_per_batch": 0.128,
+    "decode_s_per_batch": 0.032,
+}
 
 
 def input_bound_run(wait=0.4, rate=1200.0, host=None, **overrides):
     """A g5.xlarge trainer fed by one c5.xlarge that decodes at 2.5 ms of CPU per sample."""
-    groups = [{"name": "data_group", "instance_type": "ml.c5.xlarge", "count": 1, "role": "data"},
-              {"name": "dnn_group", "instance_type": "ml.g5.xlarge", "count": 1, "role": "trainer"}]
+    groups = [
+        {"name": "data_group", "instance_type": "ml.c5.xlarge", "count": 1, "role": "data"},
+        {"name": "dnn_group", "instance_type": "ml.g5.xlarge", "count": 1, "role": "trainer"},
+    ]
     host = host or {**DATA_HOST, "cpus": 4, "decode_cpu_s_per_sample": 0.0024, "service_cpu_s_per_sample": 0.0001}
-    doc = dict(instance_groups=groups, isolated_costs=COSTS, compute_s_per_step=0.020, data_wait_share=wait,
-               samples_per_second=rate, samples_seen=64_000, epochs=2, data_hosts=[host])
+    doc = dict(
+        instance_groups=groups,
+        isolated_costs=COSTS,
+        compute_s_per_step=0.020,
+        data_wait_share=wait,
+        samples_per_second=rate,
+        samples_seen=64_000,
+        epochs=2,
+        data_hosts=[host],
+    )
     return metrics(**{**doc, **overrides})
 
 
@@ -86,6 +119,7 @@ def assert_data_hosts_measured_themselves(metrics: dict, data_hosts: int) -> Non
 def assert_every_sample_once_per_epoch(metrics: dict, train_samples: int, *, epochs: int) -> None:
     """Every epoch: each training sample arrived once (distinct == received), and all of them arrived (tf.data.service's
     epoch accounting)."""
-    assert [(a["epoch"], a["received"], a["distinct"], a["missing"]) for a in metrics["epoch_accounting"]] == \
-        [(e, train_samples, train_samples, 0) for e in range(epochs)]
+    assert [(a["epoch"], a["received"], a["distinct"], a["missing"]) for a in metrics["epoch_accounting"]] == [
+        (e, train_samples, train_samples, 0) for e in range(epochs)
+    ]
     assert metrics["samples_seen"] == epochs * train_samples

@@ -9,24 +9,58 @@ from pipeline.code import STEPS_DIR
 from pipeline.price_refresh import refresh
 
 
-def price_list_row(instance_type: str, usd: str, *, component: str = "Training", region: str = "us-east-1", unit: str = "Hrs") -> str:
+def price_list_row(
+    instance_type: str, usd: str, *, component: str = "Training", region: str = "us-east-1", unit: str = "Hrs"
+) -> str:
     """One PriceList entry as the API returns it (abridged to the fields a SageMaker ML Instance row carries)."""
     sku = f"SKU{abs(hash((instance_type, component, region))) % 10**8:08d}"
-    return json.dumps({
-        "product": {"productFamily": "ML Instance", "sku": sku, "attributes": {
-            "servicecode": "AmazonSageMaker", "location": "US East (N. Virginia)", "locationType": "AWS Region",
-            "regionCode": region, "instanceType": instance_type, "vCpu": "4", "memory": "8 GiB", "physicalGpu": "N/A",
-            "gpuMemory": "N/A", "platoinstancetype": component, "usagetype": f"USE1-{component[:5]}:{instance_type}",
-            "operation": "RunInstance", "servicename": "Amazon SageMaker"}},
-        "serviceCode": "AmazonSageMaker",
-        "terms": {"OnDemand": {f"{sku}.JRTCKXETXF": {
-            "offerTermCode": "JRTCKXETXF", "sku": sku, "effectiveDate": "2026-11-01T00:00:00Z", "termAttributes": {},
-            "priceDimensions": {f"{sku}.JRTCKXETXF.6YS6EN2CT7": {
-                "rateCode": f"{sku}.JRTCKXETXF.6YS6EN2CT7", "unit": unit, "beginRange": "0", "endRange": "Inf",
-                "description": f"${usd} per {component} {instance_type} instance hour", "appliesTo": [],
-                "pricePerUnit": {"USD": usd}}}}}},
-        "version": "20261101000000", "publicationDate": "2026-11-01T00:00:00Z",
-    })
+    return json.dumps(
+        {
+            "product": {
+                "productFamily": "ML Instance",
+                "sku": sku,
+                "attributes": {
+                    "servicecode": "AmazonSageMaker",
+                    "location": "US East (N. Virginia)",
+                    "locationType": "AWS Region",
+                    "regionCode": region,
+                    "instanceType": instance_type,
+                    "vCpu": "4",
+                    "memory": "8 GiB",
+                    "physicalGpu": "N/A",
+                    "gpuMemory": "N/A",
+                    "platoinstancetype": component,
+                    "usagetype": f"USE1-{component[:5]}:{instance_type}",
+                    "operation": "RunInstance",
+                    "servicename": "Amazon SageMaker",
+                },
+            },
+            "serviceCode": "AmazonSageMaker",
+            "terms": {
+                "OnDemand": {
+                    f"{sku}.JRTCKXETXF": {
+                        "offerTermCode": "JRTCKXETXF",
+                        "sku": sku,
+                        "effectiveDate": "2026-11-01T00:00:00Z",
+                        "termAttributes": {},
+                        "priceDimensions": {
+                            f"{sku}.JRTCKXETXF.6YS6EN2CT7": {
+                                "rateCode": f"{sku}.JRTCKXETXF.6YS6EN2CT7",
+                                "unit": unit,
+                                "beginRange": "0",
+                                "endRange": "Inf",
+                                "description": f"${usd} per {component} {instance_type} instance hour",
+                                "appliesTo": [],
+                                "pricePerUnit": {"USD": usd},
+                            }
+                        },
+                    }
+                }
+            },
+            "version": "20261101000000",
+            "publicationDate": "2026-11-01T00:00:00Z",
+        }
+    )
 
 
 def refreshed_price_file(path: Path, count: int = 100, prices: dict | None = None) -> Path:

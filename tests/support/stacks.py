@@ -9,8 +9,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 # what a schedule or rule that starts the pipeline targets in us-east-1 (the cdk.json default region)
-PIPELINE_ARN = {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":sagemaker:us-east-1:", {"Ref": "AWS::AccountId"},
-                                  ":pipeline/heterotraining"]]}
+PIPELINE_ARN = {
+    "Fn::Join": [
+        "",
+        ["arn:", {"Ref": "AWS::Partition"}, ":sagemaker:us-east-1:", {"Ref": "AWS::AccountId"}, ":pipeline/heterotraining"],
+    ]
+}
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,26 @@ def handler(event: dict[str, Any], context: object) -> dict:
     import boto3
 
     return start_with_latest_plan(
-        s3=boto3.client("s3"), sagemaker=boto3.client("sagemaker"), pipeline=os.environ["PIPELINE_NAME"],
-        bucket=os.environ["RESULTS_BUCKET"], prefix=os.environ["RESULTS_PREFIX"], parameters=json.loads(os.environ["PARAMETERS"]),
-        count_bounds=(int(os.environ["MIN_DATA_INSTANCE_COUNT"]), int(os.environ["MAX_DATA_INSTANCE_COUNT"])))
+        s3=boto3.client("s3"),
+        sagemaker=boto3.client("sagemaker"),
+        pipeline=os.environ["PIPELINE_NAME"],
+        bucket=os.environ["RESULTS_BUCKET"],
+        prefix=os.environ["RESULTS_PREFIX"],
+        parameters=json.loads(os.environ["PARAMETERS"]),
+        count_bounds=(int(os.environ["MIN_DATA_INSTANCE_COUNT"]), int(os.environ["MAX_DATA_INSTANCE_COUNT"])),
+    )
 
 
-def start_with_latest_plan(*, s3: BaseClient, sagemaker: BaseClient, pipeline: str, bucket: str, prefix: str, parameters: dict,
-                           count_bounds: tuple[int, int]) -> dict:
+def start_with_latest_plan(
+    *,
+    s3: BaseClient,
+    sagemaker: BaseClient,
+    pipeline: str,
+    bucket: str,
+    prefix: str,
+    parameters: dict,
+    count_bounds: tuple[int, int],
+) -> dict:
     key, plan = latest_plan(s3, bucket, prefix)
     applied, reason = {}, "no plan.json in the results store yet"
     if plan is not None:
@@ -45,11 +58,17 @@ def start_with_latest_plan(*, s3: BaseClient, sagemaker: BaseClient, pipeline: s
     arn = sagemaker.start_pipeline_execution(
         PipelineName=pipeline,
         PipelineParameters=[{"Name": name, "Value": str(value)} for name, value in sorted(chosen.items())],
-        PipelineExecutionDescription=(f"scheduled retraining with the plan of {key}" if applied
-                                      else f"scheduled retraining, no plan applied: {reason}")[:3072],
+        PipelineExecutionDescription=(
+            f"scheduled retraining with the plan of {key}" if applied else f"scheduled retraining, no plan applied: {reason}"
+        )[:3072],
     )["PipelineExecutionArn"]
-    result = {"execution_arn": arn, "plan": f"s3://{bucket}/{key}" if key else None, "applied": applied, "reason": reason,
-              "parameters": chosen}
+    result = {
+        "execution_arn": arn,
+        "plan": f"s3://{bucket}/{key}" if key else None,
+        "applied": applied,
+        "reason": reason,
+        "parameters": chosen,
+    }
     print(json.dumps(result))  # the function's log: which plan each scheduled execution ran with, and why
     return result
 

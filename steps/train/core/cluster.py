@@ -60,8 +60,10 @@ class Cluster:
     @property
     def hosts(self) -> tuple[str, ...]:
         """Every host of the job, this one first."""
-        return (self.current_host, *sorted((h for g in self.groups for h in g.hosts if h != self.current_host),
-                                           key=lambda h: (len(h), h)))
+        return (
+            self.current_host,
+            *sorted((h for g in self.groups for h in g.hosts if h != self.current_host), key=lambda h: (len(h), h)),
+        )
 
     @property
     def instance_type(self) -> str:
@@ -94,7 +96,11 @@ class Cluster:
     @classmethod
     def from_environment(cls, env: Environment, cfg: TrainConfig) -> Cluster:
         raw_groups = env.instance_groups_dict or {
-            "homogeneousCluster": {"instance_group_name": "homogeneousCluster", "instance_type": env.current_instance_type, "hosts": env.hosts}
+            "homogeneousCluster": {
+                "instance_group_name": "homogeneousCluster",
+                "instance_type": env.current_instance_type,
+                "hosts": env.hosts,
+            }
         }
         heterogeneous = len(raw_groups) > 1
         if heterogeneous:
@@ -106,7 +112,9 @@ class Cluster:
                     headline="unknown instance groups",
                 )
         groups = tuple(
-            Group(name, g["instance_type"], tuple(sorted(g["hosts"])), DATA if heterogeneous and name == cfg.data_group else TRAINER)
+            Group(
+                name, g["instance_type"], tuple(sorted(g["hosts"])), DATA if heterogeneous and name == cfg.data_group else TRAINER
+            )
             for name, g in sorted(raw_groups.items())
         )
         data_hosts = tuple(h for g in groups if g.role == DATA for h in g.hosts)
@@ -159,9 +167,14 @@ def _lookup(host: str) -> tuple[str | None, str]:
 RESOLVE_FIRST_WAIT_S, RESOLVE_MAX_WAIT_S = 0.25, 5.0  # doubling from the first to the most between tries
 
 
-def wait_for_host_names(hosts: tuple[str, ...], timeout_s: float, *, clock: Callable[[], float] = time.monotonic,
-                        sleep: Callable[[float], None] = time.sleep,
-                        log: Callable[[str], None] | None = None) -> dict[str, str]:
+def wait_for_host_names(
+    hosts: tuple[str, ...],
+    timeout_s: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, str]:
     """Every host of the cluster -> its address, waiting until each name resolves or ``timeout_s`` has passed.
 
     SageMaker's guide says host names may not resolve at first, and the toolkit's ``entry_point.run()`` retries
@@ -185,10 +198,13 @@ def wait_for_host_names(hosts: tuple[str, ...], timeout_s: float, *, clock: Call
                     f"host name {host!r} did not resolve within connect_timeout_s={timeout_s:g} s (last try: {why}); the "
                     "cluster's name service never answered for it: retry the job, check the DNS settings of the VPC if the "
                     "job runs in one (enableDnsSupport), or raise the connect_timeout_s hyperparameter",
-                    headline="host name does not resolve")
+                    headline="host name does not resolve",
+                )
             pause = min(pause, deadline - now)
-            log(f"[cluster] waiting for host {host} to resolve: {now - started:.1f} s so far of {timeout_s:g} s "
-                f"(connect_timeout_s); next try in {pause:.2f} s ({why})")
+            log(
+                f"[cluster] waiting for host {host} to resolve: {now - started:.1f} s so far of {timeout_s:g} s "
+                f"(connect_timeout_s); next try in {pause:.2f} s ({why})"
+            )
             sleep(pause)
             waited, pause = True, min(pause * 2, RESOLVE_MAX_WAIT_S)
     if waited:

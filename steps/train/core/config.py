@@ -51,31 +51,61 @@ class TrainConfig:
     prefetch_batches: int = _param(4, "Batches buffered per data host on the trainer.", minimum=1)
     data_port: int = _param(9400, "TCP port of the data service on data hosts.", minimum=1, maximum=65535)
     dist_port: int = _param(29500, "TCP port of torch.distributed rendezvous on the first trainer.", minimum=1, maximum=65535)
-    ray_port: int = _param(0, "Ray path: TCP port of the Ray head (its GCS) on the first trainer (0: a free port, which the "
-                           "head tells the other hosts).", minimum=0, maximum=65535)
-    tf_compression: str = _param("none", "TensorFlow path: tf.data.service compression of batches on the wire, none or auto "
-                                 "(snappy: costs CPU on both ends; augmented uint8 pixels barely shrink).", choices=("none", "auto"))
-    bind_guard: str = _param("on", "TensorFlow and Ray paths: confine every listener of a host (tf.data.service, which has no "
-                             "authentication; Ray's GCS, raylet and workers) to the host's cluster address (on; needs a C "
-                             "compiler in the image), or accept that they listen on every interface (off).", choices=("on", "off"))
-    shard_wait_s: float = _param(600.0, "How long hosts wait for every shard of a channel they see whole (FSx, FullyReplicated) "
-                                 "to be visible.", minimum=0.0)
-    connect_timeout_s: float = _param(600.0, "How long hosts wait for their peers to come up: every host name of "
-                                      "the cluster to resolve, then each peer's service to answer.", minimum=1.0)
+    ray_port: int = _param(
+        0,
+        "Ray path: TCP port of the Ray head (its GCS) on the first trainer (0: a free port, which the "
+        "head tells the other hosts).",
+        minimum=0,
+        maximum=65535,
+    )
+    tf_compression: str = _param(
+        "none",
+        "TensorFlow path: tf.data.service compression of batches on the wire, none or auto "
+        "(snappy: costs CPU on both ends; augmented uint8 pixels barely shrink).",
+        choices=("none", "auto"),
+    )
+    bind_guard: str = _param(
+        "on",
+        "TensorFlow and Ray paths: confine every listener of a host (tf.data.service, which has no "
+        "authentication; Ray's GCS, raylet and workers) to the host's cluster address (on; needs a C "
+        "compiler in the image), or accept that they listen on every interface (off).",
+        choices=("on", "off"),
+    )
+    shard_wait_s: float = _param(
+        600.0,
+        "How long hosts wait for every shard of a channel they see whole (FSx, FullyReplicated) to be visible.",
+        minimum=0.0,
+    )
+    connect_timeout_s: float = _param(
+        600.0,
+        "How long hosts wait for their peers to come up: every host name of "
+        "the cluster to resolve, then each peer's service to answer.",
+        minimum=1.0,
+    )
     silence_timeout_s: float = _param(60.0, "A peer silent this long is taken as gone.", minimum=1.0)
     heartbeat_s: float = _param(2.0, "Interval of keep-alive frames between peers.", minimum=0.05)
-    checkpoint_every_steps: int = _param(0, "PyTorch path: write a checkpoint every N training steps (0: not by step count). "
-                                         "Checkpoints are also written at the end of every epoch and on SIGTERM (TensorFlow and "
-                                         "Ray: at epoch ends only).", minimum=0)
-    checkpoint_every_s: float = _param(600.0, "PyTorch path: write a checkpoint when this many seconds have passed since the last one "
-                                       "(0: not by time).", minimum=0.0)
+    checkpoint_every_steps: int = _param(
+        0,
+        "PyTorch path: write a checkpoint every N training steps (0: not by step count). "
+        "Checkpoints are also written at the end of every epoch and on SIGTERM (TensorFlow and "
+        "Ray: at epoch ends only).",
+        minimum=0,
+    )
+    checkpoint_every_s: float = _param(
+        600.0,
+        "PyTorch path: write a checkpoint when this many seconds have passed since the last one (0: not by time).",
+        minimum=0.0,
+    )
     log_every: int = _param(10, "Print a metric line every N steps.", minimum=1)
     seed: int = _param(0, "Seed for shuffling and initialisation.")
 
     def __post_init__(self) -> None:
         if self.trainer_cpus not in ("auto", "all") and not (self.trainer_cpus.isdigit() and int(self.trainer_cpus) >= 1):
-            raise UserError(f"hyperparameter trainer_cpus={self.trainer_cpus!r}: use auto, all, or a whole number of vCPUs "
-                            "(1 or more) to keep for the training loop", headline="bad hyperparameter")
+            raise UserError(
+                f"hyperparameter trainer_cpus={self.trainer_cpus!r}: use auto, all, or a whole number of vCPUs "
+                "(1 or more) to keep for the training loop",
+                headline="bad hyperparameter",
+            )
 
     @classmethod
     def help(cls) -> dict[str, str]:
@@ -124,10 +154,14 @@ def _coerce(f: dataclasses.Field, raw: Any) -> Any:
             headline="bad hyperparameter",
         )
     if want is float and not math.isfinite(value):  # NaN slips past every bound; inf overflows socket timeouts
-        raise UserError(f"hyperparameter {f.name}={raw!r} must be a finite number: {f.metadata['help']}", headline="bad hyperparameter")
+        raise UserError(
+            f"hyperparameter {f.name}={raw!r} must be a finite number: {f.metadata['help']}", headline="bad hyperparameter"
+        )
     choices = f.metadata.get("choices")
     if choices and value not in choices:
-        raise UserError(f"hyperparameter {f.name}={value!r}: allowed values are {', '.join(choices)}", headline="bad hyperparameter")
+        raise UserError(
+            f"hyperparameter {f.name}={value!r}: allowed values are {', '.join(choices)}", headline="bad hyperparameter"
+        )
     lo, hi = f.metadata.get("minimum"), f.metadata.get("maximum")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         bounds = f">= {lo}" if hi is None else f"between {lo} and {hi}"

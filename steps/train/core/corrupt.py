@@ -45,4 +45,5 @@ class CorruptBudget:
             f"epoch {epoch}: {when}{count} of its {self.samples_per_epoch} samples ({count / self.samples_per_epoch:.1%}) "
             f"failed to decode, more than max_corrupt_share={self.max_share:g} allows ({self.limit}); e.g. {shown}. "
             "Fix or remove those files (the Shard step's report.json lists the ones it could not read at all), "
-            "or raise MaxCorruptShare")
+            "or raise MaxCorruptShare"
+        )

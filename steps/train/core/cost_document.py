@@ -17,15 +17,19 @@ from steps.train.core.cluster import available_cpus
 MEASURED_BATCHES = 8  # after one warm-up batch
 
 
-def cost_document(decode_s: list[float], step_s: list[float], *, batch_size: int, device: str,
-                  decode_in_one_process: bool) -> dict:
+def cost_document(
+    decode_s: list[float], step_s: list[float], *, batch_size: int, device: str, decode_in_one_process: bool
+) -> dict:
     """``isolated_costs`` of metrics.json from per-batch timings whose first batch is the warm-up. Decode timed in
     one process is spread over this host's CPUs; timed through a pipeline that used them all, it is taken as is."""
     cpus = available_cpus()
     spread = cpus if decode_in_one_process else 1
     decode, step = decode_s[1:], step_s[1:]
     return {
-        "batches": len(decode), "batch_size": batch_size, "cpus": cpus, "device": device,
+        "batches": len(decode),
+        "batch_size": batch_size,
+        "cpus": cpus,
+        "device": device,
         "decode_cpu_s_per_batch": min(decode) * cpus / spread,
         "decode_s_per_batch": min(decode) / spread,
         "step_s_per_batch": min(step),
@@ -34,7 +38,9 @@ def cost_document(decode_s: list[float], step_s: list[float], *, batch_size: int
     }
 
 
-def timed_decode(workload: Decoder, shards: list[Path], *, batch_size: int, batches: int, collate: Callable) -> tuple[list[float], list]:
+def timed_decode(
+    workload: Decoder, shards: list[Path], *, batch_size: int, batches: int, collate: Callable
+) -> tuple[list[float], list]:
     """``batches + 1`` batches of ``shards``' samples (a few rounds if they are small; the first batch the warm-up),
     decoded in this process with training augmentation as a data host decodes each sample, and the seconds each took;
     fewer when the shards run out. ``collate``: the framework's batch of ``(sample_id, label, pixels | None, error |
@@ -59,5 +65,7 @@ def timed_decode(workload: Decoder, shards: list[Path], *, batch_size: int, batc
 
 
 def cost_line(host: str, costs: dict) -> str:
-    return (f"[trainer] {host}: alone on {costs['cpus']} CPU(s): decode {costs['decode_s_per_batch'] * 1e3:.1f} ms, "
-            f"step {costs['step_s_per_batch'] * 1e3:.1f} ms per batch of {costs['batch_size']}")
+    return (
+        f"[trainer] {host}: alone on {costs['cpus']} CPU(s): decode {costs['decode_s_per_batch'] * 1e3:.1f} ms, "
+        f"step {costs['step_s_per_batch'] * 1e3:.1f} ms per batch of {costs['batch_size']}"
+    )

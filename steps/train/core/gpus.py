@@ -30,7 +30,7 @@ FINDER = {"pytorch": "PyTorch", "ray": "PyTorch (Ray Train)", "tensorflow": "Ten
 IMAGE_NEEDS = {
     "pytorch": "the PyTorch training image is built for CUDA 13, which needs an NVIDIA driver R580 or newer on the host",
     "ray": "the Ray training image is the PyTorch one plus Ray, built for CUDA 13, which needs an NVIDIA driver R580 or newer "
-           "on the host",
+    "on the host",
     "tensorflow": "the TensorFlow training image needs CUDA 12.9, which the host's NVIDIA driver must support",
 }
 
@@ -50,8 +50,9 @@ def gpus_of(instance_type: str) -> int:
     return int(any(gpus for name, gpus in known.items() if name.startswith(family)))
 
 
-def require_usable_gpus(host: str, instance_type: str, usable: int, framework: str, *, how: str,
-                        log: Callable[[str], None] | None = None) -> None:
+def require_usable_gpus(
+    host: str, instance_type: str, usable: int, framework: str, *, how: str, log: Callable[[str], None] | None = None
+) -> None:
     """Fail a trainer host whose instance type has GPUs when ``framework`` finds none usable (``how``: the call that
     said so); on an emulated host, say it in one line instead."""
     expected = gpus_of(instance_type)
@@ -59,23 +60,28 @@ def require_usable_gpus(host: str, instance_type: str, usable: int, framework: s
         return
     if os.environ.get(EMULATED_HOST_ENV):
         (log or (lambda line: print(line, flush=True)))(
-            f"[trainer] {host}: emulated {instance_type}: no GPU here ({how}), training on the CPU")
+            f"[trainer] {host}: emulated {instance_type}: no GPU here ({how}), training on the CPU"
+        )
         return
     raise UserError(
         f"trainer host {host} is a {instance_type}, a GPU instance type, but {FINDER[framework]} finds no usable GPU ({how}): "
         f"training would run on the CPU, billed as a GPU. Likely cause: {IMAGE_NEEDS[framework]} (or the training image is "
         "a CPU variant). Fix: pass a training image built for a CUDA version the instance's driver supports "
         "(npx cdk deploy -c hetero:trainingImage=<uri>), or a CPU instance type for the dnn group (DnnInstanceType) if "
-        "CPU training is what you want", headline="no usable GPU")
+        "CPU training is what you want",
+        headline="no usable GPU",
+    )
 
 
 def gpu_use(used: int, per_host: int, framework: str) -> dict:
     """metrics.json's ``gpus``: the GPUs each trainer host has and uses; ``idle`` says why some sit idle."""
     doc = {"per_host": per_host, "used_per_host": used, "idle": None}
     if used < per_host:
-        doc["idle"] = (f"framework={framework} trains one process per trainer host, on {used} of its {per_host} GPUs: "
-                       "use more trainer hosts of a one-GPU type (DnnInstanceCount), or framework=tensorflow, which "
-                       "splits each step over every GPU of the host")
+        doc["idle"] = (
+            f"framework={framework} trains one process per trainer host, on {used} of its {per_host} GPUs: "
+            "use more trainer hosts of a one-GPU type (DnnInstanceCount), or framework=tensorflow, which "
+            "splits each step over every GPU of the host"
+        )
     return doc
 
 

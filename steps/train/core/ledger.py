@@ -30,8 +30,13 @@ class Ledger:
     def close_epoch(self, epoch: int, all_ids: np.ndarray) -> dict:
         """``all_ids``: every trainer's ids of ``epoch`` together. Returns the epoch's summary, also kept."""
         distinct = np.unique(all_ids)
-        summary = {"epoch": epoch, "samples": int(all_ids.size), "distinct": int(distinct.size),
-                   "duplicates": int(all_ids.size - distinct.size), "digest": digest(distinct)}
+        summary = {
+            "epoch": epoch,
+            "samples": int(all_ids.size),
+            "distinct": int(distinct.size),
+            "duplicates": int(all_ids.size - distinct.size),
+            "digest": digest(distinct),
+        }
         self.epochs.append(summary)
         self.epoch, self._ids = epoch + 1, []
         return summary

@@ -20,8 +20,10 @@ def read_manifest(channel_dir: Path) -> dict:
     if not path.is_file():
         found = sorted(channel_dir.rglob(MANIFEST_NAME)) if channel_dir.is_dir() else []
         if not found:
-            raise UserError(f"no {MANIFEST_NAME} in {channel_dir}: point the manifest channel at the shard step's manifest.json",
-                            headline="missing manifest")
+            raise UserError(
+                f"no {MANIFEST_NAME} in {channel_dir}: point the manifest channel at the shard step's manifest.json",
+                headline="missing manifest",
+            )
         path = found[0]
     try:
         return json.loads(path.read_text())
@@ -53,10 +55,12 @@ def train_channel(cluster: Cluster, timeout_s: float, *, poll_s: float = 2.0, na
         if not missing:
             return channel
         if time.monotonic() >= deadline:
-            raise UserError(f"{len(missing)} of {len(expected)} shards listed in the manifest are not in {channel} after "
-                            f"{timeout_s:g} s (first: {', '.join(missing[:3])}); a file system linked to S3 (FSx for Lustre) imports "
-                            "new objects asynchronously: check its data repository association, or raise shard_wait_s",
-                            headline="shards not visible")
+            raise UserError(
+                f"{len(missing)} of {len(expected)} shards listed in the manifest are not in {channel} after "
+                f"{timeout_s:g} s (first: {', '.join(missing[:3])}); a file system linked to S3 (FSx for Lustre) imports "
+                "new objects asynchronously: check its data repository association, or raise shard_wait_s",
+                headline="shards not visible",
+            )
         if not announced:
             print(f"[data] waiting for {len(missing)} of {len(expected)} shards to appear in {channel}", flush=True)
             announced = True

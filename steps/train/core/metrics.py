@@ -58,8 +58,14 @@ class StepStats:
     def last_step_line(self, *, epoch: int, loss: float) -> str:
         """The metric line of the step recorded last."""
         wait, step_time = self.waits[-1], self.waits[-1] + self.computes[-1]
-        return metric_line(epoch=epoch, step=self.steps, step_time_ms=step_time * 1e3, samples_per_sec=self.sizes[-1] / step_time,
-                           data_wait_pct=100 * wait / step_time, loss=loss)
+        return metric_line(
+            epoch=epoch,
+            step=self.steps,
+            step_time_ms=step_time * 1e3,
+            samples_per_sec=self.sizes[-1] / step_time,
+            data_wait_pct=100 * wait / step_time,
+            loss=loss,
+        )
 
     def series(self, points: int = SERIES_POINTS) -> dict:
         """Step and data-wait times over the whole run (warm-up included), each the mean of ``window_steps``
@@ -67,23 +73,39 @@ class StepStats:
         window = max(1, math.ceil(self.steps / points))
         waits, times = np.asarray(self.waits), np.asarray(self.waits) + np.asarray(self.computes)
         chunks = range(0, self.steps, window)
-        return {"window_steps": window, "step_time_s": [float(times[i:i + window].mean()) for i in chunks],
-                "data_wait_s": [float(waits[i:i + window].mean()) for i in chunks]}
+        return {
+            "window_steps": window,
+            "step_time_s": [float(times[i : i + window].mean()) for i in chunks],
+            "data_wait_s": [float(waits[i : i + window].mean()) for i in chunks],
+        }
 
     def summary(self) -> dict:
         skip = self.warmup_steps if self.steps > self.warmup_steps else 0
         waits, computes = np.asarray(self.waits[skip:]), np.asarray(self.computes[skip:])
         times = waits + computes
         if not len(times):
-            return {"steps": 0, "seen": 0, "measured_steps": 0, "warmup_steps_excluded": 0,
-                    "step_time_s": {"mean": 0.0, "p50": 0.0, "p90": 0.0}, "data_wait_share": 0.0,
-                    "data_wait_s": 0.0, "compute_s": 0.0, "elapsed_s": 0.0, "samples": 0}
+            return {
+                "steps": 0,
+                "seen": 0,
+                "measured_steps": 0,
+                "warmup_steps_excluded": 0,
+                "step_time_s": {"mean": 0.0, "p50": 0.0, "p90": 0.0},
+                "data_wait_share": 0.0,
+                "data_wait_s": 0.0,
+                "compute_s": 0.0,
+                "elapsed_s": 0.0,
+                "samples": 0,
+            }
         return {
             "steps": self.steps,
             "seen": int(sum(self.sizes)),
             "measured_steps": len(times),
             "warmup_steps_excluded": skip,
-            "step_time_s": {"mean": float(times.mean()), "p50": float(np.percentile(times, 50)), "p90": float(np.percentile(times, 90))},
+            "step_time_s": {
+                "mean": float(times.mean()),
+                "p50": float(np.percentile(times, 50)),
+                "p90": float(np.percentile(times, 90)),
+            },
             "data_wait_share": float(waits.sum() / times.sum()),
             "data_wait_s": float(waits.sum()),
             "compute_s": float(computes.sum()),
@@ -93,9 +115,21 @@ class StepStats:
         }
 
 
-def training_metrics(*, cfg: TrainConfig, cluster: Cluster, framework: str, summary: dict, accuracy: float | None, corrupt: list,
-                     corrupt_count: int, classes: list[str], data_hosts: list[dict], bytes_received: int,
-                     bytes_received_per_sample: float, **extra: Any) -> dict:
+def training_metrics(
+    *,
+    cfg: TrainConfig,
+    cluster: Cluster,
+    framework: str,
+    summary: dict,
+    accuracy: float | None,
+    corrupt: list,
+    corrupt_count: int,
+    classes: list[str],
+    data_hosts: list[dict],
+    bytes_received: int,
+    bytes_received_per_sample: float,
+    **extra: Any,
+) -> dict:
     """The metrics.json document both trainers write (the Evaluate step reads it). ``data_hosts``: what each data
     host measured of itself (`steps.train.dataplane.meter.data_host_metrics`), empty in a homogeneous run."""
     elapsed = summary["elapsed_s"]
@@ -129,6 +163,9 @@ def training_metrics(*, cfg: TrainConfig, cluster: Cluster, framework: str, summ
 
 
 def final_line(metrics: dict) -> str:
-    return metric_line(final=1, step_time_ms=metrics["step_time_s"]["mean"] * 1e3, samples_per_sec=metrics["samples_per_second"],
-                       data_wait_pct=100 * metrics["data_wait_share"])
-
+    return metric_line(
+        final=1,
+        step_time_ms=metrics["step_time_s"]["mean"] * 1e3,
+        samples_per_sec=metrics["samples_per_second"],
+        data_wait_pct=100 * metrics["data_wait_share"],
+    )

@@ -44,8 +44,13 @@ class Spare:
     loop_cpus: float | None = None  # measured (trainer_cpus=auto)
 
     def as_metrics(self) -> dict:
-        return {"workers": self.workers, "kept_cpus": self.kept, "cpus": self.cpus, "measured_loop_cpus": self.loop_cpus,
-                "why": self.why}
+        return {
+            "workers": self.workers,
+            "kept_cpus": self.kept,
+            "cpus": self.cpus,
+            "measured_loop_cpus": self.loop_cpus,
+            "why": self.why,
+        }
 
 
 def spare(cfg: TrainConfig, cluster: Cluster, measure: Callable[[list[Path]], float | str], *, list_shards: Callable) -> Spare:
@@ -57,8 +62,13 @@ def spare(cfg: TrainConfig, cluster: Cluster, measure: Callable[[list[Path]], fl
         return Spare(0, cpus, cpus, why="trainer_cpus=all")
     channel = _channel(cluster)
     if channel is None:
-        return Spare(0, cpus, cpus, why=f"no {HYBRID_CHANNEL} channel on group {cluster.current_group} (a definition from "
-                                        "before hybrid decode): redeploy to give the dnn hosts the training shards")
+        return Spare(
+            0,
+            cpus,
+            cpus,
+            why=f"no {HYBRID_CHANNEL} channel on group {cluster.current_group} (a definition from "
+            "before hybrid decode): redeploy to give the dnn hosts the training shards",
+        )
     shards = list_shards(train_channel(cluster, cfg.shard_wait_s, name=channel))
     if not shards:
         return Spare(0, cpus, cpus, why=f"no shards in the {channel} channel")
@@ -77,8 +87,14 @@ def kept_for_loop(trainer_cpus: str, cpus: int, measure: Callable[[], float | st
         return min(cpus, int(trainer_cpus)), f"trainer_cpus={trainer_cpus}", None
     loop = measure()
     if isinstance(loop, str):  # why the step could not be measured
-        return cpus, (f"trainer_cpus=auto could not measure the training step ({loop}): set trainer_cpus to a number of "
-                      "vCPUs to keep for it"), None
+        return (
+            cpus,
+            (
+                f"trainer_cpus=auto could not measure the training step ({loop}): set trainer_cpus to a number of "
+                "vCPUs to keep for it"
+            ),
+            None,
+        )
     why = f"trainer_cpus=auto: a training step keeps {loop:.2f} vCPU(s) busy, +{DATA_PLANE_CPUS} for the data plane"
     return kept_cpus(loop, cpus), why, loop
 
@@ -96,9 +112,11 @@ def sample_pixels(workload: Decoder, shards: list[Path]) -> np.ndarray:
                 errors.append(f"{sample.sample_id}: {exc}")
                 if len(errors) >= 16:
                     break
-    raise UserError(f"no sample of {', '.join(str(s) for s in shards[:2]) or 'the training shards'} decodes "
-                    f"({'; '.join(errors[:3]) or 'they are empty'}); set trainer_cpus to a number to skip measuring",
-                    headline="cannot measure the training step")
+    raise UserError(
+        f"no sample of {', '.join(str(s) for s in shards[:2]) or 'the training shards'} decodes "
+        f"({'; '.join(errors[:3]) or 'they are empty'}); set trainer_cpus to a number to skip measuring",
+        headline="cannot measure the training step",
+    )
 
 
 def _channel(cluster: Cluster) -> str | None:

@@ -72,11 +72,16 @@ class Split:
         try:
             period, slots = int(meta["period"]), tuple(int(s) for s in meta["trainers"])
         except (KeyError, TypeError, ValueError):
-            raise UserError(f"trainer {sender} sent a malformed decode split {meta!r}: run the same code on every host",
-                            headline="bad decode split") from None
+            raise UserError(
+                f"trainer {sender} sent a malformed decode split {meta!r}: run the same code on every host",
+                headline="bad decode split",
+            ) from None
         if len(slots) != trainers or min(slots, default=0) < 0 or not 0 <= sum(slots) < period:
-            raise UserError(f"trainer {sender} sent decode split {meta!r} for {trainers} trainer(s): it must give each trainer "
-                            "0 or more slots and leave the data hosts at least one", headline="bad decode split")
+            raise UserError(
+                f"trainer {sender} sent decode split {meta!r} for {trainers} trainer(s): it must give each trainer "
+                "0 or more slots and leave the data hosts at least one",
+                headline="bad decode split",
+            )
         return cls(period, slots)
 
 

@@ -36,8 +36,9 @@ class Trainer:
     batches: int = 0  # sent to this trainer, all epochs
 
 
-def accept_trainers(server: socket.socket, cfg: TrainConfig, me: str, trainer_hosts: tuple[str, ...], secret: bytes,
-                    info: dict) -> list[Trainer]:
+def accept_trainers(
+    server: socket.socket, cfg: TrainConfig, me: str, trainer_hosts: tuple[str, ...], secret: bytes, info: dict
+) -> list[Trainer]:
     """Accept on ``server`` until every expected trainer has proved the secret; ``info`` goes in the HELLO.
 
     Whoever reaches the port gets at most `HANDSHAKE_TIMEOUT_S` in all to prove the secret, and at most
@@ -60,8 +61,16 @@ def accept_trainers(server: socket.socket, cfg: TrainConfig, me: str, trainer_ho
         with lock:
             pending.pop(sock, None)
             if peer in expected and peer not in trainers:
-                trainers[peer] = Trainer(peer, Link(sock, f"trainer {peer}", inbound=FROM_TRAINER, heartbeat_s=cfg.heartbeat_s,
-                                                    silence_timeout_s=cfg.silence_timeout_s))
+                trainers[peer] = Trainer(
+                    peer,
+                    Link(
+                        sock,
+                        f"trainer {peer}",
+                        inbound=FROM_TRAINER,
+                        heartbeat_s=cfg.heartbeat_s,
+                        silence_timeout_s=cfg.silence_timeout_s,
+                    ),
+                )
                 return
         sock.close()
 
@@ -162,11 +171,14 @@ def dial(host: str, address: str, port: int, deadline: float, connect_timeout_s:
             time.sleep(0.2)
 
 
-def open_link(cfg: TrainConfig, host: str, address: str, me: str, secret: bytes, deadline: float, peer: str,
-              **link_options) -> tuple[Link, Hello]:
+def open_link(
+    cfg: TrainConfig, host: str, address: str, me: str, secret: bytes, deadline: float, peer: str, **link_options
+) -> tuple[Link, Hello]:
     """A trainer's link to ``host``: dial it (retrying until ``deadline``), prove the job secret, and hand the socket to a
     heartbeat-checked `Link` named ``peer``. Returns the link and the host's HELLO."""
     sock = dial(host, address, cfg.data_port, deadline, cfg.connect_timeout_s)
     sock.settimeout(max(10.0, cfg.heartbeat_s))  # the handshake's own bound; the Link sets the kernel's
     hello = client_handshake(sock, secret, host=me)
-    return Link(sock, peer, inbound=FROM_DATA_HOST, heartbeat_s=cfg.heartbeat_s, silence_timeout_s=cfg.silence_timeout_s, **link_options), hello
+    return Link(
+        sock, peer, inbound=FROM_DATA_HOST, heartbeat_s=cfg.heartbeat_s, silence_timeout_s=cfg.silence_timeout_s, **link_options
+    ), hello

@@ -37,16 +37,23 @@ def load_job_secret(channel_dir: str | Path) -> bytes:
     try:
         value = path.read_text().strip()
     except OSError as exc:
-        raise UserError(f"cannot read the job secret {path} ({exc.strerror or exc}): every training job gets the file the "
-                        f"pipeline's Shard step writes as its {SECRET_CHANNEL!r} input channel, on every instance group",
-                        headline="missing job secret") from None
+        raise UserError(
+            f"cannot read the job secret {path} ({exc.strerror or exc}): every training job gets the file the "
+            f"pipeline's Shard step writes as its {SECRET_CHANNEL!r} input channel, on every instance group",
+            headline="missing job secret",
+        ) from None
     if len(value) < MIN_SECRET_CHARS:
-        raise UserError(f"the job secret {path} holds {len(value)} characters; it must hold at least {MIN_SECRET_CHARS}, "
-                        "shared by every host of the job (steps/shard/job_secret.py writes one)", headline="missing job secret")
+        raise UserError(
+            f"the job secret {path} holds {len(value)} characters; it must hold at least {MIN_SECRET_CHARS}, "
+            "shared by every host of the job (steps/shard/job_secret.py writes one)",
+            headline="missing job secret",
+        )
     try:
         path.unlink()
     except OSError as exc:  # a read-only channel: the secret stays readable on this host's disk
-        print(f"[auth] WARNING could not remove the job secret's file {path} after reading it ({exc.strerror or exc})", flush=True)
+        print(
+            f"[auth] WARNING could not remove the job secret's file {path} after reading it ({exc.strerror or exc})", flush=True
+        )
     _loaded = value.encode()
     return _loaded
 
@@ -54,8 +61,11 @@ def load_job_secret(channel_dir: str | Path) -> bytes:
 def job_secret() -> bytes:
     """The job secret `load_job_secret` read (the launcher loads it before any server starts)."""
     if _loaded is None:
-        raise UserError(f"this host has no job secret: the job needs the {SECRET_CHANNEL!r} input channel (the file "
-                        f"{SECRET_FILE} the pipeline's Shard step writes) on every instance group", headline="missing job secret")
+        raise UserError(
+            f"this host has no job secret: the job needs the {SECRET_CHANNEL!r} input channel (the file "
+            f"{SECRET_FILE} the pipeline's Shard step writes) on every instance group",
+            headline="missing job secret",
+        )
     return _loaded
 
 

@@ -51,17 +51,24 @@ def build_library(cache_dir: Path | None = None) -> Path:
         return library
     compiler = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
     if not compiler:
-        raise UserError("the TensorFlow and Ray paths confine their servers (tf.data.service has no authentication of its own) "
-                        f"to the cluster address with a small preloaded library built from {SOURCE.name}, and this image has no "
-                        "C compiler (cc, gcc). Install gcc in the training image, or set the hyperparameter bind_guard=off to "
-                        "accept that they listen on every interface (docs/dataplane.md: Security)", headline="cannot confine listeners")
+        raise UserError(
+            "the TensorFlow and Ray paths confine their servers (tf.data.service has no authentication of its own) "
+            f"to the cluster address with a small preloaded library built from {SOURCE.name}, and this image has no "
+            "C compiler (cc, gcc). Install gcc in the training image, or set the hyperparameter bind_guard=off to "
+            "accept that they listen on every interface (docs/dataplane.md: Security)",
+            headline="cannot confine listeners",
+        )
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / f"bind_guard.{os.getpid()}.so"
-    result = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(SOURCE), "-ldl"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(SOURCE), "-ldl"], capture_output=True, text=True
+    )
     if result.returncode != 0:
-        raise UserError(f"{compiler} could not build {SOURCE}: {result.stderr.strip()[-800:]}; install gcc and the C library "
-                        "headers in the training image, or set bind_guard=off", headline="cannot confine listeners")
+        raise UserError(
+            f"{compiler} could not build {SOURCE}: {result.stderr.strip()[-800:]}; install gcc and the C library "
+            "headers in the training image, or set bind_guard=off",
+            headline="cannot confine listeners",
+        )
     partial.replace(library)
     return library
 

@@ -25,8 +25,16 @@ SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 class Link:
     """``inbound``: the messages this side reads (`messages.FROM_TRAINER` on a data host, `FROM_DATA_HOST` on a trainer)."""
 
-    def __init__(self, sock: socket.socket, peer: str, *, inbound: Inbound, heartbeat_s: float, silence_timeout_s: float,
-                 allocator: Allocator = _numpy_allocator) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        peer: str,
+        *,
+        inbound: Inbound,
+        heartbeat_s: float,
+        silence_timeout_s: float,
+        allocator: Allocator = _numpy_allocator,
+    ) -> None:
         # The kernel enforces the heartbeat timeout (SO_RCVTIMEO/SO_SNDTIMEO on a blocking socket): a Python
         # socket timeout would add a poll() before every recv and split each 10 MB send into partial writes.
         sock.settimeout(None)
@@ -56,7 +64,9 @@ class Link:
         if self.closing.is_set():
             raise Stopped()
         if self.silent_for() > self.silence_timeout_s:
-            raise PeerSilent(f"{self.peer} sent nothing for {self.silent_for():.0f} s (silence_timeout_s={self.silence_timeout_s:g})")
+            raise PeerSilent(
+                f"{self.peer} sent nothing for {self.silent_for():.0f} s (silence_timeout_s={self.silence_timeout_s:g})"
+            )
 
     def send(self, message: Message) -> None:
         kind, meta, arrays = message.encode()
@@ -114,4 +124,3 @@ class Heartbeat:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-

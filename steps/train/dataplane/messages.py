@@ -55,8 +55,9 @@ class Message:
             value = source[name]
             if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
                 wanted = " or ".join(t.__name__ for t in types if t is not NoneType)
-                raise WireError(f"a {cls.KIND.name} frame's field {name!r} holds {type(value).__name__} {value!r:.60}, "
-                                f"not {wanted}")
+                raise WireError(
+                    f"a {cls.KIND.name} frame's field {name!r} holds {type(value).__name__} {value!r:.60}, not {wanted}"
+                )
             values[name] = value
         message = cls(**values)
         message.check()
@@ -122,8 +123,10 @@ class Batch(Message):
     def check(self) -> None:
         n = self.pixels.shape[0] if self.pixels.ndim else -1
         if self.pixels.dtype != np.uint8 or self.pixels.ndim != 4 or self.labels.shape != (n,) or self.ids.shape != (n,):
-            raise WireError(f"BATCH frame shapes disagree: pixels {self.pixels.dtype}{list(self.pixels.shape)}, "
-                            f"labels {list(self.labels.shape)}, ids {list(self.ids.shape)}")
+            raise WireError(
+                f"BATCH frame shapes disagree: pixels {self.pixels.dtype}{list(self.pixels.shape)}, "
+                f"labels {list(self.labels.shape)}, ids {list(self.ids.shape)}"
+            )
 
 
 @dataclass(frozen=True)

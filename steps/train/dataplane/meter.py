@@ -56,15 +56,22 @@ class ProcessMeter:
         self._cpu_started = time.process_time()
 
     def report(self) -> dict:
-        return {"cpus": self.cpus, "wall_s": round(time.perf_counter() - self._wall_started, 6),
-                "decode_cpu_s": round(time.process_time() - self._cpu_started, 6), "service_cpu_s": 0.0}
+        return {
+            "cpus": self.cpus,
+            "wall_s": round(time.perf_counter() - self._wall_started, 6),
+            "decode_cpu_s": round(time.process_time() - self._cpu_started, 6),
+            "service_cpu_s": 0.0,
+        }
 
 
 def arrived(data_hosts: list[dict], bytes_received: int, samples: int) -> dict:
     """The measurement fields of metrics.json: each data host's own line and what arrived at this trainer
     (``arrived([], 0, 0)``: a homogeneous run, which has neither)."""
-    return {"data_hosts": data_hosts, "bytes_received": bytes_received,
-            "bytes_received_per_sample": bytes_received / samples if samples else 0.0}
+    return {
+        "data_hosts": data_hosts,
+        "bytes_received": bytes_received,
+        "bytes_received_per_sample": bytes_received / samples if samples else 0.0,
+    }
 
 
 def data_host_metrics(host: str, report: dict, first: dict | None = None) -> dict:
@@ -98,6 +105,10 @@ def data_host_metrics(host: str, report: dict, first: dict | None = None) -> dic
 
 
 def _totals(report: dict) -> dict:
-    return {"samples": int(report.get("samples", 0)), "wall_s": float(report.get("wall_s", 0.0)),
-            "decode_cpu_s": float(report.get("decode_cpu_s", 0.0)), "service_cpu_s": float(report.get("service_cpu_s", 0.0)),
-            "bytes_sent": int(report.get("bytes_sent", 0))}
+    return {
+        "samples": int(report.get("samples", 0)),
+        "wall_s": float(report.get("wall_s", 0.0)),
+        "decode_cpu_s": float(report.get("decode_cpu_s", 0.0)),
+        "service_cpu_s": float(report.get("service_cpu_s", 0.0)),
+        "bytes_sent": int(report.get("bytes_sent", 0)),
+    }

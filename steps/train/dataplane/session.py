@@ -41,8 +41,16 @@ class HostSession:
     """``who``: how this host names itself to its trainers ("data host algo-2"). ``heartbeat``: PING every link while
     the host is busy elsewhere; off where the framework's own sender pings (one that never waits on another link)."""
 
-    def __init__(self, cfg: TrainConfig, trainers: list[Trainer], *, who: str, results_dir: Path | None = None,
-                 on_message: OnMessage | None = None, heartbeat: bool = True) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        trainers: list[Trainer],
+        *,
+        who: str,
+        results_dir: Path | None = None,
+        on_message: OnMessage | None = None,
+        heartbeat: bool = True,
+    ) -> None:
         self.cfg = cfg
         self.trainers = trainers
         self.who = who
@@ -57,8 +65,17 @@ class HostSession:
         self._threads: list[threading.Thread] = []
 
     @classmethod
-    def admit(cls, cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tuple[str, ...], secret: bytes,
-              info: dict, **options) -> HostSession:
+    def admit(
+        cls,
+        cfg: TrainConfig,
+        server: socket.socket,
+        *,
+        me: str,
+        trainer_hosts: tuple[str, ...],
+        secret: bytes,
+        info: dict,
+        **options,
+    ) -> HostSession:
         """Accept every expected trainer on ``server`` (``info``: the rest of this host's HELLO)."""
         return cls(cfg, accept_trainers(server, cfg, me, trainer_hosts, secret, info), **options)
 

@@ -60,10 +60,20 @@ class PeerWatch:
     """``label`` names a peer in every line ("data host algo-2"); ``error`` is the class of its loss. ``lost(peer, exc)``
     words a broken link (default: "<label> <name> was lost: <exc>"); ``on_failure(error)`` hears the first failure."""
 
-    def __init__(self, cfg: TrainConfig, peers: list[Peer], *, me: str, secret: bytes, label: str = "data host",
-                 error: type[HeteroError] = DataHostLost, on_message: Callable[[Peer, Message | Other], None] | None = None,
-                 on_failure: Callable[[HeteroError], None] | None = None,
-                 lost: Callable[[Peer, Exception], HeteroError] | None = None, **link_options) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        peers: list[Peer],
+        *,
+        me: str,
+        secret: bytes,
+        label: str = "data host",
+        error: type[HeteroError] = DataHostLost,
+        on_message: Callable[[Peer, Message | Other], None] | None = None,
+        on_failure: Callable[[HeteroError], None] | None = None,
+        lost: Callable[[Peer, Exception], HeteroError] | None = None,
+        **link_options,
+    ) -> None:
         self.cfg, self.peers, self.me, self.secret = cfg, peers, me, secret
         self.label, self.error = label, error
         self.on_message, self.on_failure = on_message, on_failure
@@ -84,8 +94,16 @@ class PeerWatch:
         """Dial every peer (each may still be starting: until connect_timeout_s in all) and prove the secret."""
         deadline = time.monotonic() + self.cfg.connect_timeout_s
         for peer in self.peers:
-            peer.link, peer.hello = open_link(self.cfg, peer.name, peer.address, self.me, self.secret, deadline,
-                                              f"{self.label} {peer.name}", **self.link_options)
+            peer.link, peer.hello = open_link(
+                self.cfg,
+                peer.name,
+                peer.address,
+                self.me,
+                self.secret,
+                deadline,
+                f"{self.label} {peer.name}",
+                **self.link_options,
+            )
         return [p.hello for p in self.peers]
 
     def send_all(self, message: Message) -> None:

@@ -37,7 +37,9 @@ MAX_META_BYTES = 64 * 1024
 MAX_BODY_BYTES = 2 * 1024**3
 MAX_SEGMENTS = 16
 MAX_DIMS = 8
-DTYPES = {name: np.dtype(name) for name in ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64")}
+DTYPES = {
+    name: np.dtype(name) for name in ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64")
+}
 
 
 class Kind(IntEnum):
@@ -173,15 +175,22 @@ def send_buffers(sock: socket.socket, buffers: list, on_stall: Stall | None = No
                 sent = 0
 
 
-def send_frame(sock: socket.socket, kind: Kind, meta: dict | None = None, arrays: Sequence[tuple[str, np.ndarray]] = (), on_stall: Stall | None = None) -> int:
+def send_frame(
+    sock: socket.socket,
+    kind: Kind,
+    meta: dict | None = None,
+    arrays: Sequence[tuple[str, np.ndarray]] = (),
+    on_stall: Stall | None = None,
+) -> int:
     """Send one frame; returns its size in bytes."""
     buffers = encode_frame(kind, meta, arrays)
     send_buffers(sock, buffers, on_stall)
     return sum(memoryview(b).nbytes for b in buffers)
 
 
-def recv_exact_into(sock: socket.socket, view: memoryview, on_stall: Stall | None = None, *, frame_start: bool = False,
-                    what: str = "a frame") -> None:
+def recv_exact_into(
+    sock: socket.socket, view: memoryview, on_stall: Stall | None = None, *, frame_start: bool = False, what: str = "a frame"
+) -> None:
     """Fill ``view`` (``what``, for error messages) from the socket. A timeout before the
     first byte of a frame propagates (the peer is idle); a timeout inside a frame calls ``on_stall``."""
     got, total = 0, view.nbytes
@@ -210,7 +219,14 @@ def _numpy_allocator(segment: Segment) -> np.ndarray:
 class FrameReader:
     """Reads frames from one socket; bodies land in arrays from `allocator`."""
 
-    def __init__(self, sock: socket.socket, *, max_body: int = MAX_BODY_BYTES, allocator: Allocator = _numpy_allocator, on_stall: Stall | None = None) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        *,
+        max_body: int = MAX_BODY_BYTES,
+        allocator: Allocator = _numpy_allocator,
+        on_stall: Stall | None = None,
+    ) -> None:
         self.sock = sock
         self.on_stall = on_stall
         self.max_body = max_body
@@ -227,7 +243,9 @@ class FrameReader:
         try:
             recv_exact_into(self.sock, memoryview(meta_raw), self.on_stall, what=f"the metadata of a {header.kind.name} frame")
         except PeerClosed:
-            raise WireError(f"connection closed before the {header.meta_len}-byte metadata of a {header.kind.name} frame") from None
+            raise WireError(
+                f"connection closed before the {header.meta_len}-byte metadata of a {header.kind.name} frame"
+            ) from None
         try:
             meta = json.loads(meta_raw) if meta_raw else {}
         except (ValueError, RecursionError) as exc:  # bad UTF-8/JSON, over-long int literals, deep nesting
@@ -239,8 +257,9 @@ class FrameReader:
         for segment in segments:
             array = self.allocator(segment)
             try:
-                recv_exact_into(self.sock, byte_view(array), self.on_stall,
-                                what=f"segment {segment.name!r} of a {header.kind.name} frame")
+                recv_exact_into(
+                    self.sock, byte_view(array), self.on_stall, what=f"segment {segment.name!r} of a {header.kind.name} frame"
+                )
             except PeerClosed:
                 raise WireError(f"connection closed inside segment {segment.name!r} of a {header.kind.name} frame") from None
             arrays[segment.name] = array

@@ -31,5 +31,6 @@ def small_cnn(num_classes: int, image_size: int) -> keras.Model:
 
 
 def resnet50(num_classes: int, image_size: int) -> keras.Model:
-    return keras.applications.ResNet50(weights=None, input_shape=(image_size, image_size, 3), classes=num_classes,
-                                       classifier_activation=None)
+    return keras.applications.ResNet50(
+        weights=None, input_shape=(image_size, image_size, 3), classes=num_classes, classifier_activation=None
+    )

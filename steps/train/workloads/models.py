@@ -20,10 +20,14 @@ def small_cnn(num_classes: int) -> nn.Module:
     # Global max pooling: "is there a corner / an arm anywhere" is what tells the shapes apart.
     return nn.Sequential(
         *_conv_bn(3, 16, 3, 2),
-        *_conv_bn(16, 32), nn.MaxPool2d(2),
-        *_conv_bn(32, 64), nn.MaxPool2d(2),
+        *_conv_bn(16, 32),
+        nn.MaxPool2d(2),
+        *_conv_bn(32, 64),
+        nn.MaxPool2d(2),
         *_conv_bn(64, 64),
-        nn.AdaptiveMaxPool2d(1), nn.Flatten(), nn.Linear(64, num_classes),
+        nn.AdaptiveMaxPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, num_classes),
     )
 
 
@@ -34,8 +38,10 @@ class Bottleneck(nn.Module):
         super().__init__()
         cout = width * self.expansion
         self.body = nn.Sequential(
-            *_conv_bn(cin, width, 1), *_conv_bn(width, width, 3, stride),
-            nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout),
+            *_conv_bn(cin, width, 1),
+            *_conv_bn(width, width, 3, stride),
+            nn.Conv2d(width, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
         )
         self.shortcut = nn.Identity()
         if stride != 1 or cin != cout:

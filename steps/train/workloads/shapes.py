@@ -40,7 +40,9 @@ class Shapes(Workload):
         super().__init__(options)
         self.model_name = str(self.options.get("model", "small_cnn"))
         if self.model_name not in ("small_cnn", "resnet50"):
-            raise UserError(f"workload option model={self.model_name!r}: use small_cnn or resnet50", headline="bad workload option")
+            raise UserError(
+                f"workload option model={self.model_name!r}: use small_cnn or resnet50", headline="bad workload option"
+            )
         self.blur_passes = int(self.options.get("blur_passes", 6))
         self.blur_radius = float(self.options.get("blur_radius", 1.0))
 

@@ -43,7 +43,9 @@ def test_frozen_trainer_is_noticed_by_every_data_host_and_named_first_by_the_job
         assert host.exit_code != 0 and ("silent" in host.failure or "sent nothing" in host.failure), host.failure
         assert HOST_NAME.search(host.failure).group() == trainer.name, host.failure
     # a data host failed first, yet the job's failure leads with the host that froze
-    assert result.failure.startswith(f"step job: host {trainer.name} ({DNN_GROUP}, trainer) failed, as host algo-"), result.failure
+    assert result.failure.startswith(f"step job: host {trainer.name} ({DNN_GROUP}, trainer) failed, as host algo-"), (
+        result.failure
+    )
     assert trainer.stopped_by_emulator and not trainer.failure
 
 
@@ -66,9 +68,21 @@ def test_killed_data_host_is_named_with_the_samples_lost(tmp_path, shards, code_
 
 
 def test_host_names_that_resolve_late_delay_the_start_not_the_run(tmp_path, shards, code_uri, no_leftovers):
-    request = two_group_request(tmp_path, shards, code_uri, data=2, hyperparameters={
-        "epochs": 1, "max_steps": 4, "batch_size": 8, "workload_options": {"blur_passes": 0},
-        "heartbeat_s": 0.5, "silence_timeout_s": 10, "connect_timeout_s": 60})
+    request = two_group_request(
+        tmp_path,
+        shards,
+        code_uri,
+        data=2,
+        hyperparameters={
+            "epochs": 1,
+            "max_steps": 4,
+            "batch_size": 8,
+            "workload_options": {"blur_passes": 0},
+            "heartbeat_s": 0.5,
+            "silence_timeout_s": 10,
+            "connect_timeout_s": 60,
+        },
+    )
     job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=20, timeout_s=240, late_hostnames_s=LATE_S)
     with job:
         job.start()

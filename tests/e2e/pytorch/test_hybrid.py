@@ -27,15 +27,26 @@ def _train_samples(shards) -> int:
 
 def _exact_ledger(metrics: dict, samples: int, epochs: int) -> None:
     assert [(e["epoch"], e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]] == [
-        (e, samples, samples, 0) for e in range(epochs)]
+        (e, samples, samples, 0) for e in range(epochs)
+    ]
 
 
 def test_the_pipeline_trains_hybrid_one_data_host_one_trainer(tmp_path, tiny_images, no_leftovers):
-    params = resolve_parameters({"InputData": str(tiny_images), "Epochs": 2, "BatchSize": 8, "ShardSizeMB": 1,
-                                 "TrainerCpus": "1", "RunBaseline": False, "WorkloadOptions": '{"blur_passes": 1}'})
+    params = resolve_parameters(
+        {
+            "InputData": str(tiny_images),
+            "Epochs": 2,
+            "BatchSize": 8,
+            "ShardSizeMB": 1,
+            "TrainerCpus": "1",
+            "RunBaseline": False,
+            "WorkloadOptions": '{"blur_passes": 1}',
+        }
+    )
     lines = []
-    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, pin_cpus=False, grace_s=10, step_timeout_s=300,
-                                              echo=lines.append)).run()
+    result = LocalRunner(
+        params, LocalOptions(work_dir=tmp_path, pin_cpus=False, grace_s=10, step_timeout_s=300, echo=lines.append)
+    ).run()
     job = result.jobs["TrainHeterogeneous"]
     metrics = json.loads((job.model_dir / "metrics.json").read_text())
     samples = _train_samples(result.outputs["Shard"])
@@ -53,8 +64,14 @@ def test_the_pipeline_trains_hybrid_one_data_host_one_trainer(tmp_path, tiny_ima
 
 def test_two_data_hosts_and_two_hybrid_trainers_consume_each_sample_once(tmp_path, shards, code_uri, no_leftovers):
     samples = _train_samples(shards)
-    request = two_group_request(tmp_path, shards, code_uri, data=2, dnn=2, hyperparameters={
-        "epochs": 2, "batch_size": 8, "workload_options": {"blur_passes": 1}, "connect_timeout_s": 60, **HYBRID})
+    request = two_group_request(
+        tmp_path,
+        shards,
+        code_uri,
+        data=2,
+        dnn=2,
+        hyperparameters={"epochs": 2, "batch_size": 8, "workload_options": {"blur_passes": 1}, "connect_timeout_s": 60, **HYBRID},
+    )
     with EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=30, timeout_s=300) as job:
         job.start()
         result = job.wait()

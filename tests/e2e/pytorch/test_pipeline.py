@@ -23,10 +23,17 @@ pytestmark = pytest.mark.e2e
 
 @pytest.mark.parametrize("data_hosts,dnn_hosts", [(1, 1), (2, 2)])
 def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hosts, dnn_hosts):
-    params = resolve_parameters({
-        "InputData": str(tiny_images), "DataInstanceCount": data_hosts, "DnnInstanceCount": dnn_hosts,
-        "Epochs": 2, "BatchSize": 16, "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 1}',
-    })
+    params = resolve_parameters(
+        {
+            "InputData": str(tiny_images),
+            "DataInstanceCount": data_hosts,
+            "DnnInstanceCount": dnn_hosts,
+            "Epochs": 2,
+            "BatchSize": 16,
+            "ShardSizeMB": 1,
+            "WorkloadOptions": '{"blur_passes": 1}',
+        }
+    )
     lines = []
     ports_before = own_listening_ports()
     runner = LocalRunner(params, LocalOptions(work_dir=tmp_path, grace_s=10, step_timeout_s=300, echo=lines.append))
@@ -47,12 +54,18 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
         groups = {g["name"]: g for g in metrics["instance_groups"]}
         assert groups["dnn_group"]["count"] == dnn_hosts
         if mode == "heterogeneous":
-            assert groups["data_group"] == {"name": "data_group", "instance_type": "ml.c5.4xlarge", "count": data_hosts, "role": "data"}
+            assert groups["data_group"] == {
+                "name": "data_group",
+                "instance_type": "ml.c5.4xlarge",
+                "count": data_hosts,
+                "role": "data",
+            }
         assert metrics["config"]["epochs"] == 2
         assert_data_hosts_measured_themselves(metrics, data_hosts)
         if mode == "heterogeneous":
             assert {t for h in metrics["data_hosts"] for t in h["batches_sent"]} == {
-                h.name for h in result.jobs[step].hosts if h.role == "trainer"}
+                h.name for h in result.jobs[step].hosts if h.role == "trainer"
+            }
     pp = result.price_performance
     assert pp["runs"]["baseline"] and pp["runs"]["heterogeneous"]
     assert pp["speedup"] > 0 and pp["execution_id"] == result.execution_id
@@ -105,25 +118,47 @@ def test_no_input_no_baseline_a_user_workload_and_a_price_file_in_one_run(tmp_pa
     (user / "my_workloads").mkdir(parents=True)
     (user / "my_workloads" / "__init__.py").write_text("")
     tiny = (Path(__file__).parents[2] / "fixtures" / "tiny_workload.py").read_text()
-    (user / "my_workloads" / "tiny.py").write_text("import tiny_dep  # from requirements.txt\n" + tiny.replace(
-        'int(self.options.get("hidden", 8))', 'int(self.options.get("hidden", tiny_dep.HIDDEN))'))
+    (user / "my_workloads" / "tiny.py").write_text(
+        "import tiny_dep  # from requirements.txt\n"
+        + tiny.replace('int(self.options.get("hidden", 8))', 'int(self.options.get("hidden", tiny_dep.HIDDEN))')
+    )
     write_wheel(user / "wheels", "tiny-dep", "0.0.1", {"tiny_dep.py": "HIDDEN = 4\n"})
     (user / "requirements.txt").write_text("--no-index --find-links wheels\ntiny-dep==0.0.1\n")
     prices = refreshed_price_file(tmp_path / "prices-override.json", prices={"ml.g5.xlarge": 2.5, "ml.c5.4xlarge": 1.25})
-    args = cli._parser().parse_args(["run", "--prices", str(prices), "--no-baseline", "--workload", "my_workloads.tiny",
-                                     "--epochs", "1", "--batch-size", "32", "--shard-size-mb", "1"])
+    args = cli._parser().parse_args(
+        [
+            "run",
+            "--prices",
+            str(prices),
+            "--no-baseline",
+            "--workload",
+            "my_workloads.tiny",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "32",
+            "--shard-size-mb",
+            "1",
+        ]
+    )
     params = resolve_parameters(*cli._layers(args))  # the parameters `hetero run` takes from these options
     cli._validate(params, (user,))
     assert params["InputData"] == ""
-    result = LocalRunner(params, LocalOptions(work_dir=tmp_path / "w", sample_images=80, grace_s=10, network_isolation=True,
-                                              code_dirs=(user,), echo=lambda _: None)).run()
+    result = LocalRunner(
+        params,
+        LocalOptions(
+            work_dir=tmp_path / "w", sample_images=80, grace_s=10, network_isolation=True, code_dirs=(user,), echo=lambda _: None
+        ),
+    ).run()
 
     manifest = json.loads((result.outputs["Shard"] / "manifest.json").read_text())
     assert manifest["splits"]["train"]["samples"] + manifest["splits"]["validation"]["samples"] == 80
     assert len(manifest["classes"]) == 8
     assert (tmp_path / "w" / "sample-data").is_dir()
 
-    assert {"TrainBaseline", "Evaluate", "CheckImprovement"} <= set(result.skipped) and "EvaluateWithoutBaseline" in result.outputs
+    assert {"TrainBaseline", "Evaluate", "CheckImprovement"} <= set(
+        result.skipped
+    ) and "EvaluateWithoutBaseline" in result.outputs
     assert set(result.jobs) == {"TrainHeterogeneous"}
     assert result.price_performance["runs"]["baseline"] is None
     assert result.price_performance["improvement"] is None
@@ -149,12 +184,19 @@ def test_no_input_no_baseline_a_user_workload_and_a_price_file_in_one_run(tmp_pa
         assert not (host.base_dir / "input" / "data" / "secret" / "job-secret").is_symlink()
         assert (host.base_dir / "input" / "data" / "code" / "code.tar.gz").is_symlink()
     # the price file: an input of the Evaluate step only, never in a container's command line
-    assert "PriceOverrides" not in json.dumps([s.get("Arguments", {}).get("AppSpecification") for s in all_steps(result.definition).values()])
+    assert "PriceOverrides" not in json.dumps(
+        [s.get("Arguments", {}).get("AppSpecification") for s in all_steps(result.definition).values()]
+    )
     doc = json.loads((result.run_dir / "EvaluateWithoutBaseline" / "price_performance.json").read_text())
     hetero = doc["runs"]["heterogeneous"]
-    assert {g["instance_type"]: g["instance_usd_per_hour"] for g in hetero["instance_groups"]} == {"ml.c5.4xlarge": 1.25, "ml.g5.xlarge": 2.5}
+    assert {g["instance_type"]: g["instance_usd_per_hour"] for g in hetero["instance_groups"]} == {
+        "ml.c5.4xlarge": 1.25,
+        "ml.g5.xlarge": 2.5,
+    }
     assert hetero["cluster_usd_per_hour"] == 3.75
-    assert "AWS Price List API" in doc["prices"]["source"] and doc["prices"]["as_of"].endswith(json.loads(prices.read_text())["as_of"])
+    assert "AWS Price List API" in doc["prices"]["source"] and doc["prices"]["as_of"].endswith(
+        json.loads(prices.read_text())["as_of"]
+    )
     linked = result.run_dir / "jobs" / "EvaluateWithoutBaseline" / "opt" / "ml" / "processing" / "input" / "prices" / prices.name
     assert linked.resolve() == prices.resolve()  # provisioned as the input's object, as SageMaker downloads it
 
@@ -186,11 +228,15 @@ def assert_emulator_ran_the_definition(result, step: str) -> None:
         hyperparameters = json.loads((config / "hyperparameters.json").read_text())
         assert hyperparameters == {**request["HyperParameters"], "sagemaker_job_name": job.name}
         resources = json.loads((config / "resourceconfig.json").read_text())
-        assert {g["instance_group_name"]: (g["instance_type"], len(g["hosts"])) for g in resources["instance_groups"]} == \
-            {n: (g["InstanceType"], g["InstanceCount"]) for n, g in groups.items()}
+        assert {g["instance_group_name"]: (g["instance_type"], len(g["hosts"])) for g in resources["instance_groups"]} == {
+            n: (g["InstanceType"], g["InstanceCount"]) for n, g in groups.items()
+        }
         channels = json.loads((config / "inputdataconfig.json").read_text())
-        assigned = {c["ChannelName"]: c for c in request["InputDataConfig"]
-                    if host.group.name in c["DataSource"]["S3DataSource"]["InstanceGroupNames"]}
+        assigned = {
+            c["ChannelName"]: c
+            for c in request["InputDataConfig"]
+            if host.group.name in c["DataSource"]["S3DataSource"]["InstanceGroupNames"]
+        }
         assert set(channels) == set(assigned), (host.name, host.group.name)
         for name, channel in assigned.items():
             assert channels[name]["TrainingInputMode"] == channel["InputMode"]

@@ -37,11 +37,13 @@ from tests.support.harness import (
 
 pytestmark = pytest.mark.e2e
 
+
 def _left_behind(job) -> dict:
     """What a Ray job left: processes (by the marker every process of its hosts inherits) and temp folders (a host's
     TMPDIR, a Ray node's folder); and Ray node folders outside their host's TMPDIR (in the machine's /tmp)."""
-    outside = [str(f) for host in job.hosts for f in ray_folders(job.job_dir).get(host.name, [])
-               if host.temp_dir not in f.parents]
+    outside = [
+        str(f) for host in job.hosts for f in ray_folders(job.job_dir).get(host.name, []) if host.temp_dir not in f.parents
+    ]
     return {k: v for k, v in {"processes": _ray_processes(job), "temp": temp_left(job), "outside": outside}.items() if v}
 
 
@@ -60,24 +62,49 @@ def _ray_processes(*jobs) -> list[str]:
 
 def _ray_request(tmp_path, shards, code_uri, *, data: int, dnn: int = 1, **hyperparameters) -> dict:
     """The pipeline's Ray layout (`tests.support.harness.ray_layout`): the train channel replicated to both groups."""
-    return two_group_request(tmp_path, shards, code_uri, data=data, dnn=dnn, hyperparameters={
-        "framework": "ray", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0}, "heartbeat_s": 0.5,
-        "silence_timeout_s": 10, "connect_timeout_s": 120, **hyperparameters})
+    return two_group_request(
+        tmp_path,
+        shards,
+        code_uri,
+        data=data,
+        dnn=dnn,
+        hyperparameters={
+            "framework": "ray",
+            "epochs": 2,
+            "batch_size": 16,
+            "workload_options": {"blur_passes": 0},
+            "heartbeat_s": 0.5,
+            "silence_timeout_s": 10,
+            "connect_timeout_s": 120,
+            **hyperparameters,
+        },
+    )
 
 
 def test_the_pipeline_trains_on_a_ray_cluster_one_data_host_one_trainer(tmp_path, tiny_images, no_leftovers):
-    params = resolve_parameters({"InputData": str(tiny_images), "Epochs": 2, "BatchSize": 16, "ShardSizeMB": 1,
-                                 "RunBaseline": False, "WorkloadOptions": '{"blur_passes": 1}'})
+    params = resolve_parameters(
+        {
+            "InputData": str(tiny_images),
+            "Epochs": 2,
+            "BatchSize": 16,
+            "ShardSizeMB": 1,
+            "RunBaseline": False,
+            "WorkloadOptions": '{"blur_passes": 1}',
+        }
+    )
     lines = []
-    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, framework="ray", pin_cpus=False, grace_s=20,
-                                              step_timeout_s=300, echo=lines.append)).run()
+    result = LocalRunner(
+        params,
+        LocalOptions(work_dir=tmp_path, framework="ray", pin_cpus=False, grace_s=20, step_timeout_s=300, echo=lines.append),
+    ).run()
     job = result.jobs["TrainHeterogeneous"]
     metrics = json.loads((job.model_dir / "metrics.json").read_text())
     samples = json.loads((result.outputs["Shard"] / "manifest.json").read_text())["splits"]["train"]["samples"]
     assert metrics["framework"] == "ray"
     assert metrics["gpus"] == {"per_host": 0, "used_per_host": 0, "idle": None}  # this machine has no GPU
     assert [(e["epoch"], e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]] == [
-        (e, samples, samples, 0) for e in range(2)]
+        (e, samples, samples, 0) for e in range(2)
+    ]
     decoded = sum(h["samples_sent"] for h in metrics["data_hosts"]) + sum(m["samples"] for m in metrics["local_decode"])
     assert decoded == 2 * samples  # every sample, from whichever node decoded it
     assert any("[ray] head: 2 node(s)" in line for line in lines)
@@ -91,8 +118,14 @@ def test_the_pipeline_trains_on_a_ray_cluster_one_data_host_one_trainer(tmp_path
 def _start(tmp_path, shards, code_uri, *, data: int = 2, dnn: int = 1, grace_s: float = 60, **hyperparameters) -> EmulatedJob:
     training = threading.Event()
     request = _ray_request(tmp_path, shards, code_uri, data=data, dnn=dnn, epochs=1000, log_every=1, **hyperparameters)
-    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=grace_s, timeout_s=240,
-                      on_line=lambda host, line: "step_time_ms=" in line and training.set())
+    job = EmulatedJob(
+        name="job",
+        request=request,
+        job_dir=tmp_path / "job",
+        grace_s=grace_s,
+        timeout_s=240,
+        on_line=lambda host, line: "step_time_ms=" in line and training.set(),
+    )
     job.start()
     if not training.wait(180):
         job.close()
@@ -101,15 +134,21 @@ def _start(tmp_path, shards, code_uri, *, data: int = 2, dnn: int = 1, grace_s: 
 
 
 def test_the_ray_cluster_is_confined_refuses_a_client_without_the_token_and_a_killed_head_takes_every_host_down(
-        tmp_path, shards, code_uri, no_leftovers):
+    tmp_path, shards, code_uri, no_leftovers
+):
     job = _start(tmp_path, shards, code_uri)
     with job:
         assert not confinement_breaches(job, host_local=("127.0.0.1",))  # Ray's minimal dashboard: also loopback
         head = by_role(job, "trainer")[0]
         address = re.search(r"\[ray\] \S+: head at (\S+) ", (head.base_dir / "output" / "host.log").read_text()).group(1)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        attempt = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address='{address}'); print('CONNECTED')"],
-                                 env=env, capture_output=True, text=True, timeout=120)
+        attempt = subprocess.run(
+            [sys.executable, "-c", f"import ray; ray.init(address='{address}'); print('CONNECTED')"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert "CONNECTED" not in attempt.stdout and "auth" in (attempt.stdout + attempt.stderr).lower()
         # no Ray client server (ray://, it runs drivers for remote clients): the image has no grpc, so Ray starts none
         lines = [" ".join(p.cmdline()) for p in psutil.Process(head.process.pid).children(recursive=True)]
@@ -124,7 +163,8 @@ def test_the_ray_cluster_is_confined_refuses_a_client_without_the_token_and_a_ki
 
 
 def test_two_data_hosts_and_a_trainer_on_ray_flooded_on_every_port_train_to_the_end_with_each_sample_once(
-        tmp_path, shards, code_uri, no_leftovers):
+    tmp_path, shards, code_uri, no_leftovers
+):
     """Two data hosts and a trainer (each sample once per epoch, from whichever node decoded it) while an outside
     client on the cluster network holds silent connections open on every port of every host and, on each, sends garbage
     (an HTTP request, random bytes) and closes the socket. The job trains as if nothing happened."""
@@ -132,8 +172,14 @@ def test_two_data_hosts_and_a_trainer_on_ray_flooded_on_every_port_train_to_the_
     training = threading.Event()
     # blur: steps slow enough that the flood, which starts at the first step, hits a cluster that trains
     request = _ray_request(tmp_path, shards, code_uri, data=2, epochs=5, log_every=1, workload_options={"blur_passes": 2})
-    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=30, timeout_s=400,
-                      on_line=lambda host, line: "step_time_ms=" in line and training.set())
+    job = EmulatedJob(
+        name="job",
+        request=request,
+        job_dir=tmp_path / "job",
+        grace_s=30,
+        timeout_s=400,
+        on_line=lambda host, line: "step_time_ms=" in line and training.set(),
+    )
     held = []
     try:
         with job:
@@ -161,7 +207,9 @@ def test_two_data_hosts_and_a_trainer_on_ray_flooded_on_every_port_train_to_the_
             held_socket.close()
     assert result.ok, result.failure
     metrics = json.loads((result.model_dir / "metrics.json").read_text())
-    assert [(e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]] == [(samples, samples, 0)] * 5
+    assert [(e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]] == [
+        (samples, samples, 0)
+    ] * 5
     assert all(h.exit_code == 0 for h in job.hosts)
     assert not _ray_processes(job)
 
@@ -175,7 +223,9 @@ def test_a_killed_ray_data_host_ends_or_survives_with_every_host_exiting_by_itse
     head = by_role(job, "trainer")[0]
     assert not result.ok and not head.stopped_by_emulator and head.exit_code != 0
     for host in (h for h in job.hosts if h is not victim):  # each survivor's failure leads with the lost host
-        assert not host.stopped_by_emulator and host.exit_code != 0 and HOST_NAME.search(host.failure).group() == victim.name, host.failure
+        assert not host.stopped_by_emulator and host.exit_code != 0 and HOST_NAME.search(host.failure).group() == victim.name, (
+            host.failure
+        )
     assert not _left_behind(job)
 
 
@@ -191,7 +241,9 @@ def test_a_killed_ray_trainer_host_that_is_not_the_head_ends_the_job_naming_it(t
 
 
 @pytest.mark.parametrize("role", ["trainer", "data"])
-def test_a_frozen_ray_host_is_named_first_by_every_other_host_which_exits_by_itself(role, tmp_path, shards, code_uri, no_leftovers):
+def test_a_frozen_ray_host_is_named_first_by_every_other_host_which_exits_by_itself(
+    role, tmp_path, shards, code_uri, no_leftovers
+):
     """SIGSTOP to every process of one host (the head, or a data host): it never exits by itself. Every other host notices
     the silence and exits non-zero on its own, each naming the frozen host first, as does the job's failure (its first
     error line), though a peer failed first; the emulator ends the frozen host after its grace; nothing is left."""
@@ -223,4 +275,3 @@ def test_sigterm_to_every_ray_host_ends_each_by_itself_with_its_failure_file(tmp
         assert not host.stopped_by_emulator, f"{host.name} had to be stopped by the emulator"
         assert host.exit_code == 143 and host.failure.startswith("terminated: SIGTERM"), (host.name, host.exit_code, host.failure)
     assert not _left_behind(job)
-

@@ -24,8 +24,11 @@ def _train_samples(shards) -> int:
 
 
 def _local_worker(trainer) -> psutil.Process:
-    (worker,) = [p for p in psutil.Process(trainer.process.pid).children(recursive=True)
-                 if any("frameworks.tensorflow.local_decode" in part for part in p.cmdline())]
+    (worker,) = [
+        p
+        for p in psutil.Process(trainer.process.pid).children(recursive=True)
+        if any("frameworks.tensorflow.local_decode" in part for part in p.cmdline())
+    ]
     return worker
 
 
@@ -34,15 +37,28 @@ def test_a_tensorflow_trainer_host_serves_its_share_and_every_sample_arrives_onc
     test_pipeline.py's channel-layout test."""
     data_hosts, distribution = 1, "ShardedByS3Key"
     samples = _train_samples(tf_shards)
-    request = two_group_request(tmp_path, tf_shards, code_uri, data=data_hosts, distribution=distribution, hyperparameters={
-        "framework": "tensorflow", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0}, **HYBRID})
+    request = two_group_request(
+        tmp_path,
+        tf_shards,
+        code_uri,
+        data=data_hosts,
+        distribution=distribution,
+        hyperparameters={
+            "framework": "tensorflow",
+            "epochs": 2,
+            "batch_size": 16,
+            "workload_options": {"blur_passes": 0},
+            **HYBRID,
+        },
+    )
     with EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=10, timeout_s=300) as job:
         job.start()
         result = job.wait()
     assert result.ok, result.failure
     metrics = json.loads((result.model_dir / "metrics.json").read_text())
-    assert [(a["epoch"], a["received"], a["distinct"], a["missing"]) for a in metrics["epoch_accounting"]] == \
-        [(e, samples, samples, 0) for e in range(2)]
+    assert [(a["epoch"], a["received"], a["distinct"], a["missing"]) for a in metrics["epoch_accounting"]] == [
+        (e, samples, samples, 0) for e in range(2)
+    ]
     (local,) = metrics["local_decode"]
     assert local["workers"] == 1 and local["split"]["trainers"] == [1] and local["split"]["period"] == 1 + 2 * data_hosts
     assert 0 < local["samples_per_epoch"] < samples and local["samples"] == 2 * local["samples_per_epoch"]

@@ -33,13 +33,20 @@ def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path
     """The whole pipeline once (2 data hosts, ShardedByS3Key); other channel layouts run as single jobs below."""
     data_hosts = 2
     ports_before = own_listening_ports()
-    params = resolve_parameters({
-        "InputData": str(tiny_images), "DataInstanceCount": data_hosts, "Epochs": 2,
-        "BatchSize": 16, "ShardSizeMB": 1, "WorkloadOptions": '{"blur_passes": 1}',
-    })
+    params = resolve_parameters(
+        {
+            "InputData": str(tiny_images),
+            "DataInstanceCount": data_hosts,
+            "Epochs": 2,
+            "BatchSize": 16,
+            "ShardSizeMB": 1,
+            "WorkloadOptions": '{"blur_passes": 1}',
+        }
+    )
     lines = []
-    result = LocalRunner(params, LocalOptions(work_dir=tmp_path, framework="tensorflow", grace_s=10, step_timeout_s=300,
-                                              echo=lines.append)).run()
+    result = LocalRunner(
+        params, LocalOptions(work_dir=tmp_path, framework="tensorflow", grace_s=10, step_timeout_s=300, echo=lines.append)
+    ).run()
 
     manifest = json.loads((result.outputs["Shard"] / "manifest.json").read_text())
     assert manifest["format"] == "tfrecord"
@@ -71,20 +78,34 @@ def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path
     assert not listeners_on(result.jobs.values())
 
 
-@pytest.mark.parametrize("data_hosts,distribution,max_corrupt_share,trainer_cpus", [
-    (1, "ShardedByS3Key", 0.0, None), (2, "FullyReplicated", 0.05, "1")])
-def test_a_tensorflow_job_serves_every_sample_once_whatever_the_channel_layout(tmp_path, tf_shards_with_a_corrupt_sample,
-                                                                              code_uri, no_leftovers, data_hosts, distribution,
-                                                                              max_corrupt_share, trainer_cpus):
+@pytest.mark.parametrize(
+    "data_hosts,distribution,max_corrupt_share,trainer_cpus",
+    [(1, "ShardedByS3Key", 0.0, None), (2, "FullyReplicated", 0.05, "1")],
+)
+def test_a_tensorflow_job_serves_every_sample_once_whatever_the_channel_layout(
+    tmp_path, tf_shards_with_a_corrupt_sample, code_uri, no_leftovers, data_hosts, distribution, max_corrupt_share, trainer_cpus
+):
     """FullyReplicated: every data host sees every shard and must serve only its share, beside the trainer host's own
     tf.data.service worker (hybrid decode, trainer_cpus=1: the emulated hosts are not pinned, each sees this machine's 2
     CPUs, 1 decodes). One sample does not decode: within max_corrupt_share it is counted and named once per epoch (by
     whichever host owns it), never served; over it (0: none may fail), the first epoch's accounting ends the job as a
     user error naming it."""
     shards = tf_shards_with_a_corrupt_sample
-    request = two_group_request(tmp_path, shards, code_uri, data=data_hosts, distribution=distribution, hyperparameters={
-        "framework": "tensorflow", "epochs": 2, "batch_size": 16, "workload_options": {"blur_passes": 0},
-        "max_corrupt_share": max_corrupt_share, **({"trainer_cpus": trainer_cpus} if trainer_cpus else {})})
+    request = two_group_request(
+        tmp_path,
+        shards,
+        code_uri,
+        data=data_hosts,
+        distribution=distribution,
+        hyperparameters={
+            "framework": "tensorflow",
+            "epochs": 2,
+            "batch_size": 16,
+            "workload_options": {"blur_passes": 0},
+            "max_corrupt_share": max_corrupt_share,
+            **({"trainer_cpus": trainer_cpus} if trainer_cpus else {}),
+        },
+    )
     with EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=10, timeout_s=300) as job:
         job.start()
         result = job.wait()
@@ -98,8 +119,9 @@ def test_a_tensorflow_job_serves_every_sample_once_whatever_the_channel_layout(t
         return
     assert result.ok, result.failure
     metrics = json.loads((result.model_dir / "metrics.json").read_text())
-    assert [(a["epoch"], a["received"], a["distinct"], a["missing"]) for a in metrics["epoch_accounting"]] == \
-        [(e, samples - 1, samples - 1, 1) for e in range(2)]
+    assert [(a["epoch"], a["received"], a["distinct"], a["missing"]) for a in metrics["epoch_accounting"]] == [
+        (e, samples - 1, samples - 1, 1) for e in range(2)
+    ]
     assert metrics["corrupt_samples"]["count"] == 2
     assert [c[0] for c in metrics["corrupt_samples"]["examples"]] == [CORRUPT_ID]
     (local,) = metrics["local_decode"]  # the trainer host's worker served a share of every epoch
@@ -108,10 +130,13 @@ def test_a_tensorflow_job_serves_every_sample_once_whatever_the_channel_layout(t
 
 
 def test_tensorflow_path_says_it_trains_on_one_host(tmp_path, tiny_images, no_leftovers):
-    params = resolve_parameters({"InputData": str(tiny_images), "DnnInstanceCount": 2, "RunBaseline": False,
-                                 "Epochs": 1, "ShardSizeMB": 1})
+    params = resolve_parameters(
+        {"InputData": str(tiny_images), "DnnInstanceCount": 2, "RunBaseline": False, "Epochs": 1, "ShardSizeMB": 1}
+    )
     runner = LocalRunner(params, LocalOptions(work_dir=tmp_path, framework="tensorflow", grace_s=10, echo=lambda _: None))
-    with pytest.raises(StepFailed, match="step InvalidParameters:.*DnnInstanceCount=2 .the tensorflow path trains on at most 1 dnn host"):
+    with pytest.raises(
+        StepFailed, match="step InvalidParameters:.*DnnInstanceCount=2 .the tensorflow path trains on at most 1 dnn host"
+    ):
         runner.run()
     assert runner.result.skipped[:1] == ["Shard"] and not runner.result.jobs  # refused before any job
 
@@ -140,8 +165,14 @@ def tf_shards_with_a_corrupt_sample(tmp_path_factory, tf_shards):
 
 
 def start_job(tmp_path, shards, code_uri, *, silence_timeout_s=30.0, grace_s=120.0):
-    return start_training_job(tmp_path, shards, code_uri, silence_timeout_s=silence_timeout_s, grace_s=grace_s,
-                              hyperparameters={"framework": "tensorflow"})
+    return start_training_job(
+        tmp_path,
+        shards,
+        code_uri,
+        silence_timeout_s=silence_timeout_s,
+        grace_s=grace_s,
+        hyperparameters={"framework": "tensorflow"},
+    )
 
 
 def test_killed_trainer_takes_every_tf_worker_down(tmp_path, tf_shards, code_uri, no_leftovers):
@@ -189,7 +220,9 @@ def test_killed_data_host_fails_the_trainer_naming_it(tmp_path, tf_shards, code_
 
 
 def test_losing_the_only_data_host_ends_a_trainer_blocked_in_tensorflow(tmp_path, tf_shards, code_uri, no_leftovers):
-    job = start_training_job(tmp_path, tf_shards, code_uri, silence_timeout_s=5, data=1, hyperparameters={"framework": "tensorflow"})
+    job = start_training_job(
+        tmp_path, tf_shards, code_uri, silence_timeout_s=5, data=1, hyperparameters={"framework": "tensorflow"}
+    )
     with job:
         (victim,) = by_role(job, "data")
         killed_at = time.monotonic()

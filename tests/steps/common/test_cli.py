@@ -15,22 +15,28 @@ def parser(default_output="/opt/ml/processing/output") -> StepArgumentParser:
     return p
 
 
-@pytest.mark.parametrize("argv, expected", [
-    ([], "default"),
-    (["--output", "a"], "a"),
-    (["--output=b"], "b"),
-    (["--output", "a", "--size", "x", "--output=c"], "c"),  # the last one wins, as in argparse
-    (["--size", "1", "--output"], "default"),  # no value: the failure still needs a folder
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        ([], "default"),
+        (["--output", "a"], "a"),
+        (["--output=b"], "b"),
+        (["--output", "a", "--size", "x", "--output=c"], "c"),  # the last one wins, as in argparse
+        (["--size", "1", "--output"], "default"),  # no value: the failure still needs a folder
+    ],
+)
 def test_output_dir_is_found_in_raw_arguments(argv, expected):
     assert output_dir(argv, "default") == expected
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--size", "abc"], "argument --size: invalid float value: 'abc'"),
-    (["--bogus"], "unrecognized arguments: --bogus"),
-    (["--out", "x"], "unrecognized arguments: --out x"),  # no abbreviations
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--size", "abc"], "argument --size: invalid float value: 'abc'"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--out", "x"], "unrecognized arguments: --out x"),  # no abbreviations
+    ],
+)
 def test_a_bad_argument_is_a_user_error_that_names_it_and_the_fix(argv, needle):
     with pytest.raises(UserError) as err:
         parser().parse_args(argv)

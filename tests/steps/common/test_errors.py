@@ -9,13 +9,17 @@ from steps.common.errors import EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, HeteroErro
 def fail(exc):
     def main():
         raise exc
+
     return main
 
 
 def test_user_error_writes_one_line_everywhere(tmp_path, capsys):
     message = tmp_path / "message"
-    code = run_step(fail(UserError("x" * 2000 + " bad value\nsecond line", headline="bad input")), output_dir=tmp_path / "out",
-                    exit_message=message)
+    code = run_step(
+        fail(UserError("x" * 2000 + " bad value\nsecond line", headline="bad input")),
+        output_dir=tmp_path / "out",
+        exit_message=message,
+    )
     assert code == EXIT_USER_ERROR
     failure = (tmp_path / "out" / "failure").read_text()
     assert failure.startswith("bad input: xxx") and len(failure.strip()) == 1024
@@ -34,8 +38,10 @@ def test_a_peers_end_is_one_line_and_a_failure(tmp_path, capsys):
         headline = "job stopped"
         peer_end = True
 
-    assert run_step(fail(PeerStopped("trainer algo-1: out of memory (STOP from trainer algo-1)")), output_dir=tmp_path) \
+    assert (
+        run_step(fail(PeerStopped("trainer algo-1: out of memory (STOP from trainer algo-1)")), output_dir=tmp_path)
         == EXIT_INTERNAL_ERROR
+    )
     assert capsys.readouterr().err == "ERROR job stopped: trainer algo-1: out of memory (STOP from trainer algo-1)\n"
     assert (tmp_path / "failure").read_text() == "job stopped: trainer algo-1: out of memory (STOP from trainer algo-1)\n"
 
@@ -45,9 +51,14 @@ def test_success_writes_nothing(tmp_path):
     assert not (tmp_path / "failure").exists()
 
 
-@pytest.mark.parametrize("code,cause", [(errno.ENOSPC, "no space left on the device (ENOSPC)"),
-                                        (errno.EROFS, "the file system is read-only (EROFS)"),
-                                        (errno.EACCES, "permission denied (EACCES)")])
+@pytest.mark.parametrize(
+    "code,cause",
+    [
+        (errno.ENOSPC, "no space left on the device (ENOSPC)"),
+        (errno.EROFS, "the file system is read-only (EROFS)"),
+        (errno.EACCES, "permission denied (EACCES)"),
+    ],
+)
 def test_a_full_disk_or_read_only_folder_is_one_line_naming_the_path_and_cause(tmp_path, capsys, code, cause):
     def step():
         try:
@@ -80,5 +91,10 @@ def test_a_full_volume_in_a_job_names_it_and_the_parameter_that_sizes_it(tmp_pat
     assert run_step(step, output_dir=tmp_path / "output") == EXIT_USER_ERROR
     err = capsys.readouterr().err.strip()
     assert err.startswith("ERROR storage: cannot write a file: the job's storage volume is full (") and f" at {tmp_path})" in err
-    assert err.endswith("(ENOSPC); raise the VolumeSizeGB parameter (hetero run --volume-gb), or stream the training shards "
-                        "(InputMode=FastFile)") and len(err.splitlines()) == 1
+    assert (
+        err.endswith(
+            "(ENOSPC); raise the VolumeSizeGB parameter (hetero run --volume-gb), or stream the training shards "
+            "(InputMode=FastFile)"
+        )
+        and len(err.splitlines()) == 1
+    )

@@ -18,6 +18,7 @@ SCRIPT = REPO / "steps" / "evaluate" / "evaluate.py"
 
 # --- the arithmetic against the AWS tables ---
 
+
 @pytest.mark.parametrize("case", sorted(BLOG))
 def test_cluster_price_and_cost_per_100_steps_match_blog(case):
     groups, step_s, usd_per_hour, cost = BLOG[case]
@@ -27,10 +28,13 @@ def test_cluster_price_and_cost_per_100_steps_match_blog(case):
     assert round(ev.cost_per_100_steps(usd_per_hour, step_s), 3) == cost
 
 
-@pytest.mark.parametrize(("base", "hetero", "costs", "improvement"), [
-    ("tf_homogeneous", "tf_heterogeneous", (0.201, 0.108), 46),
-    ("pt_homogeneous", "pt_heterogeneous", (0.127, 0.029), 77),
-])
+@pytest.mark.parametrize(
+    ("base", "hetero", "costs", "improvement"),
+    [
+        ("tf_homogeneous", "tf_heterogeneous", (0.201, 0.108), 46),
+        ("pt_homogeneous", "pt_heterogeneous", (0.127, 0.029), 77),
+    ],
+)
 def test_price_performance_reproduces_blog_improvement(base, hetero, costs, improvement):
     doc = ev.price_performance(metrics(hetero), metrics(base), load_prices(), execution_id="e1")
     runs = doc["runs"]
@@ -55,19 +59,37 @@ def test_output_schema():
     assert set(doc["prices"]) == {"source", "as_of", "region"}
     assert set(doc["runs"]) == {"heterogeneous", "baseline"}
     run = doc["runs"]["heterogeneous"]
-    assert set(run) == {"instance_groups", "cluster_usd_per_hour", "step_time_s", "samples_per_second",
-                        "cost_per_100_steps", "samples_per_dollar", "data_wait_share", "accuracy", "bottleneck", "billing",
-                        "gpus"}
+    assert set(run) == {
+        "instance_groups",
+        "cluster_usd_per_hour",
+        "step_time_s",
+        "samples_per_second",
+        "cost_per_100_steps",
+        "samples_per_dollar",
+        "data_wait_share",
+        "accuracy",
+        "bottleneck",
+        "billing",
+        "gpus",
+    }
     assert run["billing"] is None  # no BillableTimeInSeconds given: priced on demand
     assert run["gpus"] is None  # metrics.json from before gpus were recorded
     assert run["bottleneck"]["label"] == "input-bound"  # waited 5% on data hosts busy 93%
-    assert run["instance_groups"][0] == {"name": "data_group", "instance_type": C5_18, "count": 2,
-                                         "role": "data", "instance_usd_per_hour": 3.672}
+    assert run["instance_groups"][0] == {
+        "name": "data_group",
+        "instance_type": C5_18,
+        "count": 2,
+        "role": "data",
+        "instance_usd_per_hour": 3.672,
+    }
     json.dumps(doc, allow_nan=False)
 
 
 def test_a_spot_run_is_priced_from_its_billable_time():
-    billing = {"heterogeneous": ev.parse_billing("1200/4000", "heterogeneous"), "baseline": ev.parse_billing("4000/4000", "baseline")}
+    billing = {
+        "heterogeneous": ev.parse_billing("1200/4000", "heterogeneous"),
+        "baseline": ev.parse_billing("4000/4000", "baseline"),
+    }
     on_demand = ev.price_performance(metrics(), metrics("tf_homogeneous"), load_prices())
     spot = ev.price_performance(metrics(), metrics("tf_homogeneous"), load_prices(), billing=billing)
     hetero, baseline = spot["runs"]["heterogeneous"], spot["runs"]["baseline"]
@@ -107,15 +129,27 @@ def test_unknown_instance_type_names_run_and_type():
 
 # --- the step, in process ---
 
+
 def test_evaluate_writes_output_and_local_store(tmp_path):
     hetero = write_json(tmp_path / "h" / "metrics.json", metrics())
     base = make_model_tar(tmp_path / "b" / "model.tar.gz", metrics("tf_homogeneous"))
-    doc = ev.evaluate(heterogeneous=hetero.parent, baseline=base, output=tmp_path / "out",
-                      execution_id="exec-1", store_uri=str(tmp_path / "store"))
+    doc = ev.evaluate(
+        heterogeneous=hetero.parent,
+        baseline=base,
+        output=tmp_path / "out",
+        execution_id="exec-1",
+        store_uri=str(tmp_path / "store"),
+    )
     assert json.loads((tmp_path / "out" / "price_performance.json").read_text()) == doc
     stored = sorted(p.name for p in (tmp_path / "store" / "exec-1").iterdir())
-    assert stored == ["baseline_metrics.json", "config.json", "heterogeneous_metrics.json", "plan.json", "price_performance.json",
-                      "report.html"]
+    assert stored == [
+        "baseline_metrics.json",
+        "config.json",
+        "heterogeneous_metrics.json",
+        "plan.json",
+        "price_performance.json",
+        "report.html",
+    ]
     assert json.loads((tmp_path / "store" / "exec-1" / "config.json").read_text()) == metrics()["config"]
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert plan == json.loads((tmp_path / "store" / "exec-1" / "plan.json").read_text())
@@ -123,10 +157,13 @@ def test_evaluate_writes_output_and_local_store(tmp_path):
     assert plan["recommendation"] is None and "rerun with validation shards" in plan["reason"]
 
 
-@pytest.mark.parametrize(("kwargs", "expected"), [
-    ({"store_uri": "st"}, "--store needs --execution-id"),
-    ({"execution_id": "a/b"}, "execution id"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"store_uri": "st"}, "--store needs --execution-id"),
+        ({"execution_id": "a/b"}, "execution id"),
+    ],
+)
 def test_evaluate_checks_execution_id(tmp_path, kwargs, expected):
     hetero = write_json(tmp_path / "metrics.json", metrics())
     with pytest.raises(UserError, match=expected):
@@ -147,19 +184,38 @@ def test_default_baseline_is_optional(tmp_path, monkeypatch):
 
 # --- the script, run by path as SageMaker Processing does ---
 
+
 def run_script(*args, cwd, env=None, python_flags=()):
     env = dict(os.environ if env is None else env)
     env.pop("PYTHONPATH", None)
-    return subprocess.run([sys.executable, *python_flags, str(SCRIPT), *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, *python_flags, str(SCRIPT), *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_script_good_input(tmp_path):
     write_json(tmp_path / "in" / "h" / "metrics.json", metrics("pt_heterogeneous"))
     write_json(tmp_path / "in" / "b" / "metrics.json", metrics("pt_homogeneous"))
     # -S: no site-packages, so `steps` is importable only through the script's own sys.path fix.
-    proc = run_script("--heterogeneous", "in/h", "--baseline", "in/b", "--output", "out",
-                      "--execution-id", "e1", "--store", f"file://{tmp_path}/store", cwd=tmp_path, python_flags=["-S"])
+    proc = run_script(
+        "--heterogeneous",
+        "in/h",
+        "--baseline",
+        "in/b",
+        "--output",
+        "out",
+        "--execution-id",
+        "e1",
+        "--store",
+        f"file://{tmp_path}/store",
+        cwd=tmp_path,
+        python_flags=["-S"],
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "out" / "price_performance.json").read_text())
     assert round(doc["improvement"] * 100) == 77 and doc["execution_id"] == "e1"
@@ -168,13 +224,20 @@ def test_script_good_input(tmp_path):
     assert not (tmp_path / "out" / "failure").exists()
 
 
-@pytest.mark.parametrize(("make_input", "expected"), [
-    (lambda d: d / "missing", "does not exist"),
-    (lambda d: write_json(d / "m.json", metrics(samples_per_second="x")), "'samples_per_second'"),
-    (lambda d: write_json(d / "m.json", metrics(instance_groups=[
-        {"name": "g", "instance_type": "ml.p3.2xlargee", "count": 1, "role": "trainer"}])),
-     "'ml.p3.2xlargee'.*close matches: ml.p3.2xlarge.*--prices"),
-])
+@pytest.mark.parametrize(
+    ("make_input", "expected"),
+    [
+        (lambda d: d / "missing", "does not exist"),
+        (lambda d: write_json(d / "m.json", metrics(samples_per_second="x")), "'samples_per_second'"),
+        (
+            lambda d: write_json(
+                d / "m.json",
+                metrics(instance_groups=[{"name": "g", "instance_type": "ml.p3.2xlargee", "count": 1, "role": "trainer"}]),
+            ),
+            "'ml.p3.2xlargee'.*close matches: ml.p3.2xlarge.*--prices",
+        ),
+    ],
+)
 def test_script_bad_input_fails_with_one_line(tmp_path, make_input, expected):
     proc = run_script("--heterogeneous", make_input(tmp_path), "--output", tmp_path / "out", cwd=tmp_path)
     assert proc.returncode != 0
@@ -186,11 +249,14 @@ def test_script_bad_input_fails_with_one_line(tmp_path, make_input, expected):
     assert not (tmp_path / "out" / "price_performance.json").exists()
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--bogus", "1"], "unrecognized arguments: --bogus 1"),
-    (["--heterogeneous"], "argument --heterogeneous: expected one argument"),
-    (["--out", "elsewhere"], "unrecognized arguments: --out elsewhere"),  # no abbreviations: --output is found by name
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--bogus", "1"], "unrecognized arguments: --bogus 1"),
+        (["--heterogeneous"], "argument --heterogeneous: expected one argument"),
+        (["--out", "elsewhere"], "unrecognized arguments: --out elsewhere"),  # no abbreviations: --output is found by name
+    ],
+)
 def test_script_bad_argument_writes_the_failure_file(tmp_path, args, needle):
     proc = run_script(*args, "--output", tmp_path / "out", cwd=tmp_path)
     assert proc.returncode != 0
@@ -221,13 +287,30 @@ def test_script_writes_to_s3_store(tmp_path, aws_env):
     boto3.client("s3").create_bucket(Bucket="evals")
     write_json(tmp_path / "h" / "metrics.json", metrics())
     make_model_tar(tmp_path / "b" / "model.tar.gz", metrics("tf_homogeneous"))
-    proc = run_script("--heterogeneous", "h", "--baseline", "b", "--output", "out", "--execution-id", "exec-9",
-                      "--store", "s3://evals/results", cwd=tmp_path)
+    proc = run_script(
+        "--heterogeneous",
+        "h",
+        "--baseline",
+        "b",
+        "--output",
+        "out",
+        "--execution-id",
+        "exec-9",
+        "--store",
+        "s3://evals/results",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "stored s3://evals/results/exec-9/price_performance.json" in proc.stdout
     listed = boto3.client("s3").list_objects_v2(Bucket="evals", Prefix="results/exec-9/")["Contents"]
     assert sorted(o["Key"].rsplit("/", 1)[1] for o in listed) == [
-        "baseline_metrics.json", "config.json", "heterogeneous_metrics.json", "plan.json", "price_performance.json", "report.html"]
+        "baseline_metrics.json",
+        "config.json",
+        "heterogeneous_metrics.json",
+        "plan.json",
+        "price_performance.json",
+        "report.html",
+    ]
     body = boto3.client("s3").get_object(Bucket="evals", Key="results/exec-9/price_performance.json")["Body"]
     assert round(json.loads(body.read())["improvement"] * 100) == 46
 
@@ -241,6 +324,5 @@ def test_step_modules_have_no_import_time_effects(tmp_path):
         "assert set(os.listdir('.')) == before and dict(os.environ) == env\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -25,12 +25,15 @@ def test_load_from_file_nested_dir_tar_and_dir_with_tar(tmp_path):
     assert load_metrics(tmp_path / "d") == doc
 
 
-@pytest.mark.parametrize(("setup", "expected"), [
-    (lambda d: None, "no metrics.json under"),
-    (lambda d: [write_json(d / s / "metrics.json", metrics(steps=n)) for n, s in enumerate("ab")], "holds 2 metrics.json"),
-    (lambda d: (d / "metrics.json").write_text("{oops"), "not valid UTF-8 JSON"),
-    (lambda d: (d / "model.tar.gz").write_bytes(b"not a tar"), "not a readable tar"),
-])
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        (lambda d: None, "no metrics.json under"),
+        (lambda d: [write_json(d / s / "metrics.json", metrics(steps=n)) for n, s in enumerate("ab")], "holds 2 metrics.json"),
+        (lambda d: (d / "metrics.json").write_text("{oops"), "not valid UTF-8 JSON"),
+        (lambda d: (d / "model.tar.gz").write_bytes(b"not a tar"), "not a readable tar"),
+    ],
+)
 def test_bad_metrics_locations(tmp_path, setup, expected):
     (tmp_path / "in").mkdir()
     setup(tmp_path / "in")
@@ -74,42 +77,55 @@ def _without(doc, dotted):
     return doc
 
 
-@pytest.mark.parametrize(("dotted", "label"), [
-    ("schema_version", "schema_version"), ("mode", "mode"), ("instance_groups", "instance_groups"),
-    ("instance_groups.0.count", "instance_groups[0].count"),
-    ("instance_groups.1.instance_type", "instance_groups[1].instance_type"),
-    ("step_time_s", "step_time_s"), ("step_time_s.mean", "step_time_s.mean"),
-    ("samples_per_second", "samples_per_second"), ("data_wait_share", "data_wait_share"),
-    ("accuracy", "accuracy"), ("data_hosts", "data_hosts"), ("bytes_received_per_sample", "bytes_received_per_sample"),
-    ("data_hosts.0.cpus", "data_hosts[0].cpus"), ("data_hosts.0.decode_cpu_s_per_sample", "data_hosts[0].decode_cpu_s_per_sample"),
-])
+@pytest.mark.parametrize(
+    ("dotted", "label"),
+    [
+        ("schema_version", "schema_version"),
+        ("mode", "mode"),
+        ("instance_groups", "instance_groups"),
+        ("instance_groups.0.count", "instance_groups[0].count"),
+        ("instance_groups.1.instance_type", "instance_groups[1].instance_type"),
+        ("step_time_s", "step_time_s"),
+        ("step_time_s.mean", "step_time_s.mean"),
+        ("samples_per_second", "samples_per_second"),
+        ("data_wait_share", "data_wait_share"),
+        ("accuracy", "accuracy"),
+        ("data_hosts", "data_hosts"),
+        ("bytes_received_per_sample", "bytes_received_per_sample"),
+        ("data_hosts.0.cpus", "data_hosts[0].cpus"),
+        ("data_hosts.0.decode_cpu_s_per_sample", "data_hosts[0].decode_cpu_s_per_sample"),
+    ],
+)
 def test_missing_field_names_field_and_file(tmp_path, dotted, label):
     path = write_json(tmp_path / "metrics.json", _without(metrics(), dotted))
     with pytest.raises(UserError, match=f"{path}: required field '{label}' is missing".replace("[", r"\[")):
         load_metrics(path)
 
 
-@pytest.mark.parametrize(("overrides", "label"), [
-    ({"schema_version": 3}, "schema_version"),
-    ({"schema_version": "1"}, "schema_version"),
-    ({"mode": "mixed"}, "mode"),
-    ({"instance_groups": []}, "instance_groups"),
-    ({"instance_groups": ["ml.p3.2xlarge"]}, "instance_groups[0]"),
-    ({"instance_groups": [{"name": "g", "instance_type": P3, "count": "1", "role": "trainer"}]}, "instance_groups[0].count"),
-    ({"instance_groups": [{"name": "g", "instance_type": P3, "count": True, "role": "trainer"}]}, "instance_groups[0].count"),
-    ({"instance_groups": [{"name": "g", "instance_type": P3, "count": 0, "role": "trainer"}]}, "instance_groups[0].count"),
-    ({"step_time_s": {"mean": 0}}, "step_time_s.mean"),
-    ({"step_time_s": 0.1}, "step_time_s"),
-    ({"samples_per_second": "fast"}, "samples_per_second"),
-    ({"data_wait_share": 1.5}, "data_wait_share"),
-    ({"accuracy": "93%"}, "accuracy"),
-    ({"config": [1]}, "config"),
-    ({"data_hosts": {"algo-2": {}}}, "data_hosts"),
-    ({"data_hosts": ["algo-2"]}, "data_hosts[0]"),
-    ({"data_hosts": [{**DATA_HOST, "cpus": 0}]}, "data_hosts[0].cpus"),
-    ({"data_hosts": [{**DATA_HOST, "busy_share": -0.1}]}, "data_hosts[0].busy_share"),
-    ({"bytes_received_per_sample": "12 KB"}, "bytes_received_per_sample"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "label"),
+    [
+        ({"schema_version": 3}, "schema_version"),
+        ({"schema_version": "1"}, "schema_version"),
+        ({"mode": "mixed"}, "mode"),
+        ({"instance_groups": []}, "instance_groups"),
+        ({"instance_groups": ["ml.p3.2xlarge"]}, "instance_groups[0]"),
+        ({"instance_groups": [{"name": "g", "instance_type": P3, "count": "1", "role": "trainer"}]}, "instance_groups[0].count"),
+        ({"instance_groups": [{"name": "g", "instance_type": P3, "count": True, "role": "trainer"}]}, "instance_groups[0].count"),
+        ({"instance_groups": [{"name": "g", "instance_type": P3, "count": 0, "role": "trainer"}]}, "instance_groups[0].count"),
+        ({"step_time_s": {"mean": 0}}, "step_time_s.mean"),
+        ({"step_time_s": 0.1}, "step_time_s"),
+        ({"samples_per_second": "fast"}, "samples_per_second"),
+        ({"data_wait_share": 1.5}, "data_wait_share"),
+        ({"accuracy": "93%"}, "accuracy"),
+        ({"config": [1]}, "config"),
+        ({"data_hosts": {"algo-2": {}}}, "data_hosts"),
+        ({"data_hosts": ["algo-2"]}, "data_hosts[0]"),
+        ({"data_hosts": [{**DATA_HOST, "cpus": 0}]}, "data_hosts[0].cpus"),
+        ({"data_hosts": [{**DATA_HOST, "busy_share": -0.1}]}, "data_hosts[0].busy_share"),
+        ({"bytes_received_per_sample": "12 KB"}, "bytes_received_per_sample"),
+    ],
+)
 def test_ill_typed_field_names_field_and_file(tmp_path, overrides, label):
     path = write_json(tmp_path / "metrics.json", metrics(**overrides))
     with pytest.raises(UserError) as err:

@@ -30,15 +30,20 @@ def test_a_compute_bound_run_with_few_cpus_needed_stays_homogeneous():
     # 0.1 ms of CPU per sample: the g5.xlarge's own 3 spare vCPUs decode 30,000 samples/s
     host = {**DATA_HOST, "cpus": 4, "decode_cpu_s_per_sample": 0.0001, "service_cpu_s_per_sample": 0.0}
     cheap = {**COSTS, "decode_cpu_s_per_batch": 0.0064}
-    plan = plan_document(input_bound_run(wait=0.01, rate=3200.0, host=host, isolated_costs=cheap), load_prices(), load_catalogue())
+    plan = plan_document(
+        input_bound_run(wait=0.01, rate=3200.0, host=host, isolated_costs=cheap), load_prices(), load_catalogue()
+    )
     assert plan["recommendation"]["data"] is None and plan["parameters"] is None
     assert plan["reason"].startswith("stay homogeneous")
 
 
-@pytest.mark.parametrize("doc,reason", [
-    (metrics(case="tf_homogeneous"), "made from a heterogeneous run"),
-    (metrics(), "no isolated_costs"),
-])
+@pytest.mark.parametrize(
+    "doc,reason",
+    [
+        (metrics(case="tf_homogeneous"), "made from a heterogeneous run"),
+        (metrics(), "no isolated_costs"),
+    ],
+)
 def test_a_run_that_cannot_be_planned_from_says_why(doc, reason):
     plan = plan_document(doc, load_prices(), load_catalogue())
     assert plan["recommendation"] is None and reason in plan["reason"]
@@ -61,5 +66,7 @@ def test_an_emulated_run_is_predicted_as_it_ran_and_the_plan_says_its_hosts_were
     plan = plan_document(input_bound_run(rate=300.0, host=host), load_prices(), load_catalogue())
     assert plan["current"]["stage_rates"]["input"] == pytest.approx(300.0)  # 1 CPU / 2.5 ms x the measured scaling
     assert plan["current"]["model_error"] == pytest.approx(0.0, abs=1e-9)
-    assert plan["notes"] == ["the data hosts ran on 1 CPU(s), not the 4 vCPUs of ml.c5.xlarge (an emulated run): candidates "
-                             "scale the measured per-CPU rate to each type's vCPUs"]
+    assert plan["notes"] == [
+        "the data hosts ran on 1 CPU(s), not the 4 vCPUs of ml.c5.xlarge (an emulated run): candidates "
+        "scale the measured per-CPU rate to each type's vCPUs"
+    ]

@@ -8,8 +8,14 @@ from tests.support.metrics import DATA_HOST, metrics
 
 GPU = InstanceType("ml.g5.2xlarge", vcpus=8, price_per_hour=1.515, network_gbps=10, gpus=1)
 CPU = InstanceType("ml.c5.xlarge", vcpus=4, price_per_hour=0.204, network_gbps=10)
-COSTS = {"batch_size": 64, "cpus": 1, "step_s_per_batch": 0.016, "step_s_per_batch_median": 0.020,
-         "decode_cpu_s_per_batch": 0.128, "decode_s_per_batch": 0.128}
+COSTS = {
+    "batch_size": 64,
+    "cpus": 1,
+    "step_s_per_batch": 0.016,
+    "step_s_per_batch_median": 0.020,
+    "decode_cpu_s_per_batch": 0.128,
+    "decode_s_per_batch": 0.128,
+}
 
 
 def _profile(step=1e-3, cpu=4e-3, decode=4e-3, scaling=1.0, wire=12_000.0):
@@ -17,9 +23,15 @@ def _profile(step=1e-3, cpu=4e-3, decode=4e-3, scaling=1.0, wire=12_000.0):
 
 
 def test_a_heterogeneous_run_profiles_from_what_its_data_hosts_measured():
-    doc = metrics(isolated_costs=COSTS, compute_s_per_step=0.032, data_wait_share=0.5, samples_per_second=1500.0,
-                  data_hosts=[{**DATA_HOST, "cpus": 4, "samples_sent": 1000, "decode_cpu_s_per_sample": 0.0024,
-                               "service_cpu_s_per_sample": 0.0001}])
+    doc = metrics(
+        isolated_costs=COSTS,
+        compute_s_per_step=0.032,
+        data_wait_share=0.5,
+        samples_per_second=1500.0,
+        data_hosts=[
+            {**DATA_HOST, "cpus": 4, "samples_sent": 1000, "decode_cpu_s_per_sample": 0.0024, "service_cpu_s_per_sample": 0.0001}
+        ],
+    )
     profile = profile_from_metrics(doc)
     assert profile.step_s_per_sample == pytest.approx(0.032 / 64)  # the loop's compute, data resident
     assert profile.cpu_s_per_sample == pytest.approx(0.0025) and profile.decode_cpu_s_per_sample == pytest.approx(0.0024)
@@ -46,11 +58,14 @@ def test_a_run_without_isolated_costs_cannot_be_planned_from():
         profile_from_metrics(metrics(), "s3://b/metrics.json")
 
 
-@pytest.mark.parametrize("count,bottleneck,rate", [
-    (1, "input", 1000.0),  # 1 x 4 vCPUs / 4 ms
-    (2, "input", 2000.0),
-    (4, "compute", 3000.0),  # the trainer: 1 / 0.333 ms
-])
+@pytest.mark.parametrize(
+    "count,bottleneck,rate",
+    [
+        (1, "input", 1000.0),  # 1 x 4 vCPUs / 4 ms
+        (2, "input", 2000.0),
+        (4, "compute", 3000.0),  # the trainer: 1 / 0.333 ms
+    ],
+)
 def test_the_rate_is_the_slowest_stage(count, bottleneck, rate):
     p = predict(_profile(step=1 / 3000), GPU, 1, CPU, count, epoch_samples=1_000_000, spare=0)
     assert (p.bottleneck, p.samples_per_second) == (bottleneck, pytest.approx(rate))
@@ -110,10 +125,16 @@ def test_a_gpu_trainers_spare_vcpus_decode_beside_the_data_hosts_a_cpu_trainers_
 
 
 def test_a_hybrid_run_profiles_its_trainers_decode_workers():
-    doc = metrics(isolated_costs=COSTS, compute_s_per_step=0.032, data_wait_share=0.5, samples_per_second=1500.0,
-                  data_hosts=[{**DATA_HOST, "cpus": 4, "samples_sent": 1000, "decode_cpu_s_per_sample": 0.0024,
-                               "service_cpu_s_per_sample": 0.0001}],
-                  local_decode=[{"host": "algo-2", "workers": 2, "kept_cpus": 2, "cpus": 4, "samples": 500}])
+    doc = metrics(
+        isolated_costs=COSTS,
+        compute_s_per_step=0.032,
+        data_wait_share=0.5,
+        samples_per_second=1500.0,
+        data_hosts=[
+            {**DATA_HOST, "cpus": 4, "samples_sent": 1000, "decode_cpu_s_per_sample": 0.0024, "service_cpu_s_per_sample": 0.0001}
+        ],
+        local_decode=[{"host": "algo-2", "workers": 2, "kept_cpus": 2, "cpus": 4, "samples": 500}],
+    )
     profile = profile_from_metrics(doc)
     assert (profile.trainer_kept_cpus, profile.local_workers) == (2, 2.0)
     # input-bound: 1500 of an ideal 4 / 2.5 ms + 2 / 2.4 ms

@@ -38,8 +38,10 @@ def test_bundled_table_says_where_prices_come_from():
 
 
 def test_override_replaces_and_extends(tmp_path):
-    path = write(tmp_path / "p.json", {"source": "negotiated", "as_of": "2026-11-01",
-                                       "prices": {"ml.c5.18xlarge": 3.0, "ml.c6i.32xlarge": 6.528}})
+    path = write(
+        tmp_path / "p.json",
+        {"source": "negotiated", "as_of": "2026-11-01", "prices": {"ml.c5.18xlarge": 3.0, "ml.c6i.32xlarge": 6.528}},
+    )
     table = load_prices(path)
     assert table.hourly("ml.c5.18xlarge") == 3.0
     assert table.hourly("ml.c6i.32xlarge") == 6.528

@@ -24,14 +24,19 @@ def test_the_page_holds_every_chart_inline_and_escapes_what_it_quotes():
     baseline = metrics(case="tf_homogeneous", step_series=SERIES)
     doc = ev.price_performance(hetero, baseline, load_prices(), execution_id="<e1>")
     plan = plan_document(hetero, load_prices(), load_catalogue(), baseline=baseline)
-    page = report_html(execution_id="<e1>", price_performance=doc, plan=plan, heterogeneous=hetero, baseline=baseline,
-                       history=[doc, doc])
+    page = report_html(
+        execution_id="<e1>", price_performance=doc, plan=plan, heterogeneous=hetero, baseline=baseline, history=[doc, doc]
+    )
     images = _images(page)
-    assert set(images) == {"Step time over training", "Data-wait share", "The planner&#x27;s frontier",
-                           "Price-performance across executions"}
+    assert set(images) == {
+        "Step time over training",
+        "Data-wait share",
+        "The planner&#x27;s frontier",
+        "Price-performance across executions",
+    }
     assert all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in images.values())
     assert "<h1>hetero report: &lt;e1&gt;</h1>" in page and "<e1>" not in page
-    assert "speedup" in page and "input-bound" in page and "src=\"http" not in page  # nothing fetched from elsewhere
+    assert "speedup" in page and "input-bound" in page and 'src="http' not in page  # nothing fetched from elsewhere
 
 
 def test_a_run_without_a_plan_or_series_still_reports_what_it_has():
@@ -42,9 +47,13 @@ def test_a_run_without_a_plan_or_series_still_reports_what_it_has():
 
 
 def test_gpus_a_run_left_idle_are_said_with_the_fix():
-    doc = ev.price_performance(input_bound_run(gpus=gpu_use(1, 8, "pytorch")), metrics(gpus=gpu_use(8, 8, "tensorflow")), load_prices())
+    doc = ev.price_performance(
+        input_bound_run(gpus=gpu_use(1, 8, "pytorch")), metrics(gpus=gpu_use(8, 8, "tensorflow")), load_prices()
+    )
     assert doc["runs"]["heterogeneous"]["gpus"]["used_per_host"] == 1
-    page = report_html(execution_id="e1", price_performance=doc, plan=None, heterogeneous=input_bound_run(), baseline=None, history=[])
+    page = report_html(
+        execution_id="e1", price_performance=doc, plan=None, heterogeneous=input_bound_run(), baseline=None, history=[]
+    )
     assert "heterogeneous run: framework=pytorch trains one process per trainer host, on 1 of its 8 GPUs" in page
     assert "baseline run: framework" not in page  # every GPU used: nothing to say
 
@@ -60,7 +69,9 @@ def test_history_is_every_stored_execution_oldest_first(tmp_path):
 
 def test_evaluate_writes_the_report_beside_the_json_and_into_the_store(tmp_path):
     hetero = write_json(tmp_path / "h" / "metrics.json", input_bound_run(step_series=SERIES))
-    ev.evaluate(heterogeneous=hetero, baseline=None, output=tmp_path / "out", execution_id="e9", store_uri=str(tmp_path / "store"))
+    ev.evaluate(
+        heterogeneous=hetero, baseline=None, output=tmp_path / "out", execution_id="e9", store_uri=str(tmp_path / "store")
+    )
     page = (tmp_path / "out" / "report.html").read_text()
     assert page == (tmp_path / "store" / "e9" / "report.html").read_text()
     assert "The planner&#x27;s frontier" in page

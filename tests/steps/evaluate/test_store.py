@@ -14,6 +14,7 @@ BAD_IDS = ["", "../up", "a/b", ".hidden", "has space", "x" * 129, "arn:aws:sagem
 
 # --- URIs and ids ---
 
+
 def test_open_store_picks_the_backend(tmp_path):
     assert isinstance(open_store(tmp_path), LocalStore)
     assert open_store(f"file://{tmp_path}").root == tmp_path
@@ -41,6 +42,7 @@ def test_safe_execution_ids_pass(good):
 
 
 # --- LocalStore ---
+
 
 def test_local_roundtrip_and_listing(tmp_path):
     store = open_store(tmp_path / "store")
@@ -94,6 +96,7 @@ def test_opening_a_local_store_creates_nothing(tmp_path):
 
 
 # --- S3Store, over HTTP against the moto server ---
+
 
 @pytest.fixture
 def bucket(aws_env):

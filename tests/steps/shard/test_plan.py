@@ -16,8 +16,9 @@ def test_plan_never_makes_more_shards_than_samples():
     assert plan_shard_count([], 2**20, 3) == 0
 
 
-@pytest.mark.parametrize("n, fraction, expected", [(10, 0.1, 1), (2, 0.1, 1), (1, 0.5, 0), (10, 0, 0),
-                                                   (10, 0.25, 3), (3, 0.9, 2)])
+@pytest.mark.parametrize(
+    "n, fraction, expected", [(10, 0.1, 1), (2, 0.1, 1), (1, 0.5, 0), (10, 0, 0), (10, 0.25, 3), (3, 0.9, 2)]
+)
 def test_validation_count(n, fraction, expected):
     assert validation_count(n, fraction) == expected
 

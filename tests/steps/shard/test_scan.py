@@ -19,8 +19,12 @@ def test_classes_and_candidates_are_sorted_and_hidden_files_ignored(tmp_path):
     (raw / "loose.jpg").write_bytes(b"x")
     classes, candidates, skipped = scan_input(raw)
     assert classes == ["a", "b"]
-    assert [(c.rel, c.label) for c in candidates] == [("a/a_000.jpg", 0), ("a/sub/deep.PNG", 0),
-                                                      ("b/b_000.jpg", 1), ("b/b_001.jpg", 1)]
+    assert [(c.rel, c.label) for c in candidates] == [
+        ("a/a_000.jpg", 0),
+        ("a/sub/deep.PNG", 0),
+        ("b/b_000.jpg", 1),
+        ("b/b_001.jpg", 1),
+    ]
     assert [s["path"] for s in skipped] == ["loose.jpg", "b/notes.txt"]
 
 

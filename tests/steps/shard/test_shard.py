@@ -29,6 +29,7 @@ def read_split(output: Path, split: str) -> list:
 
 # --- shard plan ------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def big_raw(tmp_path_factory):
     """17 incompressible 300x300 PNGs (~270 KB each, ~4.6 MB): several 1 MB shards."""
@@ -56,6 +57,7 @@ def test_small_data_gets_one_shard_per_host(tmp_path, hosts, expected):
 
 
 # --- outputs --------------------------------------------------------------------------------
+
 
 def test_manifest_fields_and_checksums(tmp_path):
     raw = make_raw(tmp_path / "raw", {"cat": 6, "dog": 5})
@@ -102,8 +104,12 @@ def test_corrupt_images_are_quarantined_and_every_valid_sample_appears_once(tmp_
 
     # Ids follow (sorted class, sorted path) over the valid images; each appears exactly once.
     bad = {"a/trunc.jpg", "b/random.jpg"}
-    expected = [(p, label) for label, name in enumerate("abc") for p in sorted((raw / name).iterdir())
-                if p.suffix.lower() in (".jpg", ".png") and f"{name}/{p.name}" not in bad]
+    expected = [
+        (p, label)
+        for label, name in enumerate("abc")
+        for p in sorted((raw / name).iterdir())
+        if p.suffix.lower() in (".jpg", ".png") and f"{name}/{p.name}" not in bad
+    ]
     samples = read_split(out, "train") + read_split(out, "validation")
     assert sorted(s.sample_id for s in samples) == list(range(len(expected))) == list(range(11))
     for s in samples:
@@ -146,6 +152,7 @@ def test_rerun_replaces_stale_shards(tmp_path):
 
 
 # --- user errors ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mb", [0.5, 200])
 def test_target_size_out_of_range(tmp_path, mb):
@@ -198,21 +205,25 @@ def test_output_inside_input_is_refused(tmp_path):
 
 # --- command line ---------------------------------------------------------------------------
 
+
 def _run(args, *, cwd, module=False, env=None):
     head = [sys.executable, "-m", "steps.shard.shard"] if module else [sys.executable, str(SCRIPT)]
     return subprocess.run(head + [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--input", "{tmp}/nowhere"], "{tmp}/nowhere"),
-    (["--input", "{raw}", "--target-shard-mb", "200"], "200"),
-    (["--input", "{raw}", "--data-hosts", "abc"], "invalid int value"),
-    (["--input", "{raw}", "--data-hosts", "9"], "9 data hosts but only"),
-    (["--input", "{raw}", "--format", "parquet"], "invalid choice: 'parquet'"),
-    (["--input", "{raw}", "--target-shard-mb", "abc"], "argument --target-shard-mb: invalid float value: 'abc'"),
-    (["--input", "{raw}", "--shard-size", "64"], "unrecognized arguments: --shard-size 64"),
-    (["--input", "{raw}", "--out", "{tmp}/elsewhere"], "unrecognized arguments: --out"),  # --output by its full name only
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--input", "{tmp}/nowhere"], "{tmp}/nowhere"),
+        (["--input", "{raw}", "--target-shard-mb", "200"], "200"),
+        (["--input", "{raw}", "--data-hosts", "abc"], "invalid int value"),
+        (["--input", "{raw}", "--data-hosts", "9"], "9 data hosts but only"),
+        (["--input", "{raw}", "--format", "parquet"], "invalid choice: 'parquet'"),
+        (["--input", "{raw}", "--target-shard-mb", "abc"], "argument --target-shard-mb: invalid float value: 'abc'"),
+        (["--input", "{raw}", "--shard-size", "64"], "unrecognized arguments: --shard-size 64"),
+        (["--input", "{raw}", "--out", "{tmp}/elsewhere"], "unrecognized arguments: --out"),  # --output by its full name only
+    ],
+)
 def test_cli_failure_writes_one_line_failure_file(tmp_path, args, needle):
     raw = make_raw(tmp_path / "raw", {"a": 2, "b": 2})
     out = tmp_path / "out"
@@ -234,8 +245,13 @@ def test_cli_by_path_without_the_package_installed(tmp_path):
     (raw / "a" / "broken.jpg").write_bytes(b"nope")
     env = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
     head = [sys.executable, "-S", str(SCRIPT)]
-    result = subprocess.run(head + ["--input", str(raw), "--output", str(tmp_path / "out"), "--data-hosts", "2"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        head + ["--input", str(raw), "--output", str(tmp_path / "out"), "--data-hosts", "2"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert "1 quarantined" in result.stdout and "2 shards" in result.stdout
     assert (tmp_path / "out" / "manifest.json").exists() and not (tmp_path / "out" / "failure").exists()

@@ -38,12 +38,14 @@ def _expected(samples) -> list[Sample]:
 
 def _example(**features) -> bytes:
     """A hand-made record, for shards the writer would never make."""
+
     def feature(value):
         if isinstance(value, list):
             return tf.train.Feature(int64_list=tf.train.Int64List(value=value))
         if isinstance(value, int):
             return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
     feature_map = {name: feature(value) for name, value in features.items()}
     return tf.train.Example(features=tf.train.Features(feature=feature_map)).SerializeToString()
 
@@ -59,6 +61,7 @@ GOOD = dict(image=b"x", label=1, id=1, ext=b"jpg")
 
 
 # --- writing and reading ---------------------------------------------------------------------
+
 
 def test_round_trip_keeps_order_ids_labels_bytes_and_ext(tmp_path):
     shard = tmp_path / "s.tfrecord"
@@ -82,13 +85,16 @@ def test_identical_input_gives_identical_bytes(tmp_path):
     assert sha256_file(a) != sha256_file(c)
 
 
-@pytest.mark.parametrize("bad, needle", [
-    ((1, 0, "gif", b"x"), "gif"),
-    ((-1, 0, "jpg", b"x"), "sample_id"),
-    ((2**63, 0, "jpg", b"x"), "sample_id"),
-    ((1, "3", "jpg", b"x"), "label"),
-    ((1, True, "jpg", b"x"), "label"),
-])
+@pytest.mark.parametrize(
+    "bad, needle",
+    [
+        ((1, 0, "gif", b"x"), "gif"),
+        ((-1, 0, "jpg", b"x"), "sample_id"),
+        ((2**63, 0, "jpg", b"x"), "sample_id"),
+        ((1, "3", "jpg", b"x"), "label"),
+        ((1, True, "jpg", b"x"), "label"),
+    ],
+)
 def test_invalid_sample_is_rejected_and_leaves_no_file(tmp_path, bad, needle):
     shard = tmp_path / "s.tfrecord"
     with pytest.raises(ValueError, match=needle):
@@ -111,8 +117,7 @@ def test_parse_record_in_a_tf_data_pipeline(tmp_path):
     write_tfrecord_shard(shard, SAMPLES)
     dataset = tf.data.TFRecordDataset([str(shard)]).map(parse_record, num_parallel_calls=2, deterministic=True)
     got = [{k: v.numpy() for k, v in record.items()} for record in dataset]
-    assert got == [{"image": raw, "label": label, "id": i, "ext": ext.lower().encode()}
-                   for i, label, ext, raw in SAMPLES]
+    assert got == [{"image": raw, "label": label, "id": i, "ext": ext.lower().encode()} for i, label, ext, raw in SAMPLES]
     assert set(feature_spec()) == {"image", "label", "id", "ext"}
 
 
@@ -127,6 +132,7 @@ def test_parsed_image_decodes_in_the_graph(tmp_path):
 
 # --- malformed shards --------------------------------------------------------------------------
 
+
 def _cut(path, keep):
     path.write_bytes(path.read_bytes()[:keep])
     return path
@@ -139,13 +145,16 @@ def _flip(path, at):
     return path
 
 
-@pytest.mark.parametrize("damage, record", [
-    (lambda p, first: _cut(p, first + 2000), "record 1"),  # mid-payload of the second record
-    (lambda p, first: _cut(p, first + 5), "record 1"),  # mid-header: tf.data alone would stop quietly
-    (lambda p, first: _flip(p, first + 100), "record 1"),  # CRC mismatch
-    (lambda p, first: p.write_bytes(p.read_bytes() + b"\0" * 3), "record 3"),  # trailing bytes
-    (lambda p, first: p.write_bytes(b"this is not a tfrecord" * 100), "record 0"),
-])
+@pytest.mark.parametrize(
+    "damage, record",
+    [
+        (lambda p, first: _cut(p, first + 2000), "record 1"),  # mid-payload of the second record
+        (lambda p, first: _cut(p, first + 5), "record 1"),  # mid-header: tf.data alone would stop quietly
+        (lambda p, first: _flip(p, first + 100), "record 1"),  # CRC mismatch
+        (lambda p, first: p.write_bytes(p.read_bytes() + b"\0" * 3), "record 3"),  # trailing bytes
+        (lambda p, first: p.write_bytes(b"this is not a tfrecord" * 100), "record 0"),
+    ],
+)
 def test_corrupt_or_truncated_file_is_a_user_error(tmp_path, damage, record):
     shard = tmp_path / "s.tfrecord"
     write_tfrecord_shard(shard, [(i, 0, "jpg", bytes(3000)) for i in range(3)])
@@ -184,8 +193,7 @@ def test_missing_shard_is_a_user_error(tmp_path):
 
 
 def test_list_tfrecord_shards_sorted_tfrecord_files_only(tmp_path):
-    for name in ("train-00002.tfrecord", "train-00000.tfrecord", "train-00001.tfrecord", "train-00000.tar",
-                 "x.tfrecord.partial"):
+    for name in ("train-00002.tfrecord", "train-00000.tfrecord", "train-00001.tfrecord", "train-00000.tar", "x.tfrecord.partial"):
         (tmp_path / name).write_bytes(b"")
     (tmp_path / "dir.tfrecord").mkdir()
     assert [p.name for p in list_tfrecord_shards(tmp_path)] == [f"train-0000{i}.tfrecord" for i in range(3)]
@@ -194,6 +202,7 @@ def test_list_tfrecord_shards_sorted_tfrecord_files_only(tmp_path):
 
 
 # --- the shard step ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("hosts", [1, 2, 3])
 def test_shard_step_writes_tfrecord_shards_and_manifest(tmp_path, hosts):

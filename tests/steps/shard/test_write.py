@@ -8,8 +8,17 @@ from steps.shard.write import clear_previous_output, write_split
 
 
 def test_clear_previous_output_removes_only_this_steps_files(tmp_path):
-    for name in ("train/train-00000.tar", "train/train-00001.tfrecord", "validation/validation-00000.tar",
-                 "quarantine/a/x.jpg", "manifest.json", "report.json", "failure", "train/keep.txt", "keep.json"):
+    for name in (
+        "train/train-00000.tar",
+        "train/train-00001.tfrecord",
+        "validation/validation-00000.tar",
+        "quarantine/a/x.jpg",
+        "manifest.json",
+        "report.json",
+        "failure",
+        "train/keep.txt",
+        "keep.json",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("old")
     clear_previous_output(tmp_path)

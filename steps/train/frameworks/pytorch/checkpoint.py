@@ -15,6 +15,7 @@ SIGTERM, SageMaker's stop and spot-interruption signal, and after any failure be
 SIGTERM during a step is noted (`Terminate`) and acted on once the step is over, so the saved state
 is always that of a whole number of steps.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,7 @@ class Checkpoints:
     alone, and its lone tags are never complete, so they are never resumed from), and the slot follows the
     iteration, so the hosts' slots hold the same tags."""
 
-    def __init__(self, folder: Path | None, *, rank: int = 0, world: int = 1, every_steps: int = 0,
-                 every_s: float = 0.0) -> None:
+    def __init__(self, folder: Path | None, *, rank: int = 0, world: int = 1, every_steps: int = 0, every_s: float = 0.0) -> None:
         self.folder = folder
         self.rank, self.world = rank, world
         self.every_steps = every_steps
@@ -85,7 +85,9 @@ class Checkpoints:
         path = self.folder / f"trainer-{self.rank}.{slot}.pt"
         document = {"version": CHECKPOINT_VERSION, "tag": list(tag), "world_size": self.world, "steps": steps, **part}
         write_atomic(path, lambda fh: torch.save(document, fh))
-        write_atomic(path.with_suffix(".json"), lambda fh: fh.write(json.dumps({"tag": list(tag), "world_size": self.world}).encode()))
+        write_atomic(
+            path.with_suffix(".json"), lambda fh: fh.write(json.dumps({"tag": list(tag), "world_size": self.world}).encode())
+        )
         self.saved_at, self.saved_tag, self.saved_step = time.monotonic(), tuple(tag), steps
         self.saves += 1
         return path
@@ -110,9 +112,11 @@ class Checkpoints:
         if not tags:
             return None
         if worlds != {self.world}:
-            raise UserError(f"checkpoints in {self.folder} were written by {sorted(worlds)} trainer host(s); this job has "
-                            f"{self.world}. Resume with the same DnnInstanceCount, or delete them to start over",
-                            headline="bad checkpoint")
+            raise UserError(
+                f"checkpoints in {self.folder} were written by {sorted(worlds)} trainer host(s); this job has "
+                f"{self.world}. Resume with the same DnnInstanceCount, or delete them to start over",
+                headline="bad checkpoint",
+            )
         for tag in sorted(tags, reverse=True):
             slots = tags[tag]
             if set(slots) != set(range(self.world)):
@@ -128,11 +132,17 @@ class Checkpoints:
         try:
             state = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as exc:  # noqa: BLE001 - a torn or foreign file: say which and what to do
-            raise UserError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); delete the checkpoint folder "
-                            "(and its copy under the job's CheckpointConfig.S3Uri) to start from scratch", headline="bad checkpoint") from None
+            raise UserError(
+                f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); delete the checkpoint folder "
+                "(and its copy under the job's CheckpointConfig.S3Uri) to start from scratch",
+                headline="bad checkpoint",
+            ) from None
         if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
-            raise UserError(f"checkpoint {path} is not a version-{CHECKPOINT_VERSION} checkpoint of this project; delete "
-                            "the checkpoint folder to start from scratch", headline="bad checkpoint")
+            raise UserError(
+                f"checkpoint {path} is not a version-{CHECKPOINT_VERSION} checkpoint of this project; delete "
+                "the checkpoint folder to start from scratch",
+                headline="bad checkpoint",
+            )
         return state
 
 

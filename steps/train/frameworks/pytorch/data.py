@@ -92,8 +92,16 @@ class DataServiceClient:
         self.queue: queue.Queue = queue.Queue(maxsize=cfg.prefetch_batches * len(data_hosts))
         self._epoch = 0
         self._gate = threading.Condition()
-        self.watch = PeerWatch(cfg, self.hosts, me=me, secret=secret, on_message=self._receive, on_failure=self._post_failure,
-                               lost=self._lost, allocator=self._allocate)
+        self.watch = PeerWatch(
+            cfg,
+            self.hosts,
+            me=me,
+            secret=secret,
+            on_message=self._receive,
+            on_failure=self._post_failure,
+            lost=self._lost,
+            allocator=self._allocate,
+        )
         self._stopping = self.watch.stopping  # STOP sent: drain until each data host hangs up
         self._threads: list[threading.Thread] = []
         self.split: Split = NO_SPLIT
@@ -102,8 +110,9 @@ class DataServiceClient:
         self._local_cpu_s = 0.0
 
     # -- lifecycle ---------------------------------------------------------
-    def connect(self, epoch: int = 0, consumed: np.ndarray | None = None, trainer_workers: list[int] | None = None
-                ) -> DataServiceClient:
+    def connect(
+        self, epoch: int = 0, consumed: np.ndarray | None = None, trainer_workers: list[int] | None = None
+    ) -> DataServiceClient:
         """Dial every data host, prove the secret, and say where to start: ``epoch``, without the sample ids
         ``consumed`` of it (a checkpoint's input position), and which samples the trainers decode themselves:
         ``trainer_workers`` (every trainer's local decode workers, by rank) against the data hosts' decode workers
@@ -161,9 +170,14 @@ class DataServiceClient:
         if self._local is None:
             return None
         samples = sum(self._local.received.values())
-        return {"host": self.me, **self.local.spare.as_metrics(), "split": self.split.as_meta(), "samples": samples,
-                "share": samples / (samples + remote) if samples + remote else 0.0,
-                "decode_cpu_s_per_sample": self._local_cpu_s / samples if samples else 0.0}
+        return {
+            "host": self.me,
+            **self.local.spare.as_metrics(),
+            "split": self.split.as_meta(),
+            "samples": samples,
+            "share": samples / (samples + remote) if samples + remote else 0.0,
+            "decode_cpu_s_per_sample": self._local_cpu_s / samples if samples else 0.0,
+        }
 
     def _spawn(self, target, *args) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, daemon=True, name=f"{target.__name__}")
@@ -251,8 +265,13 @@ class DataServiceClient:
                         self._gate.wait(self.cfg.heartbeat_s)
         except Exception as exc:  # noqa: BLE001 - the loop learns why through the merge queue
             if not self._stopping.is_set():
-                error = exc if isinstance(exc, HeteroError) else LocalDecodeFailed(
-                    f"this trainer host's own decode workers ({host.name}) failed in epoch {epoch}: {describe(exc)}")
+                error = (
+                    exc
+                    if isinstance(exc, HeteroError)
+                    else LocalDecodeFailed(
+                        f"this trainer host's own decode workers ({host.name}) failed in epoch {epoch}: {describe(exc)}"
+                    )
+                )
                 self._fail(error)
 
     @staticmethod
@@ -268,8 +287,15 @@ class DataServiceClient:
         def release(event=None) -> None:
             pool.give_back(pixels, event)
 
-        return Batch(torch.from_numpy(pixels), torch.from_numpy(message.labels), torch.from_numpy(message.ids),
-                     corrupt=[tuple(c) for c in message.corrupt], epoch=message.epoch, source=host.name, release=release)
+        return Batch(
+            torch.from_numpy(pixels),
+            torch.from_numpy(message.labels),
+            torch.from_numpy(message.ids),
+            corrupt=[tuple(c) for c in message.corrupt],
+            epoch=message.epoch,
+            source=host.name,
+            release=release,
+        )
 
     def _lost(self, host: _Host, exc: Exception) -> DataHostLost:
         epoch = host.epoch

@@ -49,28 +49,55 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> 
         )
     counts = [count_samples(s) for s in shards]
     part = cluster.part("train", cluster.data_hosts)
-    dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=cluster.data_hosts.index(cluster.current_host), part=part)
+    dataset = ShardDataset(
+        shards, workload, train=True, seed=cfg.seed, stream=cluster.data_hosts.index(cluster.current_host), part=part
+    )
     loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
-    print(f"[data] {cluster.current_host}: {len(shards)} shards, {sum(counts)} samples (share {part[0] + 1}/{part[1]}), "
-          f"{loader.num_workers or 1} decode worker(s), serving {len(cluster.trainer_hosts)} trainer(s)", flush=True)
+    print(
+        f"[data] {cluster.current_host}: {len(shards)} shards, {sum(counts)} samples (share {part[0] + 1}/{part[1]}), "
+        f"{loader.num_workers or 1} decode worker(s), serving {len(cluster.trainer_hosts)} trainer(s)",
+        flush=True,
+    )
 
     def start(epoch: int, consumed: np.ndarray, split: Split) -> None:
         dataset.resume(epoch, consumed)
         dataset.share(split.data())
         if split.hybrid:
-            print(f"[data] {cluster.current_host}: the trainers decode {sum(split.trainers)} of every {split.period} samples "
-                  f"themselves; this host {dataset.samples_per_epoch(counts)} per epoch", flush=True)
+            print(
+                f"[data] {cluster.current_host}: the trainers decode {sum(split.trainers)} of every {split.period} samples "
+                f"themselves; this host {dataset.samples_per_epoch(counts)} per epoch",
+                flush=True,
+            )
 
     with socket.create_server((resolve(cluster.current_host), cfg.data_port), backlog=64) as server:
-        serve(cfg, server, me=cluster.current_host, trainer_hosts=cluster.trainer_hosts, secret=job_secret(),
-              samples_per_epoch=sum(counts) // part[1], epoch_batches=lambda epoch: loader, results_dir=cluster.model_dir,
-              start=start, decode_workers=loader.num_workers or 1)
+        serve(
+            cfg,
+            server,
+            me=cluster.current_host,
+            trainer_hosts=cluster.trainer_hosts,
+            secret=job_secret(),
+            samples_per_epoch=sum(counts) // part[1],
+            epoch_batches=lambda epoch: loader,
+            results_dir=cluster.model_dir,
+            start=start,
+            decode_workers=loader.num_workers or 1,
+        )
     print(f"[data] {cluster.current_host}: all trainers stopped; exiting", flush=True)
 
 
-def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tuple[str, ...], secret: bytes,
-          samples_per_epoch: int, epoch_batches: Callable[[int], Iterable[Batch]], results_dir: Path | None = None,
-          start: Callable[[int, np.ndarray, Split], None] | None = None, decode_workers: int = 1) -> None:
+def serve(
+    cfg: TrainConfig,
+    server: socket.socket,
+    *,
+    me: str,
+    trainer_hosts: tuple[str, ...],
+    secret: bytes,
+    samples_per_epoch: int,
+    epoch_batches: Callable[[int], Iterable[Batch]],
+    results_dir: Path | None = None,
+    start: Callable[[int, np.ndarray, Split], None] | None = None,
+    decode_workers: int = 1,
+) -> None:
     """Accept the trainers on ``server``, stream ``epoch_batches(e)`` for every epoch, return when all said STOP.
 
     Each trainer's first frame is RESUME: the epoch to start at and the sample ids of it already consumed
@@ -83,9 +110,17 @@ def serve(cfg: TrainConfig, server: socket.socket, *, me: str, trainer_hosts: tu
     every host of the job then holds the job's results, whichever host's model directory
     SageMaker packs into the model artifact.
     """
-    session = HostSession.admit(cfg, server, me=me, trainer_hosts=trainer_hosts, secret=secret,
-                                info={"samples_per_epoch": samples_per_epoch, "epochs": cfg.epochs, "decode_workers": decode_workers},
-                                who=f"data host {me}", results_dir=results_dir, heartbeat=False)  # the senders ping
+    session = HostSession.admit(
+        cfg,
+        server,
+        me=me,
+        trainer_hosts=trainer_hosts,
+        secret=secret,
+        info={"samples_per_epoch": samples_per_epoch, "epochs": cfg.epochs, "decode_workers": decode_workers},
+        who=f"data host {me}",
+        results_dir=results_dir,
+        heartbeat=False,
+    )  # the senders ping
     first, consumed, split = receive_resume(session.trainers, cfg)
     if first or consumed.size:
         print(f"[data] {me}: resuming at epoch {first}, {consumed.size} sample(s) of it already consumed", flush=True)
@@ -120,14 +155,18 @@ def receive_resume(trainers: list[Trainer], cfg: TrainConfig) -> tuple[int, np.n
         if not 0 <= message.epoch <= cfg.epochs:
             raise TrainerGone(f"trainer {t.host} asked to resume at epoch {message.epoch!r}; this job has {cfg.epochs}")
         epochs[t.host] = message.epoch
-        splits[t.host] = NO_SPLIT if message.split is None else Split.from_meta(message.split, trainers=len(trainers), sender=t.host)
+        splits[t.host] = (
+            NO_SPLIT if message.split is None else Split.from_meta(message.split, trainers=len(trainers), sender=t.host)
+        )
         if message.consumed is not None:
             ids.append(message.consumed.astype(np.int64, copy=False).ravel())
     if len(set(epochs.values())) > 1:
         raise TrainerGone(f"trainers resume at different epochs ({epochs}): they read different checkpoints")
     if len(set(splits.values())) > 1:
-        raise TrainerGone(f"trainers sent different decode splits ({ {h: s.as_meta() for h, s in splits.items()} }): "
-                          "run the same code and hyperparameters on every trainer")
+        raise TrainerGone(
+            f"trainers sent different decode splits ({ {h: s.as_meta() for h, s in splits.items()} }): "
+            "run the same code and hyperparameters on every trainer"
+        )
     start = next(iter(epochs.values()), 0)
     split = next(iter(splits.values()), NO_SPLIT)
     return start, np.unique(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64), split
@@ -176,8 +215,14 @@ class BatchFeed:
                 session.guarded(t, lambda: t.link.send(messages.Ping()))
                 continue
             try:
-                message = messages.Batch(epoch=epoch, pixels=batch.pixels.numpy(), labels=batch.labels.numpy(),
-                                         ids=batch.ids.numpy(), corrupt=batch.corrupt, host=self.meter.report(session.trainers))
+                message = messages.Batch(
+                    epoch=epoch,
+                    pixels=batch.pixels.numpy(),
+                    labels=batch.labels.numpy(),
+                    ids=batch.ids.numpy(),
+                    corrupt=batch.corrupt,
+                    host=self.meter.report(session.trainers),
+                )
                 session.guarded(t, lambda: t.link.send(message))  # noqa: B023 - called at once
                 t.sent[epoch] = t.sent.get(epoch, 0) + len(batch) + len(batch.corrupt)
                 t.batches += 1

@@ -66,8 +66,17 @@ def _no_release(event=None) -> None:
 class ShardDataset(IterableDataset):
     """Samples of some shards, decoded; each ``__iter__`` call is one epoch."""
 
-    def __init__(self, shards: list[Path], workload: Workload, *, train: bool, seed: int = 0, stream: int = 0,
-                 part: tuple[int, int] = (0, 1), take: Take = ALL) -> None:
+    def __init__(
+        self,
+        shards: list[Path],
+        workload: Workload,
+        *,
+        train: bool,
+        seed: int = 0,
+        stream: int = 0,
+        part: tuple[int, int] = (0, 1),
+        take: Take = ALL,
+    ) -> None:
         """``take``: only the samples at these positions of each shard (this host's side of a hybrid decode
         split, `steps.train.core.split`); ``part=(i, n)``: of those, every n-th, for n hosts that all see the same
         shards (a FullyReplicated channel) yet must each serve a distinct share."""
@@ -189,8 +198,15 @@ class BatchLoader(DataLoader):
             iterator._shutdown_workers()
 
 
-def batch_loader(dataset: ShardDataset, *, batch_size: int, num_workers: int = 0, pin_memory: bool = False,
-                 in_process: bool = False, cpus: list[int] | None = None) -> DataLoader:
+def batch_loader(
+    dataset: ShardDataset,
+    *,
+    batch_size: int,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    in_process: bool = False,
+    cpus: list[int] | None = None,
+) -> DataLoader:
     """A DataLoader of `Batch` over `dataset`, one worker per available CPU by default; ``in_process``: none,
     the caller's process decodes between its own steps; ``cpus``: the CPUs its workers may run on (all of the
     caller's by default)."""

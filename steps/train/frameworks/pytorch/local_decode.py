@@ -28,6 +28,7 @@ from steps.train.workload import Workload
 def spare_workers(cfg: TrainConfig, cluster: Cluster, workload: Workload, model: torch.nn.Module, device: torch.device) -> Spare:
     """This trainer host's decode workers beside its loop; ``auto`` probes the step (`steps.train.frameworks.pytorch.step.loop_cpus`)
     with a copy of ``model``."""
+
     def measure(shards: list[Path]) -> float:
         return loop_cpus(workload, model, device, sample_pixels(workload, shards), cfg.batch_size, cfg.learning_rate)
 
@@ -37,8 +38,19 @@ def spare_workers(cfg: TrainConfig, cluster: Cluster, workload: Workload, model:
 class LocalDecoder:
     """This trainer host's decode workers over its side of the split (``take``), one epoch per `batches` call."""
 
-    def __init__(self, cfg: TrainConfig, host: str, stream: int, workload: Workload, found: Spare, take: Take, *,
-                 pinned: bool, epoch: int, consumed: np.ndarray) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        host: str,
+        stream: int,
+        workload: Workload,
+        found: Spare,
+        take: Take,
+        *,
+        pinned: bool,
+        epoch: int,
+        consumed: np.ndarray,
+    ) -> None:
         """``stream``: its shuffle stream, one of its own (the data hosts' are 0..len(data_hosts)-1)."""
         self.name = f"{host}/local"
         self.spare = found
@@ -47,8 +59,13 @@ class LocalDecoder:
         self.dataset.resume(epoch, consumed)
         self.samples_per_epoch = self.dataset.samples_per_epoch(counts)
         # the loop keeps the first vCPUs, the decode workers run on the others: they never take the loop's
-        self.loader = batch_loader(self.dataset, batch_size=cfg.batch_size, num_workers=found.workers, pin_memory=pinned,
-                                   cpus=sorted(os.sched_getaffinity(0))[-found.workers:])
+        self.loader = batch_loader(
+            self.dataset,
+            batch_size=cfg.batch_size,
+            num_workers=found.workers,
+            pin_memory=pinned,
+            cpus=sorted(os.sched_getaffinity(0))[-found.workers :],
+        )
 
     def batches(self, epoch: int) -> Iterator[Batch]:
         yield from self.loader

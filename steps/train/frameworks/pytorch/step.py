@@ -36,8 +36,9 @@ class TrainStep:
     """One training step of ``model``: the batch normalised on ``device``, forward, loss, backward, optimizer step.
     Built once per model and optimizer; building it puts the model in training mode."""
 
-    def __init__(self, workload: Workload, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 device: torch.device) -> None:
+    def __init__(
+        self, workload: Workload, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
+    ) -> None:
         self.workload, self.model, self.optimizer, self.device = workload, model, optimizer, device
         self.loss_fn = workload.loss().to(device)
         model.train()
@@ -66,8 +67,9 @@ class TrainStep:
         return self.update(*self.inputs(pixels, labels))
 
 
-def validate(workload: Workload, model: torch.nn.Module, device: torch.device, shards: list[Path], *, batch_size: int,
-             num_workers: int) -> tuple[float | None, int]:
+def validate(
+    workload: Workload, model: torch.nn.Module, device: torch.device, shards: list[Path], *, batch_size: int, num_workers: int
+) -> tuple[float | None, int]:
     """Accuracy of ``model`` on ``shards`` (None without a sample) and the samples it counted. In eval mode and without
     autograd (no graph is built for outputs nobody differentiates); the model is back in its mode afterwards. Not
     inference mode: a model that caches a tensor in its forward would hand the probes an inference tensor to train on."""
@@ -90,8 +92,16 @@ def validate(workload: Workload, model: torch.nn.Module, device: torch.device, s
     return (correct / total if total else None), total
 
 
-def isolated_costs(workload: Workload, model: torch.nn.Module, device: torch.device, shards: list[Path], *,
-                   batch_size: int, learning_rate: float, batches: int = MEASURED_BATCHES) -> dict | None:
+def isolated_costs(
+    workload: Workload,
+    model: torch.nn.Module,
+    device: torch.device,
+    shards: list[Path],
+    *,
+    batch_size: int,
+    learning_rate: float,
+    batches: int = MEASURED_BATCHES,
+) -> dict | None:
     """Seconds per batch of decode (one process, this host's CPUs assumed to split it evenly) and of the train
     step (data resident), each the fastest of the measured batches: the stage's own cost with the least
     interference from anything else on the machine, so a bound built from them is a true best case.
@@ -108,8 +118,15 @@ def isolated_costs(workload: Workload, model: torch.nn.Module, device: torch.dev
     return cost_document(decode_s, step_s, batch_size=batch_size, device=device.type, decode_in_one_process=True)
 
 
-def loop_cpus(workload: Workload, model: torch.nn.Module, device: torch.device, pixels: np.ndarray, batch_size: int,
-              learning_rate: float, steps: int = PROBE_STEPS) -> float:
+def loop_cpus(
+    workload: Workload,
+    model: torch.nn.Module,
+    device: torch.device,
+    pixels: np.ndarray,
+    batch_size: int,
+    learning_rate: float,
+    steps: int = PROBE_STEPS,
+) -> float:
     """vCPUs this process keeps busy while training: CPU seconds over wall seconds of ``steps`` train steps on a
     synthetic batch of ``pixels`` (one sample's), with a copy of ``model`` and a fresh optimizer (the model trained is
     untouched)."""

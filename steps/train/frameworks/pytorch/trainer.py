@@ -55,14 +55,22 @@ class LocalSource:
     def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload, *, pinned: bool) -> None:
         shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
         if not shards:
-            raise UserError(f"trainer {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards")
-        self.dataset = dataset = ShardDataset(shards, workload, train=True, seed=cfg.seed, stream=cluster.rank,
-                                              part=cluster.part("train", cluster.trainer_hosts))
+            raise UserError(
+                f"trainer {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards"
+            )
+        self.dataset = dataset = ShardDataset(
+            shards, workload, train=True, seed=cfg.seed, stream=cluster.rank, part=cluster.part("train", cluster.trainer_hosts)
+        )
         # One CPU: decode in this process between steps, back to back as the one core runs them anyway. A worker
         # process on the same core would add the cost of two processes contending for it (measured 20-30% on
         # the default workload), and the data host would then seem to remove more than the decode itself.
-        self.loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers, pin_memory=pinned,
-                                   in_process=cfg.num_workers == 0 and available_cpus() == 1)
+        self.loader = batch_loader(
+            dataset,
+            batch_size=cfg.batch_size,
+            num_workers=cfg.num_workers,
+            pin_memory=pinned,
+            in_process=cfg.num_workers == 0 and available_cpus() == 1,
+        )
         part = cluster.part("train", cluster.trainer_hosts)
         self.samples_per_epoch = sum(count_samples(s) for s in shards) // part[1]
 
@@ -81,8 +89,13 @@ class LocalSource:
 
 def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    require_usable_gpus(cluster.current_host, cluster.instance_type, torch.cuda.device_count() if device.type == "cuda" else 0,
-                        "pytorch", how="torch.cuda.is_available() is false")
+    require_usable_gpus(
+        cluster.current_host,
+        cluster.instance_type,
+        torch.cuda.device_count() if device.type == "cuda" else 0,
+        "pytorch",
+        how="torch.cuda.is_available() is false",
+    )
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(available_cpus())
     classes = read_classes(cluster.channel("manifest"))
@@ -94,8 +107,13 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     try:
         model = workload.build_model(len(classes)).to(device)
         optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
-        checkpoints = Checkpoints(cluster.checkpoint_dir, rank=cluster.rank, world=cluster.world_size,
-                                  every_steps=cfg.checkpoint_every_steps, every_s=cfg.checkpoint_every_s)
+        checkpoints = Checkpoints(
+            cluster.checkpoint_dir,
+            rank=cluster.rank,
+            world=cluster.world_size,
+            every_steps=cfg.checkpoint_every_steps,
+            every_s=cfg.checkpoint_every_s,
+        )
         progress = Progress.fresh(cfg)
         resumed = checkpoints.load()
         if resumed is not None:
@@ -117,10 +135,21 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         files = {}
         if cluster.rank == 0:
             costs = _isolated_costs(cfg, cluster, workload, model, device, validation)
-            files = _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=costs,
-                           sample_ledger=progress.ledger_report(), checkpoints={"saved": checkpoints.saves,
-                                                                                "seconds": round(checkpoints.seconds, 3)},
-                           local_decode=local, gpus=gpus, **measured)
+            files = _write_outputs(
+                cfg,
+                cluster,
+                model,
+                summary,
+                accuracy,
+                corrupt,
+                classes,
+                isolated_costs=costs,
+                sample_ledger=progress.ledger_report(),
+                checkpoints={"saved": checkpoints.saves, "seconds": round(checkpoints.seconds, 3)},
+                local_decode=local,
+                gpus=gpus,
+                **measured,
+            )
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
         if source is not None:
@@ -157,8 +186,15 @@ class Progress:
         return cls(StepStats(cfg.warmup_steps), [], Ledger())
 
     @classmethod
-    def resume(cls, tag: tuple[int, int], parts: list[dict], cluster: Cluster, model: torch.nn.Module,
-               optimizer: torch.optim.Optimizer, folder: Path | None) -> Progress:
+    def resume(
+        cls,
+        tag: tuple[int, int],
+        parts: list[dict],
+        cluster: Cluster,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        folder: Path | None,
+    ) -> Progress:
         """From every trainer's part at ``tag`` (`Checkpoints.load`): this host's own, the model from the first's."""
         mine, first = parts[cluster.rank], parts[0]
         model.load_state_dict(first["model"])
@@ -169,31 +205,45 @@ class Progress:
         ledger = Ledger.from_state(mine["ledger"])
         consumed = np.unique(np.concatenate([np.asarray(p["ledger"]["ids"], dtype=np.int64) for p in parts]))
         progress = cls(stats, list(mine["corrupt"]), ledger, list(mine["budget_seen"]), consumed, tag[1], first["resumes"] + 1)
-        print(f"[checkpoint] resuming from {folder}: epoch {tag[0]}, iteration {tag[1]} of it, step {stats.steps}, "
-              f"{consumed.size} sample(s) of the epoch already consumed by {len(parts)} trainer(s) (resume {progress.resumes})",
-              flush=True)
+        print(
+            f"[checkpoint] resuming from {folder}: epoch {tag[0]}, iteration {tag[1]} of it, step {stats.steps}, "
+            f"{consumed.size} sample(s) of the epoch already consumed by {len(parts)} trainer(s) (resume {progress.resumes})",
+            flush=True,
+        )
         return progress
 
     def part(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, first: bool) -> dict:
         """This trainer's part of a checkpoint; the first trainer's also holds the model and optimizer."""
-        part = {"stats": self.stats.state(), "corrupt": self.corrupt, "ledger": self.ledger.state(), "rng": rng_state(),
-                "budget_seen": self.budget_seen, "resumes": self.resumes}
+        part = {
+            "stats": self.stats.state(),
+            "corrupt": self.corrupt,
+            "ledger": self.ledger.state(),
+            "rng": rng_state(),
+            "budget_seen": self.budget_seen,
+            "resumes": self.resumes,
+        }
         if first:
             part.update(model=bare(model).state_dict(), optimizer=optimizer.state_dict(), warmup_steps=self.stats.warmup_steps)
         return part
 
     def ledger_report(self) -> dict:
         partial = self.ledger.ids
-        return {"epochs": self.ledger.epochs, "resumes": self.resumes,
-                "partial_epoch": {"epoch": self.ledger.epoch, "samples": int(partial.size)} if partial.size else None}
+        return {
+            "epochs": self.ledger.epochs,
+            "resumes": self.resumes,
+            "partial_epoch": {"epoch": self.ledger.epoch, "samples": int(partial.size)} if partial.size else None,
+        }
 
 
 def _hybrid_source(cfg, cluster: Cluster, workload: Workload, model, device, progress: Progress) -> DataServiceClient:
     """The data hosts' streams, merged with this host's own decode workers where it has vCPUs to spare
     (`steps.train.frameworks.pytorch.local_decode`); every trainer weighs the split by the same numbers."""
     found = spare_workers(cfg, cluster, workload, model, device)
-    print(f"[trainer] {cluster.current_host}: {found.workers} local decode worker(s) of {found.cpus} vCPU(s), "
-          f"{found.kept} kept for the training loop ({found.why})", flush=True)
+    print(
+        f"[trainer] {cluster.current_host}: {found.workers} local decode worker(s) of {found.cpus} vCPU(s), "
+        f"{found.kept} kept for the training loop ({found.why})",
+        flush=True,
+    )
     if found.workers:
         torch.set_num_threads(found.kept)
     pinned = device.type == "cuda"
@@ -201,8 +251,19 @@ def _hybrid_source(cfg, cluster: Cluster, workload: Workload, model, device, pro
     source.connect(progress.epoch, progress.consumed, trainer_workers=_all_ints(found.workers))
     take = source.split.trainer(cluster.rank)
     if found.workers:
-        source.add_local(LocalDecoder(cfg, cluster.current_host, len(cluster.data_hosts) + cluster.rank, workload, found, take,
-                                      pinned=pinned, epoch=progress.epoch, consumed=progress.consumed))
+        source.add_local(
+            LocalDecoder(
+                cfg,
+                cluster.current_host,
+                len(cluster.data_hosts) + cluster.rank,
+                workload,
+                found,
+                take,
+                pinned=pinned,
+                epoch=progress.epoch,
+                consumed=progress.consumed,
+            )
+        )
     return source
 
 
@@ -241,9 +302,17 @@ def _init_distributed(cfg: TrainConfig, cluster: Cluster, device: torch.device) 
     )
 
 
-def train_epochs(cfg: TrainConfig, workload: Workload, model: torch.nn.Module, source: LocalSource | DataServiceClient,
-                 device: torch.device, *, optimizer: torch.optim.Optimizer | None = None, progress: Progress | None = None,
-                 checkpoints: Checkpoints | None = None) -> Progress:
+def train_epochs(
+    cfg: TrainConfig,
+    workload: Workload,
+    model: torch.nn.Module,
+    source: LocalSource | DataServiceClient,
+    device: torch.device,
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+    progress: Progress | None = None,
+    checkpoints: Checkpoints | None = None,
+) -> Progress:
     """Every epoch from where ``progress`` stands (None: from the start, with the workload's optimizer), saving checkpoints
     as `steps.train.frameworks.pytorch.checkpoint.Checkpoints` says (None: none); returns the run so far. The trainer's
     loop, and what `bench/` times."""
@@ -324,14 +393,26 @@ def _epoch(cfg, step: TrainStep, source, progress: Progress, epoch, budget, chec
     return False
 
 
-def _checkpoint(checkpoints: Checkpoints, progress: Progress, model, optimizer, why: str, *, end_of_epoch: bool = False,
-                quiet_failure: bool = False) -> None:
+def _checkpoint(
+    checkpoints: Checkpoints,
+    progress: Progress,
+    model,
+    optimizer,
+    why: str,
+    *,
+    end_of_epoch: bool = False,
+    quiet_failure: bool = False,
+) -> None:
     """Save this trainer's part. ``quiet_failure``: a save that itself fails is reported, not raised, so the error
     that led here stays the one the job ends with."""
     started = time.perf_counter()
     try:
-        path = checkpoints.save(progress.tag, progress.part(model, optimizer, first=checkpoints.writer),
-                                steps=progress.stats.steps, end_of_epoch=end_of_epoch)
+        path = checkpoints.save(
+            progress.tag,
+            progress.part(model, optimizer, first=checkpoints.writer),
+            steps=progress.stats.steps,
+            end_of_epoch=end_of_epoch,
+        )
     except Exception as exc:  # noqa: BLE001
         if not quiet_failure:
             raise
@@ -340,9 +421,11 @@ def _checkpoint(checkpoints: Checkpoints, progress: Progress, model, optimizer, 
     finally:
         checkpoints.seconds += time.perf_counter() - started
     if path is not None:
-        print(f"[checkpoint] saved ({why}): epoch {progress.epoch}, step {progress.stats.steps}, "
-              f"{progress.ledger.ids.size} sample(s) of the epoch consumed, in {time.perf_counter() - started:.2f} s -> {path}",
-              flush=True)
+        print(
+            f"[checkpoint] saved ({why}): epoch {progress.epoch}, step {progress.stats.steps}, "
+            f"{progress.ledger.ids.size} sample(s) of the epoch consumed, in {time.perf_counter() - started:.2f} s -> {path}",
+            flush=True,
+        )
 
 
 def _interrupted(progress: Progress, checkpoints: Checkpoints) -> Interrupted:
@@ -353,8 +436,10 @@ def _interrupted(progress: Progress, checkpoints: Checkpoints) -> Interrupted:
         where = f"checkpoint at epoch {epoch}, iteration {iteration} (step {checkpoints.saved_step}) in {checkpoints.folder}"
         if progress.stats.steps > checkpoints.saved_step:
             where += f"; the {progress.stats.steps - checkpoints.saved_step} step(s) since are redone"
-    return Interrupted(f"SIGTERM (a stop or a spot interruption) during training: {where}; a job restarted on the same "
-                       "checkpoint location resumes there")
+    return Interrupted(
+        f"SIGTERM (a stop or a spot interruption) during training: {where}; a job restarted on the same "
+        "checkpoint location resumes there"
+    )
 
 
 def _all_ids(ids: np.ndarray) -> np.ndarray:
@@ -380,8 +465,7 @@ def _validate(cfg, cluster, workload, model, device, shards: list) -> float | No
     if not shards:
         print(f"[trainer] {cluster.current_host}: no validation shards; accuracy not measured", flush=True)
         return None
-    accuracy, total = validate(workload, model, device, shards, batch_size=cfg.batch_size,
-                               num_workers=min(2, available_cpus()))
+    accuracy, total = validate(workload, model, device, shards, batch_size=cfg.batch_size, num_workers=min(2, available_cpus()))
     print(metric_line(accuracy=accuracy or 0.0, validation_samples=total), flush=True)
     return accuracy
 
@@ -403,12 +487,26 @@ def _gather(summary: dict, corrupt: int) -> dict:
     dist.all_reduce(sums)
     slowest = torch.tensor([summary["elapsed_s"]], dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return {**summary, "global_samples": int(sums[0]), "corrupt": int(sums[1]), "global_seen": int(sums[2]),
-            "elapsed_s": float(slowest[0])}
+    return {
+        **summary,
+        "global_samples": int(sums[0]),
+        "corrupt": int(sums[1]),
+        "global_seen": int(sums[2]),
+        "elapsed_s": float(slowest[0]),
+    }
 
 
 def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, isolated_costs=None, **measured) -> dict[str, bytes]:
-    metrics = training_metrics(cfg=cfg, cluster=cluster, framework="pytorch", summary=summary, accuracy=accuracy,
-                               corrupt=corrupt, corrupt_count=summary["corrupt"], classes=classes, isolated_costs=isolated_costs,
-                               **measured)
+    metrics = training_metrics(
+        cfg=cfg,
+        cluster=cluster,
+        framework="pytorch",
+        summary=summary,
+        accuracy=accuracy,
+        corrupt=corrupt,
+        corrupt_count=summary["corrupt"],
+        classes=classes,
+        isolated_costs=isolated_costs,
+        **measured,
+    )
     return write_outputs(cluster, metrics, lambda folder: torch.save(bare(model).state_dict(), folder / "model.pt"))

@@ -9,4 +9,3 @@ class RayNodeFailed(HeteroError):
     """A host's Ray node did not come up, did not join, or stopped while the job trains."""
 
     headline = "ray node failed"
-

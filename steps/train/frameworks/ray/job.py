@@ -57,8 +57,13 @@ def run_ray_host(cfg: TrainConfig, cluster: Cluster, workload) -> None:
     if cluster.role == TRAINER:  # before its Ray node offers the host's GPUs (none) to Ray Train
         import torch
 
-        require_usable_gpus(cluster.current_host, cluster.instance_type, torch.cuda.device_count() if torch.cuda.is_available()
-                            else 0, "ray", how="torch.cuda.is_available() is false")
+        require_usable_gpus(
+            cluster.current_host,
+            cluster.instance_type,
+            torch.cuda.device_count() if torch.cuda.is_available() else 0,
+            "ray",
+            how="torch.cuda.is_available() is false",
+        )
     node = RayNode(cfg, cluster)
     completed = False
     try:
@@ -86,6 +91,7 @@ def _end(node: RayNode, completed: bool) -> None:
 
 # -- the head: driver, trainer of record, end of the job -------------------------------------------------------
 
+
 def _run_head(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
     others = tuple(h for g in cluster.groups for h in g.hosts if h != cluster.current_host)
     links = _followers(cfg, cluster, others)
@@ -110,7 +116,10 @@ def _await_nodes(cfg: TrainConfig, count: int, node: RayNode, links: PeerWatch) 
     while True:
         alive = [n for n in ray.nodes() if n.get("Alive")]
         if len(alive) >= count:
-            print(f"[ray] head: {len(alive)} node(s), {int(ray.cluster_resources().get('CPU', 0))} CPU(s) in the cluster", flush=True)
+            print(
+                f"[ray] head: {len(alive)} node(s), {int(ray.cluster_resources().get('CPU', 0))} CPU(s) in the cluster",
+                flush=True,
+            )
             return
         links.check()
         if not node.alive():
@@ -130,8 +139,9 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: PeerWatch) -> dict[str, by
 
     shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
     if not shards:
-        raise UserError(f"the Ray head {cluster.current_host} found no *.tar shards in {cluster.channel('train')}",
-                        headline="no shards")
+        raise UserError(
+            f"the Ray head {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards"
+        )
     samples = sum(count_samples(s) for s in shards)
     classes = read_classes(cluster.channel("manifest"))
     validation = cluster.channel("validation", required=False)
@@ -144,20 +154,30 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: PeerWatch) -> dict[str, by
     if warning := idle_gpus_line(cluster.current_host, gpus):
         print(warning, flush=True)
     kept, why = _kept_cpus(cfg, shards, len(classes), cluster.world_size)
-    print(f"[ray] head: {len(shards)} shard(s), {samples} samples; {cluster.world_size} Ray Train worker(s), {kept} CPU(s) "
-          f"each{' and a GPU' if gpu else ''} ({why}); decode on every other CPU", flush=True)
+    print(
+        f"[ray] head: {len(shards)} shard(s), {samples} samples; {cluster.world_size} Ray Train worker(s), {kept} CPU(s) "
+        f"each{' and a GPU' if gpu else ''} ({why}); decode on every other CPU",
+        flush=True,
+    )
     DataContext.get_current().enable_progress_bars = False  # Ray Train hands the driver's context to the ingest
     trainer = TorchTrainer(
         train_loop,
-        train_loop_config={"cfg": cfg.as_dict(), "classes": len(classes), "results": RESULTS_ACTOR,
-                           "validation": str(validation) if validation else None,
-                           "resume": ray.put(saved) if saved else None, "checkpoint_folder": str(cluster.checkpoint_dir)},
-        scaling_config=ScalingConfig(num_workers=cluster.world_size, use_gpu=gpu,
-                                     resources_per_worker={"CPU": kept, TRAINER_RESOURCE: 1}),
+        train_loop_config={
+            "cfg": cfg.as_dict(),
+            "classes": len(classes),
+            "results": RESULTS_ACTOR,
+            "validation": str(validation) if validation else None,
+            "resume": ray.put(saved) if saved else None,
+            "checkpoint_folder": str(cluster.checkpoint_dir),
+        },
+        scaling_config=ScalingConfig(
+            num_workers=cluster.world_size, use_gpu=gpu, resources_per_worker={"CPU": kept, TRAINER_RESOURCE: 1}
+        ),
         datasets={"train": training_dataset([str(s) for s in shards], cfg.workload, cfg.workload_options, cfg.batch_size)},
         dataset_config=exact_split(),
-        run_config=RunConfig(name="train", storage_path=str(cluster.output_data_dir / "ray"),
-                             failure_config=FailureConfig(max_failures=0)),
+        run_config=RunConfig(
+            name="train", storage_path=str(cluster.output_data_dir / "ray"), failure_config=FailureConfig(max_failures=0)
+        ),
     )
     started = time.perf_counter()
     _fit(trainer, cfg, links)
@@ -171,8 +191,12 @@ def _per_trainer_host(resource: str) -> int:
     """How much of ``resource`` (CPU, GPU) the smallest trainer host of the Ray cluster has (0: none)."""
     import ray
 
-    return int(min((n["Resources"].get(resource, 0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get(TRAINER_RESOURCE)),
-                   default=0))
+    return int(
+        min(
+            (n["Resources"].get(resource, 0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get(TRAINER_RESOURCE)),
+            default=0,
+        )
+    )
 
 
 def _kept_cpus(cfg: TrainConfig, shards: list, classes: int, workers: int) -> tuple[int, str]:
@@ -190,8 +214,14 @@ def _kept_cpus(cfg: TrainConfig, shards: list, classes: int, workers: int) -> tu
     def measure() -> float:
         workload = load_workload(cfg.workload, cfg.workload_options)
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return loop_cpus(workload, workload.build_model(classes).to(device), device, sample_pixels(workload, shards),
-                         cfg.batch_size, cfg.learning_rate)
+        return loop_cpus(
+            workload,
+            workload.build_model(classes).to(device),
+            device,
+            sample_pixels(workload, shards),
+            cfg.batch_size,
+            cfg.learning_rate,
+        )
 
     kept, why, _ = kept_for_loop(cfg.trainer_cpus, _per_trainer_host("CPU"), measure)
     return leave_room_for_data(kept, why, workers, int(ray.cluster_resources().get("CPU", 0)))
@@ -205,8 +235,10 @@ def leave_room_for_data(kept: int, why: str, workers: int, cpus: int) -> tuple[i
     if cpus - workers * kept >= 1:
         return kept, why
     fits = max(0, (cpus - 1) // workers)
-    return fits, (f"{why}; {workers} x {kept} would leave Ray Data none of the cluster's {cpus} CPU(s) to read and decode "
-                  f"on: {fits} each, the decode shares the trainers' CPUs")
+    return fits, (
+        f"{why}; {workers} x {kept} would leave Ray Data none of the cluster's {cpus} CPU(s) to read and decode "
+        f"on: {fits} each, the decode shares the trainers' CPUs"
+    )
 
 
 def _fit(trainer, cfg: TrainConfig, links: PeerWatch) -> None:
@@ -231,14 +263,18 @@ def _fit(trainer, cfg: TrainConfig, links: PeerWatch) -> None:
         raise outcome[0]
 
 
-def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str], wall: float, kept: int, why: str,
-             gpus: dict) -> dict:
+def _metrics(
+    cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str], wall: float, kept: int, why: str, gpus: dict
+) -> dict:
     """metrics.json from every worker's summary: sums over workers, the slowest sets the time; per node, what its
     decode tasks produced (data hosts as ``data_hosts``, trainer hosts as ``local_decode``)."""
     ranks = report["ranks"]
     summary = dict(ranks[0]["summary"])
-    summary.update(global_samples=sum(r["summary"]["samples"] for r in ranks), global_seen=sum(r["summary"]["seen"] for r in ranks),
-                   elapsed_s=max(r["summary"]["elapsed_s"] for r in ranks))
+    summary.update(
+        global_samples=sum(r["summary"]["samples"] for r in ranks),
+        global_seen=sum(r["summary"]["seen"] for r in ranks),
+        elapsed_s=max(r["summary"]["elapsed_s"] for r in ranks),
+    )
     corrupt = [c for r in ranks for c in r["corrupt"]]
     import ray
 
@@ -253,18 +289,37 @@ def _metrics(cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str
     data_hosts, local = [], []
     for host, (count, cpu_s) in sorted(sources.items()):
         if host in cluster.data_hosts:
-            data_hosts.append(data_host_metrics(host, {"samples": count, "decode_cpu_s": cpu_s, "wall_s": wall,
-                                                       "cpus": cpus.get(host, 0)}))
+            data_hosts.append(
+                data_host_metrics(host, {"samples": count, "decode_cpu_s": cpu_s, "wall_s": wall, "cpus": cpus.get(host, 0)})
+            )
         else:
-            local.append({"host": host, "samples": count, "decode_cpu_s_per_sample": cpu_s / count if count else 0.0,
-                          "share": count / max(summary["global_seen"], 1), "workers": max(cpus.get(host, 0) - kept, 0),
-                          "kept_cpus": kept, "cpus": cpus.get(host, 0),
-                          "why": f"Ray schedules decode tasks on the CPUs its Train worker does not reserve ({why})"})
-    return training_metrics(cfg=cfg, cluster=cluster, framework="ray", summary=summary, accuracy=report["accuracy"],
-                            corrupt=corrupt, corrupt_count=len(corrupt), classes=classes,
-                            isolated_costs=report["isolated_costs"], local_decode=local, gpus=gpus,
-                            sample_ledger={"epochs": report["ledger"], "resumes": report["resumes"], "partial_epoch": None},
-                            **arrived(data_hosts, 0, 0))  # Ray moves blocks through its object store: no bytes measured
+            local.append(
+                {
+                    "host": host,
+                    "samples": count,
+                    "decode_cpu_s_per_sample": cpu_s / count if count else 0.0,
+                    "share": count / max(summary["global_seen"], 1),
+                    "workers": max(cpus.get(host, 0) - kept, 0),
+                    "kept_cpus": kept,
+                    "cpus": cpus.get(host, 0),
+                    "why": f"Ray schedules decode tasks on the CPUs its Train worker does not reserve ({why})",
+                }
+            )
+    return training_metrics(
+        cfg=cfg,
+        cluster=cluster,
+        framework="ray",
+        summary=summary,
+        accuracy=report["accuracy"],
+        corrupt=corrupt,
+        corrupt_count=len(corrupt),
+        classes=classes,
+        isolated_costs=report["isolated_costs"],
+        local_decode=local,
+        gpus=gpus,
+        sample_ledger={"epochs": report["ledger"], "resumes": report["resumes"], "partial_epoch": None},
+        **arrived(data_hosts, 0, 0),
+    )  # Ray moves blocks through its object store: no bytes measured
 
 
 def _saved_checkpoint(folder: Path) -> bytes | None:
@@ -289,8 +344,11 @@ def _results_actor(head_ip: str, checkpoint_folder: Path):
         def checkpoint(self, data: bytes, epoch: int, step: int) -> None:
             started = time.perf_counter()
             path = write_atomic(checkpoint_folder / RAY_CHECKPOINT, lambda fh: fh.write(data))
-            print(f"[checkpoint] saved (end of epoch): epoch {epoch}, step {step}, in {time.perf_counter() - started:.2f} s "
-                  f"-> {path}", flush=True)
+            print(
+                f"[checkpoint] saved (end of epoch): epoch {epoch}, step {step}, in {time.perf_counter() - started:.2f} s "
+                f"-> {path}",
+                flush=True,
+            )
 
         def get(self):
             if self.value is None:
@@ -302,11 +360,19 @@ def _results_actor(head_ip: str, checkpoint_folder: Path):
 
 def _followers(cfg: TrainConfig, cluster: Cluster, hosts: tuple[str, ...]) -> PeerWatch:
     """The head's control links to every other host: dial, prove the secret, heartbeat, watch, STOP."""
-    return PeerWatch(cfg, [Peer(h, resolve(h)) for h in hosts], me=cluster.current_host, secret=job_secret(), label="host",
-                     error=HostLost, on_failure=lambda error: print(f"[ray] {error.one_line()}", flush=True))
+    return PeerWatch(
+        cfg,
+        [Peer(h, resolve(h)) for h in hosts],
+        me=cluster.current_host,
+        secret=job_secret(),
+        label="host",
+        error=HostLost,
+        on_failure=lambda error: print(f"[ray] {error.one_line()}", flush=True),
+    )
 
 
 # -- every other host: a Ray node, and the control link to the head ----------------------------------------------
+
 
 def _follow(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
     me, head = cluster.current_host, node.head_host
@@ -325,9 +391,17 @@ def _follow(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
         return session.all_stopped
 
     with socket.create_server((resolve(me), cfg.data_port), backlog=16) as server:
-        session = HostSession.admit(cfg, server, me=me, trainer_hosts=(head,), secret=job_secret(),
-                                    info={"framework": "ray", "epochs": cfg.epochs}, who=f"host {me}",
-                                    results_dir=cluster.model_dir, on_message=on_message)
+        session = HostSession.admit(
+            cfg,
+            server,
+            me=me,
+            trainer_hosts=(head,),
+            secret=job_secret(),
+            info={"framework": "ray", "epochs": cfg.epochs},
+            who=f"host {me}",
+            results_dir=cluster.model_dir,
+            on_message=on_message,
+        )
     with session:
         session.wait_until(ready)
     print(f"[ray] {me}: the head {head} ended the job; exiting", flush=True)

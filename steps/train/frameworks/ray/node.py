@@ -75,12 +75,21 @@ class RayNode:
         timeout = str(max(5, int(self.cfg.silence_timeout_s)))
         code = str(Path(__file__).resolve().parents[4])  # Ray's worker processes import the step code from here
         path = os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p)
-        return {**os.environ, NODE_ENV: str(self.folder), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0",
-                "RAY_gcs_rpc_server_reconnect_timeout_s": timeout, "RAY_DEDUP_LOGS": "0", "PYTHONPATH": path,
-                "RAY_COLOR_PREFIX": "0",  # workers' lines reach the log as "(RayTrainWorker pid=N) ...", no ANSI codes
-                # no progress bars (Ray Data redraws one per operator every second: thousands of lines a minute in the job's
-                # log), and Ray Train workers' print() stays print(): its logging redirect wrote each line twice
-                "RAY_DATA_DISABLE_PROGRESS_BARS": "1", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+        return {
+            **os.environ,
+            NODE_ENV: str(self.folder),
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": str(token),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_gcs_rpc_server_reconnect_timeout_s": timeout,
+            "RAY_DEDUP_LOGS": "0",
+            "PYTHONPATH": path,
+            "RAY_COLOR_PREFIX": "0",  # workers' lines reach the log as "(RayTrainWorker pid=N) ...", no ANSI codes
+            # no progress bars (Ray Data redraws one per operator every second: thousands of lines a minute in the job's
+            # log), and Ray Train workers' print() stays print(): its logging redirect wrote each line twice
+            "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
+            "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+        }
 
     @property
     def ip(self) -> str:
@@ -92,14 +101,29 @@ class RayNode:
         returns, a joining node once the head answered."""
         ip = self.ip
         resource = DATA_RESOURCE if self.cluster.role == DATA else TRAINER_RESOURCE
-        command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", f"--node-ip-address={ip}",
-                   f"--num-cpus={available_cpus()}", f"--num-gpus={_gpus()}", f"--resources={json.dumps({resource: 1})}",
-                   "--disable-usage-stats", f"--temp-dir={self.folder / 'ray'}", f"--object-store-memory={OBJECT_STORE_BYTES}"]
+        command = [
+            sys.executable,
+            "-m",
+            "ray.scripts.scripts",
+            "start",
+            "--block",
+            f"--node-ip-address={ip}",
+            f"--num-cpus={available_cpus()}",
+            f"--num-gpus={_gpus()}",
+            f"--resources={json.dumps({resource: 1})}",
+            "--disable-usage-stats",
+            f"--temp-dir={self.folder / 'ray'}",
+            f"--object-store-memory={OBJECT_STORE_BYTES}",
+        ]
         if self.is_head:
             self.address = f"{ip}:{self.cfg.ray_port or _free_port(ip)}"
             # the job API's minimal dashboard listens on 127.0.0.1 even without the dashboard: a free port, not 8265
-            command += ["--head", f"--port={self.address.rsplit(':', 1)[1]}", "--include-dashboard=false",
-                        f"--dashboard-port={_free_port(LOOPBACK)}"]
+            command += [
+                "--head",
+                f"--port={self.address.rsplit(':', 1)[1]}",
+                "--include-dashboard=false",
+                f"--dashboard-port={_free_port(LOOPBACK)}",
+            ]
             if _has_grpc():  # Ray runs its client server whenever grpc is there (the Ray image has none): a free port, not 10001
                 command += [f"--ray-client-server-port={_free_port(ip, LOOPBACK)}"]
         else:
@@ -107,10 +131,13 @@ class RayNode:
             self._await_head()
             command += [f"--address={self.address}"]
         self.process = subprocess.Popen(command, env=self.environment(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        print(f"[ray] {self.cluster.current_host}: {f'head at {self.address}' if self.is_head else f'node at {ip}'} "
-              f"({available_cpus()} CPU(s), {resource}){'' if self.is_head else f', joining {self.address}'}; "
-              f"temp folder {self.folder}",
-              file=log or sys.stdout, flush=True)
+        print(
+            f"[ray] {self.cluster.current_host}: {f'head at {self.address}' if self.is_head else f'node at {ip}'} "
+            f"({available_cpus()} CPU(s), {resource}){'' if self.is_head else f', joining {self.address}'}; "
+            f"temp folder {self.folder}",
+            file=log or sys.stdout,
+            flush=True,
+        )
         if self.is_head:
             self._await_head()
         return self
@@ -127,11 +154,15 @@ class RayNode:
                 return
             except OSError as exc:
                 if self.process is not None and self.process.poll() is not None:
-                    raise RayNodeFailed(f"the Ray head on {self.head_host} exited with code {self.process.returncode} "
-                                        "before it listened; its log is above") from None
+                    raise RayNodeFailed(
+                        f"the Ray head on {self.head_host} exited with code {self.process.returncode} "
+                        "before it listened; its log is above"
+                    ) from None
                 if time.monotonic() > deadline:
-                    raise RayNodeFailed(f"the Ray head on {self.head_host} ({self.address}) did not come up within "
-                                        f"connect_timeout_s={self.cfg.connect_timeout_s:g}: {exc}") from None
+                    raise RayNodeFailed(
+                        f"the Ray head on {self.head_host} ({self.address}) did not come up within "
+                        f"connect_timeout_s={self.cfg.connect_timeout_s:g}: {exc}"
+                    ) from None
                 time.sleep(0.5)
 
     def connect(self) -> None:
@@ -142,8 +173,14 @@ class RayNode:
         os.environ.update({k: v for k, v in self.environment().items() if k.startswith("RAY_")})
         import ray  # after the environment: see above
 
-        ray.init(address=self.address, _node_ip_address=self.ip, logging_level=logging.WARNING, configure_logging=False,
-                 log_to_driver=self.is_head, runtime_env={"worker_process_setup_hook": f"{__name__}.{quiet_worker.__name__}"})
+        ray.init(
+            address=self.address,
+            _node_ip_address=self.ip,
+            logging_level=logging.WARNING,
+            configure_logging=False,
+            log_to_driver=self.is_head,
+            runtime_env={"worker_process_setup_hook": f"{__name__}.{quiet_worker.__name__}"},
+        )
         TERMINATE.install()  # ray.init replaced it with sys.exit(15): a SIGTERM would end the driver as an internal error
 
     def alive(self) -> bool:
@@ -220,7 +257,9 @@ def _kill_marked(marker: str, timeout_s: float = STOP_WAIT_S) -> None:
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit() and int(entry.name) != os.getpid():
                 try:
-                    if needle in (entry / "environ").read_bytes() and not (entry / "stat").read_text().rsplit(")", 1)[1].startswith(" Z"):
+                    if needle in (entry / "environ").read_bytes() and not (entry / "stat").read_text().rsplit(")", 1)[
+                        1
+                    ].startswith(" Z"):
                         found.append(int(entry.name))
                 except OSError:  # exited meanwhile, or another user's
                     continue

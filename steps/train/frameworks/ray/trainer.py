@@ -53,8 +53,9 @@ def decode_batch(batch: dict, *, workload: str, options: dict) -> dict:
     w = _workload(workload, options)
     started = time.thread_time()
     keys = batch["__key__"]
-    images = [next((batch[ext][i] for ext in IMAGE_EXTS if ext in batch and batch[ext][i] is not None), None)
-              for i in range(len(keys))]
+    images = [
+        next((batch[ext][i] for ext in IMAGE_EXTS if ext in batch and batch[ext][i] is not None), None) for i in range(len(keys))
+    ]
     rng = np.random.default_rng()  # augmentation differs per epoch; the Ray path does not replay it bit for bit
     pixels, labels, ids, ok, errors = [], [], [], [], []
     for key, raw, label in zip(keys, images, batch[LABEL_EXT] if LABEL_EXT in batch else [None] * len(keys)):
@@ -74,9 +75,15 @@ def decode_batch(batch: dict, *, workload: str, options: dict) -> dict:
         errors.append(error)
     cpu = (time.thread_time() - started) / max(len(keys), 1)
     node = ray.util.get_node_ip_address()
-    return {"pixels": np.stack(pixels), "labels": np.asarray(labels, np.int64), "ids": np.asarray(ids, np.int64),
-            "ok": np.asarray(ok), "error": np.asarray(errors, dtype=object), "cpu_s": np.full(len(keys), cpu),
-            "node": np.asarray([node] * len(keys), dtype=object)}
+    return {
+        "pixels": np.stack(pixels),
+        "labels": np.asarray(labels, np.int64),
+        "ids": np.asarray(ids, np.int64),
+        "ok": np.asarray(ok),
+        "error": np.asarray(errors, dtype=object),
+        "cpu_s": np.full(len(keys), cpu),
+        "node": np.asarray([node] * len(keys), dtype=object),
+    }
 
 
 def training_dataset(files: list[str], workload: str, options: dict, batch_size: int) -> ray.data.Dataset:
@@ -84,8 +91,13 @@ def training_dataset(files: list[str], workload: str, options: dict, batch_size:
     import ray
 
     ds = ray.data.read_webdataset(files, decoder=None, override_num_blocks=max(len(files), 1))
-    return ds.randomize_block_order().map_batches(decode_batch, fn_kwargs={"workload": workload, "options": options},
-                                                  batch_size=batch_size, batch_format="numpy", num_cpus=1)
+    return ds.randomize_block_order().map_batches(
+        decode_batch,
+        fn_kwargs={"workload": workload, "options": options},
+        batch_size=batch_size,
+        batch_format="numpy",
+        num_cpus=1,
+    )
 
 
 def exact_split() -> DataConfig:
@@ -144,16 +156,20 @@ def train_loop(config: dict) -> None:
         start, resumes = saved["epoch"], saved["resumes"] + 1
         ledger = Ledger(saved["ledger"], start)
         if rank == 0:
-            print(f"[checkpoint] resuming from {config['checkpoint_folder']}: epoch {start}, step {stats.steps} (resume "
-                  f"{resumes}); an interrupted epoch is redone whole", flush=True)
+            print(
+                f"[checkpoint] resuming from {config['checkpoint_folder']}: epoch {start}, step {stats.steps} (resume "
+                f"{resumes}); an interrupted epoch is redone whole",
+                flush=True,
+            )
     step = TrainStep(workload, model, optimizer, device)
     stopped = False
     done = bool(cfg.max_steps and stats.steps >= cfg.max_steps)  # a resumed run that had reached max_steps
     for epoch in range(start, start if done else cfg.epochs):
         last = time.perf_counter()
         with Join([model]) if world > 1 else contextlib.nullcontext():
-            for batch in shard.iter_batches(batch_size=cfg.batch_size, batch_format="numpy",
-                                            local_shuffle_buffer_size=SHUFFLE_BUFFER):
+            for batch in shard.iter_batches(
+                batch_size=cfg.batch_size, batch_format="numpy", local_shuffle_buffer_size=SHUFFLE_BUFFER
+            ):
                 ready = time.perf_counter()
                 ok = batch["ok"]
                 corrupt += [(int(i), str(e)) for i, e in zip(batch["ids"][~ok], batch["error"][~ok])]
@@ -182,10 +198,17 @@ def train_loop(config: dict) -> None:
     report = {}
     if rank == 0:
         validation = list_shards(config["validation"]) if config.get("validation") else []
-        report = {"ranks": summaries, "ledger": ledger.epochs, "resumes": resumes,
-                  "accuracy": validate(workload, net, device, validation, batch_size=cfg.batch_size, num_workers=0)[0],
-                  "isolated_costs": isolated_costs(workload, net, device, validation, batch_size=cfg.batch_size,
-                                                   learning_rate=cfg.learning_rate) if validation else None}
+        report = {
+            "ranks": summaries,
+            "ledger": ledger.epochs,
+            "resumes": resumes,
+            "accuracy": validate(workload, net, device, validation, batch_size=cfg.batch_size, num_workers=0)[0],
+            "isolated_costs": isolated_costs(
+                workload, net, device, validation, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate
+            )
+            if validation
+            else None,
+        }
         buffer = io.BytesIO()
         torch.save(net.state_dict(), buffer)
         ray.get(ray.get_actor(config["results"]).put.remote(report, buffer.getvalue()))
@@ -202,8 +225,19 @@ def _checkpoint(results: str, rank: int, world: int, net, optimizer, epoch: int,
     ranks = _all_objects({"stats": stats.state(), "corrupt": [list(c) for c in corrupt]}, world)
     if rank == 0:
         buffer = io.BytesIO()
-        torch.save({"version": 1, "epoch": epoch, "world": world, "model": net.state_dict(),
-                    "optimizer": optimizer.state_dict(), "ranks": ranks, "ledger": ledger.epochs, "resumes": resumes}, buffer)
+        torch.save(
+            {
+                "version": 1,
+                "epoch": epoch,
+                "world": world,
+                "model": net.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "ranks": ranks,
+                "ledger": ledger.epochs,
+                "resumes": resumes,
+            },
+            buffer,
+        )
         ray.get(ray.get_actor(results).checkpoint.remote(buffer.getvalue(), epoch, stats.steps))
 
 
@@ -219,9 +253,12 @@ def _resumed(ref, world: int) -> dict | None:
 
     state = torch.load(io.BytesIO(ray.get(ref)), map_location="cpu", weights_only=False)
     if state.get("version") != 1 or state.get("world") != world:
-        raise UserError(f"the Ray checkpoint {RAY_CHECKPOINT} was written by {state.get('world')} trainer host(s) (version "
-                        f"{state.get('version')}), this job has {world}: restart with the same instance groups, or remove "
-                        "the checkpoint to start over", headline="checkpoint does not fit")
+        raise UserError(
+            f"the Ray checkpoint {RAY_CHECKPOINT} was written by {state.get('world')} trainer host(s) (version "
+            f"{state.get('version')}), this job has {world}: restart with the same instance groups, or remove "
+            "the checkpoint to start over",
+            headline="checkpoint does not fit",
+        )
     return state
 
 

@@ -62,10 +62,14 @@ class TfCheckpoints:
             state = json.loads(pointer.read_text())
             if state.get("version") != VERSION:
                 raise ValueError(f"version {state.get('version')!r}, not {VERSION}")
-            tf.train.Checkpoint(model=model, optimizer=optimizer).read(str(self.folder / state["variables"])).assert_existing_objects_matched()
+            tf.train.Checkpoint(model=model, optimizer=optimizer).read(
+                str(self.folder / state["variables"])
+            ).assert_existing_objects_matched()
         except Exception as exc:  # noqa: BLE001 - a torn, foreign or mismatched checkpoint: say which and what to do
-            raise UserError(f"checkpoint {pointer} cannot be restored ({type(exc).__name__}: {str(exc)[:300]}); delete the "
-                            "checkpoint folder (and its copy under CheckpointConfig.S3Uri) to start from scratch",
-                            headline="bad checkpoint") from None
+            raise UserError(
+                f"checkpoint {pointer} cannot be restored ({type(exc).__name__}: {str(exc)[:300]}); delete the "
+                "checkpoint folder (and its copy under CheckpointConfig.S3Uri) to start from scratch",
+                headline="bad checkpoint",
+            ) from None
         self.saved_epoch = state["epoch"]  # the checkpoint an interruption before the next save falls back to
         return state

@@ -34,18 +34,26 @@ def local_shards(cluster: Cluster, hosts: tuple[str, ...], wait_s: float) -> tup
     channel = train_channel(cluster, wait_s)
     shards = list_tfrecord_shards(channel)
     if not shards:
-        raise UserError(f"host {cluster.current_host} found no *.tfrecord shards in {channel}; the TensorFlow path "
-                        "reads the shard step's TFRecord output (shard with --format tfrecord)", headline="no shards")
+        raise UserError(
+            f"host {cluster.current_host} found no *.tfrecord shards in {channel}; the TensorFlow path "
+            "reads the shard step's TFRecord output (shard with --format tfrecord)",
+            headline="no shards",
+        )
     index, count = cluster.part("train", hosts)
     mine = shards[index::count]  # FullyReplicated: whole files per host (the shard step makes a multiple of the hosts)
     counts = shard_counts(cluster)
     unknown = [p.name for p in mine if p.name not in counts]
     if unknown:
-        raise UserError(f"shards {', '.join(unknown[:5])} in {channel} are not in the manifest; the train and manifest channels "
-                        "must come from the same shard step run", headline="manifest mismatch")
+        raise UserError(
+            f"shards {', '.join(unknown[:5])} in {channel} are not in the manifest; the train and manifest channels "
+            "must come from the same shard step run",
+            headline="manifest mismatch",
+        )
     return mine, sum(counts[p.name] for p in mine)
 
 
 def shard_counts(cluster: Cluster) -> dict[str, int]:
     """Samples per training shard (by file name), from the shard step's manifest."""
-    return {Path(s["name"]).name: int(s["samples"]) for s in read_manifest(cluster.channel("manifest"))["splits"]["train"]["shards"]}
+    return {
+        Path(s["name"]).name: int(s["samples"]) for s in read_manifest(cluster.channel("manifest"))["splits"]["train"]["shards"]
+    }

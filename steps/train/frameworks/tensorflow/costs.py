@@ -23,15 +23,22 @@ from steps.train.frameworks.tensorflow.dataset import training_dataset
 from steps.train.workload import Workload
 
 
-def tf_isolated_costs(cfg: TrainConfig, workload: Workload, model: keras.Model, strategy: tf.distribute.Strategy,
-                      files: list[str], batches: int = MEASURED_BATCHES) -> dict | None:
+def tf_isolated_costs(
+    cfg: TrainConfig,
+    workload: Workload,
+    model: keras.Model,
+    strategy: tf.distribute.Strategy,
+    files: list[str],
+    batches: int = MEASURED_BATCHES,
+) -> dict | None:
     """The same document as `steps.train.frameworks.pytorch.step.isolated_costs`; None without validation files."""
     if not files:
         return None
     from steps.train.frameworks.tensorflow.step import distribute, make_train_step
 
-    cached = training_dataset(files, workload, batch_size=cfg.batch_size, seed=cfg.seed, epoch=0) \
-        .repeat().take(batches + 1).cache()
+    cached = (
+        training_dataset(files, workload, batch_size=cfg.batch_size, seed=cfg.seed, epoch=0).repeat().take(batches + 1).cache()
+    )
     decode_s = []
     started = time.perf_counter()
     for _ in cached:  # fills the cache: decode, batch by batch

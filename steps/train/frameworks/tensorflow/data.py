@@ -50,8 +50,14 @@ class TfDataService:
     def __init__(self, cfg: TrainConfig, cluster: Cluster) -> None:
         self.cfg = cfg
         self.cluster = cluster
-        self.watch = PeerWatch(cfg, [Peer(h, resolve(h)) for h in cluster.data_hosts], me=cluster.current_host,
-                               secret=job_secret(), on_message=self._answer, on_failure=self._failed)
+        self.watch = PeerWatch(
+            cfg,
+            [Peer(h, resolve(h)) for h in cluster.data_hosts],
+            me=cluster.current_host,
+            secret=job_secret(),
+            on_message=self._answer,
+            on_failure=self._failed,
+        )
         self._stopping = self.watch.stopping
         self.samples_per_host: dict[str, int] = {}
         self.dispatcher = None
@@ -91,7 +97,9 @@ class TfDataService:
         for host, link in self.links.items():
             self.samples_per_host[host] = self._await_worker(host, link)
         self.watch.watch()
-        print(f"[trainer] dispatcher {address}: {len(self.links)} worker(s), {self.samples_per_epoch} samples per epoch", flush=True)
+        print(
+            f"[trainer] dispatcher {address}: {len(self.links)} worker(s), {self.samples_per_epoch} samples per epoch", flush=True
+        )
         return self
 
     def add_local(self, worker, spare, samples_per_epoch: int) -> None:
@@ -148,9 +156,13 @@ class TfDataService:
             return
         code, reason = EXIT_INTERNAL_ERROR, describe(self.failure)
         if TERMINATE.requested:  # the data hosts went because the job is being stopped: an interruption, not their fault
-            code, reason = EXIT_TERMINATED, Interrupted(
-                "SIGTERM (a stop or a spot interruption) while TensorFlow waited for data; a job restarted on the same "
-                "checkpoint location redoes the epoch it was in, from the last epoch-end checkpoint").one_line()
+            code, reason = (
+                EXIT_TERMINATED,
+                Interrupted(
+                    "SIGTERM (a stop or a spot interruption) while TensorFlow waited for data; a job restarted on the same "
+                    "checkpoint location redoes the epoch it was in, from the last epoch-end checkpoint"
+                ).one_line(),
+            )
         print(f"ERROR {reason} (the input pipeline stayed blocked for {grace:g} s after that)", flush=True)
         write_failure(self.cluster.output_dir, reason)
         self.close("failed", reason)
@@ -170,8 +182,9 @@ class TfDataService:
             answers.clear()
         self.watch.send_all(kind())
         with self._answered:
-            self._answered.wait_for(lambda: len(answers) == len(self.links) or self.failure is not None,
-                                    timeout=self.cfg.connect_timeout_s)
+            self._answered.wait_for(
+                lambda: len(answers) == len(self.links) or self.failure is not None, timeout=self.cfg.connect_timeout_s
+            )
             self.check()
             return dict(answers)
 
@@ -185,17 +198,32 @@ class TfDataService:
             share = round(samples * (1 - local_share) * self.samples_per_host.get(host, 0) / max(self.samples_per_epoch, 1))
             hosts.append(data_host_metrics(host, {**report, "samples": share, "bytes_sent": share * bytes_per_sample}))
         remote = samples - round(samples * local_share)
-        local = [{"host": self.cluster.current_host, **self._local["spare"].as_metrics(), "split": self.split.as_meta(),
-                  "samples": samples - remote, "samples_per_epoch": self._local["samples_per_epoch"],
-                  "share": local_share}] if self._local else []
+        local = (
+            [
+                {
+                    "host": self.cluster.current_host,
+                    **self._local["spare"].as_metrics(),
+                    "split": self.split.as_meta(),
+                    "samples": samples - remote,
+                    "samples_per_epoch": self._local["samples_per_epoch"],
+                    "share": local_share,
+                }
+            ]
+            if self._local
+            else []
+        )
         return {**arrived(hosts, int(remote * bytes_per_sample), remote), "local_decode": local}
 
     def distribute(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         import tensorflow as tf
 
-        return dataset.apply(tf.data.experimental.service.distribute(
-            processing_mode=tf.data.experimental.service.ShardingPolicy.OFF, service=f"grpc://{self.address}",
-            compression=COMPRESSION[self.cfg.tf_compression]))
+        return dataset.apply(
+            tf.data.experimental.service.distribute(
+                processing_mode=tf.data.experimental.service.ShardingPolicy.OFF,
+                service=f"grpc://{self.address}",
+                compression=COMPRESSION[self.cfg.tf_compression],
+            )
+        )
 
     def close(self, status: str = "completed", reason: str = "", files: dict[str, bytes] | None = None) -> None:
         """STOP (with ``files``) to every data host, wait for each to hang up, stop the dispatcher. Idempotent."""

@@ -51,27 +51,47 @@ def run_tf_data_host(cfg: TrainConfig, cluster: Cluster, workload=None) -> None:
     serving = Path(tempfile.mkdtemp(prefix="hetero-tf-worker-"))
     for path in files:
         (serving / path.name).symlink_to(path.resolve())
-    print(f"[data] {me}: {len(files)} TFRecord shards, {samples} samples; tf.data.service worker for trainer "
-          f"{cluster.trainer_hosts[0]}", flush=True)
+    print(
+        f"[data] {me}: {len(files)} TFRecord shards, {samples} samples; tf.data.service worker for trainer "
+        f"{cluster.trainer_hosts[0]}",
+        flush=True,
+    )
     worker, trainer_stopped_it = None, False
     home = os.getcwd()
     control = _Control([str(f) for f in files])
     try:
         with socket.create_server((address, cfg.data_port), backlog=16) as server:
-            session = HostSession.admit(cfg, server, me=me, trainer_hosts=cluster.trainer_hosts, secret=job_secret(),
-                                        info={"samples_per_epoch": samples, "epochs": cfg.epochs, "framework": "tensorflow",
-                                              "decode_workers": available_cpus()},
-                                        who=f"data host {me}", results_dir=cluster.model_dir, on_message=control)
+            session = HostSession.admit(
+                cfg,
+                server,
+                me=me,
+                trainer_hosts=cluster.trainer_hosts,
+                secret=job_secret(),
+                info={
+                    "samples_per_epoch": samples,
+                    "epochs": cfg.epochs,
+                    "framework": "tensorflow",
+                    "decode_workers": available_cpus(),
+                },
+                who=f"data host {me}",
+                results_dir=cluster.model_dir,
+                on_message=control,
+            )
         with session:
             session.wait_until(lambda: control.start is not None)
             (trainer,) = session.trainers
             dispatcher, split = _started(trainer, control.start)
             write_take(serving, split.data())  # the samples the trainer host's own worker does not decode (hybrid decode)
             if split.hybrid:
-                print(f"[data] {me}: the trainer decodes {sum(split.trainers)} of every {split.period} samples itself", flush=True)
+                print(
+                    f"[data] {me}: the trainer decodes {sum(split.trainers)} of every {split.period} samples itself", flush=True
+                )
             os.chdir(serving)  # where the dataset's relative SERVE_PATTERN and TAKE_FILE resolve
-            worker = tf.data.experimental.service.WorkerServer(tf.data.experimental.service.WorkerConfig(
-                dispatcher_address=dispatcher, worker_address=f"{address}:%port%", port=0, protocol="grpc"))
+            worker = tf.data.experimental.service.WorkerServer(
+                tf.data.experimental.service.WorkerConfig(
+                    dispatcher_address=dispatcher, worker_address=f"{address}:%port%", port=0, protocol="grpc"
+                )
+            )
             control.meter = ProcessMeter()
             trainer.link.send(messages.WorkerUp(worker=address, samples_per_epoch=samples))
             print(f"[data] {me}: worker registered with dispatcher {dispatcher}", flush=True)

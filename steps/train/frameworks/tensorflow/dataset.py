@@ -37,24 +37,34 @@ TAKE_FILE = "hetero-take"  # relative, beside the shards a worker serves: "lo hi
 def _files(source: str | list[str]) -> tf.data.Dataset:
     if isinstance(source, str):
         # matching_files inside a dataset function, so it runs where the dataset runs, not here
-        return tf.data.Dataset.from_tensors(source).flat_map(lambda p: tf.data.Dataset.from_tensor_slices(tf.io.matching_files(p)))
+        return tf.data.Dataset.from_tensors(source).flat_map(
+            lambda p: tf.data.Dataset.from_tensor_slices(tf.io.matching_files(p))
+        )
     return tf.data.Dataset.from_tensor_slices(tf.constant(source, dtype=tf.string))
 
 
-def training_dataset(source: str | list[str], workload: Workload, *, batch_size: int, seed: int, epoch: int,
-                     take_file: str | None = None) -> tf.data.Dataset:
+def training_dataset(
+    source: str | list[str], workload: Workload, *, batch_size: int, seed: int, epoch: int, take_file: str | None = None
+) -> tf.data.Dataset:
     """Batches of ``{"pixels": uint8 NHWC, "labels": int64, "ids": int64}`` over one epoch of ``source``
     (a file pattern, resolved where the dataset runs, or a list of files). ``take_file``: a file, read where the
     dataset runs, naming which positions of each shard this worker decodes (hybrid decode: `write_take`)."""
     files = _files(source).shuffle(4096, seed=_mix(seed, epoch, 1))
-    records = files.interleave(tf.data.TFRecordDataset if take_file is None else _taken(take_file), cycle_length=4,
-                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+    records = files.interleave(
+        tf.data.TFRecordDataset if take_file is None else _taken(take_file),
+        cycle_length=4,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=False,
+    )
     samples = records.map(parse_record, num_parallel_calls=tf.data.AUTOTUNE).shuffle(SHUFFLE_BUFFER, seed=_mix(seed, epoch, 2))
 
     def decode(sample):
         sample_seed = tf.stack([tf.constant(_mix(seed, epoch, 3), tf.int64), sample["id"]])
-        return {"pixels": workload.tf_decode(sample["image"], train=True, seed=sample_seed),
-                "labels": sample["label"], "ids": sample["id"]}
+        return {
+            "pixels": workload.tf_decode(sample["image"], train=True, seed=sample_seed),
+            "labels": sample["label"],
+            "ids": sample["id"],
+        }
 
     decoded = samples.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
     return decoded.ignore_errors(log_warning=True).batch(batch_size).prefetch(tf.data.AUTOTUNE)
@@ -62,6 +72,7 @@ def training_dataset(source: str | list[str], workload: Workload, *, batch_size:
 
 def _taken(take_file: str):
     """A shard's records at the positions ``take_file``, beside it, names (``lo hi period``: ``lo <= k % period < hi``)."""
+
     @tf.autograph.experimental.do_not_convert  # plain TF ops; converting TFRecordDataset's constructor logs os.environ
     def records(path):
         # the take file's path is derived from the shard's, not a constant: graph rewriting would otherwise try to
@@ -69,8 +80,13 @@ def _taken(take_file: str):
         beside = tf.strings.regex_replace(path, "[^/]*$", take_file)
         take = tf.strings.to_number(tf.strings.split(tf.strings.strip(tf.io.read_file(beside))), tf.int64)
         lo, hi, period = take[0], take[1], take[2]
-        return tf.data.TFRecordDataset(path).enumerate().filter(
-            lambda k, _: tf.logical_and(k % period >= lo, k % period < hi)).map(lambda _, record: record)
+        return (
+            tf.data.TFRecordDataset(path)
+            .enumerate()
+            .filter(lambda k, _: tf.logical_and(k % period >= lo, k % period < hi))
+            .map(lambda _, record: record)
+        )
+
     return records
 
 
@@ -81,8 +97,11 @@ def write_take(folder: Path, take: Take) -> None:
 
 def validation_dataset(files: list[str], workload: Workload, *, batch_size: int) -> tf.data.Dataset:
     def decode(sample):
-        return {"pixels": workload.tf_decode(sample["image"], train=False, seed=tf.constant([0, 0], tf.int64)),
-                "labels": sample["label"], "ids": sample["id"]}
+        return {
+            "pixels": workload.tf_decode(sample["image"], train=False, seed=tf.constant([0, 0], tf.int64)),
+            "labels": sample["label"],
+            "ids": sample["id"],
+        }
 
     records = tf.data.TFRecordDataset(tf.constant(files, dtype=tf.string))
     decoded = records.map(parse_record).map(decode, num_parallel_calls=tf.data.AUTOTUNE)

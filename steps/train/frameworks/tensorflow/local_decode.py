@@ -43,8 +43,9 @@ CODE_ROOT = Path(__file__).resolve().parents[4]  # the folder holding steps/: th
 READY = "hetero-tf-local-worker-ready"
 
 
-def tf_spare_workers(cfg: TrainConfig, cluster: Cluster, workload: Workload, model: keras.Model,
-                     strategy: tf.distribute.Strategy) -> Spare:
+def tf_spare_workers(
+    cfg: TrainConfig, cluster: Cluster, workload: Workload, model: keras.Model, strategy: tf.distribute.Strategy
+) -> Spare:
     """This trainer host's decode vCPUs beside its loop (a `steps.train.core.spare_cpus.Spare`); ``auto`` probes the
     training step with a clone of ``model`` on one real batch."""
     from steps.shard.tfrecord import list_tfrecord_shards
@@ -59,8 +60,9 @@ def tf_spare_workers(cfg: TrainConfig, cluster: Cluster, workload: Workload, mod
     return spare(cfg, cluster, measure, list_shards=list_tfrecord_shards)
 
 
-def tf_loop_cpus(cfg: TrainConfig, workload: Workload, model: keras.Model, strategy: tf.distribute.Strategy,
-                 files: list[str]) -> float:
+def tf_loop_cpus(
+    cfg: TrainConfig, workload: Workload, model: keras.Model, strategy: tf.distribute.Strategy, files: list[str]
+) -> float:
     """vCPUs this process keeps busy while training: CPU seconds over wall seconds of a few train steps on one
     cached batch, with a clone of ``model`` and a fresh optimizer (the model trained is untouched)."""
     import tensorflow as tf
@@ -89,8 +91,7 @@ def tf_loop_cpus(cfg: TrainConfig, workload: Workload, model: keras.Model, strat
 class LocalWorker:
     """The child process serving this trainer's share; `failed` says why it ended early, if it did."""
 
-    def __init__(self, shards: list[Path], take: Take, *, dispatcher: str, address: str, workers: int,
-                 timeout_s: float) -> None:
+    def __init__(self, shards: list[Path], take: Take, *, dispatcher: str, address: str, workers: int, timeout_s: float) -> None:
         from steps.train.frameworks.tensorflow.dataset import write_take
 
         self.folder = Path(tempfile.mkdtemp(prefix="hetero-tf-local-worker-"))
@@ -99,9 +100,13 @@ class LocalWorker:
         write_take(self.folder, take)
         cpus = sorted(os.sched_getaffinity(0))[-workers:]  # the loop keeps the first ones
         self.process = subprocess.Popen(
-            [sys.executable, "-m", __name__, dispatcher, address, str(workers)], cwd=self.folder,
+            [sys.executable, "-m", __name__, dispatcher, address, str(workers)],
+            cwd=self.folder,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")]))},
-            stdout=subprocess.PIPE, text=True, preexec_fn=lambda: _child_setup(cpus))
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: _child_setup(cpus),
+        )
         self._await_ready(timeout_s)
 
     def _await_ready(self, timeout_s: float) -> None:
@@ -119,12 +124,18 @@ class LocalWorker:
         self.stop()
         from steps.train.dataplane.errors import LocalDecodeFailed
 
-        raise LocalDecodeFailed(f"this trainer host's tf.data.service worker did not start (exit code {self.process.returncode}); "
-                                "its error is in this host's log above")
+        raise LocalDecodeFailed(
+            f"this trainer host's tf.data.service worker did not start (exit code {self.process.returncode}); "
+            "its error is in this host's log above"
+        )
 
     def failed(self) -> str | None:
         code = self.process.poll()
-        return None if code is None else f"this trainer host's tf.data.service worker (pid {self.process.pid}) ended with exit code {code}"
+        return (
+            None
+            if code is None
+            else f"this trainer host's tf.data.service worker (pid {self.process.pid}) ended with exit code {code}"
+        )
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -152,8 +163,9 @@ def main(dispatcher: str, address: str, workers: int) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(workers)
     tf.config.threading.set_inter_op_parallelism_threads(workers)
     service = tf.data.experimental.service
-    worker = service.WorkerServer(service.WorkerConfig(dispatcher_address=dispatcher, worker_address=f"{address}:%port%",
-                                                       port=0, protocol="grpc"))
+    worker = service.WorkerServer(
+        service.WorkerConfig(dispatcher_address=dispatcher, worker_address=f"{address}:%port%", port=0, protocol="grpc")
+    )
     print(READY, flush=True)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # the trainer ends it: nothing to save
     worker.join()

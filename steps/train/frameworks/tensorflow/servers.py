@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 _LEFT_RUNNING: list = []
 
 
-def end_server(server: tf.data.experimental.service.DispatchServer | tf.data.experimental.service.WorkerServer, *,
-               clean: bool) -> None:
+def end_server(
+    server: tf.data.experimental.service.DispatchServer | tf.data.experimental.service.WorkerServer, *, clean: bool
+) -> None:
     """Stop ``server`` after a clean end; after a failure keep it, untouched, until the process ends."""
     if clean:
         server.stop()

@@ -22,8 +22,9 @@ def device_strategy() -> tf.distribute.Strategy:
     return tf.distribute.get_strategy()
 
 
-def make_train_step(workload: Workload, model: keras.Model, optimizer: keras.optimizers.Optimizer,
-                    strategy: tf.distribute.Strategy) -> Callable[[dict[str, Any]], tf.Tensor]:
+def make_train_step(
+    workload: Workload, model: keras.Model, optimizer: keras.optimizers.Optimizer, strategy: tf.distribute.Strategy
+) -> Callable[[dict[str, Any]], tf.Tensor]:
     """One training step over a distributed batch (``{"pixels", "labels", ...}``), its loss summed over replicas."""
     with strategy.scope():
         optimizer.build(model.trainable_variables)  # its slots, created once per replica before the first step

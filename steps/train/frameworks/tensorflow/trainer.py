@@ -83,13 +83,22 @@ class ServiceSource:
         if spare.workers:
             take = self.service.split.trainer(0)
             counts = shard_counts(cluster)
-            worker = LocalWorker(spare.shards, take, dispatcher=self.service.address, address=resolve(cluster.current_host),
-                                 workers=spare.workers, timeout_s=cfg.connect_timeout_s)
+            worker = LocalWorker(
+                spare.shards,
+                take,
+                dispatcher=self.service.address,
+                address=resolve(cluster.current_host),
+                workers=spare.workers,
+                timeout_s=cfg.connect_timeout_s,
+            )
             self.service.add_local(worker, spare, sum(take.count(counts.get(s.name, 0)) for s in spare.shards))
 
     def dataset(self, epoch: int) -> tf.data.Dataset:
-        return self.service.distribute(training_dataset(SERVE_PATTERN, self.workload, batch_size=self.cfg.batch_size,
-                                                        seed=self.cfg.seed, epoch=epoch, take_file=TAKE_FILE))
+        return self.service.distribute(
+            training_dataset(
+                SERVE_PATTERN, self.workload, batch_size=self.cfg.batch_size, seed=self.cfg.seed, epoch=epoch, take_file=TAKE_FILE
+            )
+        )
 
     def sample_ids(self) -> np.ndarray:
         return self.service.sample_ids()
@@ -106,8 +115,13 @@ class ServiceSource:
 
 def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     check_single_trainer(cluster)
-    require_usable_gpus(cluster.current_host, cluster.instance_type, len(tf.config.list_physical_devices("GPU")), "tensorflow",
-                        how='tf.config.list_physical_devices("GPU") is empty')
+    require_usable_gpus(
+        cluster.current_host,
+        cluster.instance_type,
+        len(tf.config.list_physical_devices("GPU")),
+        "tensorflow",
+        how='tf.config.list_physical_devices("GPU") is empty',
+    )
     tf.keras.utils.set_random_seed(cfg.seed)
     # TensorFlow sizes its pools by the machine's cores, not this process's CPU set
     tf.config.threading.set_intra_op_parallelism_threads(available_cpus())
@@ -122,8 +136,11 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
             optimizer = workload.keras_optimizer(cfg.learning_rate)
         if cluster.heterogeneous:
             spare = tf_spare_workers(cfg, cluster, workload, model, strategy)
-            print(f"[trainer] {cluster.current_host}: a tf.data.service worker on {spare.workers} of {spare.cpus} vCPU(s), "
-                  f"{spare.kept} kept for the training loop ({spare.why})", flush=True)
+            print(
+                f"[trainer] {cluster.current_host}: a tf.data.service worker on {spare.workers} of {spare.cpus} vCPU(s), "
+                f"{spare.kept} kept for the training loop ({spare.why})",
+                flush=True,
+            )
             source = ServiceSource(cfg, cluster, workload, spare)
         else:
             source = InProcessSource(cfg, cluster, workload)
@@ -136,10 +153,20 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         summary = stats.summary()  # one trainer host: its totals are the job's
         summary.update(global_samples=summary["samples"], global_seen=summary["seen"])
         metrics = training_metrics(
-            cfg=cfg, cluster=cluster, framework="tensorflow", summary=summary, accuracy=accuracy,
-            corrupt=corrupt, corrupt_count=missing, classes=classes, epoch_accounting=accounting, isolated_costs=costs,
-            resumes=checkpoints.resumes, gpus=gpu_use(gpus, gpus, "tensorflow"),  # MirroredStrategy: every GPU
-            **source.measurements(summary["seen"], stats.bytes_per_sample))
+            cfg=cfg,
+            cluster=cluster,
+            framework="tensorflow",
+            summary=summary,
+            accuracy=accuracy,
+            corrupt=corrupt,
+            corrupt_count=missing,
+            classes=classes,
+            epoch_accounting=accounting,
+            isolated_costs=costs,
+            resumes=checkpoints.resumes,
+            gpus=gpu_use(gpus, gpus, "tensorflow"),  # MirroredStrategy: every GPU
+            **source.measurements(summary["seen"], stats.bytes_per_sample),
+        )
         files = write_outputs(cluster, metrics, lambda folder: model.save(folder / "model.keras"))
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
@@ -148,9 +175,15 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         raise
 
 
-def train_epochs(cfg: TrainConfig, workload: Workload, model: keras.Model, optimizer: keras.optimizers.Optimizer,
-                 source: InProcessSource | ServiceSource, strategy: tf.distribute.Strategy,
-                 checkpoints: TfCheckpoints) -> tuple[StepStats, list[dict], list]:
+def train_epochs(
+    cfg: TrainConfig,
+    workload: Workload,
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    source: InProcessSource | ServiceSource,
+    strategy: tf.distribute.Strategy,
+    checkpoints: TfCheckpoints,
+) -> tuple[StepStats, list[dict], list]:
     """Every epoch from the last checkpoint's (`steps.train.frameworks.tensorflow.checkpoint`: saved at each epoch end; a SIGTERM ends
     the job at the next step, and the restarted job redoes that epoch)."""
     train_step = make_train_step(workload, model, optimizer, strategy)
@@ -169,8 +202,11 @@ def train_epochs(cfg: TrainConfig, workload: Workload, model: keras.Model, optim
         stats.restore(state["stats"])
         stats.bytes_per_sample = state["bytes_per_sample"]
         checkpoints.resumes = state["resumes"] + 1
-        print(f"[checkpoint] resuming from {checkpoints.folder}: epoch {start}, step {stats.steps} (resume "
-              f"{checkpoints.resumes}); an interrupted epoch is redone whole", flush=True)
+        print(
+            f"[checkpoint] resuming from {checkpoints.folder}: epoch {start}, step {stats.steps} (resume "
+            f"{checkpoints.resumes}); an interrupted epoch is redone whole",
+            flush=True,
+        )
     if start >= cfg.epochs or (cfg.max_steps and stats.steps >= cfg.max_steps):
         return stats, accounting, corrupt
     TERMINATE.armed = True
@@ -211,23 +247,39 @@ def train_epochs(cfg: TrainConfig, workload: Workload, model: keras.Model, optim
 
 def _save(checkpoints: TfCheckpoints, model, optimizer, epoch: int, stats: StepStats, accounting, corrupt) -> None:
     started = time.perf_counter()
-    path = checkpoints.save(model, optimizer, {
-        "epoch": epoch, "steps": stats.steps, "stats": stats.state(), "bytes_per_sample": stats.bytes_per_sample,
-        "accounting": accounting, "corrupt": [list(c) for c in corrupt], "resumes": checkpoints.resumes})
+    path = checkpoints.save(
+        model,
+        optimizer,
+        {
+            "epoch": epoch,
+            "steps": stats.steps,
+            "stats": stats.state(),
+            "bytes_per_sample": stats.bytes_per_sample,
+            "accounting": accounting,
+            "corrupt": [list(c) for c in corrupt],
+            "resumes": checkpoints.resumes,
+        },
+    )
     if path is not None:
-        print(f"[checkpoint] saved (end of epoch): epoch {epoch}, step {stats.steps}, in {time.perf_counter() - started:.2f} s "
-              f"-> {path}", flush=True)
+        print(
+            f"[checkpoint] saved (end of epoch): epoch {epoch}, step {stats.steps}, in {time.perf_counter() - started:.2f} s "
+            f"-> {path}",
+            flush=True,
+        )
 
 
 def _interrupted(checkpoints: TfCheckpoints, epoch: int, steps_lost: int) -> Interrupted:
     where = f"checkpoint at epoch {checkpoints.saved_epoch}" if checkpoints.saved_epoch >= 0 else "no checkpoint yet"
     redo = f"; the {steps_lost} step(s) of epoch {epoch} done so far are redone" if steps_lost else ""
-    return Interrupted(f"SIGTERM (a stop or a spot interruption) during training: {where} in {checkpoints.folder}{redo}; "
-                       "a job restarted on the same checkpoint location resumes there")
+    return Interrupted(
+        f"SIGTERM (a stop or a spot interruption) during training: {where} in {checkpoints.folder}{redo}; "
+        "a job restarted on the same checkpoint location resumes there"
+    )
 
 
-def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch: int, strategy,
-           checkpoints: TfCheckpoints) -> tuple[list, bool]:
+def _epoch(
+    cfg, source, batches, open_next, train_step, stats: StepStats, epoch: int, strategy, checkpoints: TfCheckpoints
+) -> tuple[list, bool]:
     ids: list[np.ndarray] = []
     received = 0
     first_step = stats.steps
@@ -261,8 +313,9 @@ def _epoch(cfg, source, batches, open_next, train_step, stats: StepStats, epoch:
 
 def _tensor_bytes(batch: dict, strategy) -> int:
     """The bytes of a batch's tensors (pixels, labels, ids): what tf.data.service carries per element, framing aside."""
-    return sum(t.shape.num_elements() * t.dtype.size for value in batch.values()
-               for t in strategy.experimental_local_results(value))
+    return sum(
+        t.shape.num_elements() * t.dtype.size for value in batch.values() for t in strategy.experimental_local_results(value)
+    )
 
 
 def account_epoch(epoch: int, ids: list[np.ndarray], expected: int) -> dict:
@@ -272,11 +325,15 @@ def account_epoch(epoch: int, ids: list[np.ndarray], expected: int) -> dict:
     if unique != seen.size or unique > expected:
         raise DuplicateSamples(
             f"epoch {epoch}: {seen.size} samples arrived, {unique} distinct, {expected} expected: the data hosts' shards overlap. "
-            "Give each data host its own shards (ShardedByS3Key) or let it take its share of a FullyReplicated channel")
+            "Give each data host its own shards (ShardedByS3Key) or let it take its share of a FullyReplicated channel"
+        )
     missing = expected - unique
     if missing:
-        print(f"[trainer] epoch {epoch}: {missing} of {expected} samples failed to decode and were skipped "
-              "(the data hosts' logs name the errors)", flush=True)
+        print(
+            f"[trainer] epoch {epoch}: {missing} of {expected} samples failed to decode and were skipped "
+            "(the data hosts' logs name the errors)",
+            flush=True,
+        )
     return {"epoch": epoch, "expected": expected, "received": int(seen.size), "distinct": unique, "missing": missing}
 
 

@@ -73,8 +73,11 @@ def test_a_missing_hosts_file_is_a_name_not_up_yet(hosts_file):
 def test_a_name_that_never_resolves_fails_at_the_deadline_naming_host_and_deadline(hosts_file):
     write(hosts_file, "algo-1", "algo-2")
     time, lines = FakeTime(), []
-    with pytest.raises(UserError, match=r"host name 'algo-3' did not resolve within connect_timeout_s=30 s .*"
-                                        r"not in HETERO_HOSTS_FILE.*raise the connect_timeout_s hyperparameter") as caught:
+    with pytest.raises(
+        UserError,
+        match=r"host name 'algo-3' did not resolve within connect_timeout_s=30 s .*"
+        r"not in HETERO_HOSTS_FILE.*raise the connect_timeout_s hyperparameter",
+    ) as caught:
         wait_for_host_names(HOSTS, 30, clock=time.clock, sleep=time.sleep, log=lines.append)
     assert caught.value.headline == "host name does not resolve"
     assert sum(time.slept) == pytest.approx(30)  # waited the whole deadline, never past it

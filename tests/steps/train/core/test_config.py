@@ -48,20 +48,26 @@ def test_strings_are_json_decoded_like_sagemaker_hyperparameters():
 
 def test_already_decoded_values_parse_the_same():
     as_strings = TrainConfig.from_hyperparameters(SAGEMAKER_HYPERPARAMETERS)
-    decoded = {k: json.loads(v) if k != "data_group" and not k.startswith("sagemaker_") else v for k, v in SAGEMAKER_HYPERPARAMETERS.items()}
+    decoded = {
+        k: json.loads(v) if k != "data_group" and not k.startswith("sagemaker_") else v
+        for k, v in SAGEMAKER_HYPERPARAMETERS.items()
+    }
     assert TrainConfig.from_hyperparameters(decoded) == as_strings
 
 
-@pytest.mark.parametrize("key, raw, want", [
-    ("learning_rate", "1", 1.0),  # an int where a float is due is widened
-    ("learning_rate", 2, 2.0),
-    ("epochs", "4.0", 4),  # an integral float where an int is due is narrowed
-    ("epochs", "1e1", 10),
-    ("seed", "-3", -3),  # no bound on seeds
-    ("data_group", "123", "123"),  # a str field keeps its string as is
-    ("workload", "my.module", "my.module"),
-    ("workload_options", {"a": 1}, {"a": 1}),
-])
+@pytest.mark.parametrize(
+    "key, raw, want",
+    [
+        ("learning_rate", "1", 1.0),  # an int where a float is due is widened
+        ("learning_rate", 2, 2.0),
+        ("epochs", "4.0", 4),  # an integral float where an int is due is narrowed
+        ("epochs", "1e1", 10),
+        ("seed", "-3", -3),  # no bound on seeds
+        ("data_group", "123", "123"),  # a str field keeps its string as is
+        ("workload", "my.module", "my.module"),
+        ("workload_options", {"a": 1}, {"a": 1}),
+    ],
+)
 def test_values_are_coerced_where_safe(key, raw, want):
     value = getattr(TrainConfig.from_hyperparameters({key: raw}), key)
     assert value == want and type(value) is type(want)
@@ -74,44 +80,50 @@ def test_unknown_key_is_a_user_error_naming_it_and_listing_known_keys():
     assert caught.value.headline == "bad hyperparameter"
 
 
-@pytest.mark.parametrize("key, raw", [
-    ("epochs", "two"),
-    ("epochs", "2.5"),
-    ("epochs", "true"),  # bools are not ints here
-    ("epochs", True),
-    ("epochs", "[2]"),
-    ("epochs", None),
-    ("epochs", "1" * 5000),  # past Python's int-literal digit limit
-    ("batch_size", "[[[[[[" * 5000),  # nesting past the JSON decoder's recursion limit
-    ("learning_rate", "fast"),
-    ("learning_rate", "false"),
-    ("heartbeat_s", "NaN"),  # NaN would pass every bound
-    ("heartbeat_s", "Infinity"),
-    ("connect_timeout_s", "-Infinity"),
-    ("silence_timeout_s", "1" + "0" * 400),  # an int too big for a float
-    ("workload_options", "not json"),
-    ("workload_options", "[1, 2]"),
-    ("framework", 5),
-    ("data_group", ["a"]),
-])
+@pytest.mark.parametrize(
+    "key, raw",
+    [
+        ("epochs", "two"),
+        ("epochs", "2.5"),
+        ("epochs", "true"),  # bools are not ints here
+        ("epochs", True),
+        ("epochs", "[2]"),
+        ("epochs", None),
+        ("epochs", "1" * 5000),  # past Python's int-literal digit limit
+        ("batch_size", "[[[[[[" * 5000),  # nesting past the JSON decoder's recursion limit
+        ("learning_rate", "fast"),
+        ("learning_rate", "false"),
+        ("heartbeat_s", "NaN"),  # NaN would pass every bound
+        ("heartbeat_s", "Infinity"),
+        ("connect_timeout_s", "-Infinity"),
+        ("silence_timeout_s", "1" + "0" * 400),  # an int too big for a float
+        ("workload_options", "not json"),
+        ("workload_options", "[1, 2]"),
+        ("framework", 5),
+        ("data_group", ["a"]),
+    ],
+)
 def test_ill_typed_value_is_a_user_error_naming_the_key(key, raw):
     with pytest.raises(UserError, match=key) as caught:
         TrainConfig.from_hyperparameters({key: raw})
     assert caught.value.headline == "bad hyperparameter"
 
 
-@pytest.mark.parametrize("key, raw, fragment", [
-    ("epochs", "0", ">= 1"),
-    ("batch_size", "-1", ">= 1"),
-    ("max_steps", "-1", ">= 0"),
-    ("learning_rate", "-0.1", ">= 0.0"),
-    ("heartbeat_s", "0.01", ">= 0.05"),
-    ("silence_timeout_s", "0.5", ">= 1.0"),
-    ("data_port", "0", "between 1 and 65535"),
-    ("data_port", "65536", "between 1 and 65535"),
-    ("dist_port", "70000", "between 1 and 65535"),
-    ("framework", "mxnet", "allowed values are pytorch, tensorflow"),
-])
+@pytest.mark.parametrize(
+    "key, raw, fragment",
+    [
+        ("epochs", "0", ">= 1"),
+        ("batch_size", "-1", ">= 1"),
+        ("max_steps", "-1", ">= 0"),
+        ("learning_rate", "-0.1", ">= 0.0"),
+        ("heartbeat_s", "0.01", ">= 0.05"),
+        ("silence_timeout_s", "0.5", ">= 1.0"),
+        ("data_port", "0", "between 1 and 65535"),
+        ("data_port", "65536", "between 1 and 65535"),
+        ("dist_port", "70000", "between 1 and 65535"),
+        ("framework", "mxnet", "allowed values are pytorch, tensorflow"),
+    ],
+)
 def test_out_of_bounds_value_is_a_user_error_naming_key_and_bound(key, raw, fragment):
     with pytest.raises(UserError, match=key) as caught:
         TrainConfig.from_hyperparameters({key: raw})
@@ -129,8 +141,18 @@ def test_sagemaker_keys_are_ignored_even_when_unknown_or_odd():
 
 
 def test_round_trip_through_hyperparameter_strings():
-    cfg = TrainConfig(epochs=7, batch_size=16, learning_rate=0.25, workload_options={"model": "tiny", "blur": 0.0, "n": [1, 2]},
-                      data_group="feeders", dnn_group="gpus", data_port=9500, heartbeat_s=0.1, silence_timeout_s=3.0, seed=-1)
+    cfg = TrainConfig(
+        epochs=7,
+        batch_size=16,
+        learning_rate=0.25,
+        workload_options={"model": "tiny", "blur": 0.0, "n": [1, 2]},
+        data_group="feeders",
+        dnn_group="gpus",
+        data_port=9500,
+        heartbeat_s=0.1,
+        silence_timeout_s=3.0,
+        seed=-1,
+    )
     strings = cfg.to_hyperparameters()
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in strings.items())
     assert set(strings) == {f.name for f in dataclasses.fields(TrainConfig)}

@@ -14,8 +14,11 @@ from steps.train.workloads.shapes import Shapes
 def test_the_budget_allows_the_share_and_fails_on_the_first_sample_beyond_it():
     budget = CorruptBudget(0.01, 1000)  # 10 per epoch
     budget.add(0, [(i, "bad") for i in range(10)])
-    with pytest.raises(CorruptData, match=r"epoch 0: already 11 of its 1000 samples \(1.1%\) failed to decode, more than "
-                                          r"max_corrupt_share=0.01 allows \(10\); e.g. sample 0: bad; sample 1: bad; sample 2: bad"):
+    with pytest.raises(
+        CorruptData,
+        match=r"epoch 0: already 11 of its 1000 samples \(1.1%\) failed to decode, more than "
+        r"max_corrupt_share=0.01 allows \(10\); e.g. sample 0: bad; sample 1: bad; sample 2: bad",
+    ):
         budget.add(0, [(10, "bad")])
     budget.add(1, [(i, "bad") for i in range(10)])  # a new epoch starts a new count
 
@@ -40,8 +43,12 @@ class _Source:
         for b in range(100):
             self.served += 1
             good = 4 if b == 0 else 0
-            yield Batch(torch.zeros((good, 64, 64, 3), dtype=torch.uint8), torch.zeros(good, dtype=torch.int64),
-                        torch.arange(good), corrupt=[(b * 4 + i, "OSError: broken data stream") for i in range(4 - good)])
+            yield Batch(
+                torch.zeros((good, 64, 64, 3), dtype=torch.uint8),
+                torch.zeros(good, dtype=torch.int64),
+                torch.arange(good),
+                corrupt=[(b * 4 + i, "OSError: broken data stream") for i in range(4 - good)],
+            )
 
 
 def test_a_workload_whose_decode_always_fails_ends_training_at_once_not_after_the_epoch():

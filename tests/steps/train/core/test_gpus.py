@@ -49,11 +49,14 @@ def test_gpus_per_type_come_from_the_instance_catalogue():
     assert gpus_of("ml.trn1.2xlarge") == 0  # a family it does not list: no check
 
 
-@pytest.mark.parametrize("framework,cause", [
-    ("pytorch", "CUDA 13, which needs an NVIDIA driver R580 or newer"),
-    ("ray", "CUDA 13, which needs an NVIDIA driver R580 or newer"),
-    ("tensorflow", "TensorFlow training image needs CUDA 12.9"),
-])
+@pytest.mark.parametrize(
+    "framework,cause",
+    [
+        ("pytorch", "CUDA 13, which needs an NVIDIA driver R580 or newer"),
+        ("ray", "CUDA 13, which needs an NVIDIA driver R580 or newer"),
+        ("tensorflow", "TensorFlow training image needs CUDA 12.9"),
+    ],
+)
 def test_a_gpu_type_without_a_usable_gpu_fails_naming_the_type_the_cause_and_the_fix(real_host, framework, cause):
     with pytest.raises(UserError) as caught:
         require_usable_gpus("algo-3", "ml.g5.xlarge", 0, framework, how="the probe said none")
@@ -68,7 +71,9 @@ def test_an_emulated_host_says_so_in_one_line_and_trains_on(monkeypatch):
     monkeypatch.setenv(EMULATED_HOST_ENV, "1")
     lines = []
     require_usable_gpus("algo-1", "ml.g5.xlarge", 0, "pytorch", how="torch.cuda.is_available() is false", log=lines.append)
-    assert lines == ["[trainer] algo-1: emulated ml.g5.xlarge: no GPU here (torch.cuda.is_available() is false), training on the CPU"]
+    assert lines == [
+        "[trainer] algo-1: emulated ml.g5.xlarge: no GPU here (torch.cuda.is_available() is false), training on the CPU"
+    ]
 
 
 def test_a_cpu_type_or_a_usable_gpu_passes_silently(real_host):
@@ -80,8 +85,12 @@ def test_a_cpu_type_or_a_usable_gpu_passes_silently(real_host):
 
 def test_the_check_imports_no_framework():
     # the TensorFlow image has no torch: the check must not pull it in
-    out = subprocess.run([sys.executable, "-c", "import sys, steps.train.core.gpus; print(sorted({'torch', 'tensorflow'} & set(sys.modules)))"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, steps.train.core.gpus; print(sorted({'torch', 'tensorflow'} & set(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -99,6 +108,7 @@ def test_the_pytorch_trainer_checks_before_it_trains(real_host, monkeypatch):
 
 def test_the_ray_path_checks_trainer_hosts_with_torch_before_its_ray_node_starts(real_host, monkeypatch):
     from steps.train.frameworks.ray import job as ray_job
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(ray_job, "RayNode", lambda *a: pytest.fail("the Ray node started"))
     with pytest.raises(UserError, match=r"PyTorch \(Ray Train\) finds no usable GPU"):
@@ -120,8 +130,9 @@ except UserError as exc:
     print(exc.message)
 print("torch" in sys.modules)
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    )
     message, torch_imported = out.stdout.strip().splitlines()[-2:]
     assert 'TensorFlow finds no usable GPU (tf.config.list_physical_devices("GPU") is empty)' in message
     assert "CUDA 12.9" in message and torch_imported == "False"

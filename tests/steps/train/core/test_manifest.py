@@ -50,6 +50,9 @@ def test_a_file_system_channel_waits_for_shards_that_appear_late(tmp_path, capsy
 
 def test_shards_that_never_appear_end_the_wait_with_a_clear_error(tmp_path):
     cluster = layout(tmp_path, ["a.tar", "b.tar", "c.tar"], ["a.tar"], "FullyReplicated")
-    with pytest.raises(UserError, match=r"2 of 3 shards listed in the manifest are not in .*train after 0.2 s \(first: b.tar, c.tar\).*"
-                                        r"asynchronously.*shard_wait_s"):
+    with pytest.raises(
+        UserError,
+        match=r"2 of 3 shards listed in the manifest are not in .*train after 0.2 s \(first: b.tar, c.tar\).*"
+        r"asynchronously.*shard_wait_s",
+    ):
         train_channel(cluster, 0.2, poll_s=0.05)

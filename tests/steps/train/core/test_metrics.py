@@ -13,8 +13,13 @@ from steps.train.core.metrics import StepStats, metric_line
 def test_metric_definitions_scrape_the_metric_lines():
     line = metric_line(epoch=1, step=20, step_time_ms=86.1234, samples_per_sec=744.2, data_wait_pct=3.1, loss=0.25, accuracy=0.93)
     scraped = {d["Name"]: float(re.search(d["Regex"], line).group(1)) for d in METRIC_DEFINITIONS}
-    assert scraped == {"train:step_time_ms": 86.1234, "train:samples_per_sec": 744.2, "train:data_wait_pct": 3.1,
-                       "train:loss": 0.25, "validation:accuracy": 0.93}
+    assert scraped == {
+        "train:step_time_ms": 86.1234,
+        "train:samples_per_sec": 744.2,
+        "train:data_wait_pct": 3.1,
+        "train:loss": 0.25,
+        "validation:accuracy": 0.93,
+    }
 
 
 def test_step_stats_leave_out_warm_up():

@@ -13,8 +13,13 @@ from tests.support.environment import FakeEnv
 def test_trainer_cpus_auto_keeps_what_the_step_measured_and_says_when_it_could_not(tmp_path, monkeypatch):
     shard = tmp_path / "train-00000.tar"
     write_shard(shard, [(k, 0, "jpg", b"ok") for k in range(4)])
-    env = FakeEnv("t-1", {"dnn_group": ("ml.g5.2xlarge", ["t-1"]), "data_group": ("ml.c5.xlarge", ["d-1"])}, current_group="dnn_group")
-    env.channel_input_dirs, env.input_data_config = {HYBRID_CHANNEL: str(tmp_path)}, {HYBRID_CHANNEL: {"S3DistributionType": "ShardedByS3Key"}}
+    env = FakeEnv(
+        "t-1", {"dnn_group": ("ml.g5.2xlarge", ["t-1"]), "data_group": ("ml.c5.xlarge", ["d-1"])}, current_group="dnn_group"
+    )
+    env.channel_input_dirs, env.input_data_config = (
+        {HYBRID_CHANNEL: str(tmp_path)},
+        {HYBRID_CHANNEL: {"S3DistributionType": "ShardedByS3Key"}},
+    )
     cluster = Cluster.from_environment(env, TrainConfig())
     monkeypatch.setattr(spare_cpus, "available_cpus", lambda: 8)
     gpu_like = spare_cpus.spare(TrainConfig(), cluster, lambda shards: 1.02, list_shards=list_shards)

@@ -40,8 +40,13 @@ def test_slots_follow_the_workers_each_side_brings():
 def test_a_split_from_a_trainer_is_checked():
     ok = Split.weighted([1, 2], 5)
     assert Split.from_meta(ok.as_meta(), trainers=2, sender="t") == ok
-    for bad in ({"period": 3, "trainers": [1, 2]}, {"period": 8, "trainers": [1]}, {"period": 8, "trainers": [-1, 2]},
-                {"trainers": [1, 2]}, "nonsense"):
+    for bad in (
+        {"period": 3, "trainers": [1, 2]},
+        {"period": 8, "trainers": [1]},
+        {"period": 8, "trainers": [-1, 2]},
+        {"trainers": [1, 2]},
+        "nonsense",
+    ):
         with pytest.raises(UserError, match="decode split"):
             Split.from_meta(bad, trainers=2, sender="t")
 
@@ -54,12 +59,20 @@ def test_trainers_and_data_hosts_decode_every_sample_once_whatever_their_worker_
         shards.append(tmp_path / f"train-{s:05d}.tar")
         write_shard(shards[-1], [(100 * s + k, 0, "jpg", b"bad" if k == 7 else b"ok") for k in range(23 + s)])
     split = Split.weighted([1, 2], data_workers=3)
-    hosts = [(shards[:2], split.data(), 2), (shards[2:], split.data(), 1),  # data hosts: their own objects
-             (shards, split.trainer(0), 1), (shards, split.trainer(1), 2)]  # trainers: every object, their positions
+    hosts = [
+        (shards[:2], split.data(), 2),
+        (shards[2:], split.data(), 1),  # data hosts: their own objects
+        (shards, split.trainer(0), 1),
+        (shards, split.trainer(1), 2),
+    ]  # trainers: every object, their positions
     seen = []
     for stream, (mine, take, workers) in enumerate(hosts):
         dataset = ShardDataset(mine, Plain(), train=True, stream=stream, take=take)
-        ids = [i for b in batch_loader(dataset, batch_size=4, num_workers=workers) for i in b.ids.tolist() + [c[0] for c in b.corrupt]]
+        ids = [
+            i
+            for b in batch_loader(dataset, batch_size=4, num_workers=workers)
+            for i in b.ids.tolist() + [c[0] for c in b.corrupt]
+        ]
         assert len(ids) == dataset.samples_per_epoch([23 + shards.index(p) for p in mine])
         seen += ids
     everything = [100 * s + k for s in range(4) for k in range(23 + s)]

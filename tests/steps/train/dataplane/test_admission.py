@@ -26,7 +26,9 @@ class Acceptor(threading.Thread):
 
     def run(self):
         try:
-            self.result = admission.accept_trainers(self.server, CFG, "127.0.0.1", self.trainers, SECRET, {"samples_per_epoch": 1})
+            self.result = admission.accept_trainers(
+                self.server, CFG, "127.0.0.1", self.trainers, SECRET, {"samples_per_epoch": 1}
+            )
         except Exception as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
 
@@ -52,7 +54,9 @@ def test_a_flood_of_silent_connections_is_capped_and_the_real_trainer_still_gets
         assert acceptor.error is None and [t.host for t in acceptor.result] == ["trainer-a"]
         refused = sum(1 for s in flood if _closed_by_peer(s))
         assert refused == len(flood)  # the oldest were cut as new ones came, the rest when the acceptor ended
-        assert f" x {admission.MAX_PENDING} connections were waiting to prove the secret; cut the oldest" in capsys.readouterr().out
+        assert (
+            f" x {admission.MAX_PENDING} connections were waiting to prove the secret; cut the oldest" in capsys.readouterr().out
+        )
         acceptor.result[0].link.close()
         trainer.close()
     finally:

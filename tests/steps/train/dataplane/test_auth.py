@@ -59,6 +59,7 @@ def _handshake(pair, data_secret: bytes, trainer_secret: bytes):
 
 # -- job secret ------------------------------------------------------------------
 
+
 @pytest.fixture
 def no_loaded_secret(monkeypatch):
     monkeypatch.setattr(auth, "_loaded", None)
@@ -96,6 +97,7 @@ def test_new_secrets_are_long_fresh_and_written_owner_only(tmp_path):
 
 
 # -- handshake -----------------------------------------------------------------
+
 
 def test_same_secret_authenticates_both_sides(pair):
     data, trainer = _handshake(pair, SECRET, SECRET)
@@ -240,10 +242,20 @@ def test_strangers_cannot_stop_the_service_and_the_trainer_gets_every_batch(monk
     monkeypatch.delenv("HETERO_HOSTS_FILE", raising=False)
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
-    cfg = TrainConfig(epochs=2, data_port=port, heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=10.0, prefetch_batches=2)
+    cfg = TrainConfig(
+        epochs=2, data_port=port, heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=10.0, prefetch_batches=2
+    )
     samples = BATCHES_PER_EPOCH * BATCH + len(CORRUPT)
-    service = _Side(serve, cfg, server, me="127.0.0.1", trainer_hosts=("trainer-a",), secret=SECRET,
-                    samples_per_epoch=samples, epoch_batches=_epoch_batches)
+    service = _Side(
+        serve,
+        cfg,
+        server,
+        me="127.0.0.1",
+        trainer_hosts=("trainer-a",),
+        secret=SECRET,
+        samples_per_epoch=samples,
+        epoch_batches=_epoch_batches,
+    )
     service.start()
     client = None
     try:
@@ -287,14 +299,21 @@ def test_strangers_cannot_stop_the_service_and_the_trainer_gets_every_batch(monk
     assert not service.is_alive()
 
 
-
 def test_a_silent_stranger_does_not_hold_up_the_real_trainer(monkeypatch):
     monkeypatch.delenv("HETERO_HOSTS_FILE", raising=False)
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
     cfg = TrainConfig(epochs=1, data_port=port, heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=8.0)
-    service = _Side(serve, cfg, server, me="127.0.0.1", trainer_hosts=("trainer-a",), secret=SECRET,
-                    samples_per_epoch=BATCHES_PER_EPOCH * BATCH + len(CORRUPT), epoch_batches=_epoch_batches)
+    service = _Side(
+        serve,
+        cfg,
+        server,
+        me="127.0.0.1",
+        trainer_hosts=("trainer-a",),
+        secret=SECRET,
+        samples_per_epoch=BATCHES_PER_EPOCH * BATCH + len(CORRUPT),
+        epoch_batches=_epoch_batches,
+    )
     service.start()
     stranger = socket.create_connection(("127.0.0.1", port), timeout=10)  # connects, then never answers the HELLO
     client = None

@@ -19,8 +19,13 @@ class _Trainer:
 
 
 def _batch(n, cpu_s, corrupt=0):
-    return Batch(torch.zeros((n, 2, 2, 3), dtype=torch.uint8), torch.zeros(n, dtype=torch.int64), torch.arange(n),
-                 corrupt=[(100 + i, "bad") for i in range(corrupt)], cpu_s=cpu_s)
+    return Batch(
+        torch.zeros((n, 2, 2, 3), dtype=torch.uint8),
+        torch.zeros(n, dtype=torch.int64),
+        torch.arange(n),
+        corrupt=[(100 + i, "bad") for i in range(corrupt)],
+        cpu_s=cpu_s,
+    )
 
 
 def test_the_service_meter_counts_samples_corrupt_ones_included_and_worker_cpu():
@@ -36,8 +41,15 @@ def test_the_service_meter_counts_samples_corrupt_ones_included_and_worker_cpu()
 def test_per_sample_figures_are_the_difference_between_the_first_and_the_latest_report():
     """Start-up before the first batch (workers starting, buffers filling) is not serving."""
     first = {"cpus": 2, "samples": 100, "wall_s": 5.0, "decode_cpu_s": 3.0, "service_cpu_s": 1.0, "bytes_sent": 1_000_000}
-    last = {"cpus": 2, "samples": 1100, "wall_s": 10.0, "decode_cpu_s": 12.0, "service_cpu_s": 1.5, "bytes_sent": 11_000_000,
-            "batches_sent": {"algo-1": 11}}
+    last = {
+        "cpus": 2,
+        "samples": 1100,
+        "wall_s": 10.0,
+        "decode_cpu_s": 12.0,
+        "service_cpu_s": 1.5,
+        "bytes_sent": 11_000_000,
+        "batches_sent": {"algo-1": 11},
+    }
     line = data_host_metrics("algo-2", last, first)
     assert line["samples_sent"] == 1100 and line["batches_sent"] == {"algo-1": 11}
     assert line["decode_cpu_s_per_sample"] == pytest.approx(9.0 / 1000)

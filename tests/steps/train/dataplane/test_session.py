@@ -29,8 +29,18 @@ def admitted(tmp_path):
     sessions = []
 
     def admit(**options):
-        side = Side(HostSession.admit, CFG, server, me="d", trainer_hosts=("trainer-a",), secret=SECRET,
-                    info={"samples_per_epoch": 8}, who="data host d", results_dir=tmp_path, **options)
+        side = Side(
+            HostSession.admit,
+            CFG,
+            server,
+            me="d",
+            trainer_hosts=("trainer-a",),
+            secret=SECRET,
+            info={"samples_per_epoch": 8},
+            who="data host d",
+            results_dir=tmp_path,
+            **options,
+        )
         side.start()
         sock = socket.create_connection(server.getsockname(), timeout=10)
         hello = client_handshake(sock, SECRET, host="trainer-a")
@@ -76,7 +86,11 @@ def test_a_trainer_that_hangs_up_without_stop_is_lost_by_name(admitted):
 
 def test_a_silent_trainer_is_lost_after_silence_timeout(admitted):
     session, trainer = admitted()
-    with closing(trainer), pytest.raises(TrainerGone, match=r"trainer trainer-a went silent: trainer trainer-a sent nothing for 1 s"), session:
+    with (
+        closing(trainer),
+        pytest.raises(TrainerGone, match=r"trainer trainer-a went silent: trainer trainer-a sent nothing for 1 s"),
+        session,
+    ):
         session.wait_until()  # the raw link never pings
 
 

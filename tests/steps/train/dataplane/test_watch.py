@@ -32,13 +32,22 @@ class Watched:
         cfg = _cfg(self.server.getsockname()[1])
         self.failures: list = []
         if session:
-            host = Side(HostSession.admit, cfg, self.server, me="d", trainer_hosts=("trainer-a",), secret=SECRET, info={},
-                        who="data host d")
+            host = Side(
+                HostSession.admit,
+                cfg,
+                self.server,
+                me="d",
+                trainer_hosts=("trainer-a",),
+                secret=SECRET,
+                info={},
+                who="data host d",
+            )
         else:
             host = Side(accept_trainers, self.server, cfg, "d", ("trainer-a",), SECRET, {})
         host.start()
-        self.watch = PeerWatch(cfg, [Peer("d", "127.0.0.1")], me="trainer-a", secret=SECRET,
-                               on_failure=self.failures.append, **options)
+        self.watch = PeerWatch(
+            cfg, [Peer("d", "127.0.0.1")], me="trainer-a", secret=SECRET, on_failure=self.failures.append, **options
+        )
         self.watch.connect()
         host.join(timeout=10)
         assert host.error is None
@@ -71,7 +80,9 @@ def test_a_host_that_says_error_fails_the_trainer_with_its_reason():
     with closing(Watched()) as w:
         w.host.link.send(messages.Error("data host d: malformed shard: train-3.tar"))
         w.wait_for_failure()
-        assert [f.one_line() for f in w.failures] == ["data host lost: data host d failed: data host d: malformed shard: train-3.tar"]
+        assert [f.one_line() for f in w.failures] == [
+            "data host lost: data host d failed: data host d: malformed shard: train-3.tar"
+        ]
 
 
 def test_a_silent_host_is_lost_after_silence_timeout():

@@ -47,13 +47,22 @@ def _array(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     return values.astype(dtype)
 
 
-def _raw_frame(meta: bytes | dict = b"", body: bytes = b"", *, magic: bytes = MAGIC, version: int = VERSION,
-               kind: int = int(Kind.BATCH), meta_len: int | None = None, body_len: int | None = None) -> bytes:
+def _raw_frame(
+    meta: bytes | dict = b"",
+    body: bytes = b"",
+    *,
+    magic: bytes = MAGIC,
+    version: int = VERSION,
+    kind: int = int(Kind.BATCH),
+    meta_len: int | None = None,
+    body_len: int | None = None,
+) -> bytes:
     """One frame built by hand, so a test can break any single field."""
     if isinstance(meta, dict):
         meta = json.dumps(meta).encode()
-    header = HEADER.pack(magic, version, kind, len(meta) if meta_len is None else meta_len,
-                         len(body) if body_len is None else body_len)
+    header = HEADER.pack(
+        magic, version, kind, len(meta) if meta_len is None else meta_len, len(body) if body_len is None else body_len
+    )
     return header + meta + body
 
 
@@ -249,16 +258,19 @@ FULL = _segment_frame(FULL_SEGMENTS, bytes(range(10)) + np.arange(2, dtype=np.in
 META_END = HEADER.size + len(json.dumps({"segments": FULL_SEGMENTS}).encode())  # where the body starts
 
 
-@pytest.mark.parametrize("cut, where", [
-    (1, "frame header"),
-    (HEADER.size - 1, "frame header"),
-    (HEADER.size, "metadata of a BATCH frame"),
-    (HEADER.size + 5, "metadata of a BATCH frame"),
-    (META_END, "segment 'pixels'"),
-    (META_END + 4, "segment 'pixels'"),
-    (META_END + 10, "segment 'ids'"),
-    (META_END + 13, "segment 'ids'"),
-])
+@pytest.mark.parametrize(
+    "cut, where",
+    [
+        (1, "frame header"),
+        (HEADER.size - 1, "frame header"),
+        (HEADER.size, "metadata of a BATCH frame"),
+        (HEADER.size + 5, "metadata of a BATCH frame"),
+        (META_END, "segment 'pixels'"),
+        (META_END + 4, "segment 'pixels'"),
+        (META_END + 10, "segment 'ids'"),
+        (META_END + 13, "segment 'ids'"),
+    ],
+)
 def test_truncated_frame_names_where_it_was_cut(pair, cut, where):
     assert 0 < cut < len(FULL)
     with pytest.raises(WireError, match=where) as caught:
@@ -287,45 +299,48 @@ def test_clean_eof_at_frame_start_is_peer_closed(pair):
 SEG = {"name": "x", "dtype": "uint8", "shape": [4]}
 
 
-@pytest.mark.parametrize("raw, message", [
-    (_raw_frame({}, magic=b"HTTP"), "bad magic"),
-    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "bad magic"),
-    (_raw_frame({}, version=VERSION + 1), "version 2 not supported"),
-    (_raw_frame({}, version=0), "version 0 not supported"),
-    (_raw_frame({}, kind=0), "unknown frame kind 0"),
-    (_raw_frame({}, kind=99), "unknown frame kind 99"),
-    (_raw_frame(b"", meta_len=MAX_META_BYTES + 1), "exceeds the 65536-byte limit"),
-    (_raw_frame(b"", meta_len=2**32 - 1), "exceeds the 65536-byte limit"),
-    (_raw_frame(b"not json"), "not JSON"),
-    (_raw_frame(b"\xff\xfe{}"), "not JSON"),
-    (_raw_frame(b"[" * 50_000), "not JSON"),  # nesting deep enough to blow the decoder's recursion limit
-    (_raw_frame(b"1" * 5000), "not JSON"),  # an int literal past Python's digit limit
-    (_raw_frame(b"[1, 2]"), "not a JSON object"),
-    (_raw_frame(b'"text"'), "not a JSON object"),
-    (_raw_frame(b"null"), "not a JSON object"),
-    (_raw_frame({"segments": {"name": "x"}}), "segments must be a list"),
-    (_raw_frame({"segments": [SEG] * (MAX_SEGMENTS + 1)}, b"\0" * 4 * (MAX_SEGMENTS + 1)), "at most 16"),
-    (_segment_frame(["x"], b""), "lacks name, dtype or shape"),
-    (_segment_frame([{"name": "x", "shape": [1]}], b"\0"), "lacks name, dtype or shape"),
-    (_segment_frame([SEG], b"\0" * 3), "describe 4 bytes but the body holds 3"),
-    (_segment_frame([SEG, SEG], b"\0" * 4), "describe 8 bytes but the body holds 4"),
-    (_raw_frame({}, b"\0" * 4), "describe 0 bytes but the body holds 4"),
-    (_segment_frame([{**SEG, "dtype": "bool"}], b"\0" * 4), "unsupported dtype 'bool'"),
-    (_segment_frame([{**SEG, "dtype": "object"}], b"\0" * 4), "unsupported dtype 'object'"),
-    (_segment_frame([{**SEG, "dtype": ">i4", "shape": [1]}], b"\0" * 4), "unsupported dtype"),
-    (_segment_frame([{**SEG, "dtype": ["uint8"]}], b"\0" * 4), "unsupported dtype"),
-    (_segment_frame([{**SEG, "dtype": None}], b"\0" * 4), "unsupported dtype"),
-    (_segment_frame([{**SEG, "shape": [-4]}], b"\0" * 4), "invalid shape"),
-    (_segment_frame([{**SEG, "shape": [2, -2]}], b"\0" * 4), "invalid shape"),
-    (_segment_frame([{**SEG, "shape": [MAX_BODY_BYTES + 1]}], b"\0" * 4), "invalid shape"),
-    (_segment_frame([{**SEG, "shape": [2**70]}], b"\0" * 4), "invalid shape"),
-    (_segment_frame([{**SEG, "shape": [4.0]}], b"\0" * 4), "invalid shape"),
-    (_segment_frame([{**SEG, "shape": ["4"]}], b"\0" * 4), "invalid shape"),
-    (_segment_frame([{**SEG, "shape": [True, 4]}], b"\0" * 4), "invalid shape"),
-    (_segment_frame([{**SEG, "shape": [None]}], b"\0" * 4), "invalid shape"),
-    (_segment_frame([{**SEG, "shape": 4}], b"\0" * 4), "invalid shape"),
-    (_segment_frame([{**SEG, "shape": [1] * (MAX_DIMS + 1)}], b"\0"), "invalid shape"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (_raw_frame({}, magic=b"HTTP"), "bad magic"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "bad magic"),
+        (_raw_frame({}, version=VERSION + 1), "version 2 not supported"),
+        (_raw_frame({}, version=0), "version 0 not supported"),
+        (_raw_frame({}, kind=0), "unknown frame kind 0"),
+        (_raw_frame({}, kind=99), "unknown frame kind 99"),
+        (_raw_frame(b"", meta_len=MAX_META_BYTES + 1), "exceeds the 65536-byte limit"),
+        (_raw_frame(b"", meta_len=2**32 - 1), "exceeds the 65536-byte limit"),
+        (_raw_frame(b"not json"), "not JSON"),
+        (_raw_frame(b"\xff\xfe{}"), "not JSON"),
+        (_raw_frame(b"[" * 50_000), "not JSON"),  # nesting deep enough to blow the decoder's recursion limit
+        (_raw_frame(b"1" * 5000), "not JSON"),  # an int literal past Python's digit limit
+        (_raw_frame(b"[1, 2]"), "not a JSON object"),
+        (_raw_frame(b'"text"'), "not a JSON object"),
+        (_raw_frame(b"null"), "not a JSON object"),
+        (_raw_frame({"segments": {"name": "x"}}), "segments must be a list"),
+        (_raw_frame({"segments": [SEG] * (MAX_SEGMENTS + 1)}, b"\0" * 4 * (MAX_SEGMENTS + 1)), "at most 16"),
+        (_segment_frame(["x"], b""), "lacks name, dtype or shape"),
+        (_segment_frame([{"name": "x", "shape": [1]}], b"\0"), "lacks name, dtype or shape"),
+        (_segment_frame([SEG], b"\0" * 3), "describe 4 bytes but the body holds 3"),
+        (_segment_frame([SEG, SEG], b"\0" * 4), "describe 8 bytes but the body holds 4"),
+        (_raw_frame({}, b"\0" * 4), "describe 0 bytes but the body holds 4"),
+        (_segment_frame([{**SEG, "dtype": "bool"}], b"\0" * 4), "unsupported dtype 'bool'"),
+        (_segment_frame([{**SEG, "dtype": "object"}], b"\0" * 4), "unsupported dtype 'object'"),
+        (_segment_frame([{**SEG, "dtype": ">i4", "shape": [1]}], b"\0" * 4), "unsupported dtype"),
+        (_segment_frame([{**SEG, "dtype": ["uint8"]}], b"\0" * 4), "unsupported dtype"),
+        (_segment_frame([{**SEG, "dtype": None}], b"\0" * 4), "unsupported dtype"),
+        (_segment_frame([{**SEG, "shape": [-4]}], b"\0" * 4), "invalid shape"),
+        (_segment_frame([{**SEG, "shape": [2, -2]}], b"\0" * 4), "invalid shape"),
+        (_segment_frame([{**SEG, "shape": [MAX_BODY_BYTES + 1]}], b"\0" * 4), "invalid shape"),
+        (_segment_frame([{**SEG, "shape": [2**70]}], b"\0" * 4), "invalid shape"),
+        (_segment_frame([{**SEG, "shape": [4.0]}], b"\0" * 4), "invalid shape"),
+        (_segment_frame([{**SEG, "shape": ["4"]}], b"\0" * 4), "invalid shape"),
+        (_segment_frame([{**SEG, "shape": [True, 4]}], b"\0" * 4), "invalid shape"),
+        (_segment_frame([{**SEG, "shape": [None]}], b"\0" * 4), "invalid shape"),
+        (_segment_frame([{**SEG, "shape": 4}], b"\0" * 4), "invalid shape"),
+        (_segment_frame([{**SEG, "shape": [1] * (MAX_DIMS + 1)}], b"\0"), "invalid shape"),
+    ],
+)
 def test_hostile_frame_is_a_wire_error_and_allocates_nothing(pair, raw, message):
     spy = _SpyAllocator()
     with pytest.raises(WireError, match=message):
@@ -387,9 +402,12 @@ def test_parse_segments_direct():
 # -- random input never crashes with anything else ----------------------------------
 # hypothesis is not in the pinned environment; seeded cases stand in for it.
 
+
 def _valid_frame_bytes(rng: random.Random) -> bytes:
-    arrays = [(f"s{i}", np.zeros([rng.randint(0, 3) for _ in range(rng.randint(1, 3))], rng.choice(list(DTYPES))))
-              for i in range(rng.randint(0, 3))]
+    arrays = [
+        (f"s{i}", np.zeros([rng.randint(0, 3) for _ in range(rng.randint(1, 3))], rng.choice(list(DTYPES))))
+        for i in range(rng.randint(0, 3))
+    ]
     return b"".join(bytes(b) for b in encode_frame(rng.choice(list(Kind)), {"k": rng.random()}, arrays))
 
 
@@ -399,7 +417,9 @@ def _fuzz_input(seed: int) -> bytes:
     if style == 0:  # pure noise
         return rng.randbytes(rng.randint(0, 200))
     if style == 1:  # a plausible header, then noise
-        return HEADER.pack(MAGIC, VERSION, rng.randint(0, 9), rng.randint(0, 300), rng.randint(0, 300)) + rng.randbytes(rng.randint(0, 400))
+        return HEADER.pack(MAGIC, VERSION, rng.randint(0, 9), rng.randint(0, 300), rng.randint(0, 300)) + rng.randbytes(
+            rng.randint(0, 400)
+        )
     frames = b"".join(_valid_frame_bytes(rng) for _ in range(rng.randint(1, 3)))
     if style == 2:  # valid frames with a few bytes flipped
         raw = bytearray(frames)
@@ -413,8 +433,10 @@ def _fuzz_meta(seed: int) -> bytes:
     """Random JSON metadata whose segment specs mix right and wrong types."""
     rng = random.Random(seed)
     values = [None, True, -1, 0, 1, 3, 2**40, 1.5, "uint8", "int64", "x", [], [1], [2, 2], {}, {"a": 1}]
-    segments = [{key: rng.choice(values) for key in rng.sample(["name", "dtype", "shape", "extra"], rng.randint(0, 4))}
-                for _ in range(rng.randint(0, 4))]
+    segments = [
+        {key: rng.choice(values) for key in rng.sample(["name", "dtype", "shape", "extra"], rng.randint(0, 4))}
+        for _ in range(rng.randint(0, 4))
+    ]
     meta = {"segments": rng.choice([segments, rng.choice(values)])}
     return _raw_frame(meta, rng.randbytes(rng.randint(0, 16)))
 

@@ -32,12 +32,22 @@ def test_a_failing_data_host_tells_the_trainer_why(monkeypatch):
     monkeypatch.delenv("HETERO_HOSTS_FILE", raising=False)
     server = socket.create_server(("127.0.0.1", 0))
     cfg = TrainConfig(epochs=1, data_port=server.getsockname()[1], heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=10.0)
-    service = _Side(serve, cfg, server, me="127.0.0.1", trainer_hosts=("trainer-a",), secret=SECRET,
-                    samples_per_epoch=16, epoch_batches=_failing_batches)
+    service = _Side(
+        serve,
+        cfg,
+        server,
+        me="127.0.0.1",
+        trainer_hosts=("trainer-a",),
+        secret=SECRET,
+        samples_per_epoch=16,
+        epoch_batches=_failing_batches,
+    )
     service.start()
     client = DataServiceClient(cfg, me="trainer-a", data_hosts=("127.0.0.1",), secret=SECRET).connect()
     try:
-        with pytest.raises(DataHostLost, match="data host 127.0.0.1 failed: data host 127.0.0.1: malformed shard: shard train-00003"):
+        with pytest.raises(
+            DataHostLost, match="data host 127.0.0.1 failed: data host 127.0.0.1: malformed shard: shard train-00003"
+        ):
             for batch in client.batches(0):
                 batch.release()
     finally:

@@ -44,8 +44,14 @@ def _shard(path, count: int, label=lambda i: i % 2):
 
 def _batches(count: int, seed: int = 1) -> list[Batch]:
     gen = torch.Generator().manual_seed(seed)
-    return [Batch(torch.randint(0, 256, (4, 16, 16, 3), dtype=torch.uint8, generator=gen),
-                  torch.randint(0, 2, (4,), generator=gen), torch.arange(4 * b, 4 * b + 4)) for b in range(count)]
+    return [
+        Batch(
+            torch.randint(0, 256, (4, 16, 16, 3), dtype=torch.uint8, generator=gen),
+            torch.randint(0, 2, (4,), generator=gen),
+            torch.arange(4 * b, 4 * b + 4),
+        )
+        for b in range(count)
+    ]
 
 
 def test_one_step_changes_the_weights_and_returns_the_loss_before_it():

@@ -37,10 +37,14 @@ class _Source:
         for start in range(0, len(order), 4):
             self.on_batch(self.served)
             self.served += 1
-            ids = [int(i) for i in order[start:start + 4]]
+            ids = [int(i) for i in order[start : start + 4]]
             good = [i for i in ids if i != 13]
-            yield Batch(torch.zeros((len(good), 64, 64, 3), dtype=torch.uint8), torch.tensor([i % 3 for i in good]),
-                        torch.tensor(good, dtype=torch.int64), corrupt=[(i, "bad") for i in ids if i == 13])
+            yield Batch(
+                torch.zeros((len(good), 64, 64, 3), dtype=torch.uint8),
+                torch.tensor([i % 3 for i in good]),
+                torch.tensor(good, dtype=torch.int64),
+                corrupt=[(i, "bad") for i in ids if i == 13],
+            )
 
 
 def _run(cfg, folder, source):
@@ -54,7 +58,9 @@ def _run(cfg, folder, source):
     if saved is not None:
         progress = Progress.resume(*saved, _OneTrainer(), model, optimizer, folder)
         source.resume(progress.epoch, progress.consumed)
-    train_epochs(cfg, workload, model, source, torch.device("cpu"), optimizer=optimizer, progress=progress, checkpoints=checkpoints)
+    train_epochs(
+        cfg, workload, model, source, torch.device("cpu"), optimizer=optimizer, progress=progress, checkpoints=checkpoints
+    )
     return progress, model
 
 

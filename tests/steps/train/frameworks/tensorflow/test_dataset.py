@@ -21,10 +21,17 @@ from tests.support.tfrecords import collect_ids, write_shards  # noqa: E402
 def test_the_input_pipeline_serves_every_sample_once_and_skips_a_corrupt_one(tmp_path):
     files = write_shards(tmp_path, [list(range(0, 10)), list(range(10, 25))], corrupt=(7,))
     for epoch in (0, 1):
-        ids = collect_ids(training_dataset([str(f) for f in files], Shapes({"blur_passes": 0}), batch_size=4, seed=0, epoch=epoch))
+        ids = collect_ids(
+            training_dataset([str(f) for f in files], Shapes({"blur_passes": 0}), batch_size=4, seed=0, epoch=epoch)
+        )
         assert sorted(ids) == [i for i in range(25) if i != 7]
         assert account_epoch(epoch, [np.array(ids)], expected=25) == {
-            "epoch": epoch, "expected": 25, "received": 24, "distinct": 24, "missing": 1}
+            "epoch": epoch,
+            "expected": 25,
+            "received": 24,
+            "distinct": 24,
+            "missing": 1,
+        }
 
 
 WORKER = textwrap.dedent("""
@@ -50,8 +57,15 @@ def test_tf_data_service_workers_each_serve_only_their_own_shards_exactly_once_p
     expected = sorted(i for share in shares for shard in share for i in shard)
     service = tf.data.experimental.service
     dispatcher = service.DispatchServer(service.DispatcherConfig(port=0))
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER, dispatcher.target.split("://")[1], str(folder)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for folder in folders]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, dispatcher.target.split("://")[1], str(folder)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for folder in folders
+    ]
     try:
         for worker in workers:
             assert worker.stdout.readline().strip() == "ready"

@@ -61,8 +61,14 @@ MIRRORED = textwrap.dedent("""
 @pytest.mark.e2e
 def test_the_training_loop_splits_each_batch_across_replicas(tmp_path):
     files = write_shards(tmp_path, [list(range(0, 20)), list(range(20, 40))])
-    run = subprocess.run([sys.executable, "-c", MIRRORED, *map(str, files)], capture_output=True, text=True, timeout=300,
-                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    run = subprocess.run(
+        [sys.executable, "-c", MIRRORED, *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["replicas"] == 2 and result["steps"] == 10  # 40 samples / 8 per step, twice
