@@ -49,11 +49,11 @@ lint: setup-all
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
-test: setup-all node_modules/.package-lock.json
+test: lint node_modules/.package-lock.json
 	$(VENV)/bin/python -m pytest $(PARALLEL) $(ARGS)
 
 # the inner loop: everything but the tests that start long-lived processes (marker e2e: clusters, pipelines, servers, the CDK CLI)
-test-fast: setup-all node_modules/.package-lock.json
+test-fast: lint node_modules/.package-lock.json
 	$(VENV)/bin/python -m pytest $(PARALLEL) -m "not e2e" $(ARGS)
 
 bench: setup
