@@ -7,8 +7,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 HASH   := $(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 ARGS   ?=
-# pytest-xdist: one worker per core (at most 4); the tests that run emulated clusters share one worker (tests/conftest.py). PARALLEL= runs serially.
-PARALLEL ?= -n auto --maxprocesses 4 --dist loadgroup
+# pytest-xdist: one worker per core (at most 4); the tests that run emulated clusters go to one worker as one unit (tests/conftest.py pytest_xdist_make_scheduler), the rest spread. PARALLEL= runs serially.
+PARALLEL ?= -n auto --maxprocesses 4
 
 # `make run` installs PyTorch (the default framework) and, when ARGS names another (--framework tensorflow|ray), that one
 FRAMEWORK_EXTRAS := $(if $(findstring tensorflow,$(ARGS)),tensorflow) $(if $(findstring ray,$(ARGS)),ray)

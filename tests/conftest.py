@@ -22,27 +22,31 @@ ONE_HOST_TESTS = ("tests/e2e/test_cli_runs.py", "tests/e2e/test_image_guard.py")
 
 
 def _runs_clusters(item) -> bool:
-    return (
-        bool(item.get_closest_marker("e2e"))
-        and item.nodeid.startswith(CLUSTER_TESTS)
-        and not item.nodeid.startswith(ONE_HOST_TESTS)
-    )
+    return bool(item.get_closest_marker("e2e")) and _cluster_nodeid(item.nodeid)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test`: --dist loadgroup) the tests that run emulated clusters (the e2e tests
-    under tests/e2e/) run one after another on one worker: two clusters at once on a small machine would
-    starve each other's heartbeats. Other e2e tests (the CDK CLI, TensorFlow servers in subprocesses) spread."""
-    for item in items:
-        if _runs_clusters(item):
-            item.add_marker(pytest.mark.xdist_group("clusters"))
+def _cluster_nodeid(nodeid: str) -> bool:
+    return nodeid.startswith(CLUSTER_TESTS) and not nodeid.startswith(ONE_HOST_TESTS)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Every test that runs emulated clusters goes to ONE worker, as one unit of work; every other test is a unit of its
+    own, spread over the other workers (and that one, once its clusters are done). xdist's loadgroup cannot do this here:
+    with pytest 9 the worker's @group node-id suffix never reaches the controller, so a group was split across workers,
+    and the lock below then left a worker idle behind the other's cluster runs with its queue of unit tests waiting."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ClustersOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "emulated clusters" if _cluster_nodeid(nodeid) else nodeid
+
+    return ClustersOnOneWorker(config, log)
 
 
 @pytest.fixture(autouse=True)
 def one_cluster_at_a_time(request, tmp_path_factory):
-    """The guarantee behind the xdist group: with pytest 9, xdist 3.8's loadgroup does not keep a group on one worker
-    (its @group node-id suffix is lost), so two emulated clusters did run at once. An exclusive lock in the folder every
-    worker's temp folder shares serialises them whatever the scheduler does."""
+    """The guarantee behind the scheduler above, whatever runs the tests (a `-n` run with another --dist, several pytest
+    processes): an exclusive lock in the folder every worker's temp folder shares runs one emulated cluster at a time."""
     if not _runs_clusters(request.node):
         yield
         return
