@@ -125,7 +125,7 @@ def test_no_input_no_baseline_a_user_workload_and_a_price_file_in_one_run(tmp_pa
     write_wheel(user / "wheels", "tiny-dep", "0.0.1", {"tiny_dep.py": "HIDDEN = 4\n"})
     (user / "requirements.txt").write_text("--no-index --find-links wheels\ntiny-dep==0.0.1\n")
     prices = refreshed_price_file(tmp_path / "prices-override.json", prices={"ml.g5.xlarge": 2.5, "ml.c5.4xlarge": 1.25})
-    args = cli._parser().parse_args(
+    args = cli.build_parser().parse_args(
         [
             "run",
             "--prices",
@@ -141,8 +141,8 @@ def test_no_input_no_baseline_a_user_workload_and_a_price_file_in_one_run(tmp_pa
             "1",
         ]
     )
-    params = resolve_parameters(*cli._layers(args))  # the parameters `hetero run` takes from these options
-    cli._validate(params, (user,))
+    params = resolve_parameters(*cli.parameter_layers(args))  # the parameters `hetero run` takes from these options
+    cli.validate_run(params, (user,))
     assert params["InputData"] == ""
     result = LocalRunner(
         params,
