@@ -110,9 +110,16 @@ def _end_now(code: int) -> None:
     what may be waiting on a peer that froze: tf.data.service servers drain in-flight calls (holding
     the GIL, for as long as the peer's call lasts), DataLoader workers are joined one by one."""
     import multiprocessing
+    import signal
 
+    # torch's DataLoader installs a SIGCHLD handler that raises in the main thread when one of its workers dies by a
+    # signal: killing them here would print that as a traceback over the host's one-line failure
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for child in multiprocessing.active_children():  # DataLoader workers: gone now, not tracing back over a broken pipe
-        child.kill()
+        try:
+            child.kill()
+        except OSError:  # already gone
+            pass
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

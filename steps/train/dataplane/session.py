@@ -83,6 +83,8 @@ class HostSession:
     def start(self) -> HostSession:
         """Read every trainer's frames (and heartbeat every link) from here on."""
         if self._heartbeat:
+            # No on_error here (the trainer's side has one, `PeerWatch`): each trainer's reader below reads that trainer's
+            # frames straight off its socket, never from behind a queue, so it hears a trainer's socket go at once.
             self._beat = Heartbeat([t.link for t in self.trainers], self.cfg.heartbeat_s)
         for t in self.trainers:
             self.spawn(self._control, t)
