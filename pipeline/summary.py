@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from steps.train.core.precision import precision_label
+
 
 def _cluster(run: dict) -> str:
     return " + ".join(f"{g['count']} x {g['instance_type']}" for g in run["instance_groups"])
@@ -20,6 +22,7 @@ ROWS = (
     ("cost / 100 steps ($)", lambda r: _fmt(r["cost_per_100_steps"], ".4f")),
     ("samples per $", lambda r: _fmt(r["samples_per_dollar"], ",.0f")),
     ("accuracy", lambda r: _fmt(r.get("accuracy"), ".1%")),
+    ("precision", lambda r: precision_label(r.get("precision"))),
     ("bottleneck", lambda r: r["bottleneck"]["label"] if r.get("bottleneck") else "-"),
 )
 

@@ -55,6 +55,7 @@ PRICE_PERFORMANCE_SCHEMA_VERSION = 2  # 2: each run's bottleneck (steps/evaluate
 DATA_GROUP, DNN_GROUP = "data_group", "dnn_group"
 SHARDED, REPLICATED = "ShardedByS3Key", "FullyReplicated"
 INPUT_MODES = ("File", "FastFile")  # what the step code reads: folders of files (Pipe would deliver FIFOs)
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # the training step's arithmetic (steps/train/core/precision.py)
 TRAIN_ENTRY_POINT = "steps/train/launcher.py"
 SHARD_SCRIPT = "steps/shard/shard.py"
 EVALUATE_SCRIPT = "steps/evaluate/evaluate.py"
@@ -269,6 +270,17 @@ TUNABLES: tuple[Tunable, ...] = (
     ),
     Tunable(
         "BatchSize", int, 64, "Samples per step per trainer host.", minimum=1, flag="batch-size", hyperparameter="batch_size"
+    ),
+    Tunable(
+        "Precision",
+        str,
+        "auto",
+        "Arithmetic of the training step: fp32; bf16 (autocast to bfloat16); fp16 (autocast to float16 with loss "
+        "scaling); auto: bf16 where the GPU supports it, else fp16 on a GPU, fp32 on a CPU. metrics.json and the run "
+        "summary say which one was used.",
+        choices=PRECISIONS,
+        flag="precision",
+        hyperparameter="precision",
     ),
     Tunable(
         "MaxCorruptShare",

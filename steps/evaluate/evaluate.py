@@ -128,6 +128,7 @@ def run_summary(metrics: dict, prices: PriceTable, billing: dict | None = None) 
         "bottleneck": diagnose(metrics),
         "billing": billing,
         "gpus": metrics.get("gpus"),  # per trainer host: how many it has and used (older metrics: absent)
+        "precision": metrics.get("precision"),  # requested and used (steps/train/core/precision.py; older metrics: absent)
     }
 
 

@@ -13,6 +13,8 @@ import base64
 import html
 import io
 
+from steps.train.core.precision import precision_label
+
 REPORT_FILE = "report.html"
 REPORT_CONTENT_TYPE = "text/html; charset=utf-8"
 
@@ -74,6 +76,7 @@ def _summary(doc: dict) -> str:
         ("cluster $/h", lambda r: f"{r['cluster_usd_per_hour']:.3f}"),
         ("samples per $", lambda r: f"{r['samples_per_dollar']:,.0f}"),
         ("bottleneck", lambda r: (r.get("bottleneck") or {}).get("label", "-")),
+        ("precision", lambda r: precision_label(r.get("precision"))),
     ]
     head = "".join(f"<th>{n}</th>" for n in names)
     body = "".join(

@@ -25,12 +25,15 @@ from steps.train.frameworks.pytorch.step import loop_cpus
 from steps.train.workload import Workload
 
 
-def spare_workers(cfg: TrainConfig, cluster: Cluster, workload: Workload, model: torch.nn.Module, device: torch.device) -> Spare:
+def spare_workers(
+    cfg: TrainConfig, cluster: Cluster, workload: Workload, model: torch.nn.Module, device: torch.device, precision: str
+) -> Spare:
     """This trainer host's decode workers beside its loop; ``auto`` probes the step (`steps.train.frameworks.pytorch.step.loop_cpus`)
-    with a copy of ``model``."""
+    with a copy of ``model``, in the ``precision`` it trains in."""
 
     def measure(shards: list[Path]) -> float:
-        return loop_cpus(workload, model, device, sample_pixels(workload, shards), cfg.batch_size, cfg.learning_rate)
+        pixels = sample_pixels(workload, shards)
+        return loop_cpus(workload, model, device, pixels, cfg.batch_size, cfg.learning_rate, precision=precision)
 
     return spare(cfg, cluster, measure, list_shards=list_shards)
 

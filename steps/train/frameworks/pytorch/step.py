@@ -8,10 +8,15 @@ not that the data host is worth more. After training, the trainer measures both 
 on a few validation shards' samples with training augmentation (what a data host does per sample), then train steps
 on those batches with a copy of the trained model and a fresh optimizer (so the model written is untouched). Evaluate
 reads the result (``isolated_costs`` in metrics.json) and prints the bound beside the measured speedup.
+
+Precision (`steps.train.core.precision`) is applied here and nowhere else: the forward pass and the loss under
+``torch.autocast`` for bf16 and fp16, fp16's loss scaled by a ``GradScaler`` (whose state the checkpoints keep), and
+the validation's forward under the same autocast.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from pathlib import Path
@@ -22,9 +27,28 @@ from torch.nn.parallel import DistributedDataParallel
 
 from steps.train.core.cluster import available_cpus
 from steps.train.core.cost_document import MEASURED_BATCHES, cost_document, timed_decode
+from steps.train.core.precision import choose
 from steps.train.core.spare_cpus import PROBE_STEPS
 from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader, collate
 from steps.train.workload import Workload
+
+# torch's CPU autocast runs float16 as well as bfloat16 (its linear and convolution kernels, checked with torch 2.13), so
+# fp16 is allowed on a CPU host; only auto never picks it there
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_precision(requested: str, device: torch.device) -> str:
+    """The precision this host trains in (`steps.train.core.precision.choose`): bf16 on a GPU that has it natively
+    (not emulated: a pre-Ampere GPU emulates bfloat16 slower than it runs float16)."""
+    gpu = device.type == "cuda"
+    return choose(requested, gpu=gpu, gpu_bf16=gpu and torch.cuda.is_bf16_supported(including_emulation=False))
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """The forward pass's arithmetic: autocast to bf16 or fp16, or nothing for fp32."""
+    if precision not in AUTOCAST_DTYPES:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=AUTOCAST_DTYPES[precision])
 
 
 def bare(model: torch.nn.Module) -> torch.nn.Module:
@@ -33,21 +57,33 @@ def bare(model: torch.nn.Module) -> torch.nn.Module:
 
 
 class TrainStep:
-    """One training step of ``model``: the batch normalised on ``device``, forward, loss, backward, optimizer step.
-    Built once per model and optimizer; building it puts the model in training mode."""
+    """One training step of ``model``: the batch normalised on ``device``, forward and loss in ``precision`` (resolved:
+    fp32, bf16 or fp16), backward, optimizer step. Built once per model and optimizer; building it puts the model in
+    training mode."""
 
     def __init__(
-        self, workload: Workload, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
+        self,
+        workload: Workload,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        precision: str = "fp32",
     ) -> None:
         self.workload, self.model, self.optimizer, self.device = workload, model, optimizer, device
+        self.precision = precision
         self.loss_fn = workload.loss().to(device)
+        # float16's range loses small gradients: the loss is scaled up before backward and the gradients down before
+        # the optimizer's step (a step whose gradients overflowed is skipped); a no-op unless fp16
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         model.train()
 
     @classmethod
-    def on_copy(cls, workload: Workload, model: torch.nn.Module, device: torch.device, learning_rate: float) -> TrainStep:
+    def on_copy(
+        cls, workload: Workload, model: torch.nn.Module, device: torch.device, learning_rate: float, precision: str = "fp32"
+    ) -> TrainStep:
         """The step on a copy of ``model`` with a fresh optimizer: what the probes measure, the model trained untouched."""
         net = copy.deepcopy(bare(model)).to(device)
-        return cls(workload, net, workload.optimizer(net.parameters(), learning_rate), device)
+        return cls(workload, net, workload.optimizer(net.parameters(), learning_rate), device, precision)
 
     def inputs(self, pixels: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A host batch (uint8 NHWC pixels, int64 labels) on the device, normalised there. The copies are queued, not
@@ -58,9 +94,11 @@ class TrainStep:
     def update(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """Forward, loss, backward and optimizer step on a batch from `inputs`; its loss."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.model(x), y)
-        loss.backward()
-        self.optimizer.step()
+        with autocast(self.device, self.precision):
+            loss = self.loss_fn(self.model(x), y)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         return loss.item()  # also waits for the device, so a step timed around it is real
 
     def __call__(self, pixels: torch.Tensor, labels: torch.Tensor) -> float:
@@ -68,10 +106,17 @@ class TrainStep:
 
 
 def validate(
-    workload: Workload, model: torch.nn.Module, device: torch.device, shards: list[Path], *, batch_size: int, num_workers: int
+    workload: Workload,
+    model: torch.nn.Module,
+    device: torch.device,
+    shards: list[Path],
+    *,
+    batch_size: int,
+    num_workers: int,
+    precision: str = "fp32",
 ) -> tuple[float | None, int]:
-    """Accuracy of ``model`` on ``shards`` (None without a sample) and the samples it counted. In eval mode and without
-    autograd (no graph is built for outputs nobody differentiates); the model is back in its mode afterwards. Not
+    """Accuracy of ``model`` on ``shards`` (None without a sample) and the samples it counted, its forward in the
+    precision it trained in. In eval mode and without autograd (no graph is built for outputs nobody differentiates); the model is back in its mode afterwards. Not
     inference mode: a model that caches a tensor in its forward would hand the probes an inference tensor to train on."""
     if not shards:
         return None, 0
@@ -84,7 +129,9 @@ def validate(
             loader = batch_loader(ShardDataset(shards, workload, train=False), batch_size=batch_size, num_workers=num_workers)
             for batch in loader:
                 if len(batch):
-                    logits = net(workload.normalize(batch.pixels.to(device)))
+                    x = workload.normalize(batch.pixels.to(device))
+                    with autocast(device, precision):
+                        logits = net(x)
                     correct += int((logits.argmax(1).cpu() == batch.labels).sum())
                     total += len(batch)
     finally:
@@ -101,6 +148,7 @@ def isolated_costs(
     batch_size: int,
     learning_rate: float,
     batches: int = MEASURED_BATCHES,
+    precision: str = "fp32",
 ) -> dict | None:
     """Seconds per batch of decode (one process, this host's CPUs assumed to split it evenly) and of the train
     step (data resident), each the fastest of the measured batches: the stage's own cost with the least
@@ -109,7 +157,7 @@ def isolated_costs(
     decode_s, decoded = timed_decode(workload, shards, batch_size=batch_size, batches=batches, collate=collate)
     if len(decoded) < 2:
         return None
-    step = TrainStep.on_copy(workload, model, device, learning_rate)
+    step = TrainStep.on_copy(workload, model, device, learning_rate, precision)
     step_s = []
     for batch in decoded:
         started = time.perf_counter()
@@ -126,11 +174,12 @@ def loop_cpus(
     batch_size: int,
     learning_rate: float,
     steps: int = PROBE_STEPS,
+    precision: str = "fp32",
 ) -> float:
     """vCPUs this process keeps busy while training: CPU seconds over wall seconds of ``steps`` train steps on a
     synthetic batch of ``pixels`` (one sample's), with a copy of ``model`` and a fresh optimizer (the model trained is
     untouched)."""
-    step = TrainStep.on_copy(workload, model, device, learning_rate)
+    step = TrainStep.on_copy(workload, model, device, learning_rate, precision)
     x_host = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(pixels, (batch_size, *pixels.shape))))
     y_host = torch.zeros(batch_size, dtype=torch.int64)
     for _ in range(2):

@@ -37,6 +37,7 @@ from steps.train.core.ledger import Ledger
 from steps.train.core.manifest import read_classes, train_channel
 from steps.train.core.metrics import StepStats, metric_line, training_metrics
 from steps.train.core.outputs import write_outputs
+from steps.train.core.precision import precision_document, precision_line
 from steps.train.core.terminate import TERMINATE
 from steps.train.dataplane.auth import job_secret
 from steps.train.dataplane.meter import arrived
@@ -45,7 +46,7 @@ from steps.train.frameworks.pytorch.checkpoint import Checkpoints, restore_rng, 
 from steps.train.frameworks.pytorch.data import DataServiceClient
 from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
 from steps.train.frameworks.pytorch.local_decode import LocalDecoder, spare_workers
-from steps.train.frameworks.pytorch.step import TrainStep, bare, isolated_costs, validate
+from steps.train.frameworks.pytorch.step import TrainStep, bare, isolated_costs, resolve_precision, validate
 from steps.train.workload import Workload
 
 
@@ -96,6 +97,8 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         "pytorch",
         how="torch.cuda.is_available() is false",
     )
+    precision = resolve_precision(cfg.precision, device)
+    print(precision_line(cluster.current_host, cfg.precision, precision, device.type), flush=True)
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(available_cpus())
     classes = read_classes(cluster.channel("manifest"))
@@ -119,7 +122,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         if resumed is not None:
             progress = Progress.resume(*resumed, cluster, model, optimizer, checkpoints.folder)
         if cluster.heterogeneous:
-            source = _hybrid_source(cfg, cluster, workload, model, device, progress)
+            source = _hybrid_source(cfg, cluster, workload, model, device, progress, precision)
         else:
             source = LocalSource(cfg, cluster, workload, pinned=device.type == "cuda")
             source.resume(progress.epoch, progress.consumed)
@@ -128,13 +131,13 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         train_epochs(cfg, workload, model, source, device, optimizer=optimizer, progress=progress, checkpoints=checkpoints)
         stats, corrupt = progress.stats, progress.corrupt
         validation = _validation_shards(cluster) if cluster.rank == 0 else []
-        accuracy = _validate(cfg, cluster, workload, model, device, validation) if cluster.rank == 0 else None
+        accuracy = _validate(cfg, cluster, workload, model, device, validation, precision) if cluster.rank == 0 else None
         summary = _gather(stats.summary(), len(corrupt))
         measured = source.measurements()
         local = [m for m in _all_objects(measured.pop("local_decode", None)) if m]
         files = {}
         if cluster.rank == 0:
-            costs = _isolated_costs(cfg, cluster, workload, model, device, validation)
+            costs = _isolated_costs(cfg, cluster, workload, model, device, validation, precision)
             files = _write_outputs(
                 cfg,
                 cluster,
@@ -148,6 +151,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
                 checkpoints={"saved": checkpoints.saves, "seconds": round(checkpoints.seconds, 3)},
                 local_decode=local,
                 gpus=gpus,
+                precision=precision_document(cfg.precision, precision),
                 **measured,
             )
         source.close("completed", files=files)  # every data host keeps a copy of the results
@@ -172,6 +176,7 @@ class Progress:
     iteration: int = 0  # steps trained in the current epoch: DistributedDataParallel's lockstep count
     resumes: int = 0
     in_step: bool = False
+    scaler: dict | None = None  # the fp16 loss scaler's state a checkpoint held, for the step to resume with
 
     @property
     def epoch(self) -> int:
@@ -205,6 +210,7 @@ class Progress:
         ledger = Ledger.from_state(mine["ledger"])
         consumed = np.unique(np.concatenate([np.asarray(p["ledger"]["ids"], dtype=np.int64) for p in parts]))
         progress = cls(stats, list(mine["corrupt"]), ledger, list(mine["budget_seen"]), consumed, tag[1], first["resumes"] + 1)
+        progress.scaler = first.get("scaler")
         print(
             f"[checkpoint] resuming from {folder}: epoch {tag[0]}, iteration {tag[1]} of it, step {stats.steps}, "
             f"{consumed.size} sample(s) of the epoch already consumed by {len(parts)} trainer(s) (resume {progress.resumes})",
@@ -212,8 +218,9 @@ class Progress:
         )
         return progress
 
-    def part(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, first: bool) -> dict:
-        """This trainer's part of a checkpoint; the first trainer's also holds the model and optimizer."""
+    def part(self, step: TrainStep, *, first: bool) -> dict:
+        """This trainer's part of a checkpoint; the first trainer's also holds the model and optimizer (and with fp16
+        the loss scaler: a resumed run starts from the scale it had found, not from the first step's guess)."""
         part = {
             "stats": self.stats.state(),
             "corrupt": self.corrupt,
@@ -223,7 +230,12 @@ class Progress:
             "resumes": self.resumes,
         }
         if first:
-            part.update(model=bare(model).state_dict(), optimizer=optimizer.state_dict(), warmup_steps=self.stats.warmup_steps)
+            part.update(
+                model=bare(step.model).state_dict(),
+                optimizer=step.optimizer.state_dict(),
+                warmup_steps=self.stats.warmup_steps,
+                scaler=step.scaler.state_dict() if step.scaler.is_enabled() else None,
+            )
         return part
 
     def ledger_report(self) -> dict:
@@ -235,10 +247,12 @@ class Progress:
         }
 
 
-def _hybrid_source(cfg, cluster: Cluster, workload: Workload, model, device, progress: Progress) -> DataServiceClient:
+def _hybrid_source(
+    cfg, cluster: Cluster, workload: Workload, model, device, progress: Progress, precision: str
+) -> DataServiceClient:
     """The data hosts' streams, merged with this host's own decode workers where it has vCPUs to spare
     (`steps.train.frameworks.pytorch.local_decode`); every trainer weighs the split by the same numbers."""
-    found = spare_workers(cfg, cluster, workload, model, device)
+    found = spare_workers(cfg, cluster, workload, model, device, precision)
     print(
         f"[trainer] {cluster.current_host}: {found.workers} local decode worker(s) of {found.cpus} vCPU(s), "
         f"{found.kept} kept for the training loop ({found.why})",
@@ -322,7 +336,9 @@ def train_epochs(
     world = dist.get_world_size() if dist.is_initialized() else 1
     budget = CorruptBudget(cfg.max_corrupt_share, source.samples_per_epoch // world)  # this trainer's share of an epoch
     budget.restore(progress.epoch, progress.budget_seen)
-    step = TrainStep(workload, model, optimizer, device)
+    step = TrainStep(workload, model, optimizer, device, resolve_precision(cfg.precision, device))
+    if progress.scaler is not None and step.scaler.is_enabled():
+        step.scaler.load_state_dict(progress.scaler)
     TERMINATE.armed = True
     try:
         if cfg.max_steps and progress.stats.steps >= cfg.max_steps:
@@ -335,7 +351,7 @@ def train_epochs(
                 break
             progress.ledger.close_epoch(epoch, _all_ids(progress.ledger.ids))
             progress.budget_seen, progress.iteration = [], 0
-            _checkpoint(checkpoints, progress, model, optimizer, "end of epoch", end_of_epoch=True)
+            _checkpoint(checkpoints, progress, step, "end of epoch", end_of_epoch=True)
             if TERMINATE.requested:
                 raise _interrupted(progress, checkpoints)
     except Interrupted:
@@ -345,10 +361,10 @@ def train_epochs(
         whole = world == 1 and not progress.in_step
         if TERMINATE.requested:  # the data hosts got SIGTERM too, and one said so first: still an interruption
             if whole:
-                _checkpoint(checkpoints, progress, model, optimizer, "SIGTERM", quiet_failure=True)
+                _checkpoint(checkpoints, progress, step, "SIGTERM", quiet_failure=True)
             raise _interrupted(progress, checkpoints) from exc
         if whole and not isinstance(exc, UserError):
-            _checkpoint(checkpoints, progress, model, optimizer, f"after {type(exc).__name__}", quiet_failure=True)
+            _checkpoint(checkpoints, progress, step, f"after {type(exc).__name__}", quiet_failure=True)
         raise
     finally:
         TERMINATE.armed = False
@@ -356,7 +372,7 @@ def train_epochs(
 
 
 def _epoch(cfg, step: TrainStep, source, progress: Progress, epoch, budget, checkpoints) -> bool:
-    stats, model, optimizer = progress.stats, step.model, step.optimizer
+    stats = progress.stats
     last = time.perf_counter()
     for batch in source.batches(epoch):
         ready = time.perf_counter()
@@ -383,7 +399,7 @@ def _epoch(cfg, step: TrainStep, source, progress: Progress, epoch, budget, chec
             print(stats.last_step_line(epoch=epoch, loss=loss_value), flush=True)
         sigterm = TERMINATE.requested and checkpoints.world == 1  # with several trainers only at points they all reach
         if sigterm or checkpoints.due(progress.iteration, stats.steps):
-            _checkpoint(checkpoints, progress, model, optimizer, "SIGTERM" if sigterm else "interval")
+            _checkpoint(checkpoints, progress, step, "SIGTERM" if sigterm else "interval")
             done = time.perf_counter()  # saving is not waiting for data: the next step's wait starts now
         if TERMINATE.requested:
             raise _interrupted(progress, checkpoints)
@@ -396,8 +412,7 @@ def _epoch(cfg, step: TrainStep, source, progress: Progress, epoch, budget, chec
 def _checkpoint(
     checkpoints: Checkpoints,
     progress: Progress,
-    model,
-    optimizer,
+    step: TrainStep,
     why: str,
     *,
     end_of_epoch: bool = False,
@@ -409,7 +424,7 @@ def _checkpoint(
     try:
         path = checkpoints.save(
             progress.tag,
-            progress.part(model, optimizer, first=checkpoints.writer),
+            progress.part(step, first=checkpoints.writer),
             steps=progress.stats.steps,
             end_of_epoch=end_of_epoch,
         )
@@ -461,19 +476,29 @@ def _validation_shards(cluster) -> list:
     return list_shards(channel) if channel else []
 
 
-def _validate(cfg, cluster, workload, model, device, shards: list) -> float | None:
+def _validate(cfg, cluster, workload, model, device, shards: list, precision: str) -> float | None:
     if not shards:
         print(f"[trainer] {cluster.current_host}: no validation shards; accuracy not measured", flush=True)
         return None
-    accuracy, total = validate(workload, model, device, shards, batch_size=cfg.batch_size, num_workers=min(2, available_cpus()))
+    accuracy, total = validate(
+        workload, model, device, shards, batch_size=cfg.batch_size, num_workers=min(2, available_cpus()), precision=precision
+    )
     print(metric_line(accuracy=accuracy or 0.0, validation_samples=total), flush=True)
     return accuracy
 
 
-def _isolated_costs(cfg, cluster, workload, model, device, shards: list) -> dict | None:
+def _isolated_costs(cfg, cluster, workload, model, device, shards: list, precision: str) -> dict | None:
     """Decode alone and the step alone on this host (`steps.train.frameworks.pytorch.step.isolated_costs`), on the
     validation shards."""
-    costs = isolated_costs(workload, bare(model), device, shards, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate)
+    costs = isolated_costs(
+        workload,
+        bare(model),
+        device,
+        shards,
+        batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate,
+        precision=precision,
+    )
     if costs:
         print(cost_line(cluster.current_host, costs), flush=True)
     return costs

@@ -208,7 +208,7 @@ def _kept_cpus(cfg: TrainConfig, shards: list, classes: int, workers: int) -> tu
     import torch
 
     from steps.train.core.spare_cpus import kept_for_loop, sample_pixels
-    from steps.train.frameworks.pytorch.step import loop_cpus
+    from steps.train.frameworks.pytorch.step import loop_cpus, resolve_precision
     from steps.train.workload import load_workload
 
     def measure() -> float:
@@ -221,6 +221,7 @@ def _kept_cpus(cfg: TrainConfig, shards: list, classes: int, workers: int) -> tu
             sample_pixels(workload, shards),
             cfg.batch_size,
             cfg.learning_rate,
+            precision=resolve_precision(cfg.precision, device),
         )
 
     kept, why, _ = kept_for_loop(cfg.trainer_cpus, _per_trainer_host("CPU"), measure)
@@ -317,6 +318,7 @@ def _metrics(
         isolated_costs=report["isolated_costs"],
         local_decode=local,
         gpus=gpus,
+        precision=report["precision"],
         sample_ledger={"epochs": report["ledger"], "resumes": report["resumes"], "partial_epoch": None},
         **arrived(data_hosts, 0, 0),
     )  # Ray moves blocks through its object store: no bytes measured

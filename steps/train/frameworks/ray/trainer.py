@@ -9,7 +9,7 @@ it, as on the other paths.
 
 The loop runs in one Ray Train worker per trainer host (the hosts'
 `steps.train.frameworks.ray.node.TRAINER_RESOURCE`): the same train step and validation
-(`steps.train.frameworks.pytorch.step`), per-step timing and sample-id ledger as
+(`steps.train.frameworks.pytorch.step`, in the precision the worker's device resolves), per-step timing and sample-id ledger as
 `steps.train.frameworks.pytorch.trainer`, DistributedDataParallel with
 `Join` (each worker's share of an epoch is whatever it pulled, not an
 equal count: Ray Train's default split drops rows to make counts equal,
@@ -129,13 +129,16 @@ def train_loop(config: dict) -> None:
     from steps.train.core.config import TrainConfig
     from steps.train.core.ledger import Ledger
     from steps.train.core.metrics import StepStats
-    from steps.train.frameworks.pytorch.step import TrainStep, isolated_costs, validate
+    from steps.train.core.precision import precision_document, precision_line
+    from steps.train.frameworks.pytorch.step import TrainStep, isolated_costs, resolve_precision, validate
 
     cfg = TrainConfig(**config["cfg"])
     workload = _workload(cfg.workload, cfg.workload_options)
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    precision = resolve_precision(cfg.precision, device)
+    print(precision_line(f"Ray Train worker {rank}", cfg.precision, precision, device.type), flush=True)
     torch.manual_seed(cfg.seed)
     saved = _resumed(config.get("resume"), world)
     net = workload.build_model(config["classes"])
@@ -161,7 +164,9 @@ def train_loop(config: dict) -> None:
                 f"{resumes}); an interrupted epoch is redone whole",
                 flush=True,
             )
-    step = TrainStep(workload, model, optimizer, device)
+    step = TrainStep(workload, model, optimizer, device, precision)
+    if saved and saved.get("scaler") is not None and step.scaler.is_enabled():
+        step.scaler.load_state_dict(saved["scaler"])
     stopped = False
     done = bool(cfg.max_steps and stats.steps >= cfg.max_steps)  # a resumed run that had reached max_steps
     for epoch in range(start, start if done else cfg.epochs):
@@ -193,7 +198,7 @@ def train_loop(config: dict) -> None:
         ledger.close_epoch(epoch, np.concatenate(everyone))
         if stopped:
             break
-        _checkpoint(config["results"], rank, world, net, optimizer, epoch + 1, stats, corrupt, ledger, resumes)
+        _checkpoint(config["results"], rank, world, net, step, epoch + 1, stats, corrupt, ledger, resumes)
     summaries = _all_objects({"summary": stats.summary(), "corrupt": corrupt, "sources": sources}, world)
     report = {}
     if rank == 0:
@@ -202,9 +207,18 @@ def train_loop(config: dict) -> None:
             "ranks": summaries,
             "ledger": ledger.epochs,
             "resumes": resumes,
-            "accuracy": validate(workload, net, device, validation, batch_size=cfg.batch_size, num_workers=0)[0],
+            "precision": precision_document(cfg.precision, precision),
+            "accuracy": validate(
+                workload, net, device, validation, batch_size=cfg.batch_size, num_workers=0, precision=precision
+            )[0],
             "isolated_costs": isolated_costs(
-                workload, net, device, validation, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate
+                workload,
+                net,
+                device,
+                validation,
+                batch_size=cfg.batch_size,
+                learning_rate=cfg.learning_rate,
+                precision=precision,
             )
             if validation
             else None,
@@ -216,8 +230,9 @@ def train_loop(config: dict) -> None:
         dist.barrier()
 
 
-def _checkpoint(results: str, rank: int, world: int, net, optimizer, epoch: int, stats, corrupt, ledger, resumes: int) -> None:
-    """At an epoch's end: every worker's run so far, with rank 0's model and optimizer, to the results actor, which
+def _checkpoint(results: str, rank: int, world: int, net, step, epoch: int, stats, corrupt, ledger, resumes: int) -> None:
+    """At an epoch's end: every worker's run so far, with rank 0's model, optimizer and (fp16) loss scaler, to the
+    results actor, which
     writes it into the head's checkpoint folder before the next epoch starts. ``epoch``: the next one to run."""
     import ray
     import torch
@@ -231,7 +246,8 @@ def _checkpoint(results: str, rank: int, world: int, net, optimizer, epoch: int,
                 "epoch": epoch,
                 "world": world,
                 "model": net.state_dict(),
-                "optimizer": optimizer.state_dict(),
+                "optimizer": step.optimizer.state_dict(),
+                "scaler": step.scaler.state_dict() if step.scaler.is_enabled() else None,
                 "ranks": ranks,
                 "ledger": ledger.epochs,
                 "resumes": resumes,

@@ -34,7 +34,7 @@ def tf_isolated_costs(
     """The same document as `steps.train.frameworks.pytorch.step.isolated_costs`; None without validation files."""
     if not files:
         return None
-    from steps.train.frameworks.tensorflow.step import distribute, make_train_step
+    from steps.train.frameworks.tensorflow.step import distribute, make_train_step, step_optimizer
 
     cached = (
         training_dataset(files, workload, batch_size=cfg.batch_size, seed=cfg.seed, epoch=0).repeat().take(batches + 1).cache()
@@ -53,7 +53,7 @@ def tf_isolated_costs(
             print(f"[trainer] step cost not measured: the model cannot be cloned ({exc})", flush=True)
             return None
         clone.set_weights(model.get_weights())
-        optimizer = workload.keras_optimizer(cfg.learning_rate)
+        optimizer = step_optimizer(workload, cfg.learning_rate)
     train_step = make_train_step(workload, clone, optimizer, strategy)
     step_s = []
     for batch in distribute(strategy, cached):  # from the cache: data resident

@@ -70,13 +70,13 @@ def tf_loop_cpus(
     from steps.train.core.cluster import available_cpus
     from steps.train.core.spare_cpus import PROBE_STEPS
     from steps.train.frameworks.tensorflow.dataset import training_dataset
-    from steps.train.frameworks.tensorflow.step import distribute, make_train_step
+    from steps.train.frameworks.tensorflow.step import distribute, make_train_step, step_optimizer
 
     batch = training_dataset(files, workload, batch_size=cfg.batch_size, seed=cfg.seed, epoch=0).take(1).cache()
     with strategy.scope():
         clone = tf.keras.models.clone_model(model)
         clone.set_weights(model.get_weights())
-        optimizer = workload.keras_optimizer(cfg.learning_rate)
+        optimizer = step_optimizer(workload, cfg.learning_rate)
     train_step = make_train_step(workload, clone, optimizer, strategy)
     batches = iter(distribute(strategy, batch.repeat()))
     for _ in range(2):

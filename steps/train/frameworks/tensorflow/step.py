@@ -1,5 +1,11 @@
 """The one TensorFlow training step: the trainer trains with it, and the cost probe and the hybrid-decode sizing measure
-it, so what is measured is what is trained."""
+it, so what is measured is what is trained.
+
+Precision (`steps.train.core.precision`) is Keras' global mixed-precision policy, set by `set_precision` before the
+model is built: its layers then compute in bfloat16 or float16 and keep float32 weights. The step casts the model's
+output to float32 before the loss (Keras' guidance puts a float32 last layer there; a cast here does it for any
+workload's model), and with float16 the optimizer (`step_optimizer`) scales the loss.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,35 @@ import tensorflow as tf
 if TYPE_CHECKING:
     import keras
 
+from steps.train.core.precision import choose
 from steps.train.workload import Workload
+
+# Keras runs both mixed policies on a CPU too (checked with TensorFlow 2.21, Keras 3.15), so fp16 is allowed on a CPU
+# host; only auto never picks it there
+POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+BF16_COMPUTE_CAPABILITY = (8, 0)  # Ampere: the first NVIDIA GPUs with bfloat16 tensor cores
+
+
+def resolve_tf_precision(requested: str) -> str:
+    """The precision this host trains in (`steps.train.core.precision.choose`): bf16 on a GPU of compute capability
+    8.0 or more."""
+    gpus = tf.config.list_physical_devices("GPU")
+    capability = tf.config.experimental.get_device_details(gpus[0]).get("compute_capability") if gpus else None
+    return choose(requested, gpu=bool(gpus), gpu_bf16=bool(capability) and tuple(capability) >= BF16_COMPUTE_CAPABILITY)
+
+
+def set_precision(precision: str) -> None:
+    """Keras' global policy for ``precision`` (resolved); the models built after it follow it."""
+    tf.keras.mixed_precision.set_global_policy(POLICIES[precision])
+
+
+def step_optimizer(workload: Workload, learning_rate: float) -> keras.optimizers.Optimizer:
+    """The workload's optimizer; under float16, wrapped to scale the loss (float16's range loses small gradients
+    otherwise; a step whose gradients overflowed is skipped). Built in the strategy's scope, as the model."""
+    optimizer = workload.keras_optimizer(learning_rate)
+    if tf.keras.mixed_precision.global_policy().compute_dtype == "float16":
+        return tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+    return optimizer
 
 
 def device_strategy() -> tf.distribute.Strategy:
@@ -32,9 +66,11 @@ def make_train_step(
 
     def replica_step(pixels, labels):
         with tf.GradientTape() as tape:
-            per_sample = loss_fn(labels, model(workload.tf_normalize(pixels), training=True))
+            logits = tf.cast(model(workload.tf_normalize(pixels), training=True), tf.float32)
+            per_sample = loss_fn(labels, logits)
             loss = tf.nn.compute_average_loss(per_sample)  # over the whole step's batch, all replicas
-        grads = tape.gradient(loss, model.trainable_variables)
+            scaled = optimizer.scale_loss(loss)  # the loss itself unless a LossScaleOptimizer scales it
+        grads = tape.gradient(scaled, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 

@@ -28,6 +28,7 @@ from steps.train.core.gpus import gpu_use, require_usable_gpus
 from steps.train.core.manifest import read_classes
 from steps.train.core.metrics import StepStats, metric_line, training_metrics
 from steps.train.core.outputs import write_outputs
+from steps.train.core.precision import precision_document, precision_line
 from steps.train.core.terminate import TERMINATE
 from steps.train.dataplane.meter import arrived
 from steps.train.dataplane.watch import failure_reason
@@ -37,7 +38,14 @@ from steps.train.frameworks.tensorflow.data import TfDataService
 from steps.train.frameworks.tensorflow.dataset import SERVE_PATTERN, TAKE_FILE, sample_ids, training_dataset, validation_dataset
 from steps.train.frameworks.tensorflow.errors import DuplicateSamples
 from steps.train.frameworks.tensorflow.local_decode import LocalWorker, tf_spare_workers
-from steps.train.frameworks.tensorflow.step import device_strategy, distribute, make_train_step
+from steps.train.frameworks.tensorflow.step import (
+    device_strategy,
+    distribute,
+    make_train_step,
+    resolve_tf_precision,
+    set_precision,
+    step_optimizer,
+)
 from steps.train.workload import Workload
 
 if TYPE_CHECKING:
@@ -122,6 +130,10 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         "tensorflow",
         how='tf.config.list_physical_devices("GPU") is empty',
     )
+    precision = resolve_tf_precision(cfg.precision)
+    set_precision(precision)  # before any model is built
+    device = "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
+    print(precision_line(cluster.current_host, cfg.precision, precision, device), flush=True)
     tf.keras.utils.set_random_seed(cfg.seed)
     # TensorFlow sizes its pools by the machine's cores, not this process's CPU set
     tf.config.threading.set_intra_op_parallelism_threads(available_cpus())
@@ -133,7 +145,7 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
         gpus = len(tf.config.list_logical_devices("GPU"))
         with strategy.scope():
             model = workload.build_keras_model(len(classes))
-            optimizer = workload.keras_optimizer(cfg.learning_rate)
+            optimizer = step_optimizer(workload, cfg.learning_rate)
         if cluster.heterogeneous:
             spare = tf_spare_workers(cfg, cluster, workload, model, strategy)
             print(
@@ -165,6 +177,7 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
             isolated_costs=costs,
             resumes=checkpoints.resumes,
             gpus=gpu_use(gpus, gpus, "tensorflow"),  # MirroredStrategy: every GPU
+            precision=precision_document(cfg.precision, precision),
             **source.measurements(summary["seen"], stats.bytes_per_sample),
         )
         files = write_outputs(cluster, metrics, lambda folder: model.save(folder / "model.keras"))
