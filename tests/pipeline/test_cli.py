@@ -28,6 +28,7 @@ def run_cli(capsys, *argv) -> tuple[int, str]:
         (["--epochs", "0"], r"Epochs=0 must be >= 1"),
         (["--epochs", "two"], r"Epochs='two' is not an int"),
         (["--param", "DataDistribution=Striped"], r"allowed values are ShardedByS3Key, FullyReplicated"),
+        (["--precision", "fp8"], r"Precision='fp8': allowed values are auto, fp32, bf16, fp16"),
         (["--param", "NoSuchThing=1"], r"unknown parameter 'NoSuchThing'"),
         (["--param", "Epochs"], r"write Name=Value"),
         (["--shard-size-mb", "500"], r"ShardSizeMB=500.0 must be between 1 and 128"),

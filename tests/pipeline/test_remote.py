@@ -169,6 +169,7 @@ def endpoint(aws_env, monkeypatch):
         ("ShardSizeMB=500", r"ShardSizeMB=500.0 must be between 1 and 128"),
         ("DataDistribution=Striped", r"DataDistribution='Striped': allowed values are ShardedByS3Key, FullyReplicated"),
         ("InputMode=file", r"InputMode='file': allowed values are File, FastFile"),
+        ("Precision=half", r"Precision='half': allowed values are auto, fp32, bf16, fp16"),
         ("RunBaseline=maybe", r"RunBaseline='maybe' is not a bool"),
         ("WorkloadOptions=[1]", r"WorkloadOptions='\[1\]' must be a JSON object"),
         ("Epochs", r"--param 'Epochs': write Name=Value"),

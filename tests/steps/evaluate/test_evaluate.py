@@ -71,9 +71,11 @@ def test_output_schema():
         "bottleneck",
         "billing",
         "gpus",
+        "precision",
     }
     assert run["billing"] is None  # no BillableTimeInSeconds given: priced on demand
     assert run["gpus"] is None  # metrics.json from before gpus were recorded
+    assert run["precision"] is None  # nor precision
     assert run["bottleneck"]["label"] == "input-bound"  # waited 5% on data hosts busy 93%
     assert run["instance_groups"][0] == {
         "name": "data_group",

@@ -10,6 +10,7 @@ from steps.evaluate.prices import load_prices
 from steps.evaluate.report import report_html
 from steps.evaluate.store import open_store
 from steps.train.core.gpus import gpu_use
+from steps.train.core.precision import precision_document
 from tests.support.metrics import input_bound_run, metrics, write_json
 
 SERIES = {"window_steps": 2, "step_time_s": [0.4, 0.1, 0.1], "data_wait_s": [0.3, 0.0, 0.0]}
@@ -75,3 +76,10 @@ def test_evaluate_writes_the_report_beside_the_json_and_into_the_store(tmp_path)
     page = (tmp_path / "out" / "report.html").read_text()
     assert page == (tmp_path / "store" / "e9" / "report.html").read_text()
     assert "The planner&#x27;s frontier" in page
+
+
+def test_each_runs_precision_is_in_the_table():
+    hetero = input_bound_run(precision=precision_document("auto", "fp32"))
+    doc = ev.price_performance(hetero, metrics(precision=precision_document("bf16", "bf16")), load_prices())
+    page = report_html(execution_id="e1", price_performance=doc, plan=None, heterogeneous=hetero, baseline=None, history=[])
+    assert "<tr><th>precision</th><td>bf16</td><td>fp32 (auto)</td></tr>" in page  # baseline, heterogeneous

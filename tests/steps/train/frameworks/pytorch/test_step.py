@@ -9,7 +9,7 @@ import torch
 from steps.shard.format import write_shard
 from steps.train.core.config import TrainConfig
 from steps.train.frameworks.pytorch.dataset import Batch
-from steps.train.frameworks.pytorch.step import TrainStep, isolated_costs, loop_cpus, validate
+from steps.train.frameworks.pytorch.step import TrainStep, isolated_costs, loop_cpus, resolve_precision, validate
 from steps.train.frameworks.pytorch.trainer import train_epochs
 from tests.fixtures.tiny_workload import Tiny
 
@@ -30,9 +30,11 @@ class Parity(torch.nn.Module):
         super().__init__()
         self.scale = torch.nn.Parameter(torch.ones(()))
         self.calls: list[tuple[bool, bool]] = []
+        self.autocast: list[torch.dtype | None] = []
 
     def forward(self, x):
         self.calls.append((torch.is_grad_enabled(), self.training))
+        self.autocast.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
         odd = (x[:, 0, 0, 0] * 255).round().remainder(2)
         return torch.stack([1 - odd, odd], dim=1) * self.scale
 
@@ -68,6 +70,37 @@ def test_one_step_changes_the_weights_and_returns_the_loss_before_it():
     assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_one_step_in_each_precision_trains_on_the_cpu(precision):
+    """fp16 included: torch's CPU autocast runs float16, so it is allowed on a CPU host (auto never picks it there)."""
+    workload = Plain({"hidden": 4})
+    torch.manual_seed(0)
+    model = workload.build_model(2)
+    (batch,) = _batches(1)
+    before = [p.detach().clone() for p in model.parameters()]
+    step = TrainStep(workload, model, workload.optimizer(model.parameters(), 0.1), CPU, resolve_precision(precision, CPU))
+    seen = []
+    model.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    loss = step(batch.pixels, batch.labels)
+    assert step.precision == precision and step.scaler.is_enabled() == (precision == "fp16")
+    assert seen == [{"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]]
+    assert np.isfinite(loss)
+    assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # autocast computes in half, the weights stay fp32
+
+
+def test_auto_trains_in_fp32_on_the_cpu():
+    assert resolve_precision("auto", CPU) == "fp32"
+
+
+def test_validate_runs_the_forward_in_the_precision_it_trained_in(tmp_path):
+    shard = _shard(tmp_path / "validation-00000.tar", 8)
+    model = Parity()
+    validate(Plain({}), model, CPU, [shard], batch_size=8, num_workers=1, precision="bf16")
+    validate(Plain({}), model, CPU, [shard], batch_size=8, num_workers=1)
+    assert model.autocast == [torch.bfloat16, None]
+
+
 def test_building_the_step_puts_the_model_in_training_mode():
     workload = Plain({})
     model = workload.build_model(2).eval()
@@ -100,16 +133,17 @@ class _Source:
         yield from self._batches
 
 
-def test_the_probes_copy_trains_exactly_as_the_trainers_loop():
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_probes_copy_trains_exactly_as_the_trainers_loop(precision):
     """The cost probe and the hybrid-decode sizing measure `TrainStep.on_copy`: from the same weights, on the same
-    batches, it must end where the trainer's loop ends, or the probes would measure another step."""
+    batches, in the same precision, it must end where the trainer's loop ends, or the probes would measure another step."""
     workload = Plain({"hidden": 4})
     torch.manual_seed(0)
     model = workload.build_model(2)
     batches = _batches(3)
-    cfg = TrainConfig(epochs=1, batch_size=4, learning_rate=0.05)
+    cfg = TrainConfig(epochs=1, batch_size=4, learning_rate=0.05, precision=precision)
     initial = [p.detach().clone() for p in model.parameters()]
-    probe = TrainStep.on_copy(workload, model, CPU, cfg.learning_rate)
+    probe = TrainStep.on_copy(workload, model, CPU, cfg.learning_rate, precision)
     for batch in batches:
         probe(batch.pixels, batch.labels)
     assert all(torch.equal(a, b) for a, b in zip(initial, model.parameters()))  # the probe trained its copy only

@@ -136,3 +136,21 @@ def test_a_data_host_that_reports_its_own_sigterm_first_still_ends_as_an_interru
         _run(cfg, tmp_path, _Source(on_batch=everyone_gets_sigterm))
     assert "checkpoint at epoch 0, iteration 4 (step 4)" in interrupted.value.message
     assert Checkpoints(tmp_path).load()[1][0]["ledger"]["ids"].size == 4 * 4
+
+
+def test_an_fp16_run_keeps_its_loss_scale_in_the_checkpoint_and_resumes_with_it(tmp_path):
+    cfg = TrainConfig(epochs=1, batch_size=4, warmup_steps=0, max_corrupt_share=0.5, log_every=1000, precision="fp16")
+    _run(cfg, tmp_path, _Source())
+    end = tmp_path / "trainer-0.end.pt"
+    document = torch.load(end, weights_only=False)
+    assert document["scaler"]["scale"] > 0
+    document["scaler"]["scale"] = 1024.0  # what a run that had backed off its scale would have saved
+    torch.save(document, end)
+    _run(TrainConfig(**{**cfg.as_dict(), "epochs": 2}), tmp_path, _Source())
+    assert torch.load(end, weights_only=False)["scaler"]["scale"] == 1024.0  # resumed with it (no growth in 12 steps)
+
+
+def test_a_run_without_fp16_saves_no_loss_scale(tmp_path):
+    cfg = TrainConfig(epochs=1, batch_size=4, warmup_steps=0, max_corrupt_share=0.5, log_every=1000, precision="bf16")
+    _run(cfg, tmp_path, _Source())
+    assert torch.load(tmp_path / "trainer-0.end.pt", weights_only=False)["scaler"] is None

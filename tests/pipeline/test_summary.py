@@ -1,0 +1,13 @@
+"""The table `hetero run` ends with."""
+
+from pipeline.summary import render
+from steps.evaluate import evaluate as ev
+from steps.evaluate.prices import load_prices
+from steps.train.core.precision import precision_document
+from tests.support.metrics import input_bound_run, metrics
+
+
+def test_the_table_says_each_runs_precision_and_dashes_a_run_that_did_not_record_it():
+    doc = ev.price_performance(input_bound_run(precision=precision_document("auto", "fp32")), metrics(), load_prices())
+    (row,) = [line for line in render(doc).splitlines() if line.startswith("precision")]
+    assert row.split() == ["precision", "-", "fp32", "(auto)"]  # baseline, heterogeneous
