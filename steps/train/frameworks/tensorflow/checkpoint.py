@@ -44,7 +44,8 @@ class TfCheckpoints:
             shutil.rmtree(target)
         target.mkdir(parents=True)
         tf.train.Checkpoint(model=model, optimizer=optimizer).write(str(target / "variables"))
-        write_json_atomic(self.folder / POINTER, {"version": VERSION, "variables": f"{name}/variables", **state})
+        pointer = {"version": VERSION, "variables": f"{name}/variables", "loss_scaled": _loss_scaled(optimizer), **state}
+        write_json_atomic(self.folder / POINTER, pointer)
         for old in self.folder.glob("tf-epoch-*"):
             if old.name != name:
                 shutil.rmtree(old, ignore_errors=True)
@@ -62,9 +63,12 @@ class TfCheckpoints:
             state = json.loads(pointer.read_text())
             if state.get("version") != VERSION:
                 raise ValueError(f"version {state.get('version')!r}, not {VERSION}")
+            _check_loss_scaling(pointer, state.get("loss_scaled", False), _loss_scaled(optimizer))
             tf.train.Checkpoint(model=model, optimizer=optimizer).read(
                 str(self.folder / state["variables"])
             ).assert_existing_objects_matched()
+        except UserError:
+            raise
         except Exception as exc:  # noqa: BLE001 - a torn, foreign or mismatched checkpoint: say which and what to do
             raise UserError(
                 f"checkpoint {pointer} cannot be restored ({type(exc).__name__}: {str(exc)[:300]}); delete the "
@@ -73,3 +77,20 @@ class TfCheckpoints:
             ) from None
         self.saved_epoch = state["epoch"]  # the checkpoint an interruption before the next save falls back to
         return state
+
+
+def _loss_scaled(optimizer: keras.optimizers.Optimizer) -> bool:
+    import tensorflow as tf
+
+    return isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+
+
+def _check_loss_scaling(pointer: Path, saved: bool, now: bool) -> None:
+    """fp16's optimizer is a LossScaleOptimizer, whose variables do not restore into a plain one or back."""
+    if saved != now:
+        was, fix = ("fp16", "Precision=fp16") if saved else ("fp32 or bf16", "Precision=fp32 or bf16")
+        raise UserError(
+            f"checkpoint {pointer} was written in {was} and this run trains in {'fp16' if now else 'fp32 or bf16'}: resume "
+            f"with {fix}, or delete the checkpoint folder (and its copy under CheckpointConfig.S3Uri) to start from scratch",
+            headline="checkpoint does not fit",
+        )

@@ -7,6 +7,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from steps.common.errors import UserError  # noqa: E402
 from steps.train.frameworks.tensorflow.checkpoint import TfCheckpoints  # noqa: E402
 from steps.train.frameworks.tensorflow.step import (  # noqa: E402
     make_train_step,
@@ -74,3 +75,16 @@ def test_an_fp16_checkpoint_restores_the_loss_scale(tmp_path):
     TfCheckpoints(tmp_path).load(fresh, fresh_optimizer)
     assert float(fresh_optimizer.dynamic_scale) == 512.0
     assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), fresh.get_weights()))
+
+
+@pytest.mark.parametrize("saved,now", [("fp32", "fp16"), ("fp16", "bf16")])
+def test_a_checkpoint_across_the_loss_scaling_boundary_is_refused_naming_the_precision_to_resume_with(tmp_path, saved, now):
+    workload = Dense()
+    model, optimizer = _built(workload, saved)
+    make_train_step(workload, model, optimizer, tf.distribute.get_strategy())(_batch())
+    TfCheckpoints(tmp_path).save(model, optimizer, {"epoch": 1})
+    fresh, fresh_optimizer = _built(workload, now)
+    fresh_optimizer.build(fresh.trainable_variables)
+    with pytest.raises(UserError, match="resume with Precision=") as refused:
+        TfCheckpoints(tmp_path).load(fresh, fresh_optimizer)
+    assert refused.value.headline == "checkpoint does not fit"
