@@ -1,6 +1,6 @@
 """Does the PyTorch trainer's CUDA path keep a GPU fed from the data plane? Prints one JSON object.
 
-    python bench/gpu_trainer.py [--model resnet50] [--batches 60] [--epochs 2]
+    python bench/gpu_trainer.py [--model resnet50] [--batches 60] [--epochs 2] [--precision fp32,bf16]
 
 Needs a CUDA GPU (``--device cpu --size 32 --model small_cnn`` runs it small on a CPU, to check it works
 before a GPU machine's time is spent on it: the figures mean nothing there). A sender process runs the real
@@ -10,7 +10,8 @@ pooled buffers, and the real training loop (`steps.train.frameworks.pytorch.trai
 non-blocking copies, normalisation on the GPU, event-guarded buffer reuse).
 The anchor, in the same run, is the same model stepping on one batch that is
 already on the GPU: ``fed_ratio`` = anchor step time / data-plane step time
-(1.0: the data plane costs the GPU nothing).
+(1.0: the data plane costs the GPU nothing). Both run once per ``--precision`` (the Precision parameter's values:
+the train step's autocast and loss scaling), each under ``precisions`` in the output.
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from steps.contract import PRECISIONS  # noqa: E402
 from steps.train.core.config import TrainConfig  # noqa: E402
+from steps.train.core.precision import precision_document  # noqa: E402
 from steps.train.frameworks.pytorch.data import DataServiceClient  # noqa: E402
 from steps.train.frameworks.pytorch.data_host import serve  # noqa: E402
 from steps.train.frameworks.pytorch.dataset import Batch  # noqa: E402
+from steps.train.frameworks.pytorch.step import TrainStep, resolve_precision  # noqa: E402
 from steps.train.frameworks.pytorch.trainer import train_epochs  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
@@ -59,21 +63,23 @@ def _sender(server: socket.socket, cfg: TrainConfig, batches: int, size: int) ->
     )
 
 
-def _anchor(workload, model, steps: int, size: int, device: torch.device) -> float:
+def _anchor(workload, model, steps: int, size: int, device: torch.device, precision: str) -> float:
     x = torch.randint(0, 256, (BATCH, size, size, 3), dtype=torch.uint8, device=device)
     y = torch.randint(0, CLASSES, (BATCH,), device=device)
-    optimizer = workload.optimizer(model.parameters(), 1e-3)
-    loss_fn = workload.loss().to(device)
+    step = TrainStep(workload, model, workload.optimizer(model.parameters(), 1e-3), device, precision)
     times = []
     for _ in range(steps):
         start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(workload.normalize(x)), y)
-        loss.backward()
-        optimizer.step()
-        loss.item()
+        step(x, y)  # the batch is on the device already: the copies are no-ops
         times.append(time.perf_counter() - start)
     return float(np.median(times[min(5, steps - 1) :]))
+
+
+def _precisions(value: str) -> list[str]:
+    chosen = [v.strip() for v in value.split(",") if v.strip()]
+    if not chosen or set(chosen) - set(PRECISIONS):
+        raise argparse.ArgumentTypeError(f"{value!r}: a comma-separated list of {', '.join(PRECISIONS)}")
+    return chosen
 
 
 def main() -> None:
@@ -84,15 +90,41 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224, help="image side")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--anchor-steps", type=int, default=30)
+    parser.add_argument(
+        "--precision", type=_precisions, default=["fp32", "bf16"], help="comma-separated Precision values, each run in turn"
+    )
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU (--device cpu runs it small, to check it works)")
     device = torch.device(args.device)
     torch.backends.cudnn.benchmark = True
     workload = Shapes({"model": args.model})
+    runs = {p: _run(args, workload, device, p) for p in args.precision}
+    print(
+        json.dumps(
+            {
+                "bench": "gpu_trainer",
+                "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                "torch": torch.__version__,
+                "model": args.model,
+                "batch": [BATCH, args.size, args.size, 3],
+                "precisions": runs,
+            },
+            indent=2,
+        )
+    )
+
+
+def _run(args, workload, device: torch.device, precision: str) -> dict:
+    """The data-plane run and then the anchor, in ``precision``, on a fresh model."""
+    torch.manual_seed(0)
     server = socket.create_server(("127.0.0.1", 0))
     cfg = TrainConfig(
-        epochs=args.epochs, data_port=server.getsockname()[1], warmup_steps=min(5, args.batches - 1), log_every=1000
+        epochs=args.epochs,
+        data_port=server.getsockname()[1],
+        warmup_steps=min(5, args.batches - 1),
+        log_every=1000,
+        precision=precision,
     )
     sender = mp.get_context("fork").Process(target=_sender, args=(server, cfg, args.batches, args.size), daemon=True)
     sender.start()
@@ -105,7 +137,7 @@ def main() -> None:
         stats = train_epochs(cfg, workload, model, client, device).stats
         client.close("completed")
         summary = stats.summary()
-        anchor = _anchor(workload, model, args.anchor_steps, args.size, device)
+        anchor = _anchor(workload, model, args.anchor_steps, args.size, device, resolve_precision(precision, device))
     finally:
         if client is not None:
             client.close("failed", "bench ended")
@@ -114,25 +146,16 @@ def main() -> None:
             sender.kill()
         server.close()
     step = summary["step_time_s"]["p50"]
-    print(
-        json.dumps(
-            {
-                "bench": "gpu_trainer",
-                "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-                "torch": torch.__version__,
-                "model": args.model,
-                "batch": [BATCH, args.size, args.size, 3],
-                "steps": summary["steps"],
-                "samples": summary["seen"],
-                "data_plane_step_ms_p50": round(step * 1e3, 2),
-                "anchor_step_ms_p50": round(anchor * 1e3, 2),
-                "fed_ratio": round(anchor / step, 3),
-                "data_wait_share": round(summary["data_wait_share"], 4),
-                "samples_per_s": round(BATCH / step, 1),
-            },
-            indent=2,
-        )
-    )
+    return {
+        "precision": precision_document(precision, resolve_precision(precision, device)),
+        "steps": summary["steps"],
+        "samples": summary["seen"],
+        "data_plane_step_ms_p50": round(step * 1e3, 2),
+        "anchor_step_ms_p50": round(anchor * 1e3, 2),
+        "fed_ratio": round(anchor / step, 3),
+        "data_wait_share": round(summary["data_wait_share"], 4),
+        "samples_per_s": round(BATCH / step, 1),
+    }
 
 
 if __name__ == "__main__":

@@ -40,5 +40,8 @@ def test_the_gpu_trainer_bench_runs_its_data_plane_and_loop_small_on_a_cpu(no_le
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
-    assert result["device"] == "cpu" and result["steps"] == 8 and result["samples"] == 8 * 64
-    assert result["fed_ratio"] > 0 and result["anchor_step_ms_p50"] > 0
+    assert result["device"] == "cpu" and list(result["precisions"]) == ["fp32", "bf16"]  # the default: both
+    for precision, run in result["precisions"].items():
+        assert run["precision"] == {"requested": precision, "used": precision}
+        assert run["steps"] == 8 and run["samples"] == 8 * 64
+        assert run["fed_ratio"] > 0 and run["anchor_step_ms_p50"] > 0
