@@ -41,6 +41,7 @@ def test_the_pipeline_trains_hybrid_one_data_host_one_trainer(tmp_path, tiny_ima
             "TrainerCpus": "1",
             "RunBaseline": False,
             "WorkloadOptions": '{"blur_passes": 1}',
+            "Precision": "bf16",  # autocast on the CPU: this test asserts the data accounting, not bit-identical weights
         }
     )
     lines = []
@@ -58,6 +59,8 @@ def test_the_pipeline_trains_hybrid_one_data_host_one_trainer(tmp_path, tiny_ima
     assert local["decode_cpu_s_per_sample"] > 0
     assert any("the trainers decode 1 of every" in line for line in lines)
     assert metrics["gpus"] == {"per_host": 0, "used_per_host": 0, "idle": None}  # this machine has no GPU
+    assert metrics["precision"] == {"requested": "bf16", "used": "bf16"} and metrics["config"]["precision"] == "bf16"
+    assert any(line.endswith(": precision bf16") for line in lines)  # the trainer's start line
     assert all(h.exit_code == 0 for h in job.hosts)
     assert not listeners_on(result.jobs.values())
 
