@@ -89,6 +89,10 @@ class RayNode:
             # log), and Ray Train workers' print() stays print(): its logging redirect wrote each line twice
             "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
             "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+            # ray start's SIGTERM first drains the node (for Ray Serve: up to 30 s); a head never finishes draining (its
+            # raylet waits for leases nobody returns once the job is over), so every job ended 15 s (`STOP_WAIT_S`)
+            # late, billed. The job's work is done when a node is stopped: no drain.
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
         }
 
     @property
