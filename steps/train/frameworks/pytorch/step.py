@@ -59,9 +59,9 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device.type, dtype=AUTOCAST_DTYPES[precision])
 
 
-# Channels-last where it was measured faster than NCHW for a convolutional model: on CUDA (cuDNN's tensor-core kernels
-# are NHWC; an NCHW input is transposed around every convolution) and on this project's CPUs (oneDNN: small_cnn's
-# fp32 train step 57-64 ms channels-last vs 88-90 ms NCHW, one thread, torch 2.13, docs/frameworks.md#compile).
+# Channels-last where it is faster than NCHW for a convolutional model: on CUDA (cuDNN's tensor-core kernels are NHWC;
+# an NCHW input is transposed around every convolution) and on a CPU (oneDNN: small_cnn's fp32 step 68-71 ms
+# channels-last vs 88-96 ms NCHW on one thread, torch 2.13; the command is in docs/frameworks.md#compile).
 # Other device types (mps, xpu) keep the default layout, their kernels' preference unmeasured here.
 CHANNELS_LAST_DEVICES = ("cuda", "cpu")
 
