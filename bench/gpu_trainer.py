@@ -1,6 +1,6 @@
 """Does the PyTorch trainer's CUDA path keep a GPU fed from the data plane? Prints one JSON object.
 
-    python bench/gpu_trainer.py [--model resnet50] [--batches 60] [--epochs 2] [--precision fp32,bf16]
+    python bench/gpu_trainer.py [--model resnet50] [--batches 60] [--epochs 2] [--precision fp32,bf16] [--compile off,on]
 
 Needs a CUDA GPU (``--device cpu --size 32 --model small_cnn`` runs it small on a CPU, to check it works
 before a GPU machine's time is spent on it: the figures mean nothing there). A sender process runs the real
@@ -11,7 +11,8 @@ non-blocking copies, normalisation on the GPU, event-guarded buffer reuse).
 The anchor, in the same run, is the same model stepping on one batch that is
 already on the GPU: ``fed_ratio`` = anchor step time / data-plane step time
 (1.0: the data plane costs the GPU nothing). Both run once per ``--precision`` (the Precision parameter's values:
-the train step's autocast and loss scaling), each under ``precisions`` in the output.
+the train step's autocast and loss scaling) and ``--compile`` (the Compile parameter's: the step's forward eager or
+through torch.compile, whose compilation falls in the warm-up steps), each one entry of ``runs`` in the output.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from steps.contract import PRECISIONS  # noqa: E402
+from steps.contract import COMPILES, PRECISIONS  # noqa: E402
 from steps.train.core.config import TrainConfig  # noqa: E402
 from steps.train.core.precision import precision_document  # noqa: E402
 from steps.train.frameworks.pytorch.data import DataServiceClient  # noqa: E402
 from steps.train.frameworks.pytorch.data_host import serve  # noqa: E402
 from steps.train.frameworks.pytorch.dataset import Batch  # noqa: E402
-from steps.train.frameworks.pytorch.step import TrainStep, resolve_precision  # noqa: E402
+from steps.train.frameworks.pytorch.step import TrainStep, resolve_precision, to_device  # noqa: E402
 from steps.train.frameworks.pytorch.trainer import train_epochs  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
@@ -63,10 +64,10 @@ def _sender(server: socket.socket, cfg: TrainConfig, batches: int, size: int) ->
     )
 
 
-def _anchor(workload, model, steps: int, size: int, device: torch.device, precision: str) -> float:
+def _anchor(workload, model, steps: int, size: int, device: torch.device, precision: str, compile_: str) -> float:
     x = torch.randint(0, 256, (BATCH, size, size, 3), dtype=torch.uint8, device=device)
     y = torch.randint(0, CLASSES, (BATCH,), device=device)
-    step = TrainStep(workload, model, workload.optimizer(model.parameters(), 1e-3), device, precision)
+    step = TrainStep(workload, model, workload.optimizer(model.parameters(), 1e-3), device, precision, compile_)
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -75,11 +76,14 @@ def _anchor(workload, model, steps: int, size: int, device: torch.device, precis
     return float(np.median(times[min(5, steps - 1) :]))
 
 
-def _precisions(value: str) -> list[str]:
-    chosen = [v.strip() for v in value.split(",") if v.strip()]
-    if not chosen or set(chosen) - set(PRECISIONS):
-        raise argparse.ArgumentTypeError(f"{value!r}: a comma-separated list of {', '.join(PRECISIONS)}")
-    return chosen
+def _values(allowed: tuple[str, ...]):
+    def parse(value: str) -> list[str]:
+        chosen = [v.strip() for v in value.split(",") if v.strip()]
+        if not chosen or set(chosen) - set(allowed):
+            raise argparse.ArgumentTypeError(f"{value!r}: a comma-separated list of {', '.join(allowed)}")
+        return chosen
+
+    return parse
 
 
 def main() -> None:
@@ -91,7 +95,13 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--anchor-steps", type=int, default=30)
     parser.add_argument(
-        "--precision", type=_precisions, default=["fp32", "bf16"], help="comma-separated Precision values, each run in turn"
+        "--precision",
+        type=_values(PRECISIONS),
+        default=["fp32", "bf16"],
+        help="comma-separated Precision values, each run in turn",
+    )
+    parser.add_argument(
+        "--compile", type=_values(COMPILES), default=list(COMPILES), help="comma-separated Compile values, each run in turn"
     )
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -99,7 +109,7 @@ def main() -> None:
     device = torch.device(args.device)
     torch.backends.cudnn.benchmark = True
     workload = Shapes({"model": args.model})
-    runs = {p: _run(args, workload, device, p) for p in args.precision}
+    runs = [_run(args, workload, device, p, c) for p in args.precision for c in args.compile]
     print(
         json.dumps(
             {
@@ -108,15 +118,15 @@ def main() -> None:
                 "torch": torch.__version__,
                 "model": args.model,
                 "batch": [BATCH, args.size, args.size, 3],
-                "precisions": runs,
+                "runs": runs,
             },
             indent=2,
         )
     )
 
 
-def _run(args, workload, device: torch.device, precision: str) -> dict:
-    """The data-plane run and then the anchor, in ``precision``, on a fresh model."""
+def _run(args, workload, device: torch.device, precision: str, compile_: str) -> dict:
+    """The data-plane run and then the anchor, in ``precision`` and ``compile_``, on a fresh model."""
     torch.manual_seed(0)
     server = socket.create_server(("127.0.0.1", 0))
     cfg = TrainConfig(
@@ -125,6 +135,7 @@ def _run(args, workload, device: torch.device, precision: str) -> dict:
         warmup_steps=min(5, args.batches - 1),
         log_every=1000,
         precision=precision,
+        compile=compile_,
     )
     sender = mp.get_context("fork").Process(target=_sender, args=(server, cfg, args.batches, args.size), daemon=True)
     sender.start()
@@ -133,11 +144,11 @@ def _run(args, workload, device: torch.device, precision: str) -> dict:
         client = DataServiceClient(
             cfg, me="trainer", data_hosts=("127.0.0.1",), secret=SECRET, pinned=device.type == "cuda"
         ).connect()
-        model = workload.build_model(CLASSES).to(device)
+        model = to_device(workload.build_model(CLASSES), device)
         stats = train_epochs(cfg, workload, model, client, device).stats
         client.close("completed")
         summary = stats.summary()
-        anchor = _anchor(workload, model, args.anchor_steps, args.size, device, resolve_precision(precision, device))
+        anchor = _anchor(workload, model, args.anchor_steps, args.size, device, resolve_precision(precision, device), compile_)
     finally:
         if client is not None:
             client.close("failed", "bench ended")
@@ -148,6 +159,7 @@ def _run(args, workload, device: torch.device, precision: str) -> dict:
     step = summary["step_time_s"]["p50"]
     return {
         "precision": precision_document(precision, resolve_precision(precision, device)),
+        "compile": compile_,
         "steps": summary["steps"],
         "samples": summary["seen"],
         "data_plane_step_ms_p50": round(step * 1e3, 2),

@@ -23,6 +23,7 @@ ROWS = (
     ("samples per $", lambda r: _fmt(r["samples_per_dollar"], ",.0f")),
     ("accuracy", lambda r: _fmt(r.get("accuracy"), ".1%")),
     ("precision", lambda r: precision_label(r.get("precision"))),
+    ("compile", lambda r: r.get("compile") or "-"),
     ("bottleneck", lambda r: r["bottleneck"]["label"] if r.get("bottleneck") else "-"),
 )
 

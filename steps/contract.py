@@ -56,6 +56,7 @@ DATA_GROUP, DNN_GROUP = "data_group", "dnn_group"
 SHARDED, REPLICATED = "ShardedByS3Key", "FullyReplicated"
 INPUT_MODES = ("File", "FastFile")  # what the step code reads: folders of files (Pipe would deliver FIFOs)
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # the training step's arithmetic (steps/train/core/precision.py)
+COMPILES = ("off", "on")  # the training step's forward: eager, or compiled (torch.compile, XLA for TensorFlow)
 TRAIN_ENTRY_POINT = "steps/train/launcher.py"
 SHARD_SCRIPT = "steps/shard/shard.py"
 EVALUATE_SCRIPT = "steps/evaluate/evaluate.py"
@@ -281,6 +282,17 @@ TUNABLES: tuple[Tunable, ...] = (
         choices=PRECISIONS,
         flag="precision",
         hyperparameter="precision",
+    ),
+    Tunable(
+        "Compile",
+        str,
+        COMPILES[0],
+        "Compile the training step: on: torch.compile of the model's forward (PyTorch, Ray), XLA (jit_compile) for "
+        "the forward, loss and gradients (TensorFlow); off: eager. Off by default: its gain on a GPU is not measured "
+        "yet (docs/frameworks.md#compile). metrics.json and the run summary say which.",
+        choices=COMPILES,
+        flag="compile",
+        hyperparameter="compile",
     ),
     Tunable(
         "MaxCorruptShare",

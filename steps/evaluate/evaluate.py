@@ -129,6 +129,7 @@ def run_summary(metrics: dict, prices: PriceTable, billing: dict | None = None) 
         "billing": billing,
         "gpus": metrics.get("gpus"),  # per trainer host: how many it has and used (older metrics: absent)
         "precision": metrics.get("precision"),  # requested and used (steps/train/core/precision.py; older metrics: absent)
+        "compile": metrics.get("compile"),  # the Compile parameter, off or on (older metrics: absent)
     }
 
 

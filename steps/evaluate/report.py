@@ -77,6 +77,7 @@ def _summary(doc: dict) -> str:
         ("samples per $", lambda r: f"{r['samples_per_dollar']:,.0f}"),
         ("bottleneck", lambda r: (r.get("bottleneck") or {}).get("label", "-")),
         ("precision", lambda r: precision_label(r.get("precision"))),
+        ("compile", lambda r: r.get("compile") or "-"),
     ]
     head = "".join(f"<th>{n}</th>" for n in names)
     body = "".join(

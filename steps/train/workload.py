@@ -79,13 +79,14 @@ class Workload:
         return torch.optim.AdamW(parameters, lr=learning_rate)
 
     def normalize(self, pixels: torch.Tensor) -> torch.Tensor:
-        """uint8 NHWC on the training device -> float NCHW, normalised there."""
+        """uint8 NHWC on the training device -> float NCHW, normalised there (the train step puts it in the layout the
+        model computes in: `steps.train.frameworks.pytorch.step.memory_format`)."""
         import torch
 
         x = pixels.permute(0, 3, 1, 2).float()
         mean = torch.tensor(self.mean, device=x.device).view(1, 3, 1, 1)
         std = torch.tensor(self.std, device=x.device).view(1, 3, 1, 1)
-        return x.sub_(mean).div_(std).contiguous(memory_format=torch.channels_last)
+        return x.sub_(mean).div_(std)
 
     # -- TensorFlow: the same workload for the tf.data.service path --------------------
     # tf.data.service workers run the input pipeline as a TensorFlow graph, so decoding is

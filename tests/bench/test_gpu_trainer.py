@@ -32,16 +32,25 @@ def test_the_gpu_trainer_bench_runs_its_data_plane_and_loop_small_on_a_cpu(no_le
             "2",
             "--anchor-steps",
             "3",
+            "--compile",
+            "off,on",
         ],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=420,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
-    assert result["device"] == "cpu" and list(result["precisions"]) == ["fp32", "bf16"]  # the default: both
-    for precision, run in result["precisions"].items():
-        assert run["precision"] == {"requested": precision, "used": precision}
+    runs = result["runs"]
+    assert result["device"] == "cpu"
+    assert [(r["precision"]["requested"], r["compile"]) for r in runs] == [  # the default precisions: both
+        ("fp32", "off"),
+        ("fp32", "on"),
+        ("bf16", "off"),
+        ("bf16", "on"),
+    ]
+    for run in runs:
+        assert run["precision"]["used"] == run["precision"]["requested"]
         assert run["steps"] == 8 and run["samples"] == 8 * 64
         assert run["fed_ratio"] > 0 and run["anchor_step_ms_p50"] > 0

@@ -29,6 +29,7 @@ def run_cli(capsys, *argv) -> tuple[int, str]:
         (["--epochs", "two"], r"Epochs='two' is not an int"),
         (["--param", "DataDistribution=Striped"], r"allowed values are ShardedByS3Key, FullyReplicated"),
         (["--precision", "fp8"], r"Precision='fp8': allowed values are auto, fp32, bf16, fp16"),
+        (["--compile", "max"], r"Compile='max': allowed values are off, on"),
         (["--param", "NoSuchThing=1"], r"unknown parameter 'NoSuchThing'"),
         (["--param", "Epochs"], r"write Name=Value"),
         (["--shard-size-mb", "500"], r"ShardSizeMB=500.0 must be between 1 and 128"),

@@ -170,6 +170,7 @@ def endpoint(aws_env, monkeypatch):
         ("DataDistribution=Striped", r"DataDistribution='Striped': allowed values are ShardedByS3Key, FullyReplicated"),
         ("InputMode=file", r"InputMode='file': allowed values are File, FastFile"),
         ("Precision=half", r"Precision='half': allowed values are auto, fp32, bf16, fp16"),
+        ("Compile=true", r"Compile='true': allowed values are off, on"),
         ("RunBaseline=maybe", r"RunBaseline='maybe' is not a bool"),
         ("WorkloadOptions=[1]", r"WorkloadOptions='\[1\]' must be a JSON object"),
         ("Epochs", r"--param 'Epochs': write Name=Value"),

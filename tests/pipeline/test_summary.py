@@ -11,3 +11,15 @@ def test_the_table_says_each_runs_precision_and_dashes_a_run_that_did_not_record
     doc = ev.price_performance(input_bound_run(precision=precision_document("auto", "fp32")), metrics(), load_prices())
     (row,) = [line for line in render(doc).splitlines() if line.startswith("precision")]
     assert row.split() == ["precision", "-", "fp32", "(auto)"]  # baseline, heterogeneous
+
+
+def test_the_table_says_whether_each_run_compiled_its_step():
+    doc = ev.price_performance(input_bound_run(compile="on"), metrics(compile="off"), load_prices())
+    (row,) = [line for line in render(doc).splitlines() if line.startswith("compile")]
+    assert row.split() == ["compile", "off", "on"]  # baseline, heterogeneous
+    (row,) = [
+        line
+        for line in render(ev.price_performance(input_bound_run(), None, load_prices())).splitlines()
+        if line.startswith("compile")
+    ]
+    assert row.split() == ["compile", "-"]  # a metrics.json from before Compile

@@ -45,6 +45,7 @@ class TrainConfig:
     max_steps: int = _tunable("max_steps")
     batch_size: int = _tunable("batch_size")
     precision: str = _tunable("precision")
+    compile: str = _tunable("compile")
     max_corrupt_share: float = _tunable("max_corrupt_share")
     learning_rate: float = _param(0.003, "Optimiser learning rate (AdamW unless the workload says otherwise).", minimum=0.0)
     warmup_steps: int = _param(5, "Steps left out of step-time statistics.", minimum=0)

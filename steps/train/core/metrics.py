@@ -157,6 +157,7 @@ def training_metrics(
         "data_hosts": data_hosts,
         "bytes_received": bytes_received,
         "bytes_received_per_sample": bytes_received_per_sample,
+        "compile": cfg.compile,
         **extra,
         "config": cfg.as_dict(),
     }

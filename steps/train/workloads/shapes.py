@@ -65,12 +65,9 @@ class Shapes(Workload):
         return np.asarray(image, dtype=np.uint8)
 
     def build_model(self, num_classes: int) -> torch.nn.Module:
-        import torch
-
         from steps.train.workloads.models import resnet50, small_cnn
 
-        model = resnet50(num_classes) if self.model_name == "resnet50" else small_cnn(num_classes)
-        return model.to(memory_format=torch.channels_last)
+        return resnet50(num_classes) if self.model_name == "resnet50" else small_cnn(num_classes)
 
     def tf_decode(self, raw: tf.Tensor, *, train: bool, seed: tf.Tensor) -> tf.Tensor:
         import tensorflow as tf

@@ -72,10 +72,12 @@ def test_output_schema():
         "billing",
         "gpus",
         "precision",
+        "compile",
     }
     assert run["billing"] is None  # no BillableTimeInSeconds given: priced on demand
     assert run["gpus"] is None  # metrics.json from before gpus were recorded
     assert run["precision"] is None  # nor precision
+    assert run["compile"] is None  # nor compile
     assert run["bottleneck"]["label"] == "input-bound"  # waited 5% on data hosts busy 93%
     assert run["instance_groups"][0] == {
         "name": "data_group",

@@ -83,3 +83,9 @@ def test_each_runs_precision_is_in_the_table():
     doc = ev.price_performance(hetero, metrics(precision=precision_document("bf16", "bf16")), load_prices())
     page = report_html(execution_id="e1", price_performance=doc, plan=None, heterogeneous=hetero, baseline=None, history=[])
     assert "<tr><th>precision</th><td>bf16</td><td>fp32 (auto)</td></tr>" in page  # baseline, heterogeneous
+
+
+def test_whether_each_run_compiled_its_step_is_in_the_table():
+    doc = ev.price_performance(input_bound_run(compile="on"), metrics(compile="off"), load_prices())
+    page = report_html(execution_id="e1", price_performance=doc, plan=None, heterogeneous=None, baseline=None, history=[])
+    assert "<tr><th>compile</th><td>off</td><td>on</td></tr>" in page  # baseline, heterogeneous

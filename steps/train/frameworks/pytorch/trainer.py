@@ -46,7 +46,15 @@ from steps.train.frameworks.pytorch.checkpoint import Checkpoints, restore_rng, 
 from steps.train.frameworks.pytorch.data import DataServiceClient
 from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
 from steps.train.frameworks.pytorch.local_decode import LocalDecoder, spare_workers
-from steps.train.frameworks.pytorch.step import TrainStep, bare, isolated_costs, resolve_precision, validate
+from steps.train.frameworks.pytorch.step import (
+    TrainStep,
+    bare,
+    isolated_costs,
+    require_compiler,
+    resolve_precision,
+    to_device,
+    validate,
+)
 from steps.train.workload import Workload
 
 
@@ -97,6 +105,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         "pytorch",
         how="torch.cuda.is_available() is false",
     )
+    require_compiler(cfg.compile, device)
     precision = resolve_precision(cfg.precision, device)
     print(precision_line(cluster.current_host, cfg.precision, precision, device.type), flush=True)
     torch.manual_seed(cfg.seed)
@@ -108,7 +117,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
         print(warning, flush=True)
     source = None
     try:
-        model = workload.build_model(len(classes)).to(device)
+        model = to_device(workload.build_model(len(classes)), device)
         optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
         checkpoints = Checkpoints(
             cluster.checkpoint_dir,
@@ -336,7 +345,7 @@ def train_epochs(
     world = dist.get_world_size() if dist.is_initialized() else 1
     budget = CorruptBudget(cfg.max_corrupt_share, source.samples_per_epoch // world)  # this trainer's share of an epoch
     budget.restore(progress.epoch, progress.budget_seen)
-    step = TrainStep(workload, model, optimizer, device, resolve_precision(cfg.precision, device))
+    step = TrainStep(workload, model, optimizer, device, resolve_precision(cfg.precision, device), cfg.compile)
     if progress.scaler is not None and step.scaler.is_enabled():
         step.scaler.load_state_dict(progress.scaler)
     TERMINATE.armed = True

@@ -100,6 +100,23 @@ def training_dataset(files: list[str], workload: str, options: dict, batch_size:
     )
 
 
+def host_batch(batch: dict, *, pinned: bool) -> tuple:
+    """A Ray Data batch's rows that decoded (``ok``) as host tensors for `TrainStep` (uint8 NHWC pixels, int64 labels:
+    it copies them to the device and normalises them there). ``pinned`` (a GPU trainer): the rows are gathered
+    straight into page-locked memory, so the step's non-blocking copy is asynchronous (from pageable memory it waits);
+    torch's caching host allocator keeps each block until its copy is done and reuses it. Either way one copy on the
+    CPU, the one that drops the rows that did not decode (Ray's own arrays may be read-only views of its object store)."""
+    import torch
+
+    ok = batch["ok"]
+    tensors = []
+    for rows in (batch["pixels"], batch["labels"]):
+        out = torch.empty((int(ok.sum()), *rows.shape[1:]), dtype=getattr(torch, rows.dtype.name), pin_memory=pinned)
+        np.compress(ok, rows, axis=0, out=out.numpy())
+        tensors.append(out)
+    return tuple(tensors)
+
+
 def exact_split() -> DataConfig:
     """Ray Train's DataConfig, splitting every dataset among the workers without dropping rows (``equal=False``)."""
     from ray.train import DataConfig
@@ -130,18 +147,26 @@ def train_loop(config: dict) -> None:
     from steps.train.core.ledger import Ledger
     from steps.train.core.metrics import StepStats
     from steps.train.core.precision import precision_document, precision_line
-    from steps.train.frameworks.pytorch.step import TrainStep, isolated_costs, resolve_precision, validate
+    from steps.train.frameworks.pytorch.step import (
+        TrainStep,
+        isolated_costs,
+        require_compiler,
+        resolve_precision,
+        to_device,
+        validate,
+    )
 
     cfg = TrainConfig(**config["cfg"])
     workload = _workload(cfg.workload, cfg.workload_options)
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    require_compiler(cfg.compile, device)
     precision = resolve_precision(cfg.precision, device)
     print(precision_line(f"Ray Train worker {rank}", cfg.precision, precision, device.type), flush=True)
     torch.manual_seed(cfg.seed)
     saved = _resumed(config.get("resume"), world)
-    net = workload.build_model(config["classes"])
+    net = to_device(workload.build_model(config["classes"]), device)  # its layout before prepare_model wraps it in DDP
     if saved:
         net.load_state_dict(saved["model"])
     model = prepare_model(net)
@@ -164,7 +189,7 @@ def train_loop(config: dict) -> None:
                 f"{resumes}); an interrupted epoch is redone whole",
                 flush=True,
             )
-    step = TrainStep(workload, model, optimizer, device, precision)
+    step = TrainStep(workload, model, optimizer, device, precision, cfg.compile)
     if saved and saved.get("scaler") is not None and step.scaler.is_enabled():
         step.scaler.load_state_dict(saved["scaler"])
     stopped = False
@@ -185,7 +210,7 @@ def train_loop(config: dict) -> None:
                 ledger.add(epoch, batch["ids"].tolist())
                 if not ok.any():
                     continue
-                loss_value = step(torch.from_numpy(batch["pixels"][ok]), torch.from_numpy(batch["labels"][ok]))
+                loss_value = step(*host_batch(batch, pinned=device.type == "cuda"))
                 done = time.perf_counter()
                 stats.record(wait=ready - last, compute=done - ready, samples=int(ok.sum()))
                 if stats.steps % cfg.log_every == 0:

@@ -5,6 +5,14 @@ Precision (`steps.train.core.precision`) is Keras' global mixed-precision policy
 model is built: its layers then compute in bfloat16 or float16 and keep float32 weights. The step casts the model's
 output to float32 before the loss (Keras' guidance puts a float32 last layer there; a cast here does it for any
 workload's model), and with float16 the optimizer (`step_optimizer`) scales the loss.
+
+Compile (pipeline parameter) on: the forward, the loss and the gradients compile with XLA (``jit_compile``); the
+optimizer's update stays outside, as under MirroredStrategy it sums the gradients across the replicas, which one XLA
+cluster on one device cannot hold. The probes' steps (`steps.train.frameworks.tensorflow.costs`, `.local_decode`) run
+without XLA, as PyTorch's do (`steps.train.frameworks.pytorch.step.TrainStep.on_copy` says why).
+
+Batches arrive as uint8 NHWC and are normalised inside the step (`Workload.tf_normalize`), on the device; NHWC is the
+layout Keras convolutions take and the one cuDNN's tensor-core kernels compute in, so nothing here transposes.
 """
 
 from __future__ import annotations
@@ -57,20 +65,32 @@ def device_strategy() -> tf.distribute.Strategy:
 
 
 def make_train_step(
-    workload: Workload, model: keras.Model, optimizer: keras.optimizers.Optimizer, strategy: tf.distribute.Strategy
+    workload: Workload,
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    strategy: tf.distribute.Strategy,
+    *,
+    jit_compile: bool = False,
 ) -> Callable[[dict[str, Any]], tf.Tensor]:
-    """One training step over a distributed batch (``{"pixels", "labels", ...}``), its loss summed over replicas."""
+    """One training step over a distributed batch (``{"pixels", "labels", ...}``), its loss summed over replicas;
+    ``jit_compile``: its forward, loss and gradients compiled with XLA (module doc)."""
     with strategy.scope():
         optimizer.build(model.trainable_variables)  # its slots, created once per replica before the first step
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
-    def replica_step(pixels, labels):
+    def gradients(pixels, labels):
         with tf.GradientTape() as tape:
             logits = tf.cast(model(workload.tf_normalize(pixels), training=True), tf.float32)
             per_sample = loss_fn(labels, logits)
             loss = tf.nn.compute_average_loss(per_sample)  # over the whole step's batch, all replicas
             scaled = optimizer.scale_loss(loss)  # the loss itself unless a LossScaleOptimizer scales it
-        grads = tape.gradient(scaled, model.trainable_variables)
+        return loss, tape.gradient(scaled, model.trainable_variables)
+
+    if jit_compile:
+        gradients = tf.function(gradients, jit_compile=True, reduce_retracing=True, autograph=False)
+
+    def replica_step(pixels, labels):
+        loss, grads = gradients(pixels, labels)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 

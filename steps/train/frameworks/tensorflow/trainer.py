@@ -199,7 +199,7 @@ def train_epochs(
 ) -> tuple[StepStats, list[dict], list]:
     """Every epoch from the last checkpoint's (`steps.train.frameworks.tensorflow.checkpoint`: saved at each epoch end; a SIGTERM ends
     the job at the next step, and the restarted job redoes that epoch)."""
-    train_step = make_train_step(workload, model, optimizer, strategy)
+    train_step = make_train_step(workload, model, optimizer, strategy, jit_compile=cfg.compile == "on")
 
     def dataset(epoch: int):
         return distribute(strategy, source.dataset(epoch))

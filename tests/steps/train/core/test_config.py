@@ -123,6 +123,7 @@ def test_ill_typed_value_is_a_user_error_naming_the_key(key, raw):
         ("dist_port", "70000", "between 1 and 65535"),
         ("framework", "mxnet", "allowed values are pytorch, tensorflow"),
         ("precision", "fp64", "allowed values are auto, fp32, bf16, fp16"),
+        ("compile", "yes", "allowed values are off, on"),
     ],
 )
 def test_out_of_bounds_value_is_a_user_error_naming_key_and_bound(key, raw, fragment):

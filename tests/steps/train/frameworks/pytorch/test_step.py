@@ -6,10 +6,20 @@ import numpy as np
 import pytest
 import torch
 
+from steps.common.errors import UserError
 from steps.shard.format import write_shard
 from steps.train.core.config import TrainConfig
 from steps.train.frameworks.pytorch.dataset import Batch
-from steps.train.frameworks.pytorch.step import TrainStep, isolated_costs, loop_cpus, resolve_precision, validate
+from steps.train.frameworks.pytorch.step import (
+    TrainStep,
+    isolated_costs,
+    loop_cpus,
+    memory_format,
+    require_compiler,
+    resolve_precision,
+    to_device,
+    validate,
+)
 from steps.train.frameworks.pytorch.trainer import train_epochs
 from tests.fixtures.tiny_workload import Tiny
 
@@ -177,3 +187,93 @@ def test_costs_are_measured_per_batch_without_touching_the_model(tmp_path):
 
 def test_no_shards_no_costs():
     assert isolated_costs(Plain({}), Plain({}).build_model(2), CPU, [], batch_size=8, learning_rate=0.1) is None
+
+
+class Convolutional(Plain):
+    """A model with a 2-D convolution, whose forward records whether torch.compile traced it and its input's layout."""
+
+    def build_model(self, num_classes):
+        return Recording(num_classes)
+
+
+class Recording(torch.nn.Module):
+    def __init__(self, num_classes: int):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.head = torch.nn.Linear(4, num_classes)
+        self.compiling: list[bool] = []
+        self.channels_last: list[bool] = []
+
+    def forward(self, x):
+        self.compiling.append(torch.compiler.is_compiling())
+        self.channels_last.append(x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous())
+        return self.head(torch.relu(self.conv(x)).amax(dim=(2, 3)))
+
+
+@pytest.mark.parametrize(
+    ("device_type", "convolutional", "layout"),
+    [
+        ("cuda", True, torch.channels_last),
+        ("cpu", True, torch.channels_last),  # measured faster there too (CHANNELS_LAST_DEVICES)
+        ("mps", True, torch.contiguous_format),
+        ("cuda", False, torch.contiguous_format),
+        ("cpu", False, torch.contiguous_format),
+    ],
+)
+def test_channels_last_is_chosen_for_a_convolutional_model_on_the_devices_it_was_measured_faster_on(
+    device_type, convolutional, layout
+):
+    workload = Convolutional({}) if convolutional else Plain({"hidden": 4})
+    assert memory_format(workload.build_model(2), device_type) == layout
+
+
+def test_the_step_trains_a_convolutional_model_and_its_batches_channels_last_and_a_dense_one_as_built():
+    conv, dense = Convolutional({}), Plain({"hidden": 4})
+    conv_model, dense_model = conv.build_model(2), dense.build_model(2)
+    assert conv_model.conv.weight.is_contiguous()  # as built: the step chooses the layout
+    (batch,) = _batches(1)
+    TrainStep(conv, conv_model, conv.optimizer(conv_model.parameters(), 0.1), CPU)(batch.pixels, batch.labels)
+    assert conv_model.conv.weight.is_contiguous(memory_format=torch.channels_last) and conv_model.channels_last == [True]
+    x, _ = TrainStep(dense, dense_model, dense.optimizer(dense_model.parameters(), 0.1), CPU).inputs(batch.pixels, batch.labels)
+    assert x.is_contiguous()  # Tiny's normalize hands a channels-last view; a Flatten would copy it back anyway
+    assert to_device(conv.build_model(2), CPU).conv.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_validate_feeds_a_convolutional_model_channels_last(tmp_path):
+    model = to_device(Convolutional({}).build_model(2), CPU)
+    validate(Convolutional({}), model, CPU, [_shard(tmp_path / "v.tar", 4)], batch_size=4, num_workers=1)
+    assert model.channels_last == [True]
+
+
+def test_compile_on_trains_a_step_through_torch_compile_on_the_cpu_and_the_probes_stay_eager():
+    """Compile=on: the step's forward is traced by torch.compile (inductor builds C++ with this machine's g++), trains,
+    and keeps the model's own state_dict keys; the probes' copy runs eager (`TrainStep.on_copy`)."""
+    workload = Convolutional({})
+    torch.manual_seed(0)
+    model = workload.build_model(2)
+    (batch,) = _batches(1)
+    before = [p.detach().clone() for p in model.parameters()]
+    step = TrainStep(workload, model, workload.optimizer(model.parameters(), 0.1), CPU, "fp32", "on")
+    loss = step(batch.pixels, batch.labels)
+    assert model.compiling[0] is True and np.isfinite(loss)
+    assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    assert set(model.state_dict()) == {"conv.weight", "conv.bias", "head.weight", "head.bias"}
+    probe = TrainStep.on_copy(workload, model, CPU, 0.1)
+    probe.model.compiling.clear()
+    probe(batch.pixels, batch.labels)
+    assert probe.model.compiling == [False]
+
+
+def test_compile_on_without_a_compiler_is_refused_at_the_start_naming_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # a folder with no compiler in it
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.delenv("CC", raising=False)
+    require_compiler("off", torch.device("cuda"))  # nothing to build
+    for device in (CPU, torch.device("cuda")):
+        with pytest.raises(UserError, match=r"^Compile=on: torch.compile needs a C/C\+\+ compiler .* g\+\+ .*Compile=off$"):
+            require_compiler("on", device)
+    (tmp_path / "g++").write_text("#!/bin/sh\n")
+    (tmp_path / "g++").chmod(0o755)
+    require_compiler("on", CPU)
+    with pytest.raises(UserError, match=r"and clang is not on its PATH"):  # a GPU's Triton also needs a C compiler
+        require_compiler("on", torch.device("cuda"))

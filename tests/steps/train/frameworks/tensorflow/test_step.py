@@ -88,3 +88,31 @@ def test_a_checkpoint_across_the_loss_scaling_boundary_is_refused_naming_the_pre
     with pytest.raises(UserError, match="resume with Precision=") as refused:
         TfCheckpoints(tmp_path).load(fresh, fresh_optimizer)
     assert refused.value.headline == "checkpoint does not fit"
+
+
+class HostOnlyNormalize(Dense):
+    """A normalisation through a Python function: TensorFlow runs it, XLA cannot compile it."""
+
+    def tf_normalize(self, pixels):
+        x = tf.numpy_function(lambda a: (a.astype(np.float32) - 127.5) / 64.0, [pixels], tf.float32, stateful=False)
+        return tf.ensure_shape(x, pixels.shape)
+
+
+def test_jit_compile_trains_one_step_through_xla_on_the_cpu():
+    workload = Dense()
+    model, optimizer = _built(workload, "fp32")
+    before = [w.copy() for w in model.get_weights()]
+    loss = make_train_step(workload, model, optimizer, tf.distribute.get_strategy(), jit_compile=True)(_batch())
+    assert np.isfinite(float(loss))
+    assert not any(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+
+
+def test_jit_compile_puts_the_normalisation_and_forward_under_xla():
+    """What XLA cannot compile fails the step only with jit_compile: the normalisation and the forward run in the XLA
+    cluster (the batch arrives as uint8 and is normalised inside the step, on the device)."""
+    workload = HostOnlyNormalize()
+    model, optimizer = _built(workload, "fp32")
+    strategy = tf.distribute.get_strategy()
+    assert np.isfinite(float(make_train_step(workload, model, optimizer, strategy)(_batch())))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="PyFunc"):
+        make_train_step(workload, model, optimizer, strategy, jit_compile=True)(_batch())
