@@ -10,10 +10,8 @@ import pytest
 import torch
 
 from pipeline.emulator import EmulatedJob
-from pipeline.graph import resolve_parameters
-from pipeline.local import LocalOptions, LocalRunner
 from steps.train.frameworks.ray.trainer import RAY_CHECKPOINT
-from tests.support.harness import listeners_on, two_group_request
+from tests.support.harness import listeners_on, tiny_pipeline, two_group_request
 
 pytestmark = pytest.mark.e2e
 
@@ -28,21 +26,10 @@ def _attempt_logs(result, step: str) -> str:
 
 
 def test_pytorch_jobs_resume_mid_epoch_and_consume_each_sample_once_per_epoch(tmp_path, tiny_images, no_leftovers):
-    params = resolve_parameters(
-        {
-            "InputData": str(tiny_images),
-            "DataInstanceCount": 2,
-            "Epochs": 2,
-            "BatchSize": 8,
-            "ShardSizeMB": 1,
-            "WorkloadOptions": '{"blur_passes": 1}',
-        }
+    runner, lines = tiny_pipeline(
+        tmp_path, tiny_images, {"DataInstanceCount": 2, "BatchSize": 8}, spot=True, interrupt_after_steps=10
     )
-    lines = []
-    result = LocalRunner(
-        params,
-        LocalOptions(work_dir=tmp_path, grace_s=10, step_timeout_s=300, echo=lines.append, spot=True, interrupt_after_steps=10),
-    ).run()
+    result = runner.run()
 
     train_samples = json.loads((result.outputs["Shard"] / "manifest.json").read_text())["splits"]["train"]["samples"]
     for step in ("TrainBaseline", "TrainHeterogeneous"):
@@ -66,27 +53,10 @@ def test_pytorch_jobs_resume_mid_epoch_and_consume_each_sample_once_per_epoch(tm
 
 
 def test_tensorflow_job_resumes_at_the_epoch_boundary_and_says_what_it_redoes(tmp_path, tiny_images, no_leftovers):
-    params = resolve_parameters(
-        {
-            "InputData": str(tiny_images),
-            "Epochs": 2,
-            "BatchSize": 8,
-            "ShardSizeMB": 1,
-            "RunBaseline": False,
-            "WorkloadOptions": '{"blur_passes": 1}',
-        }
+    runner, _ = tiny_pipeline(
+        tmp_path, tiny_images, {"BatchSize": 8, "RunBaseline": False}, framework="tensorflow", interrupt_after_steps=40
     )
-    result = LocalRunner(
-        params,
-        LocalOptions(
-            work_dir=tmp_path,
-            framework="tensorflow",
-            grace_s=10,
-            step_timeout_s=300,
-            echo=lambda line: None,
-            interrupt_after_steps=40,
-        ),
-    ).run()
+    result = runner.run()
 
     job = result.jobs["TrainHeterogeneous"]
     assert job.interruptions == 1
@@ -104,32 +74,20 @@ def test_tensorflow_job_resumes_at_the_epoch_boundary_and_says_what_it_redoes(tm
 
 
 def test_a_ray_job_resumes_at_the_epoch_boundary_from_the_heads_checkpoint(tmp_path, tiny_images, no_leftovers):
-    params = resolve_parameters(
-        {
-            "InputData": str(tiny_images),
-            "Epochs": 3,
-            "BatchSize": 8,
-            "ShardSizeMB": 1,
-            "RunBaseline": False,
-            "WorkloadOptions": '{"blur_passes": 1}',
-        }
-    )
-    lines = []
     # 27 steps an epoch: step 30 is early in epoch 1. Ray forwards a worker's lines to the driver late (seconds under
     # load), so the SIGTERM may land an epoch later; what must hold is that the restart takes the newest checkpoint
-    result = LocalRunner(
-        params,
-        LocalOptions(
-            work_dir=tmp_path,
-            framework="ray",
-            pin_cpus=False,
-            spot=True,
-            grace_s=20,
-            step_timeout_s=400,
-            echo=lines.append,
-            interrupt_after_steps=30,
-        ),
-    ).run()
+    runner, lines = tiny_pipeline(
+        tmp_path,
+        tiny_images,
+        {"Epochs": 3, "BatchSize": 8, "RunBaseline": False},
+        framework="ray",
+        pin_cpus=False,
+        spot=True,
+        grace_s=20,
+        step_timeout_s=400,
+        interrupt_after_steps=30,
+    )
+    result = runner.run()
 
     job = result.jobs["TrainHeterogeneous"]
     assert job.interruptions == 1

@@ -22,7 +22,8 @@ import psutil
 
 from pipeline import storage
 from pipeline.emulator import EmulatedJob, Host, JobResult
-from pipeline.local import local_training_image
+from pipeline.graph import resolve_parameters
+from pipeline.local import LocalOptions, LocalRunner, local_training_image
 from pipeline.sagemaker.settings import CODE_CHANNEL_DIR, TRAINING_ENTRYPOINT
 from pipeline.sessions import kill_session, session_members
 from steps.contract import (
@@ -332,3 +333,16 @@ def marked_processes(*markers: str) -> list[psutil.Process]:
         except (psutil.Error, OSError):  # exited meanwhile, or another user's
             continue
     return found
+
+
+# the tiny dataset's pipeline: 1 MB shards (several per host), two epochs, a light decode
+TINY_PIPELINE = {"ShardSizeMB": 1, "Epochs": 2, "WorkloadOptions": '{"blur_passes": 1}'}
+
+
+def tiny_pipeline(work_dir: Path, images: Path, parameters: dict | None = None, **options) -> tuple[LocalRunner, list[str]]:
+    """The whole pipeline on ``images`` (the tiny dataset) with `TINY_PIPELINE` under ``parameters``, and the list its
+    lines go to; ``options``: `LocalOptions` over a 10 s grace and a 300 s step timeout."""
+    lines: list[str] = []
+    params = resolve_parameters({"InputData": str(images), **TINY_PIPELINE, **(parameters or {})})
+    settings = {"work_dir": work_dir, "grace_s": 10, "step_timeout_s": 300, "echo": lines.append, **options}
+    return LocalRunner(params, LocalOptions(**settings)), lines

@@ -12,9 +12,7 @@ import psutil
 import pytest
 
 from pipeline.emulator import EmulatedJob
-from pipeline.graph import resolve_parameters
-from pipeline.local import LocalOptions, LocalRunner
-from tests.support.harness import by_role, listeners_on, start_training_job, two_group_request
+from tests.support.harness import by_role, listeners_on, start_training_job, tiny_pipeline, two_group_request
 
 pytestmark = pytest.mark.e2e
 
@@ -32,22 +30,14 @@ def _exact_ledger(metrics: dict, samples: int, epochs: int) -> None:
 
 
 def test_the_pipeline_trains_hybrid_one_data_host_one_trainer(tmp_path, tiny_images, no_leftovers):
-    params = resolve_parameters(
-        {
-            "InputData": str(tiny_images),
-            "Epochs": 2,
-            "BatchSize": 8,
-            "ShardSizeMB": 1,
-            "TrainerCpus": "1",
-            "RunBaseline": False,
-            "WorkloadOptions": '{"blur_passes": 1}',
-            "Precision": "bf16",  # autocast on the CPU: this test asserts the data accounting, not bit-identical weights
-        }
+    # Precision bf16: autocast on the CPU (this test asserts the data accounting, not bit-identical weights)
+    runner, lines = tiny_pipeline(
+        tmp_path,
+        tiny_images,
+        {"BatchSize": 8, "TrainerCpus": "1", "RunBaseline": False, "Precision": "bf16"},
+        pin_cpus=False,
     )
-    lines = []
-    result = LocalRunner(
-        params, LocalOptions(work_dir=tmp_path, pin_cpus=False, grace_s=10, step_timeout_s=300, echo=lines.append)
-    ).run()
+    result = runner.run()
     job = result.jobs["TrainHeterogeneous"]
     metrics = json.loads((job.model_dir / "metrics.json").read_text())
     samples = _train_samples(result.outputs["Shard"])

@@ -14,7 +14,7 @@ from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.sagemaker import all_steps
 from tests.fixtures.wheels import write_wheel
-from tests.support.harness import listeners_on, own_listening_ports
+from tests.support.harness import listeners_on, own_listening_ports, tiny_pipeline
 from tests.support.metrics import assert_data_hosts_measured_themselves
 from tests.support.prices import refreshed_price_file
 
@@ -23,21 +23,10 @@ pytestmark = pytest.mark.e2e
 
 @pytest.mark.parametrize("data_hosts,dnn_hosts", [(1, 1), (2, 2)])
 def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hosts, dnn_hosts):
-    params = resolve_parameters(
-        {
-            "InputData": str(tiny_images),
-            "DataInstanceCount": data_hosts,
-            "DnnInstanceCount": dnn_hosts,
-            "Epochs": 2,
-            "BatchSize": 16,
-            "ShardSizeMB": 1,
-            "WorkloadOptions": '{"blur_passes": 1}',
-        }
-    )
-    lines = []
     ports_before = own_listening_ports()
-    runner = LocalRunner(params, LocalOptions(work_dir=tmp_path, grace_s=10, step_timeout_s=300, echo=lines.append))
-
+    runner, lines = tiny_pipeline(
+        tmp_path, tiny_images, {"DataInstanceCount": data_hosts, "DnnInstanceCount": dnn_hosts, "BatchSize": 16}
+    )
     result = runner.run()
 
     manifest = json.loads((result.outputs["Shard"] / "manifest.json").read_text())

@@ -20,8 +20,6 @@ import psutil
 import pytest
 
 from pipeline.emulator import HOST_NAME, EmulatedJob
-from pipeline.graph import resolve_parameters
-from pipeline.local import LocalOptions, LocalRunner
 from tests.support.harness import (
     by_role,
     confinement_breaches,
@@ -32,6 +30,7 @@ from tests.support.harness import (
     listeners_on,
     ray_folders,
     temp_left,
+    tiny_pipeline,
     two_group_request,
 )
 
@@ -82,21 +81,10 @@ def _ray_request(tmp_path, shards, code_uri, *, data: int, dnn: int = 1, **hyper
 
 
 def test_the_pipeline_trains_on_a_ray_cluster_one_data_host_one_trainer(tmp_path, tiny_images, no_leftovers):
-    params = resolve_parameters(
-        {
-            "InputData": str(tiny_images),
-            "Epochs": 2,
-            "BatchSize": 16,
-            "ShardSizeMB": 1,
-            "RunBaseline": False,
-            "WorkloadOptions": '{"blur_passes": 1}',
-        }
+    runner, lines = tiny_pipeline(
+        tmp_path, tiny_images, {"BatchSize": 16, "RunBaseline": False}, framework="ray", pin_cpus=False, grace_s=20
     )
-    lines = []
-    result = LocalRunner(
-        params,
-        LocalOptions(work_dir=tmp_path, framework="ray", pin_cpus=False, grace_s=20, step_timeout_s=300, echo=lines.append),
-    ).run()
+    result = runner.run()
     job = result.jobs["TrainHeterogeneous"]
     metrics = json.loads((job.model_dir / "metrics.json").read_text())
     samples = json.loads((result.outputs["Shard"] / "manifest.json").read_text())["splits"]["train"]["samples"]

@@ -21,6 +21,7 @@ from tests.support.harness import (
     listeners_on,
     own_listening_ports,
     start_training_job,
+    tiny_pipeline,
     two_group_request,
 )
 from tests.support.metrics import PIXEL_BYTES, assert_data_hosts_measured_themselves, assert_every_sample_once_per_epoch
@@ -33,20 +34,10 @@ def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path
     """The whole pipeline once (2 data hosts, ShardedByS3Key); other channel layouts run as single jobs below."""
     data_hosts = 2
     ports_before = own_listening_ports()
-    params = resolve_parameters(
-        {
-            "InputData": str(tiny_images),
-            "DataInstanceCount": data_hosts,
-            "Epochs": 2,
-            "BatchSize": 16,
-            "ShardSizeMB": 1,
-            "WorkloadOptions": '{"blur_passes": 1}',
-        }
+    runner, lines = tiny_pipeline(
+        tmp_path, tiny_images, {"DataInstanceCount": data_hosts, "BatchSize": 16}, framework="tensorflow"
     )
-    lines = []
-    result = LocalRunner(
-        params, LocalOptions(work_dir=tmp_path, framework="tensorflow", grace_s=10, step_timeout_s=300, echo=lines.append)
-    ).run()
+    result = runner.run()
 
     manifest = json.loads((result.outputs["Shard"] / "manifest.json").read_text())
     assert manifest["format"] == "tfrecord"
