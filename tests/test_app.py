@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -44,3 +45,18 @@ def test_cdk_synth_with_the_pinned_cli(tmp_path):
     assert json.loads((tmp_path / "HeteroTraining.template.json").read_text())["Resources"]
     assert [p.name for p in tmp_path.glob("asset.*.tar.gz")]
     print(f"cdk synth took {elapsed:.1f} s")  # the 60 s budget is checked by hand, not asserted: timings flake
+
+
+def test_a_bad_context_setting_is_one_line_naming_it_and_exit_2(tmp_path):
+    """`cdk synth -c hetero:bogus=1` (the CLI hands app.py its context in CDK_CONTEXT_JSON): the one line that names the
+    setting and the keys it may be, not a Python traceback."""
+    env = {
+        **os.environ,
+        "CDK_OUTDIR": str(tmp_path),
+        "CDK_CONTEXT_JSON": json.dumps({"hetero:bogus": 1}),
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+    }
+    done = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: bad cdk.json context: unknown context key 'hetero:bogus'")
