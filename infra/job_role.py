@@ -57,9 +57,15 @@ class JobRole(Construct):
         inputs = bucket.arn_for_objects(f"{input_prefix}*")
         log_groups = stack.format_arn(service="logs", resource="log-group:/aws/sagemaker/*")
         statements = [
+            # listing (S3Prefix channels and inputs list their prefix first) only under the two prefixes: key names
+            # elsewhere in the bucket are not the jobs' to read
             iam.PolicyStatement(
-                sid="ListArtifacts", actions=["s3:ListBucket", "s3:GetBucketLocation"], resources=[bucket.bucket_arn]
+                sid="ListArtifacts",
+                actions=["s3:ListBucket"],
+                resources=[bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{prefix.strip('/')}/*", f"{prefix.strip('/')}", f"{input_prefix}*"]}},
             ),
+            iam.PolicyStatement(sid="LocateBucket", actions=["s3:GetBucketLocation"], resources=[bucket.bucket_arn]),
             iam.PolicyStatement(sid="ReadWriteArtifacts", actions=["s3:GetObject", *OBJECT_WRITES], resources=[artifacts]),
             iam.PolicyStatement(sid="ReadInputs", actions=["s3:GetObject"], resources=[inputs]),
             # workload code must not change or delete what it trains on, though the artifact prefix may hold it

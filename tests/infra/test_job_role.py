@@ -8,10 +8,11 @@ import pytest
 from aws_cdk.assertions import Match
 
 from infra.job_role import POLICY_NAME
+from infra.settings import StackSettings
 from pipeline.images import default_processing_image, default_training_image, ecr_repository
 from pipeline.sagemaker import all_steps
 from steps.common.errors import UserError
-from tests.support.stacks import embedded_definition, resources, role_arn_of, statements
+from tests.support.stacks import cdk_json_context, embedded_definition, resources, role_arn_of, statements
 
 
 def _by_sid(synth) -> dict:
@@ -284,3 +285,14 @@ def test_the_default_price_overrides_object_is_readable_as_one_object(synth_defa
     assert read.endswith('.json"]]}') and "cdk-" in read and "*" not in read
     listed = _by_sid(synth_default)["ListDefaultPriceOverrides"]
     assert listed["Action"] == "s3:ListBucket" and "s3:prefix" in json.dumps(listed["Condition"])
+
+
+def test_the_jobs_list_only_under_the_artifact_and_input_prefixes(synth_default):
+    """S3Prefix channels list their prefix first; a listing anywhere else in the bucket (other teams' key names) is not
+    the jobs' to make."""
+    listed = _by_sid(synth_default)["ListArtifacts"]
+    assert _actions(listed) == ["s3:ListBucket"]
+    prefixes = listed["Condition"]["StringLike"]["s3:prefix"]
+    settings = StackSettings.from_context(cdk_json_context())
+    assert sorted(prefixes) == sorted([f"{settings.prefix}/*", settings.prefix, f"{settings.input_prefix}*"])
+    assert _actions(_by_sid(synth_default)["LocateBucket"]) == ["s3:GetBucketLocation"]
