@@ -10,7 +10,7 @@ from steps.evaluate.catalogue import load_catalogue
 from steps.evaluate.errors import DocumentNotFound
 from steps.evaluate.evaluate import history
 from steps.evaluate.metrics import load_metrics, validate_metrics
-from steps.evaluate.plan import plan_document
+from steps.evaluate.plan import FILL_PRICES, plan_document
 from steps.evaluate.prices import load_prices
 from steps.evaluate.report import report_html
 from steps.evaluate.store import open_store, validate_execution_id
@@ -74,7 +74,7 @@ def stored_plan_parameters(results: str, execution_id: str) -> dict:
 
 def render_plan(plan: dict) -> str:
     if plan.get("recommendation") is None:
-        return f"no plan: {plan['reason']}"
+        return "\n".join([f"no plan: {plan['reason']}", *_unpriced_lines(plan)])
     rows = [("data group", "samples/s", "bound by", "GPU busy", "$/h", "$/epoch", "samples per $")]
     shown = plan["frontier"] + ([{**plan["current"], "this_run": True}] if plan.get("current") else [])
     for p in shown:
@@ -104,8 +104,18 @@ def render_plan(plan: dict) -> str:
     lines += [f"note: {n}" for n in notes]
     if plan.get("parameters"):
         lines.append("apply: " + " ".join(f"--param {k}={v}" for k, v in plan["parameters"].items()))
-    lines.append(f"unpriced (known hardware, no price: `hetero prices refresh`, then --prices): {len(plan['unpriced'])} types")
-    return "\n".join(lines)
+    return "\n".join(lines + _unpriced_lines(plan))
+
+
+def _unpriced_lines(plan: dict) -> list[str]:
+    """The catalogue types the plan could not cost, by name, and what prices them (never dropped unseen)."""
+    unpriced = plan.get("unpriced") or []
+    if not unpriced:
+        return []
+    return [
+        f"unpriced ({len(unpriced)} types, known hardware, no price, never recommended): {', '.join(unpriced)}",
+        f"  {FILL_PRICES}",
+    ]
 
 
 def execution_report(*, results: str, execution_id: str | None) -> tuple[str, str]:
