@@ -51,8 +51,9 @@ def plan_for(
     return plan_document(metrics, load_prices(prices_file), load_catalogue(), execution_id=execution_id, baseline=baseline)
 
 
-def stored_plan_parameters(results: str, execution_id: str) -> dict:
-    """The pipeline parameters of the plan Evaluate stored for ``execution_id``, for `hetero start --apply-plan`."""
+def stored_plan_parameters(results: str, execution_id: str, fallback: int = 0) -> dict:
+    """The pipeline parameters of candidate ``fallback`` (0: the recommendation) of the plan Evaluate stored for
+    ``execution_id``, for `hetero start --apply-plan [--fallback N]`."""
     try:
         plan = open_store(results).get_json(validate_execution_id(execution_id), PLAN_FILE)
     except DocumentNotFound as exc:
@@ -63,13 +64,51 @@ def stored_plan_parameters(results: str, execution_id: str) -> dict:
         ) from None
     if plan.get("recommendation") is None:
         raise UserError(f"execution {execution_id} has no plan to apply: {plan.get('reason')}", headline="no plan")
-    if plan.get("parameters") is None:
+    candidates = plan_candidates(plan)
+    if not 0 <= fallback < len(candidates):
+        shown = "; ".join(f"{i}: {_candidate_text(c)}" for i, c in enumerate(candidates))
         raise UserError(
-            f"execution {execution_id}'s plan is to stay homogeneous ({plan['reason']}): there is no data "
-            "group to apply; run the baseline alone",
+            f"--fallback {fallback}: execution {execution_id}'s plan has {len(candidates)} candidate(s) ({shown}); "
+            f"pick 0 to {len(candidates) - 1}",
+            headline="bad option",
+        )
+    params = candidates[fallback]
+    if params is None:
+        which = "the plan is to stay homogeneous" if fallback == 0 else f"its candidate {fallback} stays homogeneous"
+        raise UserError(
+            f"execution {execution_id}'s {which} ({plan['reason']}): there is no data group to apply; run the baseline alone",
             headline="no plan",
         )
-    return {k: str(v) for k, v in plan["parameters"].items()}
+    return {k: str(v) for k, v in params.items()}
+
+
+def plan_candidates(plan: dict) -> list[dict | None]:
+    """The pipeline parameters of the plan's candidates in order: its ``fallbacks`` (the recommendation first, then
+    the next cheapest adequate ones of another type), or the recommendation alone; None: a candidate with no data
+    group. The plan-adopting function (infra/functions/adopt_plan, which runs without this package) reads them alike."""
+    fallbacks = plan.get("fallbacks")
+    if not fallbacks:
+        return [plan.get("parameters")]
+    return [_candidate_parameters(plan, c) for c in fallbacks]
+
+
+def _candidate_parameters(plan: dict, candidate: dict) -> dict | None:
+    if "parameters" in candidate:
+        return candidate["parameters"]
+    if candidate.get("data") is None:
+        return None
+    params = {"DataInstanceType": candidate["data"], "DataInstanceCount": candidate.get("data_count")}
+    trainer = plan.get("trainer") or {}
+    if candidate.get("trainer") and (candidate["trainer"], candidate.get("trainers")) != (
+        trainer.get("instance_type"),
+        trainer.get("count"),
+    ):
+        params.update(DnnInstanceType=candidate["trainer"], DnnInstanceCount=candidate.get("trainers"))
+    return params
+
+
+def _candidate_text(params: dict | None) -> str:
+    return "stay homogeneous" if params is None else " ".join(f"{k}={v}" for k, v in params.items())
 
 
 def render_plan(plan: dict) -> str:
