@@ -1,7 +1,8 @@
 """The function scheduled retraining invokes when it adopts the latest plan (`infra/functions/adopt_plan`).
 
 It may read only the results store (``<prefix>/results/``, where Evaluate writes plan.json), write only
-its own log group, and start only this pipeline. The instance-count bounds it checks a plan against
+its own log group, start only this pipeline, and read only this pipeline's executions (their status, failed
+steps and parameters: a newest execution that found no capacity moves it to the plan's next candidate). The instance-count bounds it checks a plan against
 come from the pipeline parameter's declaration (`steps.contract`), so the function and the compiled
 pipeline agree.
 """
@@ -37,7 +38,10 @@ class PlanAdoption(Construct):
         parameters: dict[str, str],
     ) -> None:
         super().__init__(scope, construct_id)
-        count = TUNABLES_BY_NAME["DataInstanceCount"]
+        # one pair of bounds for the data and the trainer counts a candidate may set: those both parameters accept
+        counts = [TUNABLES_BY_NAME[name] for name in ("DataInstanceCount", "DnnInstanceCount")]
+        low, high = max(c.minimum for c in counts), min(c.maximum for c in counts)
+        executions = f"{pipeline_arn}/execution/*"
         log = logs.LogGroup(self, "Log", retention=logs.RetentionDays.ONE_YEAR)
         role = iam.Role(
             self,
@@ -60,6 +64,12 @@ class PlanAdoption(Construct):
                     sid="ReadResults", actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{results_prefix}/*")]
                 ),
                 iam.PolicyStatement(sid="StartPipeline", actions=["sagemaker:StartPipelineExecution"], resources=[pipeline_arn]),
+                iam.PolicyStatement(sid="ListExecutions", actions=["sagemaker:ListPipelineExecutions"], resources=[pipeline_arn]),
+                iam.PolicyStatement(
+                    sid="ReadExecutions",
+                    actions=["sagemaker:ListPipelineExecutionSteps", "sagemaker:ListPipelineParametersForExecution"],
+                    resources=[executions],
+                ),
                 iam.PolicyStatement(
                     sid="Log", actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[f"{log.log_group_arn}:*"]
                 ),
@@ -81,8 +91,8 @@ class PlanAdoption(Construct):
                 "RESULTS_BUCKET": bucket.bucket_name,
                 "RESULTS_PREFIX": results_prefix,
                 "PARAMETERS": json.dumps(parameters, sort_keys=True),
-                "MIN_DATA_INSTANCE_COUNT": str(count.minimum),
-                "MAX_DATA_INSTANCE_COUNT": str(count.maximum),
+                "MIN_DATA_INSTANCE_COUNT": str(low),
+                "MAX_DATA_INSTANCE_COUNT": str(high),
             },
         )
         self.function.node.add_dependency(self.policy)
@@ -91,6 +101,7 @@ class PlanAdoption(Construct):
             {
                 bucket.arn_for_objects(f"{results_prefix}/*"): "Evaluate writes one plan.json per execution under the results "
                 "prefix: the prefix is all that is known",
+                executions: "The function reads the newest execution of this pipeline, whose id the service assigns",
                 f"{log.log_group_arn}:*": "Lambda names the log streams of its own log group",
                 f"{self.function.function_arn}:*": "The schedule may invoke this function's versions (the scheduler target grants "
                 "the function and its qualifiers)",

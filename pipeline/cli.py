@@ -193,6 +193,14 @@ def _remote_parsers(sub) -> None:
         help="run with the data group the plan of that execution recommends (its plan.json in --results)",
     )
     start.add_argument(
+        "--fallback",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --apply-plan: the plan's candidate N instead of its recommendation (0); when an execution failed "
+        "for want of capacity (a step's FailureReason says CapacityError), start again with 1, then 2",
+    )
+    start.add_argument(
         "--results",
         default=os.environ.get("HETERO_RESULTS_URI"),
         help="results store, s3://bucket/prefix (default: env HETERO_RESULTS_URI)",
@@ -445,10 +453,14 @@ def cmd_start(args: argparse.Namespace) -> int:
         overrides.update(layer)
     if "Workload" in overrides:
         check_workload(str(overrides["Workload"]), code_dirs=deployed_code_dirs(), deployed=True)
+    if args.fallback and not args.apply_plan:
+        raise UserError(
+            f"--fallback {args.fallback} picks a candidate of a plan: add --apply-plan EXECUTION_ID", headline="bad option"
+        )
     if args.apply_plan:
         if not args.results:
             raise UserError("--apply-plan needs --results s3://bucket/prefix (or env HETERO_RESULTS_URI)", headline="bad option")
-        planned = stored_plan_parameters(args.results, args.apply_plan)
+        planned = stored_plan_parameters(args.results, args.apply_plan, args.fallback)
         clash = {k for k in planned if k in overrides and str(overrides[k]) != planned[k]}
         if clash:
             raise UserError(f"--apply-plan sets {', '.join(sorted(clash))}, which you also set: drop one", headline="bad option")

@@ -10,7 +10,7 @@ from steps.evaluate.catalogue import load_catalogue
 from steps.evaluate.errors import DocumentNotFound
 from steps.evaluate.evaluate import history
 from steps.evaluate.metrics import load_metrics, validate_metrics
-from steps.evaluate.plan import plan_document
+from steps.evaluate.plan import FILL_PRICES, plan_document
 from steps.evaluate.prices import load_prices
 from steps.evaluate.report import report_html
 from steps.evaluate.store import open_store, validate_execution_id
@@ -51,8 +51,9 @@ def plan_for(
     return plan_document(metrics, load_prices(prices_file), load_catalogue(), execution_id=execution_id, baseline=baseline)
 
 
-def stored_plan_parameters(results: str, execution_id: str) -> dict:
-    """The pipeline parameters of the plan Evaluate stored for ``execution_id``, for `hetero start --apply-plan`."""
+def stored_plan_parameters(results: str, execution_id: str, fallback: int = 0) -> dict:
+    """The pipeline parameters of candidate ``fallback`` (0: the recommendation) of the plan Evaluate stored for
+    ``execution_id``, for `hetero start --apply-plan [--fallback N]`."""
     try:
         plan = open_store(results).get_json(validate_execution_id(execution_id), PLAN_FILE)
     except DocumentNotFound as exc:
@@ -63,18 +64,56 @@ def stored_plan_parameters(results: str, execution_id: str) -> dict:
         ) from None
     if plan.get("recommendation") is None:
         raise UserError(f"execution {execution_id} has no plan to apply: {plan.get('reason')}", headline="no plan")
-    if plan.get("parameters") is None:
+    candidates = plan_candidates(plan)
+    if not 0 <= fallback < len(candidates):
+        shown = "; ".join(f"{i}: {_candidate_text(c)}" for i, c in enumerate(candidates))
         raise UserError(
-            f"execution {execution_id}'s plan is to stay homogeneous ({plan['reason']}): there is no data "
-            "group to apply; run the baseline alone",
+            f"--fallback {fallback}: execution {execution_id}'s plan has {len(candidates)} candidate(s) ({shown}); "
+            f"pick 0 to {len(candidates) - 1}",
+            headline="bad option",
+        )
+    params = candidates[fallback]
+    if params is None:
+        which = "the plan is to stay homogeneous" if fallback == 0 else f"its candidate {fallback} stays homogeneous"
+        raise UserError(
+            f"execution {execution_id}'s {which} ({plan['reason']}): there is no data group to apply; run the baseline alone",
             headline="no plan",
         )
-    return {k: str(v) for k, v in plan["parameters"].items()}
+    return {k: str(v) for k, v in params.items()}
+
+
+def plan_candidates(plan: dict) -> list[dict | None]:
+    """The pipeline parameters of the plan's candidates in order: its ``fallbacks`` (the recommendation first, then
+    the next cheapest adequate ones of another type), or the recommendation alone; None: a candidate with no data
+    group. The plan-adopting function (infra/functions/adopt_plan, which runs without this package) reads them alike."""
+    fallbacks = plan.get("fallbacks")
+    if not fallbacks:
+        return [plan.get("parameters")]
+    return [_candidate_parameters(plan, c) for c in fallbacks]
+
+
+def _candidate_parameters(plan: dict, candidate: dict) -> dict | None:
+    if "parameters" in candidate:
+        return candidate["parameters"]
+    if candidate.get("data") is None:
+        return None
+    params = {"DataInstanceType": candidate["data"], "DataInstanceCount": candidate.get("data_count")}
+    trainer = plan.get("trainer") or {}
+    if candidate.get("trainer") and (candidate["trainer"], candidate.get("trainers")) != (
+        trainer.get("instance_type"),
+        trainer.get("count"),
+    ):
+        params.update(DnnInstanceType=candidate["trainer"], DnnInstanceCount=candidate.get("trainers"))
+    return params
+
+
+def _candidate_text(params: dict | None) -> str:
+    return "stay homogeneous" if params is None else " ".join(f"{k}={v}" for k, v in params.items())
 
 
 def render_plan(plan: dict) -> str:
     if plan.get("recommendation") is None:
-        return f"no plan: {plan['reason']}"
+        return "\n".join([f"no plan: {plan['reason']}", *_unpriced_lines(plan)])
     rows = [("data group", "samples/s", "bound by", "GPU busy", "$/h", "$/epoch", "samples per $")]
     shown = plan["frontier"] + ([{**plan["current"], "this_run": True}] if plan.get("current") else [])
     for p in shown:
@@ -104,8 +143,18 @@ def render_plan(plan: dict) -> str:
     lines += [f"note: {n}" for n in notes]
     if plan.get("parameters"):
         lines.append("apply: " + " ".join(f"--param {k}={v}" for k, v in plan["parameters"].items()))
-    lines.append(f"unpriced (known hardware, no price: `hetero prices refresh`, then --prices): {len(plan['unpriced'])} types")
-    return "\n".join(lines)
+    return "\n".join(lines + _unpriced_lines(plan))
+
+
+def _unpriced_lines(plan: dict) -> list[str]:
+    """The catalogue types the plan could not cost, by name, and what prices them (never dropped unseen)."""
+    unpriced = plan.get("unpriced") or []
+    if not unpriced:
+        return []
+    return [
+        f"unpriced ({len(unpriced)} types, known hardware, no price, never recommended): {', '.join(unpriced)}",
+        f"  {FILL_PRICES}",
+    ]
 
 
 def execution_report(*, results: str, execution_id: str | None) -> tuple[str, str]:

@@ -22,6 +22,7 @@ from steps.evaluate.prices import PriceTable
 PLAN_SCHEMA_VERSION = 1
 MEASURED_BASELINE = "measured: this execution's baseline trained on the same trainer group"
 MAX_DATA_HOSTS = 16
+FILL_PRICES = "`hetero prices refresh` writes a price file with every training type's price; pass it with --prices FILE"
 
 
 def plan_document(
@@ -39,6 +40,7 @@ def plan_document(
         "recommendation": None,
         "parameters": None,
         "reason": None,
+        "unpriced": unpriced_types(prices, catalogue),
     }
     try:
         return {**doc, **_plan(metrics, prices, catalogue, baseline)}
@@ -55,10 +57,9 @@ def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue, baseline: dic
         raise UserError(f"instance_groups {[g['name'] for g in metrics['instance_groups']]} lack a trainer or a data group")
     trainer = catalogue.priced(dnn["instance_type"], prices)
     if trainer is None:
-        raise UserError(f"no price for the trainer type {dnn['instance_type']}: add it with a price override")
+        raise UserError(f"no price for the trainer type {dnn['instance_type']}: {FILL_PRICES}")
     epoch_samples = max(1, round(metrics.get("samples_seen", 0) / max(metrics.get("epochs", 1), 1)))
     priced = [t for t in (catalogue.priced(s.name, prices) for s in catalogue.cpu_types()) if t is not None]
-    unpriced = sorted(s.name for s in catalogue.cpu_types() if s.name not in prices.usd_per_hour)
     found = candidates(profile, trainer, dnn["count"], priced, max_count=MAX_DATA_HOSTS, epoch_samples=epoch_samples)
     same = ("instance_type", "count")  # the same trainer group, whatever its name
     base = _group(baseline, "trainer") if baseline is not None else None
@@ -103,9 +104,13 @@ def _plan(metrics: dict, prices: PriceTable, catalogue: Catalogue, baseline: dic
         "reason": _reason(pick, current),
         "frontier": [p.as_dict() for p in frontier(found)],
         "candidates": [p.as_dict() for p in found],
-        "unpriced": unpriced,
         "notes": notes,
     }
+
+
+def unpriced_types(prices: PriceTable, catalogue: Catalogue) -> list[str]:
+    """Every catalogue type (CPU and GPU) the price table has no price for: known hardware the plan cannot cost."""
+    return sorted(name for name in catalogue.specs if name not in prices.usd_per_hour)
 
 
 def _group(metrics: dict, role: str) -> dict | None:

@@ -33,7 +33,8 @@ from steps.common.errors import UserError
 BUNDLED_PRICES = Path(__file__).with_name("prices.json")
 
 _OVERRIDE_HINT = (
-    "add it with an override file, e.g. --prices my-prices.json containing "
+    "add it with an override file: `hetero prices refresh` writes one with every training type's price, or pass "
+    "--prices my-prices.json containing "
     '{{"prices": {{"{itype}": <USD per hour>}}}} (see steps/evaluate/prices.py)'
 )
 

@@ -105,3 +105,110 @@ def test_the_handler_reads_its_settings_from_the_environment(aws, monkeypatch):
         monkeypatch.setenv(name, value)
     result = adopt.handler({}, None)
     assert result["parameters"] == {**FIXED, "DataInstanceType": "ml.c5.2xlarge", "DataInstanceCount": 2}
+
+
+# Capacity fallback. The training job's FailureReason when its type has no capacity, as the service words it
+# (the SageMaker Python SDK raises its CapacityError on this word: sagemaker.core.common_utils).
+CAPACITY = "CapacityError: Unable to provision requested ML compute capacity. Please retry using a different ML instance type."
+ARN = "arn:aws:sagemaker:us-east-1:123456789012:pipeline/heterotraining/execution/abc123def456"
+
+
+def _candidate(data: str, count: int, trainer: str = "ml.g5.xlarge", trainers: int = 1) -> dict:
+    return {"trainer": trainer, "trainers": trainers, "data": data, "data_count": count, "cost_per_epoch": 0.1}
+
+
+def _fallback_plan(s3, execution: str = "e1") -> None:
+    doc = {
+        "schema_version": 1,
+        "trainer": {"instance_type": "ml.g5.xlarge", "count": 1},
+        "recommendation": _candidate("ml.c5.xlarge", 3),
+        "parameters": {"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": 3},
+        "fallbacks": [_candidate("ml.c5.xlarge", 3), _candidate("ml.m5.xlarge", 4), _candidate("ml.c6i.xlarge", 3)],
+        "reason": "3 x ml.c5.xlarge: ...",
+    }
+    s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{execution}/plan.json", Body=json.dumps(doc).encode())
+
+
+def _conforms(value, shape) -> None:
+    """A hand-written service answer holds only what botocore's model of that answer declares."""
+    if shape.type_name == "structure":
+        assert set(value) <= set(shape.members), set(value) - set(shape.members)
+        for key, item in value.items():
+            _conforms(item, shape.members[key])
+    elif shape.type_name == "list":
+        for item in value:
+            _conforms(item, shape.member)
+
+
+def _answers(status: str, reason: str | None, steps: list[dict]) -> tuple[dict, list[dict]]:
+    model = boto3.client("sagemaker", region_name="us-east-1").meta.service_model
+    summary = {"PipelineExecutionArn": ARN, "PipelineExecutionStatus": status, "PipelineExecutionFailureReason": reason}
+    _conforms({"PipelineExecutionSummaries": [summary]}, model.operation_model("ListPipelineExecutions").output_shape)
+    _conforms({"PipelineExecutionSteps": steps}, model.operation_model("ListPipelineExecutionSteps").output_shape)
+    return summary, steps
+
+
+def test_a_plan_without_fallbacks_has_its_recommendation_as_its_only_candidate():
+    plan = {"parameters": {"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": 3}}
+    assert adopt.plan_candidates(plan) == [plan["parameters"]]
+    assert adopt.plan_candidates({"parameters": None}) == [None]
+
+
+def test_the_candidates_are_the_fallbacks_in_order_with_the_trainer_only_where_it_changes():
+    plan = {"trainer": {"instance_type": "ml.g5.xlarge", "count": 1}}
+    plan["fallbacks"] = [_candidate("ml.c5.xlarge", 3), _candidate("ml.m5.xlarge", 2, "ml.g6.xlarge"), {"data": None}]
+    assert adopt.plan_candidates(plan) == [
+        {"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": 3},
+        {"DataInstanceType": "ml.m5.xlarge", "DataInstanceCount": 2, "DnnInstanceType": "ml.g6.xlarge", "DnnInstanceCount": 1},
+        None,
+    ]
+
+
+@pytest.mark.parametrize(
+    "reason,steps,found",
+    [
+        (
+            "Step failure: One or multiple steps failed.",
+            [{"StepName": "TrainHetero", "StepStatus": "Failed", "FailureReason": CAPACITY}],
+            "execution abc123def456, step TrainHetero: CapacityError",
+        ),
+        (f"Step TrainHetero failed: {CAPACITY}", [], "execution abc123def456: Step TrainHetero failed: CapacityError"),
+        (
+            "Step failure: One or multiple steps failed.",
+            [{"StepName": "TrainHetero", "StepStatus": "Failed", "FailureReason": "AlgorithmError: exit 1"}],
+            None,
+        ),
+        ("Step failure: One or multiple steps failed.", [{"StepName": "Evaluate", "StepStatus": "Succeeded"}], None),
+    ],
+)
+def test_a_capacity_failure_is_found_in_the_execution_or_its_failed_step(reason, steps, found):
+    summary, steps = _answers("Failed", reason, steps)
+    failure = adopt.capacity_failure(summary, steps)
+    assert failure is None if found is None else failure.startswith(found)
+
+
+def test_a_capacity_failure_moves_to_the_next_candidate_and_after_the_last_back_to_the_first():
+    first, second, third = (
+        {"DataInstanceType": t, "DataInstanceCount": 3} for t in ("ml.c5.xlarge", "ml.m5.xlarge", "ml.c6i.xlarge")
+    )
+    candidates = [first, second, third]
+    sent = {**FIXED, "DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": "3"}  # parameter values come back as text
+    assert adopt.pick_candidate(candidates, None) == (0, "")
+    assert adopt.pick_candidate(candidates, (sent, "no capacity"))[0] == 1
+    assert adopt.pick_candidate(candidates, ({**sent, "DataInstanceType": "ml.m5.xlarge"}, "no capacity"))[0] == 2
+    index, why = adopt.pick_candidate(candidates, ({**sent, "DataInstanceType": "ml.c6i.xlarge"}, "no capacity"))
+    assert index == 0 and "every candidate" in why
+    index, why = adopt.pick_candidate(candidates, ({**sent, "DataInstanceType": "ml.c5.2xlarge"}, "no capacity"))
+    assert index == 0 and "none of the plan's candidates" in why
+    assert adopt.pick_candidate([first], (sent, "no capacity"))[0] == 0  # no fallbacks: the recommendation again
+
+
+def test_after_a_succeeded_execution_the_recommendation_of_a_plan_with_fallbacks_is_started(aws, capsys):
+    s3, sagemaker = aws
+    _fallback_plan(s3)
+    first, sent = _start(s3, sagemaker)  # no execution yet
+    assert first["candidate"] == 0 and sent == {**FIXED, "DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": "3"}
+    second, sent = _start(s3, sagemaker)  # the newest execution (moto's finish at once) succeeded: no fallback
+    assert second["candidate"] == 0 and sent["DataInstanceType"] == "ml.c5.xlarge"
+    assert adopt._previous_capacity_failure(sagemaker, PIPELINE) is None  # read, not unreadable
+    assert "previous_execution_unread" not in capsys.readouterr().out

@@ -38,10 +38,18 @@ def test_the_function_may_read_the_results_and_start_this_pipeline_only(adopting
         if any(s.get("Sid") == "StartPipeline" for s in p["Properties"]["PolicyDocument"]["Statement"])
     ]
     statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
-    assert set(statements) == {"ListResults", "ReadResults", "StartPipeline", "Log"}
+    assert set(statements) == {"ListResults", "ReadResults", "StartPipeline", "ListExecutions", "ReadExecutions", "Log"}
     assert statements["ListResults"]["Condition"] == {"StringLike": {"s3:prefix": ["hetero/results/*"]}}
     assert statements["ReadResults"]["Action"] == "s3:GetObject" and "hetero/results/*" in json.dumps(statements["ReadResults"])
     assert ":pipeline/heterotraining" in json.dumps(statements["StartPipeline"]["Resource"])
+    # to move to the plan's next candidate after a capacity failure: this pipeline's executions, read only
+    assert statements["ListExecutions"]["Action"] == "sagemaker:ListPipelineExecutions"
+    assert statements["ListExecutions"]["Resource"] == statements["StartPipeline"]["Resource"]
+    assert sorted(statements["ReadExecutions"]["Action"]) == [
+        "sagemaker:ListPipelineExecutionSteps",
+        "sagemaker:ListPipelineParametersForExecution",
+    ]
+    assert ":pipeline/heterotraining/execution/*" in json.dumps(statements["ReadExecutions"]["Resource"])
 
 
 def test_without_the_key_the_schedule_starts_the_pipeline_itself(synth_default):

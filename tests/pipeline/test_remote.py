@@ -18,6 +18,7 @@ from pipeline.remote import execution_id, list_executions, pipeline_parameters
 from steps.common.errors import UserError
 from steps.contract import TUNABLES
 from steps.evaluate import evaluate as ev
+from steps.evaluate.store import open_store
 from tests.support.metrics import metrics, write_json
 
 PIPELINE = "HeteroTraining"
@@ -389,6 +390,57 @@ def test_apply_plan_refuses_a_clash_and_an_unknown_execution(planned_execution, 
     code, _, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", target, *argv)
     assert code == 2
     assert (expected or "no plan: no plan.json for execution 'no-such-execution'") in err
+
+
+def _with_fallbacks(exec_id: str, stored: dict) -> list[dict]:
+    """The stored plan given ``fallbacks``: its recommendation, then the two cheapest candidates of other data types."""
+    pick = stored["recommendation"]
+    others = sorted((c for c in stored["candidates"] if c["data"] not in (None, pick["data"])), key=lambda c: c["cost_per_epoch"])
+    fallbacks = [pick, others[0], next(c for c in others if c["data"] != others[0]["data"])]
+    open_store(RESULTS).put_json(exec_id, "plan.json", {**stored, "fallbacks": fallbacks})
+    return fallbacks
+
+
+@pytest.mark.parametrize("fallback", [0, 1, 2])
+def test_start_apply_plan_fallback_sends_that_candidate_of_the_plan(planned_execution, sagemaker, capsys, fallback):
+    exec_id, stored = planned_execution
+    chosen = _with_fallbacks(exec_id, stored)[fallback]
+    argv = ["--apply-plan", exec_id] + (["--fallback", str(fallback)] if fallback else [])
+    code, out, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, *argv)
+    assert code == 0, err
+    arn = re.search(r"arn: +(\S+)", out)[1]
+    sent = {
+        p["Name"]: p["Value"]
+        for p in sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]
+    }
+    assert sent == {"DataInstanceType": chosen["data"], "DataInstanceCount": str(chosen["data_count"])}
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["--fallback", "3"], "--fallback 3: execution {id}'s plan has 3 candidate(s) (0: DataInstanceType="),
+        (["--fallback", "-1"], "pick 0 to 2"),
+    ],
+)
+def test_apply_plan_refuses_a_fallback_the_plan_does_not_have(planned_execution, capsys, argv, expected):
+    exec_id, stored = planned_execution
+    _with_fallbacks(exec_id, stored)
+    code, _, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", exec_id, *argv)
+    assert code == 2 and expected.format(id=exec_id) in err
+
+
+def test_a_plan_without_fallbacks_has_only_its_recommendation(planned_execution, capsys):
+    exec_id, _ = planned_execution
+    code, _, err = run_cli(
+        capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", exec_id, "--fallback", "1"
+    )
+    assert code == 2 and "plan has 1 candidate(s)" in err and "pick 0 to 0" in err
+
+
+def test_fallback_needs_a_plan(sagemaker, capsys):
+    code, _, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--fallback", "1")
+    assert code == 2 and "--fallback 1 picks a candidate of a plan: add --apply-plan EXECUTION_ID" in err
 
 
 def test_apply_plan_needs_a_results_store(sagemaker, capsys, monkeypatch):

@@ -9,6 +9,15 @@ DataInstanceCount within the pipeline parameter's bounds. A plan that fails thos
 homogeneous, or is missing leaves the schedule's own parameters in force: retraining still runs, and
 the result says why the plan was not used.
 
+Capacity fallback: a plan lists its candidates in order in ``fallbacks`` (the recommendation first, then
+the next cheapest adequate ones of another instance type; a plan without the field has its
+recommendation only). CreateTrainingJob does not refuse a type that has no capacity: the training job
+fails with a FailureReason starting "CapacityError" (the SageMaker Python SDK tests for that word,
+sagemaker.core.common_utils; EC2's own wording is InsufficientInstanceCapacity), after the pipeline's
+training steps have retried SageMaker.CAPACITY_ERROR themselves. So the function looks at the pipeline's
+newest execution: when it failed that way and ran one of the plan's candidates, the next candidate is
+started (after the last, the recommendation again: capacity comes back); otherwise the recommendation.
+
 Environment: PIPELINE_NAME, RESULTS_BUCKET, RESULTS_PREFIX (the store's key prefix, e.g. hetero/results),
 PARAMETERS (JSON object of the schedule's fixed overrides), MIN_DATA_INSTANCE_COUNT, MAX_DATA_INSTANCE_COUNT.
 """
@@ -24,6 +33,9 @@ if TYPE_CHECKING:  # the Lambda runtime has boto3; it is imported where used
     from botocore.model import ServiceModel
 
 PLAN_FILE = "plan.json"
+# FailureReason words of a training job that found no capacity for its instance type (see above)
+CAPACITY_FAILURES = ("CapacityError", "InsufficientInstanceCapacity")
+RECENT_EXECUTIONS = 10  # read to find the newest: local servers do not sort ListPipelineExecutions
 
 
 def handler(event: dict[str, Any], context: object) -> dict:
@@ -51,19 +63,32 @@ def start_with_latest_plan(
     count_bounds: tuple[int, int],
 ) -> dict:
     key, plan = latest_plan(s3, bucket, prefix)
-    applied, reason = {}, "no plan.json in the results store yet"
+    applied, reason, index = {}, "no plan.json in the results store yet", 0
     if plan is not None:
-        applied, reason = plan_parameters(plan, sagemaker.meta.service_model, count_bounds)
+        candidates = plan_candidates(plan)
+        index, why = pick_candidate(candidates, previous_capacity_failure(sagemaker, pipeline))
+        applied, reason = check_parameters(candidates[index], sagemaker.meta.service_model, count_bounds)
+        if applied:
+            reason = f"plan: {plan.get('reason', '')}"
+        elif candidates[index] is None:
+            reason = f"{reason}: {plan.get('reason') or 'no reason given'}"
+        if why:
+            reason = f"candidate {index + 1} of {len(candidates)}, as {why}; {reason}"
     chosen = {**parameters, **applied}
+    if not applied:
+        description = f"scheduled retraining, no plan applied: {reason}"
+    elif index:
+        description = f"scheduled retraining with candidate {index + 1} of the plan of {key}: {reason}"
+    else:
+        description = f"scheduled retraining with the plan of {key}"
     arn = sagemaker.start_pipeline_execution(
         PipelineName=pipeline,
         PipelineParameters=[{"Name": name, "Value": str(value)} for name, value in sorted(chosen.items())],
-        PipelineExecutionDescription=(
-            f"scheduled retraining with the plan of {key}" if applied else f"scheduled retraining, no plan applied: {reason}"
-        )[:3072],
+        PipelineExecutionDescription=description[:3072],  # the API's maximum length
     )["PipelineExecutionArn"]
     result = {
         "execution_arn": arn,
+        "candidate": index,
         "plan": f"s3://{bucket}/{key}" if key else None,
         "applied": applied,
         "reason": reason,
@@ -86,16 +111,105 @@ def latest_plan(s3: BaseClient, bucket: str, prefix: str) -> tuple[str | None, d
     return newest["Key"], json.loads(body)
 
 
-def plan_parameters(plan: dict, service_model: ServiceModel, count_bounds: tuple[int, int]) -> tuple[dict, str]:
-    """The plan's pipeline parameters if CreateTrainingJob would accept them, else none and why."""
-    params = plan.get("parameters")
+def plan_candidates(plan: dict) -> list[dict | None]:
+    """The pipeline parameters of each of the plan's candidates, in order (None: a candidate with no data group)."""
+    fallbacks = plan.get("fallbacks")
+    if not fallbacks:
+        return [plan.get("parameters")]
+    return [candidate_parameters(plan, candidate) for candidate in fallbacks]
+
+
+def candidate_parameters(plan: dict, candidate: dict) -> dict | None:
+    """A candidate's own ``parameters``, or those of its data group (and trainer group, where it is not the plan's)."""
+    if "parameters" in candidate:
+        return candidate["parameters"]
+    if candidate.get("data") is None:
+        return None
+    params = {"DataInstanceType": candidate["data"], "DataInstanceCount": candidate.get("data_count")}
+    trainer = plan.get("trainer") or {}
+    if candidate.get("trainer") and (candidate["trainer"], candidate.get("trainers")) != (
+        trainer.get("instance_type"),
+        trainer.get("count"),
+    ):
+        params.update(DnnInstanceType=candidate["trainer"], DnnInstanceCount=candidate.get("trainers"))
+    return params
+
+
+def previous_capacity_failure(sagemaker: BaseClient, pipeline: str) -> tuple[dict, str] | None:
+    """(parameters, failure) of the pipeline's newest execution when it failed for want of capacity, else None
+    (also when it cannot be read: retraining runs with the recommendation rather than not at all)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return _previous_capacity_failure(sagemaker, pipeline)
+    except (BotoCoreError, ClientError) as exc:
+        print(json.dumps({"previous_execution_unread": str(exc)}))
+        return None
+
+
+def _previous_capacity_failure(sagemaker: BaseClient, pipeline: str) -> tuple[dict, str] | None:
+    summaries = sagemaker.list_pipeline_executions(
+        PipelineName=pipeline, SortBy="CreationTime", SortOrder="Descending", MaxResults=RECENT_EXECUTIONS
+    )["PipelineExecutionSummaries"]
+    if not summaries:
+        return None
+    newest = max(summaries, key=lambda s: s["StartTime"])
+    if newest["PipelineExecutionStatus"] != "Failed":
+        return None
+    arn = newest["PipelineExecutionArn"]
+    steps = []
+    if not is_capacity_failure(newest.get("PipelineExecutionFailureReason")):
+        # the execution's reason names a failed step, not why: the step's own reason is the training job's
+        for page in sagemaker.get_paginator("list_pipeline_execution_steps").paginate(PipelineExecutionArn=arn):
+            steps += page["PipelineExecutionSteps"]
+    failure = capacity_failure(newest, steps)
+    if failure is None:
+        return None
+    sent = sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]
+    return {p["Name"]: p["Value"] for p in sent}, failure
+
+
+def is_capacity_failure(reason: str | None) -> bool:
+    return bool(reason) and any(word in reason for word in CAPACITY_FAILURES)
+
+
+def capacity_failure(summary: dict, steps: list[dict]) -> str | None:
+    """Why a failed execution (a ListPipelineExecutions summary and its ListPipelineExecutionSteps) found no
+    capacity, or None when it failed for another reason."""
+    execution_id = summary["PipelineExecutionArn"].rsplit("/", 1)[-1]
+    if is_capacity_failure(summary.get("PipelineExecutionFailureReason")):
+        return f"execution {execution_id}: {summary['PipelineExecutionFailureReason']}"
+    for step in steps:
+        if step.get("StepStatus") == "Failed" and is_capacity_failure(step.get("FailureReason")):
+            return f"execution {execution_id}, step {step['StepName']}: {step['FailureReason']}"
+    return None
+
+
+def pick_candidate(candidates: list, failed: tuple[dict, str] | None) -> tuple[int, str]:
+    """The index of the candidate to start, and why when it is not the recommendation's first turn."""
+    if failed is None:
+        return 0, ""
+    sent, failure = failed
+    ran = next(
+        (i for i, c in enumerate(candidates) if c and all(str(sent.get(k)) == str(v) for k, v in c.items())),
+        None,
+    )
+    if ran is None:
+        return 0, f"the newest execution found no capacity but ran none of the plan's candidates ({failure})"
+    if ran + 1 < len(candidates):
+        return ran + 1, f"candidate {ran + 1} found no capacity ({failure})"
+    return 0, f"every candidate of the plan found no capacity, the last: {failure}; the recommendation again"
+
+
+def check_parameters(params: dict | None, service_model: ServiceModel, count_bounds: tuple[int, int]) -> tuple[dict, str]:
+    """A candidate's pipeline parameters if CreateTrainingJob would accept them, else none and why."""
     if not params:
-        return {}, f"the plan recommends no data group: {plan.get('reason') or 'no reason given'}"
-    instance_type, count = params.get("DataInstanceType"), params.get("DataInstanceCount")
+        return {}, "the plan recommends no data group"
     allowed = service_model.shape_for("TrainingInstanceType").enum
-    if instance_type not in allowed:
-        return {}, f"the plan's DataInstanceType {instance_type!r} is not a SageMaker training instance type"
     low, high = count_bounds
-    if not isinstance(count, int) or isinstance(count, bool) or not low <= count <= high:
-        return {}, f"the plan's DataInstanceCount {count!r} is not an integer within {low}..{high}"
-    return {"DataInstanceType": instance_type, "DataInstanceCount": count}, f"plan: {plan.get('reason', '')}"
+    for name, value in params.items():
+        if name.endswith("InstanceType") and value not in allowed:
+            return {}, f"the plan's {name} {value!r} is not a SageMaker training instance type"
+        if name.endswith("InstanceCount") and (not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high):
+            return {}, f"the plan's {name} {value!r} is not an integer within {low}..{high}"
+    return dict(params), ""

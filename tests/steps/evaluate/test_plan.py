@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from pipeline.plan_view import render_plan
 from steps.evaluate.catalogue import load_catalogue
 from steps.evaluate.plan import plan_document
 from steps.evaluate.prices import load_prices
@@ -47,6 +48,27 @@ def test_a_compute_bound_run_with_few_cpus_needed_stays_homogeneous():
 def test_a_run_that_cannot_be_planned_from_says_why(doc, reason):
     plan = plan_document(doc, load_prices(), load_catalogue())
     assert plan["recommendation"] is None and reason in plan["reason"]
+
+
+@pytest.mark.parametrize("run", [input_bound_run(), metrics()], ids=["planned", "not-planned"])
+def test_every_catalogue_type_is_priced_or_listed_unpriced_with_the_fix(run):
+    prices, catalogue = load_prices(), load_catalogue()
+    plan = plan_document(run, prices, catalogue)
+    assert set(catalogue.specs) == set(prices.usd_per_hour) | set(plan["unpriced"])  # none dropped unseen
+    assert not set(prices.usd_per_hour) & set(plan["unpriced"])
+    assert {"ml.g6.xlarge", "ml.p5.48xlarge", "ml.c7i.xlarge"} <= set(plan["unpriced"])  # GPU types too
+    text = render_plan(plan)
+    assert "ml.g6.xlarge" in text and "hetero prices refresh" in text and "--prices FILE" in text
+
+
+def test_an_unpriced_trainer_is_named_with_the_command_that_prices_it():
+    run = input_bound_run()
+    run["instance_groups"] = [
+        {**g, "instance_type": "ml.g6.xlarge"} if g["role"] == "trainer" else g for g in run["instance_groups"]
+    ]
+    plan = plan_document(run, load_prices(), load_catalogue())
+    assert plan["recommendation"] is None and "ml.g6.xlarge" in plan["reason"]
+    assert "hetero prices refresh" in plan["reason"] and "ml.g6.xlarge" in plan["unpriced"]
 
 
 def test_every_catalogue_type_has_its_hardware_and_the_families_users_pick():

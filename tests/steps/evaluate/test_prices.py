@@ -1,4 +1,5 @@
 import json
+from datetime import date
 
 import pytest
 
@@ -37,6 +38,12 @@ def test_bundled_table_says_where_prices_come_from():
     assert all(k.startswith("ml.") and v > 0 for k, v in raw["prices"].items())
 
 
+def test_bundled_table_names_its_primary_source_by_address_and_date():
+    table = load_prices()
+    assert "https://aws.amazon.com/sagemaker/pricing/" in table.source  # AWS's own page, not a third-party table
+    assert date.fromisoformat(table.as_of) <= date.today()
+
+
 def test_override_replaces_and_extends(tmp_path):
     path = write(
         tmp_path / "p.json",
@@ -65,6 +72,7 @@ def test_unknown_type_names_it_suggests_close_matches_and_the_fix():
     assert "'ml.c5.19xlarge'" in message
     assert "ml.c5.18xlarge" in message  # difflib close match
     assert "--prices" in message and '"prices"' in message
+    assert "hetero prices refresh" in message
     assert "\n" not in message
 
 
