@@ -161,6 +161,8 @@ class Tunable:
             )
 
 
+MAX_STREAMS_PER_FLOW = 16  # connections between one data host and one trainer (StreamsPerFlow)
+
 TUNABLES: tuple[Tunable, ...] = (
     Tunable(
         "InputData",
@@ -305,7 +307,7 @@ TUNABLES: tuple[Tunable, ...] = (
         "ceil(needed Gbps / 5), 5 Gbps being EC2's per-flow limit, from the bytes per sample and the trainer's target "
         "rate when known, else 1 (docs/dataplane.md#streams-per-flow). metrics.json says how many each data host used.",
         minimum=0,
-        maximum=16,
+        maximum=MAX_STREAMS_PER_FLOW,
         flag="streams-per-flow",
         hyperparameter="streams_per_flow",
     ),

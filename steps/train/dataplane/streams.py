@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 
+from steps.contract import MAX_STREAMS_PER_FLOW
+
 PER_FLOW_GBPS = 5.0  # EC2's limit of one flow outside a cluster placement group
-MAX_STREAMS = 16  # the StreamsPerFlow pipeline parameter's maximum (steps.contract)
 
 
 def streams_per_flow(setting: int, *, bytes_per_sample: int, samples_per_s: float | None = None) -> int:
@@ -23,4 +24,4 @@ def streams_per_flow(setting: int, *, bytes_per_sample: int, samples_per_s: floa
     if not samples_per_s:
         return 1
     needed_gbps = bytes_per_sample * samples_per_s * 8 / 1e9
-    return min(max(math.ceil(needed_gbps / PER_FLOW_GBPS), 1), MAX_STREAMS)
+    return min(max(math.ceil(needed_gbps / PER_FLOW_GBPS), 1), MAX_STREAMS_PER_FLOW)
