@@ -168,9 +168,7 @@ def receive_resume(trainers: list[Trainer], cfg: TrainConfig) -> tuple[int, np.n
         if not 0 <= message.epoch <= cfg.epochs:
             raise TrainerGone(f"trainer {t.host} asked to resume at epoch {message.epoch!r}; this job has {cfg.epochs}")
         epochs[t.host] = message.epoch
-        splits[t.host] = (
-            NO_SPLIT if message.split is None else Split.from_meta(message.split, trainers=hosts, sender=t.host)
-        )
+        splits[t.host] = NO_SPLIT if message.split is None else Split.from_meta(message.split, trainers=hosts, sender=t.host)
         if message.consumed is not None:
             ids.append(message.consumed.astype(np.int64, copy=False).ravel())
     if len(set(epochs.values())) > 1:

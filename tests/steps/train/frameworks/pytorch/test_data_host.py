@@ -87,9 +87,7 @@ def _numbered_batches(batches: int):
 def test_two_streams_per_flow_carry_every_sample_exactly_once_per_epoch(monkeypatch):
     monkeypatch.delenv("HETERO_HOSTS_FILE", raising=False)
     server = socket.create_server(("127.0.0.1", 0))
-    cfg = TrainConfig(
-        epochs=2, data_port=server.getsockname()[1], heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=10.0
-    )
+    cfg = TrainConfig(epochs=2, data_port=server.getsockname()[1], heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=10.0)
     batches = 40
     service = _serving(cfg, server, _numbered_batches(batches), batches * BATCH, streams=2)
     client = DataServiceClient(cfg, me="trainer-a", data_hosts=("127.0.0.1",), secret=SECRET)
