@@ -1,6 +1,7 @@
 """How close is the whole data plane to a plain TCP socket? Prints one JSON object.
 
     .venv/bin/python bench/transport.py [--batches 200] [--repeats 3] [--quick]
+    .venv/bin/python bench/transport.py --streams 2 [--quick]   # only the data plane: 1 vs 2 streams per flow
 
 Every batch is 64 x 224 x 224 x 3 uint8 pixels plus int64 labels and ids
 (9.6 MB), over loopback, from sender processes (fork; spawn for TensorFlow) to
@@ -65,6 +66,12 @@ so one run's ratios compare like with like even on a noisy machine.
                        both senders and the receiver then compete for the
                        same two cores, so 'alone' (two cores for one pair)
                        cannot add up; reported for information only.
+
+``streams``            with ``--streams N``, nothing else: the real path above
+                       with one connection, then with N connections (streams
+                       per flow), interleaved per repeat; ``ratio_to_one_stream``
+                       per repeat. Loopback has no per-flow cap (EC2 holds
+                       one flow to 5 Gbps), so expect about 1 here.
 
 GB/s is 1e9 bytes/s of batch payload (pixels + labels + ids) over the timed
 window, which starts once a warm-up epoch has ended and stops when the last
@@ -136,6 +143,7 @@ def _serve_sender(
     batches: int,
     rate: float,
     pixels: np.ndarray,
+    streams: int,
     results,
 ) -> None:
     batch = Batch(torch.from_numpy(pixels), torch.zeros(BATCH, dtype=torch.int64), torch.arange(BATCH, dtype=torch.int64))
@@ -162,6 +170,7 @@ def _serve_sender(
         secret=secret,
         samples_per_epoch=BATCH * batches,
         epoch_batches=epoch_batches,
+        streams=streams,
     )
     results.send(cpu["end"] - cpu["start"])
 
@@ -263,13 +272,16 @@ def _config(port: int) -> TrainConfig:
     return TrainConfig(epochs=2, data_port=port, heartbeat_s=0.5, silence_timeout_s=60.0, connect_timeout_s=60.0)
 
 
-def measure_hetero(names: list[str], batches: int, warmup: int, pixels: np.ndarray, rate: float = 0.0) -> dict:
-    """The real client against one real `serve()` process per name; ``batches`` per sender."""
+def measure_hetero(names: list[str], batches: int, warmup: int, pixels: np.ndarray, rate: float = 0.0, streams: int = 1) -> dict:
+    """The real client against one real `serve()` process per name (``streams`` connections each); ``batches`` per
+    sender."""
     secret = new_secret().encode()
     servers = _listeners(names)
     try:
         cfg = _config(servers[0].getsockname()[1])
-        specs = [(_serve_sender, (s, name, cfg, secret, warmup, batches, rate, pixels)) for s, name in zip(servers, names)]
+        specs = [
+            (_serve_sender, (s, name, cfg, secret, warmup, batches, rate, pixels, streams)) for s, name in zip(servers, names)
+        ]
         with _children(*specs) as pipes:
             for s in servers:
                 s.close()  # the senders own them now
@@ -300,7 +312,7 @@ def measure_drain(name: str, batches: int, warmup: int, pixels: np.ndarray, rate
     (server,) = _listeners([name])
     try:
         cfg = _config(server.getsockname()[1])
-        with _children((_serve_sender, (server, name, cfg, secret, warmup, batches, rate, pixels))) as pipes:
+        with _children((_serve_sender, (server, name, cfg, secret, warmup, batches, rate, pixels, 1))) as pipes:
             server.close()
             scratch = {"pixels": np.empty((BATCH, H, W, C), np.uint8)}
 
@@ -469,6 +481,9 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="a short run: 30 batches, 4 warm-up")
     parser.add_argument("--no-ray", action="store_true", help="leave out the Ray Data row")
+    parser.add_argument(
+        "--streams", type=int, default=0, help="only the data plane, over 1 and then this many connections (streams per flow)"
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so every sender process is reaped
     if args.quick:
@@ -480,6 +495,9 @@ def main() -> None:
         hosts_file = Path(tmp) / "hosts"
         hosts_file.write_text("".join(f"{address} {name}\n" for name, address in {**DATA_HOSTS, **RAY_HOSTS}.items()))
         os.environ["HETERO_HOSTS_FILE"] = str(hosts_file)  # this process only: how the client finds data-0/1
+        if args.streams:
+            _print({**_header(args), "streams": compare_streams(args, pixels)})
+            return
 
         with_tf = importlib.util.find_spec("tensorflow") is not None
         if with_tf:
@@ -534,54 +552,77 @@ def main() -> None:
         multi["merged_over_sum"] = multi["paced"]["merged_over_sum"]["median"]
         multi["merged_over_sum_target"] = 0.9
 
-    print(
-        json.dumps(
-            {
-                "bench": "transport",
-                "command": " ".join([Path(sys.executable).name, *sys.argv]),
-                "machine": {
-                    "cpus": len(os.sched_getaffinity(0)),
-                    "python": platform.python_version(),
-                    "torch": torch.__version__,
-                    **({"tensorflow": sys.modules["tensorflow"].__version__} if "tensorflow" in sys.modules else {}),
-                    "load_avg_1m": round(os.getloadavg()[0], 2),
-                },
-                "batch": {"shape": [BATCH, H, W, C], "dtype": "uint8", "bytes": BATCH_BYTES},
-                "batches": args.batches,
-                "warmup": args.warmup,
-                "repeats": args.repeats,
-                "raw_tcp": {**_summary(raw, "gbps", "cpu_ms_per_batch", "sender_cpu_ms_per_batch")},
-                "hetero_data_plane": {
-                    **_summary(ours, "gbps", "cpu_ms_per_batch"),
-                    "sender_cpu_ms_per_batch": {"median": _median([o["sender_cpu_ms_per_batch"][0] for o in ours])},
-                    "ratio_to_tcp": _spread(ratios),
-                },
-                "tf_data_service": tf_data_service,
-                "ray_data": {"skipped": "--no-ray"}
-                if not ray_runs
-                else {
-                    **_summary(ray_runs, "gbps", "cpu_ms_per_batch"),
-                    "ratio_to_tcp": _spread([t["gbps"] / r["gbps"] for r, t in zip(raw, ray_runs)]),
-                },
-                "multi_host": multi,
-                "notes": [
-                    "GB/s = 1e9 bytes of pixels+labels+ids per second over the timed window; cpu_ms_per_batch = process_time of the "
-                    "receiving process (all its threads) over that window / batches; ratio_to_tcp is per repeat, raw and ours interleaved.",
-                    "tf_data_service: dispatcher in the receiving process, one worker in a spawned process, dataset "
-                    "from_tensors(batch).repeat(); the pixels are random bytes, so compression=AUTO (snappy) only adds CPU on both ends. "
-                    "Its ratio_to_tcp is against the raw_tcp run of the same repeat.",
-                    "multi_host alone = one serve() process streaming to a drain sink (handshake, then every frame read into one reused "
-                    "buffer, nothing else); merged = both serve() processes streaming at once to the real DataServiceClient.",
-                    "paced: each sender is held to rate_per_sender (paced-fraction x the single-host rate above), like a data host bound by "
-                    "its decode CPU; merged_over_sum there answers the spec's question (>= 0.9): does the trainer take in all both produce.",
-                    "saturated: unthrottled senders. Alone, one sender and the sink have the 2 cores to themselves; merged, two senders "
-                    "and the receiver share them, and loopback TCP costs CPU on both ends, so the sum is unreachable on this box and "
-                    "merged_over_sum there is a CPU-sharing figure, not a merge loss. Separate hosts would each bring their own CPU.",
-                ],
+    _print(
+        {
+            **_header(args),
+            "raw_tcp": {**_summary(raw, "gbps", "cpu_ms_per_batch", "sender_cpu_ms_per_batch")},
+            "hetero_data_plane": {
+                **_summary(ours, "gbps", "cpu_ms_per_batch"),
+                "sender_cpu_ms_per_batch": {"median": _median([o["sender_cpu_ms_per_batch"][0] for o in ours])},
+                "ratio_to_tcp": _spread(ratios),
             },
-            indent=2,
-        )
+            "tf_data_service": tf_data_service,
+            "ray_data": {"skipped": "--no-ray"}
+            if not ray_runs
+            else {
+                **_summary(ray_runs, "gbps", "cpu_ms_per_batch"),
+                "ratio_to_tcp": _spread([t["gbps"] / r["gbps"] for r, t in zip(raw, ray_runs)]),
+            },
+            "multi_host": multi,
+            "notes": [
+                "GB/s = 1e9 bytes of pixels+labels+ids per second over the timed window; cpu_ms_per_batch = process_time of the "
+                "receiving process (all its threads) over that window / batches; ratio_to_tcp is per repeat, raw and ours interleaved.",
+                "tf_data_service: dispatcher in the receiving process, one worker in a spawned process, dataset "
+                "from_tensors(batch).repeat(); the pixels are random bytes, so compression=AUTO (snappy) only adds CPU on both ends. "
+                "Its ratio_to_tcp is against the raw_tcp run of the same repeat.",
+                "multi_host alone = one serve() process streaming to a drain sink (handshake, then every frame read into one reused "
+                "buffer, nothing else); merged = both serve() processes streaming at once to the real DataServiceClient.",
+                "paced: each sender is held to rate_per_sender (paced-fraction x the single-host rate above), like a data host bound by "
+                "its decode CPU; merged_over_sum there answers the spec's question (>= 0.9): does the trainer take in all both produce.",
+                "saturated: unthrottled senders. Alone, one sender and the sink have the 2 cores to themselves; merged, two senders "
+                "and the receiver share them, and loopback TCP costs CPU on both ends, so the sum is unreachable on this box and "
+                "merged_over_sum there is a CPU-sharing figure, not a merge loss. Separate hosts would each bring their own CPU.",
+            ],
+        }
     )
+
+
+def _header(args) -> dict:
+    return {
+        "bench": "transport",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": {
+            "cpus": len(os.sched_getaffinity(0)),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            **({"tensorflow": sys.modules["tensorflow"].__version__} if "tensorflow" in sys.modules else {}),
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+        },
+        "batch": {"shape": [BATCH, H, W, C], "dtype": "uint8", "bytes": BATCH_BYTES},
+        "batches": args.batches,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+    }
+
+
+def _print(doc: dict) -> None:
+    print(json.dumps(doc, indent=2))
+
+
+def compare_streams(args, pixels: np.ndarray) -> dict:
+    """The real data plane over one connection, then over ``args.streams``, interleaved per repeat."""
+    one, many = [], []
+    for _ in range(args.repeats):
+        one.append(measure_hetero(["data-0"], args.batches, args.warmup, pixels))
+        many.append(measure_hetero(["data-0"], args.batches, args.warmup, pixels, streams=args.streams))
+    return {
+        "streams": args.streams,
+        "one_stream": _summary(one, "gbps", "cpu_ms_per_batch"),
+        "n_streams": _summary(many, "gbps", "cpu_ms_per_batch"),
+        "ratio_to_one_stream": _spread([m["gbps"] / o["gbps"] for o, m in zip(one, many)]),
+        "note": "loopback has no per-flow cap (EC2 holds one flow to 5 Gbps outside a cluster placement group), so "
+        "about 1 is expected here; the gain is where the per-flow cap binds",
+    }
 
 
 if __name__ == "__main__":

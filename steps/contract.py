@@ -161,6 +161,8 @@ class Tunable:
             )
 
 
+MAX_STREAMS_PER_FLOW = 16  # connections between one data host and one trainer (StreamsPerFlow)
+
 TUNABLES: tuple[Tunable, ...] = (
     Tunable(
         "InputData",
@@ -293,6 +295,21 @@ TUNABLES: tuple[Tunable, ...] = (
         choices=COMPILES,
         flag="compile",
         hyperparameter="compile",
+    ),
+    # One TCP flow between two EC2 instances carries at most 5 Gbps outside a cluster placement group (10 inside; EC2
+    # User Guide, "Amazon EC2 instance network bandwidth"), while one H100 at published ResNet-50 speed takes ~8.3 Gbps
+    # of uint8 224 px images: a data host may need several connections to each trainer.
+    Tunable(
+        "StreamsPerFlow",
+        int,
+        0,
+        "TCP connections between each data host and each trainer (PyTorch); batches are spread over them. 0 (auto): "
+        "ceil(needed Gbps / 5), 5 Gbps being EC2's per-flow limit, from the bytes per sample and the trainer's target "
+        "rate when known, else 1 (docs/dataplane.md#streams-per-flow). metrics.json says how many each data host used.",
+        minimum=0,
+        maximum=MAX_STREAMS_PER_FLOW,
+        flag="streams-per-flow",
+        hyperparameter="streams_per_flow",
     ),
     Tunable(
         "MaxCorruptShare",

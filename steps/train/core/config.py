@@ -46,6 +46,7 @@ class TrainConfig:
     batch_size: int = _tunable("batch_size")
     precision: str = _tunable("precision")
     compile: str = _tunable("compile")
+    streams_per_flow: int = _tunable("streams_per_flow")
     max_corrupt_share: float = _tunable("max_corrupt_share")
     learning_rate: float = _param(0.003, "Optimiser learning rate (AdamW unless the workload says otherwise).", minimum=0.0)
     warmup_steps: int = _param(5, "Steps left out of step-time statistics.", minimum=0)

@@ -28,8 +28,12 @@ MAX_PENDING = 32  # connections at once that have not proved it yet
 
 @dataclass
 class Trainer:
+    """One connection of a trainer host: with several streams per flow (`steps.train.dataplane.streams`), each of
+    them is a `Trainer` of the same ``host``, numbered by ``stream``."""
+
     host: str
     link: Link
+    stream: int = 0
     stopped: bool = False  # it said STOP
     lost: bool = False  # its link broke, or it said ERROR: nothing more to tell it
     sent: dict = field(default_factory=dict)  # epoch -> samples sent to this trainer
@@ -37,31 +41,40 @@ class Trainer:
 
 
 def accept_trainers(
-    server: socket.socket, cfg: TrainConfig, me: str, trainer_hosts: tuple[str, ...], secret: bytes, info: dict
+    server: socket.socket,
+    cfg: TrainConfig,
+    me: str,
+    trainer_hosts: tuple[str, ...],
+    secret: bytes,
+    info: dict,
+    streams: int = 1,
 ) -> list[Trainer]:
-    """Accept on ``server`` until every expected trainer has proved the secret; ``info`` goes in the HELLO.
+    """Accept on ``server`` until every expected trainer has proved the secret on ``streams`` connections (the HELLO
+    says how many, so the trainer dials the rest); ``info`` goes in the HELLO too. Returns one `Trainer` per connection,
+    by host, then stream.
 
     Whoever reaches the port gets at most `HANDSHAKE_TIMEOUT_S` in all to prove the secret, and at most
     `MAX_PENDING` unproven connections are held at once (a new one cuts the oldest, so a flood cannot
     lock out a trainer, which proves the secret within a round trip): a flood or a slow client costs a
     few threads and file descriptors, never the host. Running out of descriptors
     (EMFILE) is waited out, not fatal. Refusals are logged at most once a second, with counts."""
-    expected = set(trainer_hosts)
-    trainers: dict[str, Trainer] = {}
+    expected = {(host, stream) for host in trainer_hosts for stream in range(streams)}
+    trainers: dict[tuple[str, int], Trainer] = {}
     pending: dict[socket.socket, float] = {}  # unproven connection -> when its handshake must be over
     lock = threading.Lock()
     log = _RefusalLog(me)
 
     def handshake(sock: socket.socket, address) -> None:
         try:
-            peer = serve_handshake(sock, secret, host=me, info=info)
+            peer = serve_handshake(sock, secret, host=me, info={**info, "streams": streams})
         except (AuthError, WireError, OSError) as exc:
             log.refused(str(exc), address[0])
             peer = None
         with lock:
             pending.pop(sock, None)
-            if peer in expected and peer not in trainers:
-                trainers[peer] = Trainer(
+            key = (peer, sum(1 for host, _ in trainers if host == peer))  # its next stream
+            if key in expected:
+                trainers[key] = Trainer(
                     peer,
                     Link(
                         sock,
@@ -70,6 +83,7 @@ def accept_trainers(
                         heartbeat_s=cfg.heartbeat_s,
                         silence_timeout_s=cfg.silence_timeout_s,
                     ),
+                    stream=key[1],
                 )
                 return
         sock.close()
@@ -81,13 +95,13 @@ def accept_trainers(
             now = time.monotonic()
             with lock:
                 if set(trainers) == expected:
-                    return list(trainers.values())
+                    return [trainers[key] for key in sorted(trainers)]
                 for sock in [s for s, due in pending.items() if due < now]:  # too slow to prove the secret
                     _cut(sock)
                     pending[sock] = float("inf")  # its thread closes it
             remaining = deadline - now
             if remaining <= 0:
-                missing = ", ".join(sorted(expected - set(trainers)))
+                missing = ", ".join(sorted({host for host, _ in expected - set(trainers)}))
                 raise TrainerGone(f"trainer host(s) {missing} did not connect within connect_timeout_s={cfg.connect_timeout_s:g}")
             log.flush()
             server.settimeout(min(remaining, 0.2))

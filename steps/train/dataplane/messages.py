@@ -96,6 +96,7 @@ class Hello(Message):
     epochs: int = 0
     decode_workers: int = 1
     framework: str = ""
+    streams: int = 1  # connections the trainer opens to this host (`steps.train.dataplane.streams`)
 
 
 @dataclass(frozen=True)

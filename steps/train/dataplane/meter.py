@@ -32,7 +32,11 @@ class ServiceMeter:
         self.decode_cpu_s += batch.cpu_s
 
     def report(self, trainers) -> dict:
-        """Running totals since serving began, for BATCH and END frames."""
+        """Running totals since serving began, for BATCH and END frames (``trainers``: one per connection, a trainer
+        host with several streams per flow once per stream)."""
+        batches: dict[str, int] = {}
+        for t in trainers:
+            batches[t.host] = batches.get(t.host, 0) + t.batches
         return {
             "cpus": self.cpus,
             "wall_s": round(time.perf_counter() - self._wall_started, 6),
@@ -41,7 +45,8 @@ class ServiceMeter:
             "decode_cpu_s": round(self.decode_cpu_s, 6),
             "service_cpu_s": round(time.process_time() - self._cpu_started, 6),
             "bytes_sent": sum(t.link.bytes_sent for t in trainers),
-            "batches_sent": {t.host: t.batches for t in trainers},
+            "batches_sent": batches,
+            "streams": len(trainers) // max(len(batches), 1),
         }
 
 
@@ -95,6 +100,7 @@ def data_host_metrics(host: str, report: dict, first: dict | None = None) -> dic
         "cpus": cpus,
         "samples_sent": total["samples"],
         "batches_sent": dict(report.get("batches_sent", {})),
+        "streams": int(report.get("streams", 1)),  # connections to each trainer (streams per flow)
         "decode_cpu_s_per_sample": window["decode_cpu_s"] / samples,
         "service_cpu_s_per_sample": window["service_cpu_s"] / samples,
         "busy_share": (window["decode_cpu_s"] + window["service_cpu_s"]) / (wall * cpus) if wall > 0 else 0.0,

@@ -74,10 +74,12 @@ class HostSession:
         trainer_hosts: tuple[str, ...],
         secret: bytes,
         info: dict,
+        streams: int = 1,
         **options,
     ) -> HostSession:
-        """Accept every expected trainer on ``server`` (``info``: the rest of this host's HELLO)."""
-        return cls(cfg, accept_trainers(server, cfg, me, trainer_hosts, secret, info), **options)
+        """Accept every expected trainer on ``server``, on ``streams`` connections each (``info``: the rest of this
+        host's HELLO). Each connection is a `Trainer` of its own: read, pinged and lost on its own."""
+        return cls(cfg, accept_trainers(server, cfg, me, trainer_hosts, secret, info, streams), **options)
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> HostSession:

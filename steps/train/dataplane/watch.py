@@ -4,8 +4,10 @@ A trainer (the Ray head, for every other host of its job) dials each host
 that serves it (`steps.train.dataplane.admission`), pings them all while it is
 busy, and reads each link in a thread of its own: a host that goes silent,
 hangs up or says ERROR is lost, and the first loss is the trainer's failure,
-in a line that names the host. After STOP a host hanging up is the expected
-end. What a host sends besides PING and ERROR (batches, answers) goes to the
+in a line that names the host. A host that asks for several streams per flow
+(its HELLO's ``streams``) gets that many connections, each authenticated, each
+read and pinged on its own; losing any of them is losing the host. After STOP a
+host hanging up is the expected end. What a host sends besides PING and ERROR (batches, answers) goes to the
 framework's ``on_message``.
 """
 
@@ -15,7 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from steps.common.errors import HeteroError, describe
 from steps.train.core.config import TrainConfig
@@ -30,17 +32,19 @@ def failure_reason(trainer: str, exc: BaseException) -> str:
     return describe(exc) if isinstance(exc, DataHostLost) else f"trainer {trainer}: {describe(exc)}"
 
 
-def send_stop(links: list[Link], status: str, reason: str, files: dict[str, bytes] | None) -> None:
-    """The trainer's STOP, carrying ``files`` (its outputs), to every link, each then half-closed.
+def send_stop(links: list[Link], status: str, reason: str, files: dict[str, bytes] | None, extra: list[Link] = ()) -> None:
+    """The trainer's STOP, carrying ``files`` (its outputs), to every link, each then half-closed; ``extra`` (a host's
+    further streams) get the STOP without the files, which one copy per host is enough of.
 
     A half-close, not a close: the trainer keeps reading until each data host hangs up. Closing a
     socket with unread data in it makes the kernel answer with a reset, which could destroy a
     STOP still in flight.
     """
     stop = Stop(status, reason[:500], dict(files or {}))
-    for link in links:
+    bare = Stop(status, reason[:500])
+    for link, message in [*((link, stop) for link in links), *((link, bare) for link in extra)]:
         try:
-            link.send(stop)
+            link.send(message)
             link.sock.shutdown(socket.SHUT_WR)
         except (WireError, OSError, Stopped):
             pass  # that host is gone already
@@ -48,12 +52,14 @@ def send_stop(links: list[Link], status: str, reason: str, files: dict[str, byte
 
 @dataclass
 class Peer:
-    """A host this trainer dials: its name, its address, and once dialled its link and HELLO."""
+    """A host this trainer dials: its name, its address, and once dialled its link and HELLO; ``streams``: every link
+    to it, ``link`` first (more than one when its HELLO asks for several streams per flow)."""
 
     name: str
     address: str
     link: Link | None = None
     hello: Hello | None = None
+    streams: list[Link] = field(default_factory=list)
 
 
 class PeerWatch:
@@ -88,23 +94,31 @@ class PeerWatch:
 
     @property
     def links(self) -> list[Link]:
-        return [p.link for p in self.peers if p.link is not None]
+        """Every link to every peer, each peer's streams included."""
+        return [link for p in self.peers for link in p.streams]
 
     def connect(self) -> list[Hello]:
-        """Dial every peer (each may still be starting: until connect_timeout_s in all) and prove the secret."""
+        """Dial every peer (each may still be starting: until connect_timeout_s in all) and prove the secret, on as many
+        connections as its HELLO asks for."""
         deadline = time.monotonic() + self.cfg.connect_timeout_s
         for peer in self.peers:
-            peer.link, peer.hello = open_link(
-                self.cfg,
-                peer.name,
-                peer.address,
-                self.me,
-                self.secret,
-                deadline,
-                f"{self.label} {peer.name}",
-                **self.link_options,
-            )
+            peer.link, peer.hello = self._dial(peer, deadline)
+            peer.streams = [peer.link]
+            for _ in range(peer.hello.streams - 1):
+                peer.streams.append(self._dial(peer, deadline)[0])
         return [p.hello for p in self.peers]
+
+    def _dial(self, peer: Peer, deadline: float) -> tuple[Link, Hello]:
+        return open_link(
+            self.cfg,
+            peer.name,
+            peer.address,
+            self.me,
+            self.secret,
+            deadline,
+            f"{self.label} {peer.name}",
+            **self.link_options,
+        )
 
     def send_all(self, message: Message) -> None:
         for link in self.links:
@@ -119,7 +133,8 @@ class PeerWatch:
         """Read every link in a thread of its own from now on (and heartbeat, if not yet)."""
         self.heartbeat()
         for peer in self.peers:
-            self.spawn(self._watch, peer, name=f"watch-{peer.name}")
+            for stream, link in enumerate(peer.streams):
+                self.spawn(self._watch, peer, link, name=f"watch-{peer.name}-{stream}")
         return self
 
     def spawn(self, target: Callable, *args, name: str) -> threading.Thread:
@@ -149,7 +164,8 @@ class PeerWatch:
         self.stopping.set()
         if self._beat is not None:
             self._beat.stop()
-        send_stop(self.links, status, reason, files)
+        firsts = [p.link for p in self.peers if p.link is not None]
+        send_stop(firsts, status, reason, files, extra=[link for p in self.peers for link in p.streams[1:]])
         deadline = time.monotonic() + self.cfg.silence_timeout_s
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -161,14 +177,15 @@ class PeerWatch:
     def _send_failed(self, link: Link, exc: Exception) -> None:
         """A PING the peer's socket refused: the peer is gone (killed, its instance lost), whatever its reader still has
         to read of what the peer sent before."""
-        peer = next((p for p in self.peers if p.link is link), None)
+        peer = next((p for p in self.peers if any(s is link for s in p.streams)), None)
         if peer is not None and not self.stopping.is_set():
             self.fail(self._lost(peer, exc))
 
-    def _watch(self, peer: Peer) -> None:
+    def _watch(self, peer: Peer, link: Link) -> None:
+        """One link of ``peer`` (one of its streams)."""
         while not self.closing.is_set():
             try:
-                message = peer.link.read()
+                message = link.read()
                 if message is None or isinstance(message, Ping):
                     continue
                 if isinstance(message, Error):

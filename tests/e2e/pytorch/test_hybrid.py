@@ -63,7 +63,14 @@ def test_two_data_hosts_and_two_hybrid_trainers_consume_each_sample_once(tmp_pat
         code_uri,
         data=2,
         dnn=2,
-        hyperparameters={"epochs": 2, "batch_size": 8, "workload_options": {"blur_passes": 1}, "connect_timeout_s": 60, **HYBRID},
+        hyperparameters={
+            "epochs": 2,
+            "batch_size": 8,
+            "workload_options": {"blur_passes": 1},
+            "connect_timeout_s": 60,
+            "streams_per_flow": 2,
+            **HYBRID,
+        },
     )
     with EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=30, timeout_s=300) as job:
         job.start()
@@ -71,7 +78,8 @@ def test_two_data_hosts_and_two_hybrid_trainers_consume_each_sample_once(tmp_pat
     assert result.ok, result.failure
     trainers = by_role(job, "trainer")
     metrics = json.loads((result.model_dir / "metrics.json").read_text())
-    _exact_ledger(metrics, samples, 2)
+    _exact_ledger(metrics, samples, 2)  # over two connections per data host and trainer
+    assert metrics["data_hosts"] and {h["streams"] for h in metrics["data_hosts"]} == {2}
     assert sorted(m["host"] for m in metrics["local_decode"]) == sorted(t.name for t in trainers)
     assert {tuple(m["split"]["trainers"]) for m in metrics["local_decode"]} == {(1, 1)}
     assert all(m["samples"] > 0 for m in metrics["local_decode"])

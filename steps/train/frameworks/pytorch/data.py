@@ -1,11 +1,12 @@
 """The trainer's side of the data plane: connect, merge, prefetch, account.
 
-One receiver thread per data host reads frames straight into reusable
-(pinned, on CUDA) buffers and posts ready `Batch` objects to one bounded
-queue: the merge. Bounded prefetch comes from that queue plus TCP
-backpressure. An epoch ends when every data host has sent its END frame,
-never by counting steps; the END's sample count is checked against what
-arrived. A data host that dies or goes silent ends the epoch with a
+One receiver thread per connection (a data host asks for one or more
+streams per flow) reads frames straight into reusable (pinned, on CUDA)
+buffers and posts ready `Batch` objects to one bounded queue: the merge.
+Bounded prefetch comes from that queue plus TCP backpressure. An epoch ends
+when every connection of every data host has sent its END frame, never by
+counting steps and whatever order the streams deliver in; the ENDs' sample
+counts, summed per host, are checked against what arrived. A data host that dies or goes silent ends the epoch with a
 `DataHostLost` that names it and the samples lost, instead of a hang.
 """
 
@@ -51,6 +52,8 @@ class _Host(Peer):
     received: dict = field(default_factory=dict)  # epoch -> samples received
     first_report: dict = field(default_factory=dict)  # the data host's own running measurements, with its first batch
     report: dict = field(default_factory=dict)  # ... and with its latest frame
+    ends: dict = field(default_factory=dict)  # epoch -> the sample counts of the ENDs its streams sent
+    lock: threading.Lock = field(default_factory=threading.Lock)  # its streams' readers count into it
 
 
 class BufferPool:
@@ -161,7 +164,7 @@ class DataServiceClient:
     def measurements(self) -> dict:
         """What the data hosts measured of themselves (`data_host_metrics`) and what arrived here."""
         received = sum(sum(h.received.values()) for h in self.hosts)
-        read = sum(h.link.bytes_read for h in self.hosts if h.link is not None)
+        read = sum(link.bytes_read for link in self.watch.links)
         measured = arrived([data_host_metrics(h.name, h.report, h.first_report) for h in self.hosts if h.report], read, received)
         return {**measured, "local_decode": self._local_metrics(received)}
 
@@ -234,17 +237,23 @@ class DataServiceClient:
         """A data host's BATCH or END (`PeerWatch` reads the link, and words its loss with `_lost`)."""
         if isinstance(message, messages.Batch):
             batch = self._batch(host, message)
-            host.received[batch.epoch] = host.received.get(batch.epoch, 0) + len(batch) + len(batch.corrupt)
-            self._keep_report(host, message.host)
+            with host.lock:
+                host.received[batch.epoch] = host.received.get(batch.epoch, 0) + len(batch) + len(batch.corrupt)
+                self._keep_report(host, message.host)
             self._post(batch)
         elif isinstance(message, messages.End):
-            self._keep_report(host, message.host)
-            self._post(_End(host.name, message.epoch, message.samples))
-            host.epoch += 1
-            with self._gate:  # hold this host's next epoch back until the trainer starts it
-                while self._epoch < host.epoch and not self._stopping.is_set():
+            with host.lock:  # the host's epoch ends with the END of its last stream, its batches all posted before
+                self._keep_report(host, message.host)
+                ends = host.ends.setdefault(message.epoch, [])
+                ends.append(message.samples)
+                if len(ends) == len(host.streams):
+                    self._post(_End(host.name, message.epoch, sum(ends)))
+                    host.epoch += 1
+            with self._gate:  # hold this stream's next epoch back until the trainer starts it
+                while self._epoch <= message.epoch and not self._stopping.is_set():
                     self._gate.wait(self.cfg.heartbeat_s)
-            host.link.touch()
+            for link in host.streams:
+                link.touch()
 
     def _decode_locally(self, host: _Host) -> None:
         """Feed this host's own batches into the merge, one epoch at a time, in step with the data hosts' streams."""

@@ -2,9 +2,11 @@
 
 Each data host decodes and augments the shards SageMaker gave it
 (ShardedByS3Key: its own share) with one DataLoader worker per CPU, and
-streams ready uint8 batches to the trainers that connect. Trainers pull from
-one shared queue, so a faster trainer gets more batches; each epoch closes
-with an END frame per trainer carrying the samples that trainer was sent.
+streams ready uint8 batches to the trainers that connect, over
+``streams_per_flow`` connections to each (`steps.train.dataplane.streams`).
+Every connection pulls from one shared queue, so a faster trainer (or a freer
+connection) gets more batches; each epoch closes with an END frame per
+connection carrying the samples sent on it.
 
 The service ends when every trainer has sent STOP (exit 0), or when a
 trainer disconnects without STOP, reports failure or goes silent (exit
@@ -35,6 +37,7 @@ from steps.train.dataplane.auth import job_secret
 from steps.train.dataplane.errors import TrainerGone, WireError
 from steps.train.dataplane.meter import ServiceMeter
 from steps.train.dataplane.session import HostSession, trainer_lost
+from steps.train.dataplane.streams import streams_per_flow
 from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
 from steps.train.workload import Workload
 
@@ -53,9 +56,13 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> 
         shards, workload, train=True, seed=cfg.seed, stream=cluster.data_hosts.index(cluster.current_host), part=part
     )
     loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
+    # Every batch carries image_size^2 x 3 uint8 pixels and an int64 label and id per sample; no trainer's target
+    # rate is known at a data host's start, so auto is one stream (docs/dataplane.md#streams-per-flow).
+    streams = streams_per_flow(cfg.streams_per_flow, bytes_per_sample=workload.image_size**2 * 3 + 16)
     print(
         f"[data] {cluster.current_host}: {len(shards)} shards, {sum(counts)} samples (share {part[0] + 1}/{part[1]}), "
-        f"{loader.num_workers or 1} decode worker(s), serving {len(cluster.trainer_hosts)} trainer(s)",
+        f"{loader.num_workers or 1} decode worker(s), serving {len(cluster.trainer_hosts)} trainer(s) over {streams} "
+        f"stream(s) each (streams_per_flow={cfg.streams_per_flow or 'auto'})",
         flush=True,
     )
 
@@ -81,6 +88,7 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> 
             results_dir=cluster.model_dir,
             start=start,
             decode_workers=loader.num_workers or 1,
+            streams=streams,
         )
     print(f"[data] {cluster.current_host}: all trainers stopped; exiting", flush=True)
 
@@ -97,8 +105,10 @@ def serve(
     results_dir: Path | None = None,
     start: Callable[[int, np.ndarray, Split], None] | None = None,
     decode_workers: int = 1,
+    streams: int = 1,
 ) -> None:
-    """Accept the trainers on ``server``, stream ``epoch_batches(e)`` for every epoch, return when all said STOP.
+    """Accept the trainers on ``server`` (``streams`` connections each), stream ``epoch_batches(e)`` for every epoch,
+    return when all said STOP.
 
     Each trainer's first frame is RESUME: the epoch to start at and the sample ids of it already consumed
     (a checkpoint's input position; epoch 0 and none on a fresh start), and the hybrid decode split
@@ -120,6 +130,7 @@ def serve(
         who=f"data host {me}",
         results_dir=results_dir,
         heartbeat=False,
+        streams=streams,
     )  # the senders ping
     first, consumed, split = receive_resume(session.trainers, cfg)
     if first or consumed.size:
@@ -137,8 +148,10 @@ def serve(
 
 def receive_resume(trainers: list[Trainer], cfg: TrainConfig) -> tuple[int, np.ndarray, Split]:
     """Every trainer's RESUME: the epoch they all start at, the union of the ids they consumed in it, and the
-    decode split they settled on (`Split`; none when a RESUME carries no split)."""
+    decode split they settled on (`Split`; none when a RESUME carries no split). Every connection of a trainer sends
+    the same RESUME (its streams per flow)."""
     epochs, ids, splits = {}, [], {}
+    hosts = len({t.host for t in trainers})
     deadline = time.monotonic() + cfg.connect_timeout_s
     for t in trainers:
         while True:
@@ -155,9 +168,7 @@ def receive_resume(trainers: list[Trainer], cfg: TrainConfig) -> tuple[int, np.n
         if not 0 <= message.epoch <= cfg.epochs:
             raise TrainerGone(f"trainer {t.host} asked to resume at epoch {message.epoch!r}; this job has {cfg.epochs}")
         epochs[t.host] = message.epoch
-        splits[t.host] = (
-            NO_SPLIT if message.split is None else Split.from_meta(message.split, trainers=len(trainers), sender=t.host)
-        )
+        splits[t.host] = NO_SPLIT if message.split is None else Split.from_meta(message.split, trainers=hosts, sender=t.host)
         if message.consumed is not None:
             ids.append(message.consumed.astype(np.int64, copy=False).ravel())
     if len(set(epochs.values())) > 1:
@@ -173,9 +184,10 @@ def receive_resume(trainers: list[Trainer], cfg: TrainConfig) -> tuple[int, np.n
 
 
 class BatchFeed:
-    """What a PyTorch data host sends: batches from one shared queue, a sender per trainer (a faster trainer takes more),
-    each epoch closed by an END per trainer with the samples it was sent. Each sender pings its trainer when it has
-    nothing to send, never waiting on another trainer's link."""
+    """What a PyTorch data host sends: batches from one shared queue, a sender per connection (a faster trainer, or a
+    freer connection of several streams per flow, takes more), each epoch closed by an END per connection with the
+    samples sent on it. Each sender pings its connection when it has nothing to send, never waiting on another link:
+    heartbeats are per stream."""
 
     def __init__(self, session: HostSession) -> None:
         self.session = session

@@ -38,6 +38,14 @@ def test_the_service_meter_counts_samples_corrupt_ones_included_and_worker_cpu()
     assert report["cpus"] >= 1 and report["wall_s"] > 0 and report["service_cpu_s"] >= 0
 
 
+def test_a_trainer_served_over_two_streams_is_one_line_of_batches_and_two_streams():
+    report = ServiceMeter().report([_Trainer("algo-1", 3), _Trainer("algo-1", 2), _Trainer("algo-2", 1), _Trainer("algo-2", 4)])
+    assert report["batches_sent"] == {"algo-1": 5, "algo-2": 5} and report["streams"] == 2
+    assert report["bytes_sent"] == 4 * 5000
+    assert data_host_metrics("algo-3", report)["streams"] == 2
+    assert data_host_metrics("algo-3", {})["streams"] == 1  # a report from before streams per flow
+
+
 def test_per_sample_figures_are_the_difference_between_the_first_and_the_latest_report():
     """Start-up before the first batch (workers starting, buffers filling) is not serving."""
     first = {"cpus": 2, "samples": 100, "wall_s": 5.0, "decode_cpu_s": 3.0, "service_cpu_s": 1.0, "bytes_sent": 1_000_000}
