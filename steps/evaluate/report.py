@@ -159,50 +159,76 @@ def _wait_chart(heterogeneous, baseline) -> bytes:
     return _png(fig)
 
 
+BOUND_MARKERS = {"compute": "o", "trainer_cpu": "s", "data_cpu": "D", "network_flow": "v", "network_instance": "^", "s3": "P"}
+
+
 def _frontier_chart(plan: dict) -> bytes:
+    """Samples/s against $/h of every candidate (types, sizes and counts), the frontier with each point's binding
+    resource as its marker and its cluster beside it, the pick and this run."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     candidates = plan["candidates"]
     ax.scatter(
-        [c["cost_per_epoch"] for c in candidates],
+        [c["cluster_price_per_hour"] for c in candidates],
         [c["samples_per_second"] for c in candidates],
-        s=10,
-        color="#bbbbbb",
+        s=8,
+        color="#cccccc",
         label="candidates",
     )
-    frontier = sorted(plan["frontier"], key=lambda c: c["cost_per_epoch"])
-    ax.plot([c["cost_per_epoch"] for c in frontier], [c["samples_per_second"] for c in frontier], marker="o", label="frontier")
+    frontier = sorted(plan["frontier"], key=lambda c: c["cluster_price_per_hour"])
+    ax.plot([c["cluster_price_per_hour"] for c in frontier], [c["samples_per_second"] for c in frontier], color="#1f77b4")
+    for bound in sorted({c["bottleneck"] for c in frontier}):
+        points = [c for c in frontier if c["bottleneck"] == bound]
+        ax.scatter(
+            [c["cluster_price_per_hour"] for c in points],
+            [c["samples_per_second"] for c in points],
+            marker=BOUND_MARKERS.get(bound, "o"),
+            s=40,
+            color="#1f77b4",
+            zorder=4,
+            label=f"frontier, {bound}-bound",
+        )
+    for c in frontier:
+        ax.annotate(
+            _cluster(c),
+            (c["cluster_price_per_hour"], c["samples_per_second"]),
+            fontsize=6,
+            xytext=(4, -8),
+            textcoords="offset points",
+        )
     pick = plan["recommendation"]
     ax.scatter(
-        [pick["cost_per_epoch"]],
+        [pick["cluster_price_per_hour"]],
         [pick["samples_per_second"]],
         marker="*",
         s=250,
         color="#d62728",
         zorder=5,
-        label=f"pick: {_group(pick)}",
+        label=f"pick: {_cluster(pick)} ({pick['bottleneck']}-bound)",
     )
     current = plan.get("current")
     if current:
         ax.scatter(
-            [current["cost_per_epoch"]],
+            [current["cluster_price_per_hour"]],
             [current["measured_samples_per_second"]],
             marker="x",
             s=80,
             color="black",
             zorder=5,
-            label=f"this run (measured): {_group(current)}",
+            label=f"this run (measured): {_cluster(current)}",
         )
     ax.set_xscale("log")
-    ax.set_xlabel(f"cost per epoch of {plan['epoch_samples']:,} samples ($, log)")
-    ax.set_ylabel("samples/s (predicted)")
-    ax.legend(fontsize=8)
+    ax.set_yscale("log")
+    ax.set_xlabel("cluster price ($/h, log)")
+    ax.set_ylabel("samples/s (log)")
+    ax.legend(fontsize=7)
     return _png(fig)
 
 
-def _group(p: dict) -> str:
-    return "no data host" if p["data"] is None else f"{p['data_count']} x {p['data']}"
+def _cluster(p: dict) -> str:
+    trainers = f"{p['trainers']} x {p['trainer']}"
+    return trainers if p["data"] is None else f"{trainers} + {p['data_count']} x {p['data']}"
 
 
 def _history_chart(history: list[dict]) -> bytes:
