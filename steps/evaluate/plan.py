@@ -45,10 +45,12 @@ def plan_document(
     others: list[Run] = (),
     inputs: Inputs | None = None,
     max_trainers: int = MAX_TRAINERS,
+    source: str | None = None,
 ) -> dict:
     """The plan for the run ``metrics`` describes; ``recommendation`` None (with ``reason``) when it cannot plan.
     ``baseline``: the same execution's homogeneous run, whose measured rate replaces the model's for its cluster;
-    ``others``: runs of the same workload on other clusters (other GPU types: each predicts within its GPU model)."""
+    ``others``: runs of the same workload on other clusters (other GPU types: each predicts within its GPU model);
+    ``source``: what names ``metrics`` in the plan (default the execution id)."""
     inputs = inputs or Inputs()
     doc = {
         "schema_version": PLAN_SCHEMA_VERSION,
@@ -61,8 +63,8 @@ def plan_document(
         "parameters": None,
         "reason": None,
     }
-    runs = [Run(execution_id or "this run", metrics)]
-    runs += [Run(f"{execution_id or 'this run'}'s baseline", baseline, MEASURED_BASELINE)] if baseline else []
+    name = source or execution_id or "this run"
+    runs = [Run(name, metrics)] + ([Run(f"{name}'s baseline", baseline, MEASURED_BASELINE)] if baseline else [])
     try:
         return {**doc, **_plan(runs + list(others), prices, catalogue, inputs, max_trainers)}
     except UserError as exc:
