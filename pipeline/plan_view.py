@@ -110,12 +110,14 @@ def render_plan(plan: dict) -> str:
     shown = sorted(plan["frontier"], key=lambda p: -p["samples_per_dollar"])
     shown += [{**plan["current"], "this_run": True}] if plan.get("current") else []
     for p in shown:
-        rate = "measured" if p.get("this_run") else p.get("rate_source", "predicted")
+        rate = f"{p.get('rate_source', 'predicted')} ({p['run']})" if p.get("run") else p.get("rate_source", "predicted")
+        if p.get("this_run"):
+            rate = f"predicted; {p['measured_samples_per_second']:,.0f} measured"
         rows.append(
             (
-                _cluster(p) + (" (this run, predicted)" if p.get("this_run") else ""),
+                _cluster(p) + (" (this run)" if p.get("this_run") else ""),
                 f"{p['samples_per_second']:,.0f}",
-                f"{rate} ({p['run']})" if p.get("run") else rate,
+                rate,
                 p["bottleneck"],
                 f"{p['gpu_busy_share']:.0%}",
                 f"{p['cluster_price_per_hour']:.3f}",

@@ -140,7 +140,9 @@ def test_a_gpu_trainers_spare_vcpus_decode_beside_the_data_hosts_a_cpu_trainers_
     kept = Profile(1e-3, 4e-3, 4e-3, 1.0, True, 12_000.0, trainer_kept_cpus=5)  # what the profiled trainers kept
     assert predict(kept, GPU, 1, CPU, 1, 1000).stage_rates["data_cpu"] == pytest.approx(1000 + 3 / 4e-3)
     cpu_trainer = InstanceType("ml.c5.9xlarge", vcpus=36, price_per_hour=1.836, network_gbps=10)
-    assert predict(_profile(), cpu_trainer, 1, CPU, 1, 1000).stage_rates["data_cpu"] == pytest.approx(1000)  # its step uses them all
+    assert predict(_profile(), cpu_trainer, 1, CPU, 1, 1000).stage_rates["data_cpu"] == pytest.approx(
+        1000
+    )  # its step uses them all
 
 
 def test_a_hybrid_run_profiles_its_trainers_decode_workers():
