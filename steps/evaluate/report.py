@@ -52,6 +52,7 @@ def report_html(
         )
     if plan and plan.get("recommendation"):
         sections.append(_figure("The planner's frontier", _frontier_chart(plan), html.escape(plan["reason"])))
+        sections.append(_frontier_table(plan))
     elif plan:
         sections.append(f"<p>No plan: {html.escape(str(plan.get('reason')))}</p>")
     if history:
@@ -224,6 +225,20 @@ def _frontier_chart(plan: dict) -> bytes:
     ax.set_ylabel("samples/s (log)")
     ax.legend(fontsize=7)
     return _png(fig)
+
+
+def _frontier_table(plan: dict) -> str:
+    """The frontier's points with what binds each, most samples per dollar first; the pick and its fallbacks marked."""
+    fallbacks = [_cluster(p) for p in plan.get("fallbacks", [])]
+    rows = []
+    for p in sorted(plan["frontier"], key=lambda p: -p["samples_per_dollar"]):
+        cluster = _cluster(p)
+        mark = "pick" if cluster == _cluster(plan["recommendation"]) else ("fallback" if cluster in fallbacks else "")
+        cells = (cluster, f"{p['samples_per_second']:,.0f}", p["bottleneck"], f"{p['cluster_price_per_hour']:.3f}")
+        cells += (f"{p['samples_per_dollar']:,.0f}", p.get("rate_source", "predicted"), mark)
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("cluster", "samples/s", "bound by", "$/h", "samples per $", "rate", ""))
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
 def _cluster(p: dict) -> str:
