@@ -59,8 +59,11 @@ class Inputs:
     s3_connections: int = 4  # per reading host
 
     def __post_init__(self) -> None:
-        if self.streams < 1 or self.s3_connections < 1 or self.shard_mb <= 0:
-            raise UserError(f"planner inputs {self} must be positive: streams and s3_connections >= 1", headline="bad option")
+        for name in ("streams", "s3_connections", "shard_mb"):
+            if getattr(self, name) <= 0:
+                raise UserError(
+                    f"{name} {getattr(self, name)}: give a positive number (streams: 1 or more)", headline="bad option"
+                )
 
 
 @dataclass(frozen=True)

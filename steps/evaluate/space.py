@@ -112,19 +112,22 @@ def _group_candidates(
         borrowed = profile_from_metrics(donor.metrics, donor.source)
         profile = replace(profile, **{f: getattr(borrowed, f) for f in BORROWED})
     allreduce = measured_allreduce(members, catalogue)
+    said = []
     if profile.trainers > 1:  # the loop's step included its all-reduce: take it out, the candidates add their own
         extra, _ = allreduce_seconds(profile, measured_type, profile.trainers, allreduce)
-        step = max(profile.step_s_per_sample - extra / profile.batch_per_trainer, profile.step_s_per_sample * 0.05)
+        step = profile.step_s_per_sample - extra / profile.batch_per_trainer
+        if step <= 0:  # the model's all-reduce is longer than the whole measured step: it does not fit this run
+            step, allreduce = profile.step_s_per_sample, AllReduce(0.0, profile.trainers, f"as {chosen.source} measured")
+            said.append(f"{chosen.source}: the all-reduce model exceeds its measured step; its step stands as measured")
         profile = replace(profile, step_s_per_sample=step, trainers=1)
     trainer_types = [measured_type]
     if catalogue.spec(measured_type.name).gpu_model:
         same = [s.name for s in catalogue.specs.values() if s.gpu_model == key and s.name != measured_type.name]
         trainer_types += [t for t in (catalogue.priced(n, prices) for n in same) if t is not None]
     counts = range(1, max_trainers + 1)
-    notes = ()
     if allreduce is None and not profile.model_parameters:
         counts = [chosen.group("trainer")["count"]]
-        notes = (f"{chosen.source} records no model_parameters: only {counts[0]} trainer host(s) planned (all-reduce unknown)",)
+        said.append(f"{chosen.source} records no model_parameters: only {counts[0]} trainer host(s) planned (all-reduce unknown)")
     found = []
     for trainer in trainer_types:
         for n in counts:
@@ -138,7 +141,7 @@ def _group_candidates(
                 inputs=inputs,
                 allreduce=allreduce,
             )
-    return [_label(p, data_family) for p in found], list(notes)
+    return [_label(p, data_family, measured_type.family) for p in found], said
 
 
 def measured_allreduce(members: list[Run], catalogue: Catalogue) -> AllReduce | None:
@@ -153,11 +156,14 @@ def measured_allreduce(members: list[Run], catalogue: Catalogue) -> AllReduce | 
     return AllReduce(extra, multi.trainers, f"all-reduce measured: {many[0].source}'s step against {one[0].source}'s")
 
 
-def _label(p: Prediction, data_family: str) -> Prediction:
-    if p.data is None or p.data.split(".")[1] == data_family:
-        return p
-    note = f"extrapolated: data hosts of family {p.data.split('.')[1]}, per-vCPU cost measured on {data_family}"
-    return replace(p, notes=(*p.notes, note))
+def _label(p: Prediction, data_family: str, trainer_family: str) -> Prediction:
+    """Notes on the families whose per-vCPU decode cost the candidate takes from another family's measurement."""
+    notes = []
+    if p.data is not None and p.data.split(".")[1] != data_family:
+        notes.append(f"extrapolated: data hosts of family {p.data.split('.')[1]}, per-vCPU cost measured on {data_family}")
+    if p.trainer.split(".")[1] != trainer_family:
+        notes.append(f"extrapolated: trainer of family {p.trainer.split('.')[1]}, measured on {trainer_family}")
+    return replace(p, notes=(*p.notes, *notes)) if notes else p
 
 
 def _measured(p: Prediction, runs: list[Run], catalogue: Catalogue) -> Prediction:

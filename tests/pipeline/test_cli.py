@@ -368,3 +368,11 @@ def test_a_framework_this_environment_lacks_is_named_with_the_command_that_adds_
     assert main(["run", "--framework", framework]) == 2
     err = capsys.readouterr().err
     assert f'make run ARGS="--framework {framework}"' in err and f"[{framework}]" in err
+
+
+def test_plan_refuses_a_stream_count_below_one(tmp_path, capsys):
+    from tests.support.metrics import input_bound_run, write_json
+
+    hetero = write_json(tmp_path / "h" / "metrics.json", input_bound_run())
+    assert main(["plan", "--metrics", str(hetero), "--streams", "0"]) == 2
+    assert "streams 0: give a positive number" in capsys.readouterr().err

@@ -158,3 +158,19 @@ def test_the_plan_lists_the_pick_and_two_fallbacks_on_other_instance_types():
     assert all(c["samples_per_second"] >= plan["target_samples_per_second"] for c in plan["fallbacks"])
     costs = [c["cost_per_epoch"] for c in plan["fallbacks"]]
     assert costs == sorted(costs)
+
+
+def test_a_multi_trainer_run_alone_takes_the_modelled_all_reduce_out_of_its_step_for_one_trainer():
+    groups = [
+        {"name": "data_group", "instance_type": "ml.c5.xlarge", "count": 1, "role": "data"},
+        {"name": "dnn_group", "instance_type": "ml.g5.xlarge", "count": 2, "role": "trainer"},
+    ]
+    run = input_bound_run(instance_groups=groups, model_parameters=PARAMS)
+    found = plan_document(run, load_prices(), load_catalogue(), execution_id="two")["candidates"]
+    # 20 ms a step of 64 with 2 x 5M x 4 bytes x 2(2-1)/2 = 20 MB all-reduced at the g5.xlarge's 10 Gbps: 16 ms of it
+    one = next(c for c in found if (c["trainer"], c["trainers"], c["data"]) == ("ml.g5.xlarge", 1, None))
+    assert one["stage_rates"]["compute"] == pytest.approx(64 / (0.020 - 0.016))
+    two = next(c for c in found if (c["trainer"], c["trainers"], c["data"]) == ("ml.g5.xlarge", 2, None))
+    assert two["stage_rates"]["compute"] == pytest.approx(2 * 64 / 0.020)  # as it ran
+    ran = next(c for c in found if c["rate_source"] == "measured")
+    assert (ran["trainer"], ran["trainers"], ran["data"], ran["run"]) == ("ml.g5.xlarge", 2, "ml.c5.xlarge", "two")
