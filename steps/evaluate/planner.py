@@ -9,14 +9,14 @@ stage that sets it is the candidate's ``bottleneck``:
   hosts do ``trainers`` times that x an efficiency ``step / (step + all-reduce)``, the all-reduce
   measured (a multi-trainer run beside a one-trainer run of the same GPU) or modelled: ring all-reduce
   moves ``2 (n-1)/n`` x ``model_parameters x 4`` bytes per trainer per step over its network;
-- **trainer_cpu** (no data host): the trainers decode on their own vCPUs but one,
-  ``trainers * (vcpus - 1) / decode_cpu_s_per_sample * scaling``;
+- **trainer_cpu** (no data host): the trainers decode on their own vCPUs but one per GPU (its training loop),
+  ``trainers * (vcpus - max(gpus, 1)) / decode_cpu_s_per_sample * scaling``;
 - **data_cpu** (data hosts): ``count * vcpus / cpu_s_per_sample * scaling``, ``cpu_s_per_sample``
   what the data hosts measured of themselves (decode plus framing and sending) and ``scaling`` the
   share of that ideal rate the profiled host reached when it was the bottleneck (1.0, and said so,
   when it never was), plus the trainers' spare vCPUs (hybrid decode: ``trainers * (vcpus - kept) /
   decode_cpu_s_per_sample * scaling``, ``kept`` what the profiled trainers kept for their loop, else
-  two on a GPU host and every vCPU on a CPU host, whose step uses them all);
+  two per GPU on a GPU host and every vCPU on a CPU host, whose step uses them all);
 - **network_flow**: a data host opens ``streams`` TCP connections to each trainer and one flow
   carries at most `FLOW_GBPS` between two instances, so ``count * trainers * streams * 5 Gbps``
   over the bytes a sample takes on the wire;
@@ -181,7 +181,8 @@ def profile_from_metrics(doc: dict, source: str = METRICS_FILE) -> Profile:
 
 def spare_vcpus(profile: Profile, trainer: InstanceType) -> int:
     """A trainer host's vCPUs left to decode beside its training loop (hybrid decode)."""
-    kept = profile.trainer_kept_cpus if profile.trainer_kept_cpus is not None else (2 if trainer.gpus else trainer.vcpus)
+    # unmeasured: a step process and a data-plane client per GPU; a CPU host's step uses every vCPU
+    kept = profile.trainer_kept_cpus if profile.trainer_kept_cpus is not None else (2 * trainer.gpus or trainer.vcpus)
     return max(trainer.vcpus - kept, 0)
 
 
@@ -250,7 +251,8 @@ def predict(
     rates = {"compute": compute}
     narrowest = None
     if data is None or count == 0:
-        rates["trainer_cpu"] = trainers * max(trainer.vcpus - 1, 1) / profile.decode_cpu_s_per_sample * profile.scaling
+        loop = max(trainer.gpus, 1)  # one vCPU for each training process's loop
+        rates["trainer_cpu"] = trainers * max(trainer.vcpus - loop, 1) / profile.decode_cpu_s_per_sample * profile.scaling
         s3, described = _s3(profile, trainers, trainer, inputs)
     else:
         spare = spare_vcpus(profile, trainer) if spare is None else spare
