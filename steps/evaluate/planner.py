@@ -39,7 +39,8 @@ from steps.evaluate.metrics import per_sample
 
 ENOUGH_THROUGHPUT = 0.95  # the planner picks the cheapest candidate within this share of the best rate
 # One TCP flow between two instances outside a cluster placement group: 5 Gbps (10 Gbps inside one); AWS EC2 User
-# Guide, "Amazon EC2 instance network bandwidth". The outside figure: conservative, as a job cannot ask for a placement group.
+# Guide, "Amazon EC2 instance network bandwidth". The outside figure, conservative: CreateTrainingJob (botocore's model)
+# names no EC2 placement group, only UltraServer placement (InstancePlacementConfig).
 FLOW_GBPS = 5.0
 # Amazon S3 User Guide, "Best practices design patterns: optimizing Amazon S3 performance": 5,500 GET/HEAD requests per
 # second per prefix, and one concurrent request per 85-90 MB/s of throughput (the lower figure: conservative).
