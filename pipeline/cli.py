@@ -38,6 +38,7 @@ from pipeline.remote import DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_
 from pipeline.summary import EMULATED, render
 from steps.common.errors import HeteroError, UserError, storage_error
 from steps.contract import FRAMEWORKS, MANIFEST_FILE, METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE, SHARD_REPORT_FILE, TUNABLES
+from steps.evaluate.planner import Inputs
 from steps.evaluate.prices import load_prices
 from steps.evaluate.report import REPORT_FILE
 
@@ -205,21 +206,37 @@ def _remote_parsers(sub) -> None:
         default=os.environ.get("HETERO_RESULTS_URI"),
         help="results store, s3://bucket/prefix (default: env HETERO_RESULTS_URI)",
     )
-    plan = sub.add_parser("plan", help="the data group a run's measurements recommend: predicted rate, $/h, cost per epoch")
-    plan.add_argument("execution_id", nargs="?", metavar="EXECUTION_ID", help="a local run's or a deployed execution's id")
+    plan = sub.add_parser(
+        "plan", help="the cluster runs' measurements recommend: trainer type and count, data group, rate, $/h, cost per epoch"
+    )
+    plan.add_argument(
+        "execution_ids",
+        nargs="*",
+        metavar="EXECUTION_ID",
+        help="a local run's or a deployed execution's id; several: runs of one workload on other GPU types",
+    )
     plan.add_argument(
         "--results",
         default=os.environ.get("HETERO_RESULTS_URI") or "runs/results",
         help="results store: s3://bucket/prefix or a local folder (default: env HETERO_RESULTS_URI, else runs/results)",
     )
-    plan.add_argument("--metrics", metavar="PATH", help="plan from this metrics.json (or folder, or model.tar.gz) instead")
+    plan.add_argument(
+        "--metrics",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="plan from this metrics.json (or folder, or model.tar.gz) instead; repeat for runs on other GPU types",
+    )
     plan.add_argument(
         "--baseline",
         metavar="PATH",
-        help="with --metrics: the homogeneous run's metrics.json, whose measured "
-        "rate stands for staying homogeneous (else the model's)",
+        help="with --metrics: the homogeneous run's metrics.json, whose measured rate stands for its cluster (else the model's)",
     )
     plan.add_argument("--prices", type=Path, help="JSON price overrides (schema: steps/evaluate/prices.py)")
+    plan.add_argument(
+        "--streams", type=int, default=1, help="data plane connections per data host and trainer (default %(default)s)"
+    )
+    plan.add_argument("--max-trainers", type=int, default=4, help="trainer hosts to consider, 1..N (default %(default)s)")
     plan.add_argument("--json", action="store_true", help="print plan.json instead of the table")
     prices = sub.add_parser("prices", help="price tables: `hetero prices refresh` fetches current SageMaker training prices")
     prices_sub = prices.add_subparsers(dest="prices_command", required=True)
@@ -475,12 +492,16 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.max_trainers < 1:
+        raise UserError(f"--max-trainers {args.max_trainers}: give 1 or more", headline="bad option")
     plan = plan_for(
-        execution_id=args.execution_id,
+        execution_ids=args.execution_ids,
         results=args.results,
-        metrics_path=args.metrics,
+        metrics_paths=args.metrics,
         baseline_path=args.baseline,
         prices_file=args.prices,
+        inputs=Inputs(streams=args.streams),
+        max_trainers=args.max_trainers,
     )
     print(json.dumps(plan, indent=2) if args.json else render_plan(plan))
     return 0 if plan.get("recommendation") is not None else 2

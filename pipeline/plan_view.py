@@ -10,45 +10,74 @@ from steps.evaluate.catalogue import load_catalogue
 from steps.evaluate.errors import DocumentNotFound
 from steps.evaluate.evaluate import history
 from steps.evaluate.metrics import load_metrics, validate_metrics
-from steps.evaluate.plan import FILL_PRICES, plan_document
+from steps.evaluate.plan import FILL_PRICES, MAX_TRAINERS, plan_document
+from steps.evaluate.planner import Inputs
 from steps.evaluate.prices import load_prices
 from steps.evaluate.report import report_html
+from steps.evaluate.space import Run, check_one_workload
 from steps.evaluate.store import open_store, validate_execution_id
 
 
 def plan_for(
     *,
-    execution_id: str | None,
+    execution_ids: list[str],
     results: str,
-    metrics_path: str | None = None,
+    metrics_paths: list[str] = (),
     baseline_path: str | None = None,
     prices_file: str | Path | None = None,
+    inputs: Inputs | None = None,
+    max_trainers: int = MAX_TRAINERS,
 ) -> dict:
-    """The plan of an execution (from the metrics Evaluate stored) or of a metrics.json (and the baseline run's, whose
-    measured rate then stands for staying homogeneous), with today's prices."""
-    baseline = None
-    if baseline_path and not metrics_path:
+    """The plan of one or several executions (from the metrics Evaluate stored, each with its baseline run) or of one
+    or several metrics.json (the first with ``baseline_path``, whose measured rate then stands for its cluster), with
+    today's prices. Runs of different workloads are refused."""
+    if baseline_path and not metrics_paths:
         raise UserError("--baseline goes with --metrics (an execution's plan reads its own baseline run)", headline="bad option")
-    if metrics_path:
-        metrics = load_metrics(metrics_path)
+    if metrics_paths and execution_ids:
+        raise UserError("give execution ids or --metrics files, not both", headline="bad option")
+    if metrics_paths:
+        runs = [Run(str(path), load_metrics(path)) for path in metrics_paths]
         baseline = load_metrics(baseline_path) if baseline_path else None
+        if baseline is not None:
+            runs.insert(1, Run(str(baseline_path), baseline))
     else:
-        if not execution_id:
+        if not execution_ids:
             raise UserError("name an execution id (see `hetero executions`) or pass --metrics PATH", headline="bad option")
-        store = open_store(results)
+        runs = _stored_runs(open_store(results), results, execution_ids)
+        baseline = next((r.metrics for r in runs[1:2] if r.source == f"{execution_ids[0]}'s baseline"), None)
+    check_one_workload(runs)
+    first, others = runs[0], [r for r in runs[1:] if r.metrics is not baseline]
+    return plan_document(
+        first.metrics,
+        load_prices(prices_file),
+        load_catalogue(),
+        execution_id=execution_ids[0] if execution_ids else None,
+        source=first.source,
+        baseline=baseline,
+        others=others,
+        inputs=inputs,
+        max_trainers=max_trainers,
+    )
+
+
+def _stored_runs(store, results: str, execution_ids: list[str]) -> list[Run]:
+    """Each execution's heterogeneous run, then its baseline run when it has one."""
+    runs = []
+    for execution_id in execution_ids:
         try:
-            metrics = store.get_json(validate_execution_id(execution_id), HETEROGENEOUS_METRICS_FILE)
+            doc = store.get_json(validate_execution_id(execution_id), HETEROGENEOUS_METRICS_FILE)
         except DocumentNotFound as exc:
             raise UserError(
                 f"no {HETEROGENEOUS_METRICS_FILE} for execution {execution_id!r} in {results} ({exc.message}): "
                 "Evaluate stores it when the execution gets that far",
                 headline="no results",
             ) from None
-        metrics = validate_metrics(metrics, f"{results}/{execution_id}/{HETEROGENEOUS_METRICS_FILE}")
-        baseline = _optional(store, execution_id, BASELINE_METRICS_FILE)  # none: staying homogeneous is modelled
+        runs.append(Run(execution_id, validate_metrics(doc, f"{results}/{execution_id}/{HETEROGENEOUS_METRICS_FILE}")))
+        baseline = _optional(store, execution_id, BASELINE_METRICS_FILE)  # none: its homogeneous cluster is modelled
         if baseline is not None:
-            baseline = validate_metrics(baseline, f"{results}/{execution_id}/{BASELINE_METRICS_FILE}")
-    return plan_document(metrics, load_prices(prices_file), load_catalogue(), execution_id=execution_id, baseline=baseline)
+            source = f"{results}/{execution_id}/{BASELINE_METRICS_FILE}"
+            runs.append(Run(f"{execution_id}'s baseline", validate_metrics(baseline, source)))
+    return runs
 
 
 def stored_plan_parameters(results: str, execution_id: str, fallback: int = 0) -> dict:
@@ -112,17 +141,22 @@ def _candidate_text(params: dict | None) -> str:
 
 
 def render_plan(plan: dict) -> str:
+    """The frontier, most samples per dollar first, each row's rate measured (by which run) or predicted, and the
+    fallbacks."""
     if plan.get("recommendation") is None:
         return "\n".join([f"no plan: {plan['reason']}", *_unpriced_lines(plan)])
-    rows = [("data group", "samples/s", "bound by", "GPU busy", "$/h", "$/epoch", "samples per $")]
-    shown = plan["frontier"] + ([{**plan["current"], "this_run": True}] if plan.get("current") else [])
+    rows = [("cluster", "samples/s", "rate", "bound by", "GPU busy", "$/h", "$/epoch", "samples per $")]
+    shown = sorted(plan["frontier"], key=lambda p: -p["samples_per_dollar"])
+    shown += [{**plan["current"], "this_run": True}] if plan.get("current") else []
     for p in shown:
-        group = "none (homogeneous)" if p["data"] is None else f"{p['data_count']} x {p['data']}"
-        group += " (this run)" if p.get("this_run") else ""
+        rate = f"{p.get('rate_source', 'predicted')} ({p['run']})" if p.get("run") else p.get("rate_source", "predicted")
+        if p.get("this_run"):
+            rate = f"predicted; {p['measured_samples_per_second']:,.0f} measured"
         rows.append(
             (
-                group,
+                _cluster(p) + (" (this run)" if p.get("this_run") else ""),
                 f"{p['samples_per_second']:,.0f}",
+                rate,
                 p["bottleneck"],
                 f"{p['gpu_busy_share']:.0%}",
                 f"{p['cluster_price_per_hour']:.3f}",
@@ -131,16 +165,17 @@ def render_plan(plan: dict) -> str:
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    table = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    table = ["  ".join(c.ljust(w) if i in (0, 2, 3) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     table.insert(1, "  ".join("-" * w for w in widths))
     lines = [
         f"plan: {plan['reason']}",
-        f"cost/throughput frontier ({plan['epoch_samples']:,} samples per epoch, "
-        f"{plan['trainer']['count']} x {plan['trainer']['instance_type']} training):",
+        f"cost/throughput frontier ({plan['epoch_samples']:,} samples per epoch; runs: "
+        f"{', '.join(r['source'] for r in plan.get('runs', []))}):",
         *table,
     ]
     notes = list(plan.get("notes", [])) + sorted({n for p in plan["frontier"] for n in p.get("notes", [])})
     lines += [f"note: {n}" for n in notes]
+    lines += [f"fallback {i}: {_cluster(p)}" for i, p in enumerate(plan.get("fallbacks", [])[1:], 1)]
     if plan.get("parameters"):
         lines.append("apply: " + " ".join(f"--param {k}={v}" for k, v in plan["parameters"].items()))
     return "\n".join(lines + _unpriced_lines(plan))
@@ -155,6 +190,11 @@ def _unpriced_lines(plan: dict) -> list[str]:
         f"unpriced ({len(unpriced)} types, known hardware, no price, never recommended): {', '.join(unpriced)}",
         f"  {FILL_PRICES}",
     ]
+
+
+def _cluster(p: dict) -> str:
+    trainers = f"{p['trainers']} x {p['trainer']}"
+    return trainers if p["data"] is None else f"{trainers} + {p['data_count']} x {p['data']}"
 
 
 def execution_report(*, results: str, execution_id: str | None) -> tuple[str, str]:

@@ -54,7 +54,7 @@ class Catalogue:
         price = prices.usd_per_hour.get(name)
         if price is None:
             return None
-        return InstanceType(name, spec.vcpus, float(price), spec.network_gbps, spec.gpus, spec.network_burst)
+        return InstanceType(name, spec.vcpus, float(price), spec.network_gbps, spec.gpus, spec.network_burst, spec.gpu_model)
 
     def cpu_types(self) -> list[Spec]:
         return [s for s in self.specs.values() if s.gpus == 0]

@@ -52,6 +52,7 @@ def report_html(
         )
     if plan and plan.get("recommendation"):
         sections.append(_figure("The planner's frontier", _frontier_chart(plan), html.escape(plan["reason"])))
+        sections.append(_frontier_table(plan))
     elif plan:
         sections.append(f"<p>No plan: {html.escape(str(plan.get('reason')))}</p>")
     if history:
@@ -159,50 +160,90 @@ def _wait_chart(heterogeneous, baseline) -> bytes:
     return _png(fig)
 
 
+BOUND_MARKERS = {"compute": "o", "trainer_cpu": "s", "data_cpu": "D", "network_flow": "v", "network_instance": "^", "s3": "P"}
+
+
 def _frontier_chart(plan: dict) -> bytes:
+    """Samples/s against $/h of every candidate (types, sizes and counts), the frontier with each point's binding
+    resource as its marker and its cluster beside it, the pick and this run."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     candidates = plan["candidates"]
     ax.scatter(
-        [c["cost_per_epoch"] for c in candidates],
+        [c["cluster_price_per_hour"] for c in candidates],
         [c["samples_per_second"] for c in candidates],
-        s=10,
-        color="#bbbbbb",
+        s=8,
+        color="#cccccc",
         label="candidates",
     )
-    frontier = sorted(plan["frontier"], key=lambda c: c["cost_per_epoch"])
-    ax.plot([c["cost_per_epoch"] for c in frontier], [c["samples_per_second"] for c in frontier], marker="o", label="frontier")
+    frontier = sorted(plan["frontier"], key=lambda c: c["cluster_price_per_hour"])
+    ax.plot([c["cluster_price_per_hour"] for c in frontier], [c["samples_per_second"] for c in frontier], color="#1f77b4")
+    for bound in sorted({c["bottleneck"] for c in frontier}):
+        points = [c for c in frontier if c["bottleneck"] == bound]
+        ax.scatter(
+            [c["cluster_price_per_hour"] for c in points],
+            [c["samples_per_second"] for c in points],
+            marker=BOUND_MARKERS.get(bound, "o"),
+            s=40,
+            color="#1f77b4",
+            zorder=4,
+            label=f"frontier, {bound}-bound",
+        )
+    for c in frontier:
+        ax.annotate(
+            _cluster(c),
+            (c["cluster_price_per_hour"], c["samples_per_second"]),
+            fontsize=6,
+            xytext=(4, -8),
+            textcoords="offset points",
+        )
     pick = plan["recommendation"]
     ax.scatter(
-        [pick["cost_per_epoch"]],
+        [pick["cluster_price_per_hour"]],
         [pick["samples_per_second"]],
         marker="*",
         s=250,
         color="#d62728",
         zorder=5,
-        label=f"pick: {_group(pick)}",
+        label=f"pick: {_cluster(pick)} ({pick['bottleneck']}-bound)",
     )
     current = plan.get("current")
     if current:
         ax.scatter(
-            [current["cost_per_epoch"]],
+            [current["cluster_price_per_hour"]],
             [current["measured_samples_per_second"]],
             marker="x",
             s=80,
             color="black",
             zorder=5,
-            label=f"this run (measured): {_group(current)}",
+            label=f"this run (measured): {_cluster(current)}",
         )
     ax.set_xscale("log")
-    ax.set_xlabel(f"cost per epoch of {plan['epoch_samples']:,} samples ($, log)")
-    ax.set_ylabel("samples/s (predicted)")
-    ax.legend(fontsize=8)
+    ax.set_yscale("log")
+    ax.set_xlabel("cluster price ($/h, log)")
+    ax.set_ylabel("samples/s (log)")
+    ax.legend(fontsize=7)
     return _png(fig)
 
 
-def _group(p: dict) -> str:
-    return "no data host" if p["data"] is None else f"{p['data_count']} x {p['data']}"
+def _frontier_table(plan: dict) -> str:
+    """The frontier's points with what binds each, most samples per dollar first; the pick and its fallbacks marked."""
+    fallbacks = [_cluster(p) for p in plan.get("fallbacks", [])]
+    rows = []
+    for p in sorted(plan["frontier"], key=lambda p: -p["samples_per_dollar"]):
+        cluster = _cluster(p)
+        mark = "pick" if cluster == _cluster(plan["recommendation"]) else ("fallback" if cluster in fallbacks else "")
+        cells = (cluster, f"{p['samples_per_second']:,.0f}", p["bottleneck"], f"{p['cluster_price_per_hour']:.3f}")
+        cells += (f"{p['samples_per_dollar']:,.0f}", p.get("rate_source", "predicted"), mark)
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("cluster", "samples/s", "bound by", "$/h", "samples per $", "rate", ""))
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _cluster(p: dict) -> str:
+    trainers = f"{p['trainers']} x {p['trainer']}"
+    return trainers if p["data"] is None else f"{trainers} + {p['data_count']} x {p['data']}"
 
 
 def _history_chart(history: list[dict]) -> bytes:

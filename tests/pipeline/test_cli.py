@@ -251,11 +251,34 @@ def test_plan_from_metrics_files_takes_the_baseline_runs_measured_rate_for_stayi
     )
     assert main(["plan", "--metrics", str(hetero), "--baseline", str(baseline), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    stay = next(c for c in plan["candidates"] if not c["data_count"])
-    assert stay["notes"] == [MEASURED_BASELINE]
+    stay = next(c for c in plan["candidates"] if (c["trainer"], c["trainers"], c["data"]) == ("ml.g5.xlarge", 1, None))
+    assert stay["notes"] == [MEASURED_BASELINE] and stay["rate_source"] == "measured"
     assert stay["samples_per_second"] == pytest.approx(json.loads(baseline.read_text())["samples_per_second"])
     assert main(["plan", "some-execution", "--baseline", str(baseline)]) == 2
     assert "--baseline goes with --metrics" in capsys.readouterr().err
+
+
+def test_plan_takes_several_runs_of_one_workload_on_other_gpus_and_refuses_mixed_workloads(tmp_path, capsys):
+    from tests.support.metrics import input_bound_run, write_json
+
+    g4dn = [
+        {"name": "data_group", "instance_type": "ml.c5.xlarge", "count": 1, "role": "data"},
+        {"name": "dnn_group", "instance_type": "ml.g4dn.xlarge", "count": 1, "role": "trainer"},
+    ]
+    config = {"workload": "image_classification", "workload_options": {}}
+    g5_file = write_json(tmp_path / "g5" / "metrics.json", input_bound_run(config=config))
+    g4dn_file = write_json(tmp_path / "g4dn" / "metrics.json", input_bound_run(config=config, instance_groups=g4dn))
+    assert main(["plan", "--metrics", str(g5_file), "--metrics", str(g4dn_file), "--streams", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"runs: {g5_file}, {g4dn_file}" in out and "fallback 2: " in out
+    assert "rate" in out.splitlines()[2] and ("predicted" in out or "measured" in out)
+    assert main(["plan", "--metrics", str(g5_file), "--metrics", str(g4dn_file), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert {c["trainer"].split(".")[1] for c in plan["candidates"]} == {"g5", "g4dn"} and len(plan["fallbacks"]) == 3
+    other = write_json(tmp_path / "r" / "metrics.json", input_bound_run(config={**config, "workload": "resnet50"}))
+    assert main(["plan", "--metrics", str(g5_file), "--metrics", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert f"{g5_file} ran workload 'image_classification' and {other} ran 'resnet50'" in err
 
 
 def test_report_writes_the_newest_executions_page_or_the_one_named(tmp_path, capsys):
@@ -345,3 +368,11 @@ def test_a_framework_this_environment_lacks_is_named_with_the_command_that_adds_
     assert main(["run", "--framework", framework]) == 2
     err = capsys.readouterr().err
     assert f'make run ARGS="--framework {framework}"' in err and f"[{framework}]" in err
+
+
+def test_plan_refuses_a_stream_count_below_one(tmp_path, capsys):
+    from tests.support.metrics import input_bound_run, write_json
+
+    hetero = write_json(tmp_path / "h" / "metrics.json", input_bound_run())
+    assert main(["plan", "--metrics", str(hetero), "--streams", "0"]) == 2
+    assert "streams 0: give a positive number" in capsys.readouterr().err

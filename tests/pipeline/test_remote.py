@@ -336,12 +336,14 @@ def test_overrides_api_is_pure():
 
 @pytest.fixture
 def planned_execution(sagemaker, capsys, tmp_path):
-    """An execution whose Evaluate step stored a plan: one c5.xlarge fed a g5.xlarge that waited 40% of its steps."""
-    from tests.support.metrics import input_bound_run
+    """An execution whose Evaluate step stored a plan: one c5.xlarge fed a g5.xlarge that waited 40% of its steps, its
+    decode (25 ms of CPU a sample) too heavy for any trainer's own vCPUs: the plan needs a data group."""
+    from tests.support.metrics import DATA_HOST, input_bound_run
 
     boto3.client("s3").create_bucket(Bucket=BUCKET)
     exec_id = execution_id(start(capsys, "Epochs=1"))
-    hetero = write_json(tmp_path / "hetero" / "metrics.json", input_bound_run())
+    host = {**DATA_HOST, "cpus": 4, "decode_cpu_s_per_sample": 0.024, "service_cpu_s_per_sample": 0.001}
+    hetero = write_json(tmp_path / "hetero" / "metrics.json", input_bound_run(rate=120.0, host=host))
     ev.evaluate(heterogeneous=hetero, baseline=None, output=tmp_path / "e", execution_id=exec_id, store_uri=RESULTS)
     capsys.readouterr()
     return exec_id, json.loads((tmp_path / "e" / "plan.json").read_text())
@@ -352,14 +354,17 @@ def test_plan_prints_the_frontier_and_how_to_apply_it(planned_execution, capsys)
     code, out, err = run_cli(capsys, "plan", exec_id, "--results", RESULTS)
     assert code == 0, err
     pick = stored["recommendation"]
-    assert out.startswith(f"plan: {pick['data_count']} x {pick['data']}: ")
-    assert re.search(r"^1 x ml\.c5\.xlarge \(this run\) +1,200 +input ", out, re.M), out
-    assert f"apply: --param DataInstanceType={pick['data']} --param DataInstanceCount={pick['data_count']}" in out
+    assert pick["data"] is not None
+    assert out.startswith(f"plan: {pick['trainers']} x {pick['trainer']} fed by {pick['data_count']} x {pick['data']}: ")
+    this_run = r"^1 x ml\.g5\.xlarge \+ 1 x ml\.c5\.xlarge \(this run\) +120 +predicted; 120 measured +data_cpu "
+    assert re.search(this_run, out, re.M), out
+    applied = f"--param DataInstanceType={pick['data']} --param DataInstanceCount={pick['data_count']}"
+    assert f"apply: --param DnnInstanceType={pick['trainer']} --param DnnInstanceCount={pick['trainers']} {applied}" in out
     code, out, _ = run_cli(capsys, "plan", exec_id, "--results", RESULTS, "--json")
     assert code == 0 and json.loads(out)["recommendation"] == pick  # today's prices: the same as stored
 
 
-def test_start_apply_plan_sends_the_planned_data_group(planned_execution, sagemaker, capsys):
+def test_start_apply_plan_sends_the_planned_cluster(planned_execution, sagemaker, capsys):
     exec_id, stored = planned_execution
     code, out, err = run_cli(
         capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", exec_id, "--param", "Epochs=2"
@@ -372,6 +377,8 @@ def test_start_apply_plan_sends_the_planned_data_group(planned_execution, sagema
     }
     assert sent == {
         "Epochs": "2",
+        "DnnInstanceType": stored["recommendation"]["trainer"],
+        "DnnInstanceCount": str(stored["recommendation"]["trainers"]),
         "DataInstanceType": stored["recommendation"]["data"],
         "DataInstanceCount": str(stored["recommendation"]["data_count"]),
     }

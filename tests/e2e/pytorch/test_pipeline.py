@@ -66,7 +66,14 @@ def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hos
     assert plan["recommendation"] is not None, plan["reason"]
     hetero_metrics = json.loads((result.jobs["TrainHeterogeneous"].model_dir / "metrics.json").read_text())
     assert plan["current"]["measured_samples_per_second"] == hetero_metrics["samples_per_second"]
-    assert plan["candidates"][0]["notes"] == ["measured: this execution's baseline trained on the same trainer group"]
+    trainer = next(g for g in hetero_metrics["instance_groups"] if g["role"] == "trainer")
+    stay = next(
+        c
+        for c in plan["candidates"]
+        if (c["trainer"], c["trainers"], c["data"]) == (trainer["instance_type"], trainer["count"], None)
+    )
+    assert stay["notes"] == ["measured: this execution's baseline trained on the same trainer group"]
+    assert hetero_metrics["model_parameters"] > 0 and len(plan["fallbacks"]) == 3
     assert len(hetero_metrics["step_series"]["step_time_s"]) >= 1
     assert "The planner&#x27;s frontier" in (result.evaluation_dir / "report.html").read_text()
     assert (tmp_path / "results" / result.execution_id / "price_performance.json").is_file()

@@ -1,10 +1,28 @@
 """The planner's model: a profile from one measured run, rates as the minimum of three stages, the pick."""
 
+from dataclasses import replace
+
 import pytest
 
 from steps.common.errors import UserError
-from steps.evaluate.planner import InstanceType, Profile, candidates, frontier, predict, profile_from_metrics, recommend
-from tests.support.metrics import DATA_HOST, metrics
+from steps.evaluate.catalogue import load_catalogue
+from steps.evaluate.planner import (
+    ALLREDUCE_MODEL,
+    FLOW_GBPS,
+    S3_GETS_PER_PREFIX,
+    S3_MB_S_PER_CONNECTION,
+    Inputs,
+    InstanceType,
+    Profile,
+    candidates,
+    fallbacks,
+    frontier,
+    predict,
+    profile_from_metrics,
+    recommend,
+)
+from steps.evaluate.space import Run, measured_allreduce
+from tests.support.metrics import DATA_HOST, input_bound_run, metrics
 
 GPU = InstanceType("ml.g5.2xlarge", vcpus=8, price_per_hour=1.515, network_gbps=10, gpus=1)
 CPU = InstanceType("ml.c5.xlarge", vcpus=4, price_per_hour=0.204, network_gbps=10)
@@ -61,8 +79,8 @@ def test_a_run_without_isolated_costs_cannot_be_planned_from():
 @pytest.mark.parametrize(
     "count,bottleneck,rate",
     [
-        (1, "input", 1000.0),  # 1 x 4 vCPUs / 4 ms
-        (2, "input", 2000.0),
+        (1, "data_cpu", 1000.0),  # 1 x 4 vCPUs / 4 ms
+        (2, "data_cpu", 2000.0),
         (4, "compute", 3000.0),  # the trainer: 1 / 0.333 ms
     ],
 )
@@ -75,22 +93,23 @@ def test_the_rate_is_the_slowest_stage(count, bottleneck, rate):
     assert p.samples_per_dollar == pytest.approx(rate * 3600 / p.cluster_price_per_hour)
 
 
-def test_transport_binds_when_a_sample_is_large_for_the_network():
+def test_the_instance_network_binds_when_a_sample_is_large_for_the_network():
     slow = InstanceType("ml.c5.xlarge", vcpus=4, price_per_hour=0.204, network_gbps=0.1)
     p = predict(_profile(cpu=1e-4, wire=1_000_000.0), GPU, 1, slow, 1, epoch_samples=1000, spare=0)
-    assert p.bottleneck == "transport" and p.samples_per_second == pytest.approx(0.1e9 / 8 / 1_000_000)
+    assert p.bottleneck == "network_instance" and p.samples_per_second == pytest.approx(0.1e9 / 8 / 1_000_000)
 
 
 def test_scaling_discounts_the_data_hosts_and_staying_homogeneous_decodes_on_the_trainers_vcpus_but_one():
-    assert predict(_profile(scaling=0.5), GPU, 1, CPU, 1, 1000, spare=0).stage_rates["input"] == pytest.approx(500)
+    assert predict(_profile(scaling=0.5), GPU, 1, CPU, 1, 1000, spare=0).stage_rates["data_cpu"] == pytest.approx(500)
     home = predict(_profile(decode=7e-3), GPU, 1, None, 0, 1000)
     assert home.data is None and home.data_count == 0
-    assert home.stage_rates["input"] == pytest.approx(7 / 7e-3) and home.cluster_price_per_hour == GPU.price_per_hour
+    assert home.stage_rates["trainer_cpu"] == pytest.approx(7 / 7e-3) and home.cluster_price_per_hour == GPU.price_per_hour
 
 
 def test_the_pick_is_the_cheapest_per_epoch_within_95_percent_of_the_best_rate():
     found = candidates(_profile(step=1 / 3000), GPU, 1, [CPU], max_count=6, epoch_samples=1_000_000)
-    assert [(p.data, p.data_count) for p in found[:2]] == [(None, 0), ("ml.c5.xlarge", 1)] and len(found) == 7
+    # 3..6 hosts reach no more than 2 do: left out, they cost more for nothing
+    assert [(p.data, p.data_count) for p in found] == [(None, 0), ("ml.c5.xlarge", 1), ("ml.c5.xlarge", 2)]
     pick = recommend(found)
     # the trainer's 6 spare vCPUs decode 1500/s beside the data hosts: 2 hosts (+2000) reach 3000, the trainer's rate,
     # where 3 would be needed without them; more cost more for nothing
@@ -109,7 +128,7 @@ def test_staying_homogeneous_is_picked_when_the_trainers_own_vcpus_suffice():
 def test_a_prediction_bound_by_a_burst_bandwidth_says_so_and_others_do_not():
     burst = InstanceType("ml.c5.xlarge", vcpus=4, price_per_hour=0.204, network_gbps=0.1, network_burst=True)
     bound = predict(_profile(cpu=1e-4, wire=1_000_000.0), GPU, 1, burst, 1, epoch_samples=1000, spare=0)
-    assert bound.bottleneck == "transport" and "'up to' 0.1 Gbps, a burst figure" in bound.notes[0]
+    assert bound.bottleneck == "network_instance" and "'up to' 0.1 Gbps, a burst figure" in bound.notes[0]
     fast = InstanceType("ml.c5.xlarge", vcpus=4, price_per_hour=0.204, network_gbps=10, network_burst=True)
     assert predict(_profile(), GPU, 1, fast, 1, epoch_samples=1000, spare=0).notes == ()
 
@@ -117,11 +136,13 @@ def test_a_prediction_bound_by_a_burst_bandwidth_says_so_and_others_do_not():
 def test_a_gpu_trainers_spare_vcpus_decode_beside_the_data_hosts_a_cpu_trainers_do_not():
     p = predict(_profile(), GPU, 2, CPU, 1, epoch_samples=1000)
     # 1 x 4 vCPUs / 4 ms from the data host + 2 trainers x (8 - 2 kept) / 4 ms of their own
-    assert p.stage_rates["input"] == pytest.approx(1000 + 2 * 6 / 4e-3)
+    assert p.stage_rates["data_cpu"] == pytest.approx(1000 + 2 * 6 / 4e-3)
     kept = Profile(1e-3, 4e-3, 4e-3, 1.0, True, 12_000.0, trainer_kept_cpus=5)  # what the profiled trainers kept
-    assert predict(kept, GPU, 1, CPU, 1, 1000).stage_rates["input"] == pytest.approx(1000 + 3 / 4e-3)
+    assert predict(kept, GPU, 1, CPU, 1, 1000).stage_rates["data_cpu"] == pytest.approx(1000 + 3 / 4e-3)
     cpu_trainer = InstanceType("ml.c5.9xlarge", vcpus=36, price_per_hour=1.836, network_gbps=10)
-    assert predict(_profile(), cpu_trainer, 1, CPU, 1, 1000).stage_rates["input"] == pytest.approx(1000)  # its step uses them all
+    assert predict(_profile(), cpu_trainer, 1, CPU, 1, 1000).stage_rates["data_cpu"] == pytest.approx(
+        1000
+    )  # its step uses them all
 
 
 def test_a_hybrid_run_profiles_its_trainers_decode_workers():
@@ -139,3 +160,81 @@ def test_a_hybrid_run_profiles_its_trainers_decode_workers():
     assert (profile.trainer_kept_cpus, profile.local_workers) == (2, 2.0)
     # input-bound: 1500 of an ideal 4 / 2.5 ms + 2 / 2.4 ms
     assert profile.scaling == pytest.approx(1500 / (4 / 0.0025 + 2 / 0.0024))
+
+
+FAST_NIC = InstanceType("ml.c5n.18xlarge", vcpus=72, price_per_hour=3.888, network_gbps=100)
+BIG_GPU = InstanceType("ml.p4d.24xlarge", vcpus=96, price_per_hour=37.688, network_gbps=400, gpus=8)
+
+
+def test_one_tcp_flow_per_pair_binds_a_fast_gpu_fed_by_a_fast_nic_and_more_streams_lift_it():
+    """1 MB a sample: one 5 Gbps flow carries 625 samples/s, far below either host's bandwidth."""
+    profile = Profile(1e-6, 1e-5, 1e-5, 1.0, True, 1_000_000.0, trainer_gpus=8)
+    many = Inputs(s3_connections=64)  # 64 x 85 MB/s: S3 out of the way
+    one = predict(profile, BIG_GPU, 1, FAST_NIC, 1, 1000, spare=0, inputs=many)
+    assert one.bottleneck == "network_flow" and one.samples_per_second == pytest.approx(FLOW_GBPS * 1e9 / 8 / 1e6)
+    assert one.stage_rates["network_instance"] == pytest.approx(100e9 / 8 / 1e6) and one.streams == 1
+    four = predict(profile, BIG_GPU, 1, FAST_NIC, 1, 1000, spare=0, inputs=replace(many, streams=4))
+    assert four.bottleneck == "network_flow" and four.samples_per_second == pytest.approx(4 * 625)
+    # 2 data hosts x 2 trainers: 4 pairs, each its own flow
+    assert predict(profile, BIG_GPU, 2, FAST_NIC, 2, 1000, spare=0, inputs=many).stage_rates["network_flow"] == pytest.approx(
+        4 * 625
+    )
+    lifted = predict(profile, BIG_GPU, 1, FAST_NIC, 1, 1000, spare=0, inputs=replace(many, streams=16))
+    assert lifted.bottleneck == "s3"  # 16 flows carry 10,000/s: now the shards' reads bind, 64 x 85 MB/s
+    assert lifted.samples_per_second == pytest.approx(64 * S3_MB_S_PER_CONNECTION * 1e6 / 1e6)
+    assert lifted.s3 == {"shard_mb": 64.0, "connections": 64, "bytes_per_sample": 1e6}
+
+
+def test_s3_gets_per_prefix_bind_when_a_shard_holds_few_samples():
+    profile = Profile(1e-6, 1e-6, 1e-6, 1.0, True, 1_000_000.0, trainer_gpus=8)
+    tiny = Inputs(streams=64, shard_mb=1.0, s3_connections=1000)  # one sample a shard: one GET a sample
+    p = predict(profile, BIG_GPU, 1, FAST_NIC, 4, 1000, spare=0, inputs=tiny)
+    assert p.bottleneck == "s3" and p.samples_per_second == pytest.approx(S3_GETS_PER_PREFIX)
+    assert predict(profile, BIG_GPU, 1, FAST_NIC, 4, 1000, spare=0, inputs=replace(tiny, shard_mb=64)).bottleneck != "s3"
+
+
+def test_without_data_hosts_the_trainers_vcpus_bind_and_their_reads_come_from_s3():
+    p = predict(_profile(step=1e-5, decode=7e-3), GPU, 2, None, 0, 1000)
+    assert p.bottleneck == "trainer_cpu" and p.samples_per_second == pytest.approx(2 * 7 / 7e-3)
+    assert p.s3["connections"] == 2 * Inputs().s3_connections  # the trainers read the shards themselves
+
+
+def test_the_all_reduce_model_adds_the_ring_share_of_the_gradients_to_each_step():
+    profile = Profile(1e-3, 4e-3, 4e-3, 1.0, True, 12_000.0, batch_per_trainer=64, model_parameters=25_000_000)
+    one = predict(profile, GPU, 1, None, 0, 1000)
+    assert one.stage_rates["compute"] == pytest.approx(1000) and not any("all-reduce" in n for n in one.notes)
+    two = predict(profile, GPU, 2, None, 0, 1000)
+    allreduce = 25e6 * 4 * 1.0 / (10e9 / 8)  # 2 (n-1)/n = 1 of 100 MB at 10 Gbps: 80 ms
+    assert two.stage_rates["compute"] == pytest.approx(2 * 1000 * 0.064 / (0.064 + allreduce))
+    assert ALLREDUCE_MODEL in two.notes[0]
+    four = predict(profile, GPU, 4, None, 0, 1000)
+    assert four.stage_rates["compute"] == pytest.approx(4 * 1000 * 0.064 / (0.064 + allreduce * 1.5))
+
+
+def test_a_measured_all_reduce_replaces_the_model_and_scales_with_the_ring():
+    one = Run("one", input_bound_run(model_parameters=25_000_000))
+    two_groups = [
+        {"name": "data_group", "instance_type": "ml.c5.xlarge", "count": 1, "role": "data"},
+        {"name": "dnn_group", "instance_type": "ml.g5.xlarge", "count": 2, "role": "trainer"},
+    ]
+    two = Run("two", input_bound_run(model_parameters=25_000_000, instance_groups=two_groups, compute_s_per_step=0.025))
+    measured = measured_allreduce([one, two], load_catalogue())
+    # per trainer: 25 ms a step of 64 against 20 ms alone: 5 ms of all-reduce at 2 hosts
+    assert (measured.seconds, measured.trainers) == (pytest.approx(0.005), 2) and "two's step against one's" in measured.source
+    assert measured.at(4) == pytest.approx(0.005 * 1.5)
+    profile = profile_from_metrics(one.metrics)
+    p = predict(profile, GPU, 2, None, 0, 1000, allreduce=measured)
+    assert p.stage_rates["compute"] == pytest.approx(2 / (0.025 / 64))  # the ratio of the measured step times
+    modelled = predict(profile, GPU, 2, None, 0, 1000)
+    assert modelled.stage_rates["compute"] != pytest.approx(p.stage_rates["compute"])  # the model alone says otherwise
+    assert measured.source in p.notes[0] and ALLREDUCE_MODEL in modelled.notes[0]
+
+
+def test_fallbacks_are_the_pick_then_the_next_cheapest_adequate_on_other_trainer_types():
+    cheap = InstanceType("ml.g5.xlarge", vcpus=4, price_per_hour=1.0, network_gbps=10, gpus=1)
+    found = candidates(_profile(step=1 / 3000), GPU, 1, [CPU], max_count=6, epoch_samples=1000)
+    found += candidates(_profile(step=1 / 3000), cheap, 1, [CPU], max_count=6, epoch_samples=1000)
+    picked = fallbacks(found)
+    assert picked[0] == recommend(found) and len(picked) == 3
+    assert picked[1].trainer != picked[0].trainer  # another trainer type first
+    assert len({(p.trainer, p.data, p.data_count) for p in picked}) == 3

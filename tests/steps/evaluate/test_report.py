@@ -38,6 +38,9 @@ def test_the_page_holds_every_chart_inline_and_escapes_what_it_quotes():
     assert all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in images.values())
     assert "<h1>hetero report: &lt;e1&gt;</h1>" in page and "<e1>" not in page
     assert "speedup" in page and "input-bound" in page and 'src="http' not in page  # nothing fetched from elsewhere
+    for point in plan["frontier"]:  # each frontier point with the resource that binds it
+        assert f"<td>{point['bottleneck']}</td>" in page
+    assert page.count("<td>pick</td>") == 1
 
 
 def test_a_run_without_a_plan_or_series_still_reports_what_it_has():

@@ -541,6 +541,7 @@ def _write_outputs(cfg, cluster, model, summary, accuracy, corrupt, classes, iso
         corrupt_count=summary["corrupt"],
         classes=classes,
         isolated_costs=isolated_costs,
+        model_parameters=sum(p.numel() for p in bare(model).parameters()),  # the planner's all-reduce model
         **measured,
     )
     return write_outputs(cluster, metrics, lambda folder: torch.save(bare(model).state_dict(), folder / "model.pt"))

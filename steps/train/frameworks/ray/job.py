@@ -316,6 +316,7 @@ def _metrics(
         corrupt_count=len(corrupt),
         classes=classes,
         isolated_costs=report["isolated_costs"],
+        model_parameters=report["model_parameters"],
         local_decode=local,
         gpus=gpus,
         precision=report["precision"],

@@ -233,6 +233,7 @@ def train_loop(config: dict) -> None:
             "ledger": ledger.epochs,
             "resumes": resumes,
             "precision": precision_document(cfg.precision, precision),
+            "model_parameters": sum(p.numel() for p in net.parameters()),  # the planner's all-reduce model
             "accuracy": validate(
                 workload, net, device, validation, batch_size=cfg.batch_size, num_workers=0, precision=precision
             )[0],

@@ -175,6 +175,7 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
             classes=classes,
             epoch_accounting=accounting,
             isolated_costs=costs,
+            model_parameters=int(model.count_params()),  # the planner's all-reduce model
             resumes=checkpoints.resumes,
             gpus=gpu_use(gpus, gpus, "tensorflow"),  # MirroredStrategy: every GPU
             precision=precision_document(cfg.precision, precision),

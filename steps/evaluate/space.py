@@ -1,0 +1,194 @@
+"""The clusters a plan chooses among, from one or several measured runs of one workload.
+
+Each run's step time holds only for its own GPU model, so the runs are grouped by the GPU model of
+their trainer type (a CPU trainer: by its type) and each group predicts within its model: every
+priced type with that GPU (bigger sizes: more vCPUs for hybrid decode, more network), 1..`max_trainers`
+hosts of it, homogeneous or fed by 1..`max_data` hosts of each priced CPU type. What the data side
+costs (data-host CPU per sample, bytes on the wire, scaling) does not depend on the GPU: a group whose
+runs had no data host borrows it from a heterogeneous run. A candidate whose data hosts are of another
+CPU family than the one measured is labelled extrapolated; a candidate of exactly the cluster a run
+had carries that run's measured rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from steps.common.errors import UserError
+from steps.evaluate.catalogue import Catalogue
+from steps.evaluate.planner import AllReduce, Inputs, Prediction, allreduce_seconds, candidates, profile_from_metrics
+from steps.evaluate.prices import PriceTable
+
+BORROWED = ("cpu_s_per_sample", "decode_cpu_s_per_sample", "scaling", "scaling_measured", "bytes_per_sample")
+
+
+@dataclass(frozen=True)
+class Run:
+    source: str  # the execution or file it came from
+    metrics: dict
+    note: str | None = None  # what a candidate it measured says (None: "measured by <source>")
+
+    def group(self, role: str) -> dict | None:
+        return next((g for g in self.metrics["instance_groups"] if g["role"] == role), None)
+
+    @property
+    def cluster(self) -> tuple:
+        trainer, data = self.group("trainer"), self.group("data")
+        return (trainer["instance_type"], trainer["count"], data and data["instance_type"], data["count"] if data else 0)
+
+
+def workload_of(run: Run) -> tuple:
+    config = run.metrics.get("config") or {}
+    return config.get("workload"), config.get("workload_options") or {}
+
+
+def check_one_workload(runs: list[Run]) -> None:
+    """Runs of different workloads (name or options) cannot share a plan."""
+    first = runs[0]
+    for run in runs[1:]:
+        if workload_of(run) != workload_of(first):
+            raise UserError(
+                f"{first.source} ran workload {_workload(first)} and {run.source} ran {_workload(run)}: "
+                "plan from runs of one workload",
+                headline="mixed workloads",
+            )
+
+
+def _workload(run: Run) -> str:
+    name, options = workload_of(run)
+    return f"{name!r} {options}" if options else repr(name)
+
+
+def gpu_key(catalogue: Catalogue, instance_type: str) -> str:
+    """What a step time holds for: the GPU model, or a CPU trainer's own type."""
+    return catalogue.spec(instance_type).gpu_model or instance_type
+
+
+def plan_space(
+    runs: list[Run],
+    catalogue: Catalogue,
+    prices: PriceTable,
+    *,
+    epoch_samples: int,
+    max_trainers: int,
+    max_data: int,
+    inputs: Inputs,
+) -> tuple[list[Prediction], list[str]]:
+    """Every candidate of every GPU model the runs measured, most samples per dollar first, the runs' own clusters
+    measured; and a note for each GPU model whose runs cannot be profiled (a run of the first's model must be)."""
+    donor = next(r for r in runs if r.metrics["mode"] == "heterogeneous")
+    data_family = donor.group("data")["instance_type"].split(".")[1]
+    data_types = [t for t in (catalogue.priced(s.name, prices) for s in catalogue.cpu_types()) if t is not None]
+    found: list[Prediction] = []
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.group("trainer") is not None:
+            groups.setdefault(gpu_key(catalogue, run.group("trainer")["instance_type"]), []).append(run)
+    notes = []
+    for key, members in groups.items():
+        try:
+            more, said = _group_candidates(
+                key, members, donor, catalogue, prices, data_types, data_family, epoch_samples, max_trainers, max_data, inputs
+            )
+            found, notes = found + more, notes + said
+        except UserError as exc:
+            if donor in members:
+                raise
+            notes.append(f"{key} not planned: {exc.message}")  # a run beside the plan's own, on another GPU model
+    found = [_measured(p, runs, catalogue) for p in found]
+    return sorted(found, key=lambda p: -p.samples_per_dollar), notes
+
+
+def _group_candidates(
+    key, members, donor, catalogue, prices, data_types, data_family, epoch_samples, max_trainers, max_data, inputs
+):
+    chosen = min(members, key=lambda r: (r.group("trainer")["count"] > 1, r.metrics["mode"] != "heterogeneous"))
+    measured_type = catalogue.priced(chosen.group("trainer")["instance_type"], prices)
+    if measured_type is None:
+        raise UserError(f"no price for the trainer type {chosen.group('trainer')['instance_type']}: add it with a price override")
+    profile = profile_from_metrics(chosen.metrics, chosen.source)
+    profile = replace(profile, trainer_gpus=measured_type.gpus or 1)
+    if profile.bytes_per_sample is None:
+        borrowed = profile_from_metrics(donor.metrics, donor.source)
+        profile = replace(profile, **{f: getattr(borrowed, f) for f in BORROWED})
+    allreduce = measured_allreduce(members, catalogue)
+    said = []
+    if profile.trainers > 1:  # the loop's step included its all-reduce: take it out, the candidates add their own
+        extra, _ = allreduce_seconds(profile, measured_type, profile.trainers, allreduce)
+        step = profile.step_s_per_sample - extra / profile.batch_per_trainer
+        if step <= 0:  # the model's all-reduce is longer than the whole measured step: it does not fit this run
+            step, allreduce = profile.step_s_per_sample, AllReduce(0.0, profile.trainers, f"as {chosen.source} measured")
+            said.append(f"{chosen.source}: the all-reduce model exceeds its measured step; its step stands as measured")
+        profile = replace(profile, step_s_per_sample=step, trainers=1)
+    trainer_types = [measured_type]
+    if catalogue.spec(measured_type.name).gpu_model:
+        same = [s.name for s in catalogue.specs.values() if s.gpu_model == key and s.name != measured_type.name]
+        trainer_types += [t for t in (catalogue.priced(n, prices) for n in same) if t is not None]
+    counts = range(1, max_trainers + 1)
+    if allreduce is None and not profile.model_parameters:
+        counts = [chosen.group("trainer")["count"]]
+        said.append(f"{chosen.source} records no model_parameters: only {counts[0]} trainer host(s) planned (all-reduce unknown)")
+    found = []
+    for trainer in trainer_types:
+        for n in counts:
+            found += candidates(
+                profile,
+                trainer,
+                n,
+                data_types,
+                max_count=max_data,
+                epoch_samples=epoch_samples,
+                inputs=inputs,
+                allreduce=allreduce,
+            )
+    return [_label(p, data_family, measured_type.family) for p in found], said
+
+
+def measured_allreduce(members: list[Run], catalogue: Catalogue) -> AllReduce | None:
+    """What an all-reduce added per step, from a multi-trainer run and a one-trainer run of the same GPU model: the
+    per-sample step time each measured, the difference over the multi-trainer run's batch. None without both."""
+    one = [r for r in members if r.group("trainer")["count"] == 1 and r.metrics.get("isolated_costs")]
+    many = [r for r in members if r.group("trainer")["count"] > 1 and r.metrics.get("isolated_costs")]
+    if not one or not many:
+        return None
+    single, multi = profile_from_metrics(one[0].metrics, one[0].source), profile_from_metrics(many[0].metrics, many[0].source)
+    extra = max(multi.step_s_per_sample - single.step_s_per_sample, 0.0) * multi.batch_per_trainer
+    return AllReduce(extra, multi.trainers, f"all-reduce measured: {many[0].source}'s step against {one[0].source}'s")
+
+
+def _label(p: Prediction, data_family: str, trainer_family: str) -> Prediction:
+    """Notes on the families whose per-vCPU decode cost the candidate takes from another family's measurement."""
+    notes = []
+    if p.data is not None and p.data.split(".")[1] != data_family:
+        notes.append(f"extrapolated: data hosts of family {p.data.split('.')[1]}, per-vCPU cost measured on {data_family}")
+    if p.trainer.split(".")[1] != trainer_family:
+        notes.append(f"extrapolated: trainer of family {p.trainer.split('.')[1]}, measured on {trainer_family}")
+    return replace(p, notes=(*p.notes, *notes)) if notes else p
+
+
+def _measured(p: Prediction, runs: list[Run], catalogue: Catalogue) -> Prediction:
+    """A candidate of exactly a run's cluster takes that run's measured rate (an emulated run, whose hosts had fewer
+    CPUs than their type, keeps the prediction and says why)."""
+    cluster = (p.trainer, p.trainers, p.data, p.data_count)
+    run = next((r for r in runs if r.cluster == cluster), None)
+    if run is None:
+        return p
+    if _emulated(run, catalogue):
+        return replace(p, notes=(*p.notes, f"{run.source} ran this cluster emulated (fewer CPUs): rate predicted"))
+    rate = float(run.metrics["samples_per_second"])
+    return replace(
+        p,
+        samples_per_second=rate,
+        gpu_busy_share=1 - float(run.metrics.get("data_wait_share", 0.0)),
+        cost_per_epoch=p.cost_per_epoch * p.samples_per_second / rate,
+        samples_per_dollar=rate * 3600 / p.cluster_price_per_hour,
+        notes=(run.note,) if run.note else (*p.notes, f"measured by {run.source}"),
+        rate_source="measured",
+        run=run.source,
+    )
+
+
+def _emulated(run: Run, catalogue: Catalogue) -> bool:
+    data = run.group("data")
+    ran_on = {h["cpus"] for h in run.metrics.get("data_hosts") or []}
+    return data is not None and bool(ran_on) and ran_on != {catalogue.spec(data["instance_type"]).vcpus}
