@@ -420,7 +420,10 @@ def test_start_apply_plan_fallback_sends_that_candidate_of_the_plan(planned_exec
         p["Name"]: p["Value"]
         for p in sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]
     }
-    assert sent == {"DataInstanceType": chosen["data"], "DataInstanceCount": str(chosen["data_count"])}
+    expected = {"DataInstanceType": chosen["data"], "DataInstanceCount": str(chosen["data_count"])}
+    if (chosen["trainer"], chosen["trainers"]) != (stored["trainer"]["instance_type"], stored["trainer"]["count"]):
+        expected |= {"DnnInstanceType": chosen["trainer"], "DnnInstanceCount": str(chosen["trainers"])}  # another trainer group
+    assert sent == expected
 
 
 @pytest.mark.parametrize(
@@ -438,7 +441,9 @@ def test_apply_plan_refuses_a_fallback_the_plan_does_not_have(planned_execution,
 
 
 def test_a_plan_without_fallbacks_has_only_its_recommendation(planned_execution, capsys):
-    exec_id, _ = planned_execution
+    """A plan.json written before plans listed fallbacks."""
+    exec_id, stored = planned_execution
+    open_store(RESULTS).put_json(exec_id, "plan.json", {k: v for k, v in stored.items() if k != "fallbacks"})
     code, _, err = run_cli(
         capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", exec_id, "--fallback", "1"
     )
