@@ -29,36 +29,17 @@ def _failing_batches(epoch: int):
     raise UserError("shard train-00003.tar is malformed: member 000000012.cls missing", headline="malformed shard")
 
 
-def test_a_failing_data_host_tells_the_trainer_why(monkeypatch):
-    monkeypatch.delenv("HETERO_HOSTS_FILE", raising=False)
+def _listening(epochs: int) -> tuple[socket.socket, TrainConfig]:
+    """The data host's server socket on loopback and the config that names its port."""
     server = socket.create_server(("127.0.0.1", 0))
-    cfg = TrainConfig(epochs=1, data_port=server.getsockname()[1], heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=10.0)
-    service = _Side(
-        serve,
-        cfg,
-        server,
-        me="127.0.0.1",
-        trainer_hosts=("trainer-a",),
-        secret=SECRET,
-        samples_per_epoch=16,
-        epoch_batches=_failing_batches,
+    cfg = TrainConfig(
+        epochs=epochs, data_port=server.getsockname()[1], heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=10.0
     )
-    service.start()
-    client = DataServiceClient(cfg, me="trainer-a", data_hosts=("127.0.0.1",), secret=SECRET).connect()
-    try:
-        with pytest.raises(
-            DataHostLost, match="data host 127.0.0.1 failed: data host 127.0.0.1: malformed shard: shard train-00003"
-        ):
-            for batch in client.batches(0):
-                batch.release()
-    finally:
-        client.close("failed", "data host failed")
-        service.join(timeout=30)
-        server.close()
-    assert isinstance(service.error, UserError)
+    return server, cfg
 
 
-def _serving(cfg: TrainConfig, server: socket.socket, epoch_batches, samples: int, streams: int) -> _Side:
+def _serving(cfg: TrainConfig, server: socket.socket, epoch_batches, samples: int, streams: int = 1) -> _Side:
+    """`serve` in a thread of its own for one trainer, "trainer-a"."""
     service = _Side(
         serve,
         cfg,
@@ -74,6 +55,24 @@ def _serving(cfg: TrainConfig, server: socket.socket, epoch_batches, samples: in
     return service
 
 
+def test_a_failing_data_host_tells_the_trainer_why(monkeypatch):
+    monkeypatch.delenv("HETERO_HOSTS_FILE", raising=False)
+    server, cfg = _listening(epochs=1)
+    service = _serving(cfg, server, _failing_batches, 16)
+    client = DataServiceClient(cfg, me="trainer-a", data_hosts=("127.0.0.1",), secret=SECRET).connect()
+    try:
+        with pytest.raises(
+            DataHostLost, match="data host 127.0.0.1 failed: data host 127.0.0.1: malformed shard: shard train-00003"
+        ):
+            for batch in client.batches(0):
+                batch.release()
+    finally:
+        client.close("failed", "data host failed")
+        service.join(timeout=30)
+        server.close()
+    assert isinstance(service.error, UserError)
+
+
 def _numbered_batches(batches: int):
     def epoch_batches(epoch: int):
         for b in range(batches):
@@ -86,8 +85,7 @@ def _numbered_batches(batches: int):
 
 def test_two_streams_per_flow_carry_every_sample_exactly_once_per_epoch(monkeypatch):
     monkeypatch.delenv("HETERO_HOSTS_FILE", raising=False)
-    server = socket.create_server(("127.0.0.1", 0))
-    cfg = TrainConfig(epochs=2, data_port=server.getsockname()[1], heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=10.0)
+    server, cfg = _listening(epochs=2)
     batches = 40
     service = _serving(cfg, server, _numbered_batches(batches), batches * BATCH, streams=2)
     client = DataServiceClient(cfg, me="trainer-a", data_hosts=("127.0.0.1",), secret=SECRET)
@@ -120,8 +118,7 @@ def test_two_streams_per_flow_carry_every_sample_exactly_once_per_epoch(monkeypa
 
 def test_losing_one_of_two_streams_is_losing_the_data_host(monkeypatch):
     monkeypatch.delenv("HETERO_HOSTS_FILE", raising=False)
-    server = socket.create_server(("127.0.0.1", 0))
-    cfg = TrainConfig(epochs=1, data_port=server.getsockname()[1], heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=10.0)
+    server, cfg = _listening(epochs=1)
     batches = 400
     service = _serving(cfg, server, _numbered_batches(batches), batches * BATCH, streams=2)
     client = DataServiceClient(cfg, me="trainer-a", data_hosts=("127.0.0.1",), secret=SECRET)
