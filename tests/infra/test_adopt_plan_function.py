@@ -9,6 +9,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from pipeline import plan_view
 from steps.contract import TUNABLES
 
 HANDLER = Path(__file__).resolve().parents[2] / "infra" / "functions" / "adopt_plan" / "handler.py"
@@ -162,6 +163,21 @@ def test_the_candidates_are_the_fallbacks_in_order_with_the_trainer_only_where_i
         {"DataInstanceType": "ml.m5.xlarge", "DataInstanceCount": 2, "DnnInstanceType": "ml.g6.xlarge", "DnnInstanceCount": 1},
         None,
     ]
+
+
+def test_the_function_reads_a_plans_candidates_as_hetero_start_does():
+    """The function ships without the project's code, so it carries its own copy of `plan_candidates`: the two must read
+    every form of plan alike (with fallbacks, with a candidate's own parameters, without fallbacks)."""
+    trainer = {"instance_type": "ml.g5.xlarge", "count": 1}
+    own = {"data": "ml.c5.xlarge", "parameters": {"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": 4}}
+    plans = [
+        {"trainer": trainer, "fallbacks": [_candidate("ml.c5.xlarge", 3), _candidate("ml.m5.xlarge", 2, "ml.g6.xlarge")]},
+        {"trainer": trainer, "fallbacks": [own, {"data": None}]},
+        {"parameters": {"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": 3}},
+        {"parameters": None},
+    ]
+    for plan in plans:
+        assert adopt.plan_candidates(plan) == plan_view.plan_candidates(plan), plan
 
 
 @pytest.mark.parametrize(
