@@ -1,10 +1,12 @@
 """Does the PyTorch trainer's CUDA path keep a GPU fed from the data plane? Prints one JSON object.
 
-    python bench/gpu_trainer.py [--model resnet50] [--batches 60] [--epochs 2] [--precision fp32,bf16] [--compile off,on]
+    python bench/gpu_trainer.py [--model resnet50] [--batch 256] [--batches 60] [--epochs 2] [--precision fp32,bf16]
+                                [--compile off,on] [--streams 1]
 
 Needs a CUDA GPU (``--device cpu --size 32 --model small_cnn`` runs it small on a CPU, to check it works
 before a GPU machine's time is spent on it: the figures mean nothing there). A sender process runs the real
-data service (`serve()`) over pre-built 64 x 224 x 224 x 3 uint8 batches (producing costs nothing);
+data service (`serve()`) over pre-built ``--batch`` x 224 x 224 x 3 uint8 batches
+over ``--streams`` connections (the StreamsPerFlow parameter) (producing costs nothing);
 this process is the trainer: the real `DataServiceClient` with pinned,
 pooled buffers, and the real training loop (`steps.train.frameworks.pytorch.trainer.train_epochs`:
 non-blocking copies, normalisation on the GPU, event-guarded buffer reuse).
@@ -41,17 +43,17 @@ from steps.train.frameworks.pytorch.trainer import train_epochs  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
 SECRET = b"g" * 32
-BATCH, CLASSES = 64, 10
+CLASSES = 10
 
 
-def _sender(server: socket.socket, cfg: TrainConfig, batches: int, size: int) -> None:
+def _sender(server: socket.socket, cfg: TrainConfig, batch: int, batches: int, size: int) -> None:
     rng = np.random.default_rng(0)
-    pixels = torch.from_numpy(rng.integers(0, 256, (BATCH, size, size, 3), dtype=np.uint8))
-    labels = torch.from_numpy(rng.integers(0, CLASSES, BATCH).astype(np.int64))
+    pixels = torch.from_numpy(rng.integers(0, 256, (batch, size, size, 3), dtype=np.uint8))
+    labels = torch.from_numpy(rng.integers(0, CLASSES, batch).astype(np.int64))
 
     def epoch_batches(epoch: int):
         for b in range(batches):
-            yield Batch(pixels, labels, torch.arange(b * BATCH, (b + 1) * BATCH), epoch=epoch)
+            yield Batch(pixels, labels, torch.arange(b * batch, (b + 1) * batch), epoch=epoch)
 
     serve(
         cfg,
@@ -59,14 +61,15 @@ def _sender(server: socket.socket, cfg: TrainConfig, batches: int, size: int) ->
         me="127.0.0.1",
         trainer_hosts=("trainer",),
         secret=SECRET,
-        samples_per_epoch=BATCH * batches,
+        samples_per_epoch=batch * batches,
         epoch_batches=epoch_batches,
+        streams=cfg.streams_per_flow,
     )
 
 
-def _anchor(workload, model, steps: int, size: int, device: torch.device, precision: str, compile_: str) -> float:
-    x = torch.randint(0, 256, (BATCH, size, size, 3), dtype=torch.uint8, device=device)
-    y = torch.randint(0, CLASSES, (BATCH,), device=device)
+def _anchor(workload, model, batch: int, steps: int, size: int, device: torch.device, precision: str, compile_: str) -> float:
+    x = torch.randint(0, 256, (batch, size, size, 3), dtype=torch.uint8, device=device)
+    y = torch.randint(0, CLASSES, (batch,), device=device)
     step = TrainStep(workload, model, workload.optimizer(model.parameters(), 1e-3), device, precision, compile_)
     times = []
     for _ in range(steps):
@@ -89,7 +92,9 @@ def _values(allowed: tuple[str, ...]):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="resnet50", choices=("resnet50", "small_cnn"))
+    parser.add_argument("--batch", type=int, default=64, help="samples per batch (the BatchSize parameter)")
     parser.add_argument("--batches", type=int, default=60, help="batches per epoch")
+    parser.add_argument("--streams", type=int, default=1, help="connections from the data host to the trainer")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--size", type=int, default=224, help="image side")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -117,7 +122,8 @@ def main() -> None:
                 "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                 "torch": torch.__version__,
                 "model": args.model,
-                "batch": [BATCH, args.size, args.size, 3],
+                "batch": [args.batch, args.size, args.size, 3],
+                "streams": args.streams,
                 "runs": runs,
             },
             indent=2,
@@ -136,8 +142,10 @@ def _run(args, workload, device: torch.device, precision: str, compile_: str) ->
         log_every=1000,
         precision=precision,
         compile=compile_,
+        batch_size=args.batch,
+        streams_per_flow=args.streams,
     )
-    sender = mp.get_context("fork").Process(target=_sender, args=(server, cfg, args.batches, args.size), daemon=True)
+    sender = mp.get_context("fork").Process(target=_sender, args=(server, cfg, args.batch, args.batches, args.size), daemon=True)
     sender.start()
     client = None
     try:
@@ -148,7 +156,8 @@ def _run(args, workload, device: torch.device, precision: str, compile_: str) ->
         stats = train_epochs(cfg, workload, model, client, device).stats
         client.close("completed")
         summary = stats.summary()
-        anchor = _anchor(workload, model, args.anchor_steps, args.size, device, resolve_precision(precision, device), compile_)
+        used = resolve_precision(precision, device)
+        anchor = _anchor(workload, model, args.batch, args.anchor_steps, args.size, device, used, compile_)
     finally:
         if client is not None:
             client.close("failed", "bench ended")
@@ -166,7 +175,8 @@ def _run(args, workload, device: torch.device, precision: str, compile_: str) ->
         "anchor_step_ms_p50": round(anchor * 1e3, 2),
         "fed_ratio": round(anchor / step, 3),
         "data_wait_share": round(summary["data_wait_share"], 4),
-        "samples_per_s": round(BATCH / step, 1),
+        "samples_per_s": round(args.batch / step, 1),
+        "anchor_samples_per_s": round(args.batch / anchor, 1),
     }
 
 
