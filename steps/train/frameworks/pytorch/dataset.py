@@ -206,10 +206,11 @@ def batch_loader(
     pin_memory: bool = False,
     in_process: bool = False,
     cpus: list[int] | None = None,
+    start_method: str | None = None,
 ) -> DataLoader:
     """A DataLoader of `Batch` over `dataset`, one worker per available CPU by default; ``in_process``: none,
     the caller's process decodes between its own steps; ``cpus``: the CPUs its workers may run on (all of the
-    caller's by default)."""
+    caller's by default); ``start_method``: how its workers start (`worker_start_method` by default)."""
     workers = 0 if in_process else num_workers or available_cpus()
     return BatchLoader(
         dataset,
@@ -220,7 +221,17 @@ def batch_loader(
         persistent_workers=workers > 0,
         prefetch_factor=4 if workers > 0 else None,
         worker_init_fn=functools.partial(_run_on, sorted(cpus)) if cpus else None,
+        multiprocessing_context=(start_method or worker_start_method()) if workers > 0 else None,
     )
+
+
+def worker_start_method() -> str:
+    """``fork`` (the quickest start) unless this process has initialised CUDA: then ``forkserver``. A worker forked
+    from a CUDA process inherits its CUDA tensors, and where the worker frees one (garbage it collects, another
+    thread's frame) the CUDA runtime aborts it ("CUDA error: initialization error"): seen on a GPU trainer host
+    decoding locally (TrainerCpus=auto, after its cost probe ran on the GPU). A forkserver worker starts from a
+    fresh process and receives the dataset pickled, which holds no CUDA state."""
+    return "forkserver" if torch.cuda.is_initialized() else "fork"
 
 
 def _run_on(cpus: list[int], worker_id: int) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from steps.common.errors import UserError
 from steps.shard.format import write_shard
-from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
+from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader, worker_start_method
 from steps.train.workload import Workload
 
 
@@ -72,3 +72,22 @@ def test_each_batch_carries_the_cpu_seconds_its_worker_spent_on_it(tmp_path):
     total = sum(b.cpu_s for b in batches)
     assert len(batches) == 4 and all(b.cpu_s > 0 for b in batches)
     assert 24 * 0.002 <= total < 24 * 0.002 + 1.0
+
+
+def test_workers_started_by_a_forkserver_read_the_same_batches(tmp_path):
+    # a GPU trainer's decode workers start so (worker_start_method): the dataset crosses pickled, not forked
+    shard = tmp_path / "train-00000.tar"
+    write_shard(shard, [(i, i % 3, "jpg", str(i).encode()) for i in range(24)])
+    read = {}
+    for method in ("fork", "forkserver"):
+        loader = batch_loader(
+            ShardDataset([shard], FailsOnOddIds(), train=True), batch_size=4, num_workers=2, start_method=method
+        )
+        batches = list(loader)
+        read[method] = (sorted(i for b in batches for i in b.ids.tolist()), sorted(c[0] for b in batches for c in b.corrupt))
+    assert read["forkserver"] == read["fork"]
+    assert read["fork"] == (list(range(0, 24, 2)), list(range(1, 24, 2)))
+
+
+def test_a_process_without_cuda_forks_its_workers():
+    assert worker_start_method() == "fork"
