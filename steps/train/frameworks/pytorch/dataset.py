@@ -10,6 +10,8 @@ batch's ``corrupt`` list (id and reason) and the trainer reports the count.
 from __future__ import annotations
 
 import functools
+import multiprocessing
+import multiprocessing.context
 import os
 import random
 import time
@@ -221,7 +223,7 @@ def batch_loader(
         persistent_workers=workers > 0,
         prefetch_factor=4 if workers > 0 else None,
         worker_init_fn=functools.partial(_run_on, sorted(cpus)) if cpus else None,
-        multiprocessing_context=(start_method or worker_start_method()) if workers > 0 else None,
+        multiprocessing_context=_context(start_method or worker_start_method()) if workers > 0 else None,
     )
 
 
@@ -229,9 +231,19 @@ def worker_start_method() -> str:
     """``fork`` (the quickest start) unless this process has initialised CUDA: then ``forkserver``. A worker forked
     from a CUDA process inherits its CUDA tensors, and where the worker frees one (garbage it collects, another
     thread's frame) the CUDA runtime aborts it ("CUDA error: initialization error"): seen on a GPU trainer host
-    decoding locally (TrainerCpus=auto, after its cost probe ran on the GPU). A forkserver worker starts from a
-    fresh process and receives the dataset pickled, which holds no CUDA state."""
+    decoding locally (TrainerCpus=auto, after its cost probe ran on the GPU): the aborting frees came through numpy
+    views of pinned buffers, which the data plane's reader threads held when the worker was forked. A forkserver
+    worker starts from a clean process and receives the dataset pickled, which holds no CUDA state."""
     return "forkserver" if torch.cuda.is_initialized() else "fork"
+
+
+def _context(method: str) -> multiprocessing.context.BaseContext:
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":
+        # the server imports torch and this module once; each worker is then forked from it in milliseconds
+        # instead of importing torch itself (seconds per worker). Effective until the server starts.
+        context.set_forkserver_preload([__name__])
+    return context
 
 
 def _run_on(cpus: list[int], worker_id: int) -> None:
