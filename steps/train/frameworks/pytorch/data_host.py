@@ -208,6 +208,7 @@ class BatchFeed:
         self.waited_s = 0.0  # the senders' time waiting on an empty queue: the trainers wait for this host's decode
         self._waits = threading.Lock()
         self.retuner = None
+        self.throttle = throttle
         if throttle is not None:
             self.retuner = retuner(self.cfg, throttle, lambda: (self.waited_s, self.meter.samples), consumers=self._senders)
             self.meter.decode_workers = lambda: workers_report(self.cfg, throttle, self.retuner)
@@ -215,8 +216,11 @@ class BatchFeed:
             session.spawn(self._send, t)
 
     def stop_retune(self) -> None:
+        """Stop retuning and let every worker decode: one left waiting for a token would hold up the pool's shutdown."""
         if self.retuner is not None:
             self.retuner.stop()
+        if self.throttle is not None:
+            self.throttle.open()
 
     def _senders(self) -> int:
         return sum(not t.stopped for t in self.session.trainers)

@@ -77,4 +77,5 @@ class LocalDecoder:
         yield from self.loader
 
     def stop(self) -> None:
+        self.throttle.open()
         self.loader._stop_workers()

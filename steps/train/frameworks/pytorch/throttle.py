@@ -12,6 +12,7 @@ still asks every worker in turn, so the pool decodes at the rate of ``active`` w
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from steps.train.core.config import TrainConfig
 from steps.train.core.retune import Controller, Retuner, fixed
 
 TAKE_BACK_WAIT_S = 1.0  # a token is freed after each sample: this long without one, the change waits for the next interval
+OWNER_CHECK_S = 1.0  # how often a worker waiting for a token checks that the process that started it is alive
 
 
 class Throttle:
@@ -29,6 +31,7 @@ class Throttle:
         self.active = pool if active is None else max(1, min(active, pool))
         # the default context is the one the DataLoader starts its workers with
         self._tokens = multiprocessing.get_context().Semaphore(self.active)
+        self._owner = os.getpid()  # the DataLoader's process: its workers' parent
 
     def set(self, active: int) -> int:
         """Make ``active`` workers (within 1..pool) decode at once; returns how many do. Taking a token back waits for a
@@ -43,8 +46,15 @@ class Throttle:
             self.active -= 1
         return self.active
 
+    def open(self) -> None:
+        """Every worker decodes again: before the pool shuts down, so no worker is left waiting for a token (a
+        DataLoader joins each worker for seconds before it terminates it)."""
+        self.set(self.pool)
+
     def __enter__(self) -> Throttle:
-        self._tokens.acquire()
+        while not self._tokens.acquire(timeout=OWNER_CHECK_S):
+            if os.getppid() != self._owner:  # its process is gone: end the wait, the worker's own loop then exits
+                raise RuntimeError("the process that started this decode worker is gone")
         return self
 
     def __exit__(self, *exc: Any) -> None:

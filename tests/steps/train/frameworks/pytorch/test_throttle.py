@@ -4,9 +4,12 @@ and each sample still comes once per epoch whatever the changes."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import threading
 import time
 
 import numpy as np
+import pytest
 
 from steps.shard.format import write_shard
 from steps.train.core.config import TrainConfig
@@ -88,3 +91,35 @@ def test_why_a_pool_is_not_retuned_is_in_its_report():
     assert off_because(off, Throttle(2)) == "retune=off"
     assert "nothing to retune" in off_because(on, Throttle(1))
     assert workers_report(off, Throttle(3), None) == {"start": 3, "end": 3, "changed": 0, "changes": [], "off": "retune=off"}
+
+
+def test_a_worker_waiting_for_a_token_gives_up_once_its_starter_is_gone(monkeypatch):
+    monkeypatch.setattr(throttle_module, "OWNER_CHECK_S", 0.05)
+    throttle = Throttle(2, active=1)
+    with throttle:  # the one token is taken
+        throttle._owner = os.getppid()  # as a worker sees it while the process that started it lives: it waits on
+        raised = []
+
+        def wait():
+            try:
+                throttle.__enter__()
+            except RuntimeError as exc:
+                raised.append(exc)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        waiter.join(timeout=0.3)
+        assert waiter.is_alive()
+        throttle._owner = -1  # that process is gone (the worker was reparented)
+        waiter.join(timeout=5)
+        assert not waiter.is_alive() and raised
+        with pytest.raises(RuntimeError, match="process that started this decode worker is gone"):
+            throttle.__enter__()
+
+
+def test_opening_the_throttle_lets_every_worker_decode():
+    throttle = Throttle(3, active=1)
+    throttle.open()
+    assert throttle.active == 3
+    with throttle, throttle, throttle:  # three tokens: none waits
+        pass
