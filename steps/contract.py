@@ -261,6 +261,17 @@ TUNABLES: tuple[Tunable, ...] = (
         flag="trainer-cpus",
         hyperparameter="trainer_cpus",
     ),
+    Tunable(
+        "Retune",
+        str,
+        "on",
+        "PyTorch path: each host adjusts its active decode workers while it trains, one at a time (add while the "
+        "consumer waits for data and the last addition helped; remove while it never waits and the last removal did "
+        "not hurt), between 1 and the workers it started with; off: the workers it starts with, throughout.",
+        choices=("on", "off"),
+        flag="retune",
+        hyperparameter="retune",
+    ),
     Tunable("Epochs", int, 3, "Passes over the training shards.", minimum=1, flag="epochs", hyperparameter="epochs"),
     Tunable(
         "MaxSteps",

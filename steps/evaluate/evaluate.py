@@ -130,7 +130,25 @@ def run_summary(metrics: dict, prices: PriceTable, billing: dict | None = None) 
         "gpus": metrics.get("gpus"),  # per trainer host: how many it has and used (older metrics: absent)
         "precision": metrics.get("precision"),  # requested and used (steps/train/core/precision.py; older metrics: absent)
         "compile": metrics.get("compile"),  # the Compile parameter, off or on (older metrics: absent)
+        "decode_workers": decode_workers(metrics),
     }
+
+
+def decode_workers(metrics: dict) -> list[dict]:
+    """Each decoding host's workers at the start and the end, and how often the retune changed them
+    (steps/train/core/retune.py; hosts whose metrics carry no history are left out)."""
+    hosts = [*(metrics.get("data_hosts") or []), *(metrics.get("local_decode") or [])]
+    return [
+        {
+            "host": h["host"],
+            "start": h["decode_workers"]["start"],
+            "end": h["decode_workers"]["end"],
+            "changed": h["decode_workers"]["changed"],
+            "off": h["decode_workers"].get("off"),
+        }
+        for h in hosts
+        if isinstance(h, dict) and isinstance(h.get("decode_workers"), dict)
+    ]
 
 
 def price_performance(

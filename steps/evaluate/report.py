@@ -98,6 +98,8 @@ def _summary(doc: dict) -> str:
     hetero = runs.get("heterogeneous") or {}
     if hetero.get("bottleneck"):
         lines.append(f"{hetero['bottleneck']['label']}: {hetero['bottleneck']['reason']}")
+    if retuned := retune_line(hetero):
+        lines.append(retuned)
     for name in names:
         if (runs[name].get("gpus") or {}).get("idle"):
             lines.append(f"{name} run: {runs[name]['gpus']['idle']}")
@@ -105,6 +107,18 @@ def _summary(doc: dict) -> str:
     lines.append(f"prices: {prices.get('region')} on-demand, {prices.get('source')} (as of {prices.get('as_of')})")
     notes = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
     return f"<table><tr><th></th>{head}</tr>{body}</table><ul>{notes}</ul>"
+
+
+def retune_line(run: dict) -> str:
+    """One line: each decoding host's workers, start -> end, and how many changes the retune made ('' without any)."""
+    hosts = run.get("decode_workers") or []
+    if not hosts:
+        return ""
+    parts = [
+        f"{h['host']} {h['start']}" + (f" -> {h['end']} ({h['changed']} change(s))" if h["changed"] else " (unchanged)")
+        for h in hosts
+    ]
+    return "decode workers (retune): " + ", ".join(parts)
 
 
 def _figure(title: str, png: bytes, caption: str) -> str:

@@ -41,6 +41,7 @@ class TrainConfig:
     data_group: str = _param(DATA_GROUP, "Instance group that runs the data service.")
     dnn_group: str = _param(DNN_GROUP, "Instance group that trains.")
     trainer_cpus: str = _tunable("trainer_cpus")
+    retune: str = _tunable("retune")
     epochs: int = _tunable("epochs")
     max_steps: int = _tunable("max_steps")
     batch_size: int = _tunable("batch_size")

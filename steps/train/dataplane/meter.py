@@ -13,6 +13,7 @@ also after a run stopped mid-epoch by ``max_steps``, with no extra round trip.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from steps.train.core.cluster import available_cpus
 
@@ -23,6 +24,7 @@ class ServiceMeter:
         self.samples = 0
         self.batches = 0
         self.decode_cpu_s = 0.0
+        self.decode_workers: Callable[[], dict] | None = None  # the decode workers' retune history, where it has one
         self._wall_started = time.perf_counter()
         self._cpu_started = time.process_time()
 
@@ -47,6 +49,7 @@ class ServiceMeter:
             "bytes_sent": sum(t.link.bytes_sent for t in trainers),
             "batches_sent": batches,
             "streams": len(trainers) // max(len(batches), 1),
+            **({"decode_workers": self.decode_workers()} if self.decode_workers else {}),
         }
 
 
@@ -107,6 +110,7 @@ def data_host_metrics(host: str, report: dict, first: dict | None = None) -> dic
         "bytes_sent_per_sample": window["bytes_sent"] / samples,
         "samples_per_second": window["samples"] / wall if wall > 0 else 0.0,
         "measured_over_s": wall,
+        **({"decode_workers": report["decode_workers"]} if "decode_workers" in report else {}),
     }
 
 

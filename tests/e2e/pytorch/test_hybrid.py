@@ -47,6 +47,19 @@ def test_the_pipeline_trains_hybrid_one_data_host_one_trainer(tmp_path, tiny_ima
     assert local["workers"] == 1 and local["kept_cpus"] == 1 and local["split"]["trainers"] == [1]
     assert local["samples"] > 0 and local["samples"] + data_sent == 2 * samples  # local and remote, each sample once
     assert local["decode_cpu_s_per_sample"] > 0
+    # each decoding host's retune history: the trainer's one spare worker has nothing to retune, the data host's pool
+    # (this machine's 2 CPUs) stays within its bounds, every change recorded as it was made
+    assert local["decode_workers"] == {
+        "start": 1,
+        "end": 1,
+        "changed": 0,
+        "changes": [],
+        "off": "one decode worker: nothing to retune",
+    }
+    (host,) = metrics["data_hosts"]
+    workers = host["decode_workers"]
+    assert workers["start"] == 2 and workers["bounds"] == [1, 2] and 1 <= workers["end"] <= 2
+    assert workers["changed"] == len(workers["changes"]) and all(abs(c["to"] - c["from"]) == 1 for c in workers["changes"])
     assert any("the trainers decode 1 of every" in line for line in lines)
     assert metrics["gpus"] == {"per_host": 0, "used_per_host": 0, "idle": None}  # this machine has no GPU
     assert metrics["precision"] == {"requested": "bf16", "used": "bf16"} and metrics["config"]["precision"] == "bf16"

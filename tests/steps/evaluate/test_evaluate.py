@@ -73,7 +73,9 @@ def test_output_schema():
         "gpus",
         "precision",
         "compile",
+        "decode_workers",
     }
+    assert run["decode_workers"] == []  # metrics.json from before the retune
     assert run["billing"] is None  # no BillableTimeInSeconds given: priced on demand
     assert run["gpus"] is None  # metrics.json from before gpus were recorded
     assert run["precision"] is None  # nor precision

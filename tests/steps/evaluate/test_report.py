@@ -92,3 +92,17 @@ def test_whether_each_run_compiled_its_step_is_in_the_table():
     doc = ev.price_performance(input_bound_run(compile="on"), metrics(compile="off"), load_prices())
     page = report_html(execution_id="e1", price_performance=doc, plan=None, heterogeneous=None, baseline=None, history=[])
     assert "<tr><th>compile</th><td>off</td><td>on</td></tr>" in page  # baseline, heterogeneous
+
+
+def test_each_decoding_hosts_retune_is_one_line():
+    retuned = {"start": 4, "end": 2, "changed": 3, "changes": [], "bounds": [1, 4]}
+    host = {**input_bound_run()["data_hosts"][0], "host": "algo-1", "decode_workers": retuned}
+    local = {"host": "algo-2", "workers": 1, "decode_workers": {"start": 1, "end": 1, "changed": 0, "changes": [], "off": "x"}}
+    hetero = input_bound_run(host=host, local_decode=[local])
+    doc = ev.price_performance(hetero, None, load_prices())
+    assert doc["runs"]["heterogeneous"]["decode_workers"] == [
+        {"host": "algo-1", "start": 4, "end": 2, "changed": 3, "off": None},
+        {"host": "algo-2", "start": 1, "end": 1, "changed": 0, "off": "x"},
+    ]
+    page = report_html(execution_id="e1", price_performance=doc, plan=None, heterogeneous=None, baseline=None, history=[])
+    assert "<li>decode workers (retune): algo-1 4 -&gt; 2 (3 change(s)), algo-2 1 (unchanged)</li>" in page

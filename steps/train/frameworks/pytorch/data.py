@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -31,6 +32,7 @@ from steps.train.dataplane.meter import arrived, data_host_metrics
 from steps.train.dataplane.watch import Peer, PeerWatch
 from steps.train.dataplane.wire import Segment
 from steps.train.frameworks.pytorch.dataset import Batch
+from steps.train.frameworks.pytorch.throttle import retuner, workers_report
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,8 @@ class DataServiceClient:
         self.local = None  # this host's own decode workers (`add_local`), a source beside the data hosts
         self._local: _Host | None = None
         self._local_cpu_s = 0.0
+        self.waited_s = 0.0  # the loop's time waiting on an empty merge: what retunes this host's decode workers
+        self._retuner = None
 
     # -- lifecycle ---------------------------------------------------------
     def connect(
@@ -142,6 +146,7 @@ class DataServiceClient:
         the data hosts' streams; before the first `batches` call. Its epochs end, and are checked, like a data host's."""
         self.local = local
         self._local = _Host(local.name, "local", samples_per_epoch=local.samples_per_epoch)
+        self._retuner = retuner(self.cfg, local.throttle, lambda: (self.waited_s, sum(self._local.received.values())))
         self._spawn(self._decode_locally, self._local)
 
     def close(self, status: str = "completed", reason: str = "", files: dict[str, bytes] | None = None) -> None:
@@ -153,6 +158,8 @@ class DataServiceClient:
             self._gate.notify_all()
         for thread in self._threads:
             thread.join(timeout=5)
+        if self._retuner is not None:
+            self._retuner.stop()
         if self.local is not None:
             self.local.stop()
 
@@ -180,6 +187,7 @@ class DataServiceClient:
             "samples": samples,
             "share": samples / (samples + remote) if samples + remote else 0.0,
             "decode_cpu_s_per_sample": self._local_cpu_s / samples if samples else 0.0,
+            "decode_workers": workers_report(self.cfg, self.local.throttle, self._retuner),
         }
 
     def _spawn(self, target, *args) -> threading.Thread:
@@ -193,7 +201,9 @@ class DataServiceClient:
         """Every batch of ``epoch`` from every data host, in arrival order."""
         ended: set[str] = set()
         while len(ended) < len(self.hosts) + (self._local is not None):
+            asked = time.perf_counter()
             item = self.queue.get()
+            self.waited_s += time.perf_counter() - asked
             if self.failure is not None:  # not after the batches still queued: a lost host ends training now
                 raise self.failure
             if isinstance(item, _Failure):
@@ -269,6 +279,8 @@ class DataServiceClient:
                     self._post(batch)
                 self._post(_End(host.name, epoch, host.received.get(epoch, 0)))
                 epoch += 1
+                if epoch == self.cfg.epochs and self._retuner is not None:
+                    self._retuner.stop()  # every local sample is decoded: the loop's waits from here on are not for them
                 with self._gate:
                     while self._epoch < epoch and not self._stopping.is_set():
                         self._gate.wait(self.cfg.heartbeat_s)

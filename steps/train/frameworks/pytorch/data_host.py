@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import queue
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -39,6 +40,7 @@ from steps.train.dataplane.meter import ServiceMeter
 from steps.train.dataplane.session import HostSession, trainer_lost
 from steps.train.dataplane.streams import streams_per_flow
 from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
+from steps.train.frameworks.pytorch.throttle import Throttle, retuner, workers_report
 from steps.train.workload import Workload
 
 
@@ -56,6 +58,7 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> 
         shards, workload, train=True, seed=cfg.seed, stream=cluster.data_hosts.index(cluster.current_host), part=part
     )
     loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
+    dataset.throttle = Throttle(loader.num_workers or 1)  # all decode at the start; retune may take some out
     # Every batch carries image_size^2 x 3 uint8 pixels and an int64 label and id per sample; no trainer's target
     # rate is known at a data host's start, so auto is one stream (docs/dataplane.md#streams-per-flow).
     streams = streams_per_flow(cfg.streams_per_flow, bytes_per_sample=workload.image_size**2 * 3 + 16)
@@ -89,6 +92,7 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> 
             start=start,
             decode_workers=loader.num_workers or 1,
             streams=streams,
+            throttle=dataset.throttle,
         )
     print(f"[data] {cluster.current_host}: all trainers stopped; exiting", flush=True)
 
@@ -106,6 +110,7 @@ def serve(
     start: Callable[[int, np.ndarray, Split], None] | None = None,
     decode_workers: int = 1,
     streams: int = 1,
+    throttle: Throttle | None = None,
 ) -> None:
     """Accept the trainers on ``server`` (``streams`` connections each), stream ``epoch_batches(e)`` for every epoch,
     return when all said STOP.
@@ -119,6 +124,9 @@ def serve(
     Files a trainer hands over with its STOP (its metrics and model) are written to ``results_dir``:
     every host of the job then holds the job's results, whichever host's model directory
     SageMaker packs into the model artifact.
+
+    ``throttle``: how many of the decode workers behind ``epoch_batches`` decode at once; the feed retunes it
+    while it serves (`steps.train.core.retune`).
     """
     session = HostSession.admit(
         cfg,
@@ -138,11 +146,14 @@ def serve(
     if start is not None:
         start(first, consumed, split)
     with session:
-        feed = BatchFeed(session)
-        for epoch in range(first, cfg.epochs):
-            for batch in epoch_batches(epoch):
-                feed.put(epoch, batch)
-            feed.end_epoch(epoch)
+        feed = BatchFeed(session, throttle)
+        try:
+            for epoch in range(first, cfg.epochs):
+                for batch in epoch_batches(epoch):
+                    feed.put(epoch, batch)
+                feed.end_epoch(epoch)
+        finally:
+            feed.stop_retune()  # the last epoch is served: the senders' waits from here on are not for data
         session.wait_until()
 
 
@@ -189,13 +200,30 @@ class BatchFeed:
     samples sent on it. Each sender pings its connection when it has nothing to send, never waiting on another link:
     heartbeats are per stream."""
 
-    def __init__(self, session: HostSession) -> None:
+    def __init__(self, session: HostSession, throttle: Throttle | None = None) -> None:
         self.session = session
         self.cfg = session.cfg
         self.queue: queue.Queue = queue.Queue(maxsize=2 * len(session.trainers))
         self.meter = ServiceMeter()
+        self.waited_s = 0.0  # the senders' time waiting on an empty queue: the trainers wait for this host's decode
+        self._waits = threading.Lock()
+        self.retuner = None
+        self.throttle = throttle
+        if throttle is not None:
+            self.retuner = retuner(self.cfg, throttle, lambda: (self.waited_s, self.meter.samples), consumers=self._senders)
+            self.meter.decode_workers = lambda: workers_report(self.cfg, throttle, self.retuner)
         for t in session.trainers:
             session.spawn(self._send, t)
+
+    def stop_retune(self) -> None:
+        """Stop retuning and let every worker decode: one left waiting for a token would hold up the pool's shutdown."""
+        if self.retuner is not None:
+            self.retuner.stop()
+        if self.throttle is not None:
+            self.throttle.open()
+
+    def _senders(self) -> int:
+        return sum(not t.stopped for t in self.session.trainers)
 
     def put(self, epoch: int, batch: Batch) -> None:
         while True:
@@ -221,11 +249,15 @@ class BatchFeed:
     def _send(self, t: Trainer) -> None:
         session = self.session
         while not (t.stopped or session.done.is_set()):
+            asked = time.perf_counter()
             try:
                 epoch, batch = self.queue.get(timeout=self.cfg.heartbeat_s)
             except queue.Empty:
                 session.guarded(t, lambda: t.link.send(messages.Ping()))
                 continue
+            finally:
+                with self._waits:
+                    self.waited_s += time.perf_counter() - asked
             try:
                 message = messages.Batch(
                     epoch=epoch,

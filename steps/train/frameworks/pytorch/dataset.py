@@ -9,6 +9,7 @@ batch's ``corrupt`` list (id and reason) and the trainer reports the count.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import multiprocessing.context
@@ -91,6 +92,7 @@ class ShardDataset(IterableDataset):
         self.stream = stream
         self._epoch = -1  # persistent workers keep their copy: counting calls tracks the epoch
         self._resumed: tuple[int, frozenset] = (-1, frozenset())
+        self.throttle = None  # how many of its DataLoader workers decode at once (`steps.train.frameworks.pytorch.throttle`)
 
     def resume(self, epoch: int, consumed: Iterable[SupportsInt]) -> None:
         """Start at ``epoch``, leaving out of it the sample ids in ``consumed`` (a checkpoint's input position).
@@ -125,6 +127,10 @@ class ShardDataset(IterableDataset):
         yield from _costed(_shuffled(decoded, rng) if self.train else decoded)
 
     def _decode(self, sample, rng):
+        with self.throttle or contextlib.nullcontext():
+            return self._decode_one(sample, rng)
+
+    def _decode_one(self, sample, rng):
         try:
             return sample.sample_id, sample.label, self.workload.decode(sample.raw, train=self.train, rng=rng), None
         except Exception as exc:  # noqa: BLE001 - a bad sample must not end the epoch

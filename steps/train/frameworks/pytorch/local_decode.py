@@ -22,6 +22,7 @@ from steps.train.core.spare_cpus import Spare, sample_pixels, spare
 from steps.train.core.split import Take
 from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
 from steps.train.frameworks.pytorch.step import loop_cpus
+from steps.train.frameworks.pytorch.throttle import Throttle
 from steps.train.workload import Workload
 
 
@@ -60,6 +61,8 @@ class LocalDecoder:
         counts = [count_samples(s) for s in found.shards]
         self.dataset = ShardDataset(found.shards, workload, train=True, seed=cfg.seed, stream=stream, take=take)
         self.dataset.resume(epoch, consumed)
+        # bounds [1, the spare workers]: more would take the vCPUs measured to be the loop's
+        self.throttle = self.dataset.throttle = Throttle(found.workers)
         self.samples_per_epoch = self.dataset.samples_per_epoch(counts)
         # the loop keeps the first vCPUs, the decode workers run on the others: they never take the loop's
         self.loader = batch_loader(
@@ -74,4 +77,5 @@ class LocalDecoder:
         yield from self.loader
 
     def stop(self) -> None:
+        self.throttle.open()
         self.loader._stop_workers()

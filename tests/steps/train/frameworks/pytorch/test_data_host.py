@@ -3,6 +3,7 @@ hangs; over several streams per flow every sample arrives once, and losing one s
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 
 import pytest
@@ -14,6 +15,7 @@ from steps.train.dataplane.errors import DataHostLost, TrainerGone
 from steps.train.frameworks.pytorch.data import DataServiceClient
 from steps.train.frameworks.pytorch.data_host import serve
 from steps.train.frameworks.pytorch.dataset import Batch
+from steps.train.frameworks.pytorch.throttle import Throttle
 from tests.support.threads import SECRET, no_leaked_threads  # noqa: F401 - fixture
 from tests.support.threads import Side as _Side
 
@@ -38,8 +40,8 @@ def _listening(epochs: int) -> tuple[socket.socket, TrainConfig]:
     return server, cfg
 
 
-def _serving(cfg: TrainConfig, server: socket.socket, epoch_batches, samples: int, streams: int = 1) -> _Side:
-    """`serve` in a thread of its own for one trainer, "trainer-a"."""
+def _serving(cfg: TrainConfig, server: socket.socket, epoch_batches, samples: int, streams: int = 1, **extra) -> _Side:
+    """`serve` in a thread of its own for one trainer, "trainer-a" (``extra``: more of `serve`'s arguments)."""
     service = _Side(
         serve,
         cfg,
@@ -50,6 +52,7 @@ def _serving(cfg: TrainConfig, server: socket.socket, epoch_batches, samples: in
         samples_per_epoch=samples,
         epoch_batches=epoch_batches,
         streams=streams,
+        **extra,
     )
     service.start()
     return service
@@ -135,3 +138,30 @@ def test_losing_one_of_two_streams_is_losing_the_data_host(monkeypatch):
         server.close()
     assert not service.is_alive()
     assert isinstance(service.error, TrainerGone) and "trainer trainer-a" in str(service.error)
+
+
+@pytest.mark.parametrize("retune", ["on", "off"])
+def test_the_data_host_reports_its_decode_workers_retune_to_the_trainer(monkeypatch, retune):
+    monkeypatch.delenv("HETERO_HOSTS_FILE", raising=False)
+    server, cfg = _listening(epochs=1)
+    cfg = dataclasses.replace(cfg, retune=retune)
+    service = _serving(cfg, server, _numbered_batches(10), 10 * BATCH, throttle=Throttle(2))
+    client = DataServiceClient(cfg, me="trainer-a", data_hosts=("127.0.0.1",), secret=SECRET)
+    try:
+        client.connect()
+        for batch in client.batches(0):
+            batch.release()
+        (measured,) = client.measurements()["data_hosts"]
+        workers = measured["decode_workers"]
+        assert workers["start"] == 2 and workers["changed"] == len(workers["changes"])
+        if retune == "on":
+            assert workers["bounds"] == [1, 2] and "off" not in workers
+        else:
+            assert workers == {"start": 2, "end": 2, "changed": 0, "changes": [], "off": "retune=off"}
+        client.close()
+        service.join(timeout=30)
+        assert service.error is None and not service.is_alive()  # the retune thread ended with the serving
+    finally:
+        client.close("failed", "test ended early")
+        service.join(timeout=30)
+        server.close()
