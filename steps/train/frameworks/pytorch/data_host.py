@@ -39,7 +39,7 @@ from steps.train.dataplane.errors import TrainerGone, WireError
 from steps.train.dataplane.meter import ServiceMeter
 from steps.train.dataplane.session import HostSession, trainer_lost
 from steps.train.dataplane.streams import streams_per_flow
-from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
+from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader, worker_start_method
 from steps.train.frameworks.pytorch.throttle import Throttle, retuner, workers_report
 from steps.train.workload import Workload
 
@@ -57,8 +57,10 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> 
     dataset = ShardDataset(
         shards, workload, train=True, seed=cfg.seed, stream=cluster.data_hosts.index(cluster.current_host), part=part
     )
-    loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
-    dataset.throttle = Throttle(loader.num_workers or 1)  # all decode at the start; retune may take some out
+    method = worker_start_method()  # the loader's workers and the semaphore they share start alike
+    loader = batch_loader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers, start_method=method)
+    # all decode at the start; retune may take some out
+    dataset.throttle = Throttle(loader.num_workers or 1, start_method=method)
     # Every batch carries image_size^2 x 3 uint8 pixels and an int64 label and id per sample; no trainer's target
     # rate is known at a data host's start, so auto is one stream (docs/dataplane.md#streams-per-flow).
     streams = streams_per_flow(cfg.streams_per_flow, bytes_per_sample=workload.image_size**2 * 3 + 16)

@@ -20,7 +20,7 @@ from steps.train.core.cluster import Cluster
 from steps.train.core.config import TrainConfig
 from steps.train.core.spare_cpus import Spare, sample_pixels, spare
 from steps.train.core.split import Take
-from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
+from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader, worker_start_method
 from steps.train.frameworks.pytorch.step import loop_cpus
 from steps.train.frameworks.pytorch.throttle import Throttle
 from steps.train.workload import Workload
@@ -62,7 +62,8 @@ class LocalDecoder:
         self.dataset = ShardDataset(found.shards, workload, train=True, seed=cfg.seed, stream=stream, take=take)
         self.dataset.resume(epoch, consumed)
         # bounds [1, the spare workers]: more would take the vCPUs measured to be the loop's
-        self.throttle = self.dataset.throttle = Throttle(found.workers)
+        method = worker_start_method()  # the loader's workers and the semaphore they share start alike
+        self.throttle = self.dataset.throttle = Throttle(found.workers, start_method=method)
         self.samples_per_epoch = self.dataset.samples_per_epoch(counts)
         # the loop keeps the first vCPUs, the decode workers run on the others: they never take the loop's
         self.loader = batch_loader(
@@ -71,6 +72,7 @@ class LocalDecoder:
             num_workers=found.workers,
             pin_memory=pinned,
             cpus=sorted(os.sched_getaffinity(0))[-found.workers :],
+            start_method=method,
         )
 
     def batches(self, epoch: int) -> Iterator[Batch]:

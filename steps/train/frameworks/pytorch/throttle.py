@@ -18,6 +18,7 @@ from typing import Any
 
 from steps.train.core.config import TrainConfig
 from steps.train.core.retune import Controller, Retuner, fixed
+from steps.train.frameworks.pytorch.dataset import worker_start_method
 
 TAKE_BACK_WAIT_S = 1.0  # a token is freed after each sample: this long without one, the change waits for the next interval
 OWNER_CHECK_S = 1.0  # how often a worker waiting for a token checks that the process that started it is alive
@@ -26,12 +27,13 @@ OWNER_CHECK_S = 1.0  # how often a worker waiting for a token checks that the pr
 class Throttle:
     """``active`` of a pool of ``pool`` decode workers at a time; pickled into the workers with their dataset."""
 
-    def __init__(self, pool: int, active: int | None = None) -> None:
+    def __init__(self, pool: int, active: int | None = None, *, start_method: str | None = None) -> None:
+        """``start_method``: how the DataLoader starts its workers (`worker_start_method` by default, as
+        `batch_loader` does): a semaphore crosses into forkserver workers only if made in that context."""
         self.pool = pool
         self.active = pool if active is None else max(1, min(active, pool))
-        # the default context is the one the DataLoader starts its workers with
-        self._tokens = multiprocessing.get_context().Semaphore(self.active)
-        self._owner = os.getpid()  # the DataLoader's process: its workers' parent
+        self._tokens = multiprocessing.get_context(start_method or worker_start_method()).Semaphore(self.active)
+        self._starter: tuple[int, int] | None = None  # (a worker's pid, its parent's) as of its first wait
 
     def set(self, active: int) -> int:
         """Make ``active`` workers (within 1..pool) decode at once; returns how many do. Taking a token back waits for a
@@ -52,8 +54,11 @@ class Throttle:
         self.set(self.pool)
 
     def __enter__(self) -> Throttle:
+        if self._starter is None or self._starter[0] != os.getpid():
+            # the process that started this worker: the DataLoader's own (fork) or its forkserver, which ends with it
+            self._starter = (os.getpid(), os.getppid())
         while not self._tokens.acquire(timeout=OWNER_CHECK_S):
-            if os.getppid() != self._owner:  # its process is gone: end the wait, the worker's own loop then exits
+            if os.getppid() != self._starter[1]:  # it is gone: end the wait, the worker's own loop then exits
                 raise RuntimeError("the process that started this decode worker is gone")
         return self
 

@@ -24,9 +24,10 @@ class Overlapping(Workload):
 
     image_size = 4
 
-    def __init__(self) -> None:
-        self.now = multiprocessing.Value("i", 0)
-        self.most = multiprocessing.Value("i", 0)
+    def __init__(self, start_method: str) -> None:
+        context = multiprocessing.get_context(start_method)
+        self.now = context.Value("i", 0)
+        self.most = context.Value("i", 0)
 
     def decode(self, raw, *, train, rng):
         with self.now.get_lock():
@@ -44,11 +45,12 @@ def _shard(tmp_path, samples: int):
     return shard
 
 
-def test_one_active_worker_of_three_decodes_alone_then_three_overlap_and_every_sample_comes_once(tmp_path):
-    workload = Overlapping()
+@pytest.mark.parametrize("start_method", ["fork", "forkserver"])  # forkserver: a GPU trainer's decode workers
+def test_one_active_worker_of_three_decodes_alone_then_three_overlap_and_every_sample_comes_once(tmp_path, start_method):
+    workload = Overlapping(start_method)
     dataset = ShardDataset([_shard(tmp_path, 90)], workload, train=False)  # no shuffle buffer: decode as read
-    dataset.throttle = throttle = Throttle(3, active=1)
-    loader = batch_loader(dataset, batch_size=5, num_workers=3)
+    dataset.throttle = throttle = Throttle(3, active=1, start_method=start_method)
+    loader = batch_loader(dataset, batch_size=5, num_workers=3, start_method=start_method)
     try:
         seen = []
         for i, batch in enumerate(loader):
@@ -96,8 +98,7 @@ def test_why_a_pool_is_not_retuned_is_in_its_report():
 def test_a_worker_waiting_for_a_token_gives_up_once_its_starter_is_gone(monkeypatch):
     monkeypatch.setattr(throttle_module, "OWNER_CHECK_S", 0.05)
     throttle = Throttle(2, active=1)
-    with throttle:  # the one token is taken
-        throttle._owner = os.getppid()  # as a worker sees it while the process that started it lives: it waits on
+    with throttle:  # the one token is taken; as a worker sees it while the process that started it lives: it waits on
         raised = []
 
         def wait():
@@ -110,7 +111,7 @@ def test_a_worker_waiting_for_a_token_gives_up_once_its_starter_is_gone(monkeypa
         waiter.start()
         waiter.join(timeout=0.3)
         assert waiter.is_alive()
-        throttle._owner = -1  # that process is gone (the worker was reparented)
+        throttle._starter = (os.getpid(), -1)  # that process is gone (the worker was reparented)
         waiter.join(timeout=5)
         assert not waiter.is_alive() and raised
         with pytest.raises(RuntimeError, match="process that started this decode worker is gone"):
