@@ -37,9 +37,7 @@ class Notifications(Construct):
         self.key = kms.Key(
             self, "Key", enable_key_rotation=True, description=f"Encrypts the notifications of pipeline {pipeline_name}"
         )
-        self.topic = sns.Topic(
-            self, "Topic", display_name=f"{pipeline_name} pipeline", master_key=self.key, enforce_ssl=True
-        )
+        self.topic = sns.Topic(self, "Topic", display_name=f"{pipeline_name} pipeline", master_key=self.key, enforce_ssl=True)
         # EventBridge encrypts each message with the topic's key: without these the publish fails silently
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
