@@ -19,6 +19,13 @@ EXECUTION_OUTCOMES = ("ExecutionSucceeded", "ExecutionFailed", "ExecutionStopped
 # one point per day: executions are days apart (a weekly schedule, new data), and a figure is published once per run
 PERIOD = Duration.days(1)
 WEEKS_SHOWN = 12
+SUFFIX = "-pipeline"
+# CloudWatch PutDashboard: a name of at most 255 characters; a pipeline name may have 256
+MAX_DASHBOARD_NAME = 255
+
+
+def dashboard_name(pipeline_name: str) -> str:
+    return pipeline_name[: MAX_DASHBOARD_NAME - len(SUFFIX)] + SUFFIX
 
 
 class PipelineDashboard(Construct):
@@ -60,7 +67,7 @@ class PipelineDashboard(Construct):
         self.dashboard = cloudwatch.Dashboard(
             self,
             "Dashboard",
-            dashboard_name=f"{pipeline_name}-pipeline",
+            dashboard_name=dashboard_name(pipeline_name),
             default_interval=Duration.days(7 * WEEKS_SHOWN),
             widgets=[[outcomes, *figures[:2]], figures[2:]],
         )

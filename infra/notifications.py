@@ -37,7 +37,14 @@ class Notifications(Construct):
         self.key = kms.Key(
             self, "Key", enable_key_rotation=True, description=f"Encrypts the notifications of pipeline {pipeline_name}"
         )
-        self.topic = sns.Topic(self, "Topic", display_name=f"{pipeline_name} pipeline", master_key=self.key, enforce_ssl=True)
+        self.topic = sns.Topic(
+            self,
+            "Topic",
+            # the mail sender's name: at most 100 characters (SNS CreateTopic, DisplayName); a pipeline name may have 256
+            display_name=f"{pipeline_name} pipeline"[:100],
+            master_key=self.key,
+            enforce_ssl=True,
+        )
         # EventBridge encrypts each message with the topic's key: without these the publish fails silently
         self.key.add_to_resource_policy(
             iam.PolicyStatement(

@@ -1,5 +1,6 @@
 import json
 
+from infra.dashboard import dashboard_name
 from steps.evaluate.emf import METRICS_NAMESPACE, PIPELINE_METRICS
 from tests.support.stacks import resources
 
@@ -32,3 +33,8 @@ def test_succeeded_and_failed_executions_are_counted_from_sagemakers_own_metrics
     ]
     assert all(r[4]["stat"] == "Sum" for r in rows)
     assert sum(w["width"] for w in widgets) == 24 * 2  # two full rows of the 24-column grid
+
+
+def test_the_longest_pipeline_name_still_makes_a_valid_dashboard_name():
+    assert dashboard_name("HeteroTraining") == "HeteroTraining-pipeline"
+    assert len(dashboard_name("p" * 256)) == 255 and dashboard_name("p" * 256).endswith("-pipeline")
