@@ -20,6 +20,8 @@ from steps.common.errors import UserError
 from steps.frameworks import FRAMEWORKS, framework
 
 PREFIX = "hetero:"
+# one address: no spaces, one @, a dot in the domain (SNS confirms the address itself by mail)
+EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")
 
 
 def _key(default, help: str):
@@ -104,6 +106,11 @@ class StackSettings:
     processing_image: str = _key(
         "", "Processing image, an ECR image URI ('' for the CPU variant of that DLC); the role may pull from its repository only."
     )
+    notify_email: str = _key(
+        "",
+        "E-mail address subscribed to the stack's notification topic (failed or stopped executions, registered "
+        "models); '' for none. AWS sends a confirmation mail first (docs/deploy.md: Notifications).",
+    )
 
     @staticmethod
     def context_key(name: str) -> str:
@@ -163,6 +170,12 @@ class StackSettings:
                 except UserError as exc:
                     raise UserError(f"{cls.context_key(name)}: {exc.message}", headline="bad cdk.json context") from exc
         settings._check_region()
+        if settings.notify_email and not EMAIL.fullmatch(settings.notify_email):
+            raise UserError(
+                f"{cls.context_key('notify_email')}={settings.notify_email!r}: an e-mail address (name@example.com), "
+                "or '' for no subscription",
+                headline="bad cdk.json context",
+            )
         if not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}", settings.pipeline_name):
             raise UserError(
                 f"{cls.context_key('pipeline_name')}={settings.pipeline_name!r}: letters, digits and hyphens only",

@@ -4,6 +4,7 @@
                         default price overrides ({} asset) ──┘                              │
           │                            (optional) VPC + FSx for Lustre ──┘ (job role)        │
           └──> new-data trigger (optional)          retraining schedule (optional) ─────────┘
+    notifications (KMS-encrypted SNS topic <- EventBridge: failed executions, registered models) + dashboard
 
 The jobs run as the job role; the pipeline runs as the pipeline role, which alone may start jobs and pass
 the job role. The trigger, the schedule and the plan-adoption function start executions with roles of
@@ -19,9 +20,11 @@ from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
 from infra.artifact_bucket import ArtifactBucket
+from infra.dashboard import PipelineDashboard
 from infra.job_role import JobRole
 from infra.lustre import LustreDataset
 from infra.new_data_trigger import NewDataTrigger
+from infra.notifications import Notifications
 from infra.pipeline_role import PipelineRole
 from infra.plan_adoption import PlanAdoption
 from infra.price_overrides import DefaultPriceOverrides
@@ -141,7 +144,24 @@ class HeteroStack(Stack):
             )
             trigger.node.add_dependency(pipeline.pipeline)
 
+        notifications = Notifications(
+            self,
+            "Notifications",
+            pipeline_name=settings.pipeline_name,
+            pipeline_arn=pipeline.pipeline_arn,
+            model_package_group_name=f"{settings.pipeline_name}-models",
+            email=settings.notify_email,
+        )
+        dashboard = PipelineDashboard(self, "Dashboard", pipeline_name=settings.pipeline_name)
+
         CfnOutput(self, "PipelineName", value=settings.pipeline_name, description="SageMaker pipeline name")
+        CfnOutput(
+            self,
+            "NotificationTopic",
+            value=notifications.topic.topic_arn,
+            description="SNS topic told of failed or stopped executions and registered models (subscribe to it)",
+        )
+        CfnOutput(self, "DashboardName", value=dashboard.dashboard.dashboard_name, description="CloudWatch dashboard")
         CfnOutput(
             self,
             "ArtifactBucket",

@@ -80,7 +80,12 @@ class ExecutionId:
     """The execution's id (SageMaker: ExecutionVariables.PIPELINE_EXECUTION_ID)."""
 
 
-Value = str | int | float | bool | Param | Output | Billing | ExecutionId
+@dataclass(frozen=True)
+class PipelineName:
+    """The name the pipeline was deployed under (SageMaker: ExecutionVariables.PIPELINE_NAME)."""
+
+
+Value = str | int | float | bool | Param | Output | Billing | ExecutionId | PipelineName
 
 
 @dataclass(frozen=True)
@@ -227,6 +232,7 @@ def build_graph(framework: str = "pytorch") -> Graph:
         outputs={"evaluation": "."},
         arguments={
             "--execution-id": ExecutionId(),
+            "--pipeline-name": PipelineName(),  # the dimension of the figures Evaluate publishes (steps/evaluate/emf.py)
             "--billing-heterogeneous": Billing("TrainHeterogeneous"),
             "--billing-baseline": Billing("TrainBaseline"),
         },

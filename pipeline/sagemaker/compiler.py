@@ -19,6 +19,7 @@ from pipeline.graph import (
     Graph,
     Output,
     Param,
+    PipelineName,
     ProcessingStep,
     TrainChannel,
     TrainingStep,
@@ -90,6 +91,10 @@ class Compiler:
             return param.to_string() if string and self.graph_param(v).type is not str else param
         if isinstance(v, ExecutionId):
             return self.exec_id
+        if isinstance(v, PipelineName):
+            from sagemaker.core.workflow.execution_variables import ExecutionVariables
+
+            return ExecutionVariables.PIPELINE_NAME
         if isinstance(v, Output):
             return self.output_uri(v)
         if isinstance(v, Billing):

@@ -15,7 +15,8 @@ Locally::
 
 In SageMaker Processing (inputs mounted at the defaults)::
 
-    python3 steps/evaluate/evaluate.py --execution-id <PipelineExecutionId> --store s3://bucket/results
+    python3 steps/evaluate/evaluate.py --execution-id <PipelineExecutionId> --store s3://bucket/results \\
+        --pipeline-name <PipelineName>
 
 Defaults: ``--heterogeneous /opt/ml/processing/input/heterogeneous``,
 ``--baseline /opt/ml/processing/input/baseline`` (skipped when that folder is
@@ -28,6 +29,7 @@ ExitMessage) and the exit code is non-zero.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Iterable, Mapping
@@ -53,6 +55,7 @@ from steps.contract import (  # noqa: E402
 from steps.evaluate.bounds import speedup_bound  # noqa: E402
 from steps.evaluate.catalogue import load_catalogue  # noqa: E402
 from steps.evaluate.diagnosis import diagnose  # noqa: E402
+from steps.evaluate.emf import emf_document  # noqa: E402
 from steps.evaluate.errors import DocumentNotFound  # noqa: E402
 from steps.evaluate.metrics import load_metrics, validate_metrics  # noqa: E402
 from steps.evaluate.plan import plan_document  # noqa: E402
@@ -230,8 +233,11 @@ def evaluate(
     execution_id: str | None = None,
     store_uri: str | None = None,
     billing: dict | None = None,
+    pipeline_name: str | None = None,
 ) -> dict:
-    """Write price_performance.json to ``output`` (and to the store if given); return it."""
+    """Write price_performance.json to ``output`` (and to the store if given); return it. With ``pipeline_name``,
+    also print its figures as one embedded-metric-format line (`steps.evaluate.emf`): CloudWatch metrics of that
+    pipeline once the line reaches CloudWatch Logs."""
     if execution_id is not None:
         validate_execution_id(execution_id)
     if store_uri and execution_id is None:
@@ -245,6 +251,9 @@ def evaluate(
     write_json_atomic(Path(output) / PRICE_PERFORMANCE_FILE, doc)
     print(summary_line(doc), flush=True)
     print(f"plan for the next run: {plan['reason']}", flush=True)
+    if pipeline_name:
+        evaluated_ms = int(datetime.fromisoformat(doc["evaluated_at"]).timestamp() * 1000)
+        print(json.dumps(emf_document(doc, pipeline_name=pipeline_name, timestamp_ms=evaluated_ms)), flush=True)
     store = open_store(store_uri) if store_uri else None
     report = _report(doc, plan, hetero_metrics, baseline_metrics, history(store, doc) if store else [doc])
     if report is not None:
@@ -320,6 +329,11 @@ def build_parser() -> StepArgumentParser:
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="where price_performance.json goes (default: %(default)s)")
     parser.add_argument("--execution-id", default=None, help="pipeline execution id; required with --store")
     parser.add_argument("--store", default=None, help="results store: s3://bucket/prefix, file:///dir or a path")
+    parser.add_argument(
+        "--pipeline-name",
+        default=None,
+        help="print the figures as one CloudWatch embedded-metric-format line with this PipelineName dimension",
+    )
     for run in ("heterogeneous", "baseline"):
         parser.add_argument(
             f"--billing-{run}",
@@ -340,6 +354,7 @@ def _step(args) -> None:
         execution_id=args.execution_id,
         store_uri=args.store,
         billing={run: parse_billing(getattr(args, f"billing_{run}"), run) for run in ("heterogeneous", "baseline")},
+        pipeline_name=args.pipeline_name,
     )
 
 

@@ -50,6 +50,7 @@ def test_cron_schedule_has_its_time_zone_and_empty_schedule_means_none(tmp_path)
         tmp_path / "none", **{"hetero:schedule": "", "hetero:newDataTrigger": False, "hetero:retrainParameters": {"Epochs": 10}}
     )
     none.template.resource_count_is("AWS::Scheduler::Schedule", 0)
-    none.template.resource_count_is("AWS::Events::Rule", 0)
+    # no S3 rule starts the pipeline; the SageMaker ones tell the notification topic
+    assert [r["Properties"]["EventPattern"]["source"] for r in resources(none, "AWS::Events::Rule")] == [["aws.sagemaker"]] * 2
     assert "NotificationConfiguration" not in json.dumps(resources(none, "AWS::S3::Bucket"))
     assert none.validation_error is None

@@ -49,6 +49,8 @@ def test_command_line_strings_are_converted():
         ({"hetero:region": "eusc-de-east-1", "hetero:framework": "tensorflow"}, "for tensorflow 2.21.0"),
         ({"hetero:region": "me-west-1", "hetero:framework": "ray"}, "for pytorch 2.13.0"),  # Ray's processing image is PyTorch's
         ({"hetero:inputPrefix": "hetero/"}, "hetero:inputPrefix='hetero/' holds the pipeline's artifacts"),
+        ({"hetero:notifyEmail": "ops at example.com"}, r"^hetero:notifyEmail='ops at example.com': an e-mail address"),
+        ({"hetero:notifyEmail": "ops@localhost"}, "hetero:notifyEmail='ops@localhost'"),
         (
             {"hetero:retrainParameters": {"InputData": "s3://elsewhere/raw/"}},
             "hetero:retrainParameters sets InputData='s3://elsewhere/raw/': .* set hetero:inputPrefix instead",
@@ -107,3 +109,9 @@ def test_code_dirs_is_a_list_of_folders_and_the_cli_reads_the_same_key():
     for bad in ("mine", "[1]", [""], {"a": 1}):
         with pytest.raises(UserError, match=f"context {CODE_DIRS_KEY}=.* is not a list"):
             StackSettings.from_context({CODE_DIRS_KEY: bad})
+
+
+def test_notify_email_is_one_address_or_none():
+    assert StackSettings().notify_email == ""
+    settings = StackSettings.from_context({"hetero:notifyEmail": "ml-ops+alerts@team.example.com"})
+    assert settings.notify_email == "ml-ops+alerts@team.example.com"

@@ -171,7 +171,8 @@ def test_every_reference_points_at_a_declared_parameter_or_step(definition, step
         elif kind == "Steps":
             assert rest.split(".")[0] in steps, target
         else:
-            assert target in ("Execution.PipelineExecutionId", "Execution.PipelineExecutionArn"), target
+            # execution variables the local runner's scope and `hetero start`'s request check both supply
+            assert target in ("Execution.PipelineExecutionId", "Execution.PipelineExecutionArn", "Execution.PipelineName"), target
 
 
 # -- parameters --------------------------------------------------------------------------------

@@ -195,6 +195,14 @@ def test_no_input_no_baseline_a_user_workload_and_a_price_file_in_one_run(tmp_pa
     )
     linked = result.run_dir / "jobs" / "EvaluateWithoutBaseline" / "opt" / "ml" / "processing" / "input" / "prices" / prices.name
     assert linked.resolve() == prices.resolve()  # provisioned as the input's object, as SageMaker downloads it
+    # its figures, as the embedded-metric-format line CloudWatch Logs would turn into metrics, named by the pipeline
+    (emf,) = [
+        json.loads(line)
+        for line in (result.run_dir / "jobs" / "EvaluateWithoutBaseline" / "job.log").read_text().splitlines()
+        if line.startswith('{"_aws"')
+    ]
+    assert emf["PipelineName"] == "HeteroTraining" and emf["SamplesPerSecond"] == hetero["samples_per_second"]
+    assert emf["ExecutionId"] == result.execution_id and "ImprovementPercent" not in emf
 
 
 def _same_where_literal(compiled, executed, path="") -> None:

@@ -1,0 +1,107 @@
+"""An encrypted SNS topic told of this pipeline's failed and stopped executions and of models registered in its group.
+
+Two EventBridge rules on SageMaker's own events (source ``aws.sagemaker``; shapes in the SageMaker Developer
+Guide, "Events that Amazon SageMaker AI sends to Amazon EventBridge") publish to the topic through an input
+transformer, so a subscriber reads a sentence, not the raw event. The topic's KMS key lets EventBridge encrypt
+what it publishes; an optional e-mail subscription needs the recipient's confirmation before the first message.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+PIPELINE_EVENT = "SageMaker Model Building Pipeline Execution Status Change"
+MODEL_PACKAGE_EVENT = "SageMaker Model Package State Change"
+# Executing and Succeeded need nobody's attention; Stopping is followed by Stopped
+NOTIFIED_STATUSES = ("Failed", "Stopped")
+
+
+class Notifications(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        pipeline_name: str,
+        pipeline_arn: str,
+        model_package_group_name: str,
+        email: str = "",
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.key = kms.Key(
+            self, "Key", enable_key_rotation=True, description=f"Encrypts the notifications of pipeline {pipeline_name}"
+        )
+        self.topic = sns.Topic(
+            self,
+            "Topic",
+            # the mail sender's name: at most 100 characters (SNS CreateTopic, DisplayName); a pipeline name may have 256
+            display_name=f"{pipeline_name} pipeline"[:100],
+            master_key=self.key,
+            enforce_ssl=True,
+        )
+        # EventBridge encrypts each message with the topic's key: without these the publish fails silently
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],  # in a key policy, "*" is this key
+            )
+        )
+        if email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+
+        status = events.EventField.from_path("$.detail.currentPipelineExecutionStatus")
+        execution = events.EventField.from_path("$.detail.pipelineExecutionArn")
+        self.execution_rule = events.Rule(
+            self,
+            "ExecutionEnded",
+            description=f"Tell the topic when an execution of {pipeline_name} fails or is stopped",
+            event_pattern=events.EventPattern(
+                source=["aws.sagemaker"],
+                detail_type=[PIPELINE_EVENT],
+                detail={
+                    "currentPipelineExecutionStatus": list(NOTIFIED_STATUSES),
+                    # the service lower-cases the name in a pipeline's ARN; the pattern need not care
+                    "pipelineArn": [{"equals-ignore-case": pipeline_arn}],
+                },
+            ),
+            targets=[
+                targets.SnsTopic(
+                    self.topic,
+                    message=events.RuleTargetInput.from_text(
+                        f"SageMaker pipeline {pipeline_name}: execution "
+                        f"{events.EventField.from_path('$.detail.pipelineExecutionDisplayName')} {status} at "
+                        f"{events.EventField.time} (started {events.EventField.from_path('$.detail.executionStartTime')}). "
+                        f"Why: aws sagemaker list-pipeline-execution-steps --pipeline-execution-arn {execution}"
+                    ),
+                )
+            ],
+        )
+        self.model_rule = events.Rule(
+            self,
+            "ModelRegistered",
+            description=f"Tell the topic when a model version in {model_package_group_name} is registered or changes approval",
+            event_pattern=events.EventPattern(
+                source=["aws.sagemaker"],
+                detail_type=[MODEL_PACKAGE_EVENT],
+                detail={"ModelPackageGroupName": [model_package_group_name]},
+            ),
+            targets=[
+                targets.SnsTopic(
+                    self.topic,
+                    message=events.RuleTargetInput.from_text(
+                        f"Model group {model_package_group_name}: version "
+                        f"{events.EventField.from_path('$.detail.ModelPackageVersion')} is "
+                        f"{events.EventField.from_path('$.detail.ModelPackageStatus')}, approval "
+                        f"{events.EventField.from_path('$.detail.ModelApprovalStatus')} "
+                        f"({events.EventField.from_path('$.detail.ModelPackageArn')})."
+                    ),
+                )
+            ],
+        )
