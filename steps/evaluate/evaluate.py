@@ -46,6 +46,7 @@ from steps.common.files import write_json_atomic  # noqa: E402
 from steps.contract import (  # noqa: E402
     BASELINE_METRICS_FILE,
     HETEROGENEOUS_METRICS_FILE,
+    MODEL_METRICS_FILE,
     PLAN_FILE,
     PRICE_PERFORMANCE_FILE,
     PRICE_PERFORMANCE_SCHEMA_VERSION,
@@ -57,6 +58,7 @@ from steps.evaluate.errors import DocumentNotFound  # noqa: E402
 from steps.evaluate.metrics import load_metrics, validate_metrics  # noqa: E402
 from steps.evaluate.plan import plan_document  # noqa: E402
 from steps.evaluate.prices import PriceTable, load_prices  # noqa: E402
+from steps.evaluate.registration import write_model_metrics  # noqa: E402
 from steps.evaluate.report import REPORT_CONTENT_TYPE, REPORT_FILE, report_html  # noqa: E402
 from steps.evaluate.store import Store, open_store, validate_execution_id  # noqa: E402
 
@@ -212,8 +214,12 @@ def evaluate(
     execution_id: str | None = None,
     store_uri: str | None = None,
     billing: dict | None = None,
+    registry: str | None = None,
+    improvement_threshold: float = -1.0,
+    approve_margin: float = -1.0,
 ) -> dict:
-    """Write price_performance.json to ``output`` (and to the store if given); return it."""
+    """Write price_performance.json to ``output`` (and to the store if given), and the register step's
+    model_metrics.json (`steps.evaluate.registration`: ``registry`` is read for automatic approval); return the first."""
     if execution_id is not None:
         validate_execution_id(execution_id)
     if store_uri and execution_id is None:
@@ -225,6 +231,9 @@ def evaluate(
     plan = plan_document(hetero_metrics, prices, load_catalogue(), execution_id=execution_id, baseline=baseline_metrics)
     write_json_atomic(Path(output) / PLAN_FILE, plan)
     write_json_atomic(Path(output) / PRICE_PERFORMANCE_FILE, doc)
+    model_metrics = write_model_metrics(
+        Path(output), doc, plan, registry=registry, threshold=improvement_threshold, margin=approve_margin
+    )
     print(summary_line(doc), flush=True)
     print(f"plan for the next run: {plan['reason']}", flush=True)
     store = open_store(store_uri) if store_uri else None
@@ -239,6 +248,7 @@ def evaluate(
         if "config" in hetero_metrics:
             store.put_json(execution_id, "config.json", hetero_metrics["config"])
         store.put_json(execution_id, PLAN_FILE, plan)
+        store.put_json(execution_id, MODEL_METRICS_FILE, model_metrics)
         if report is not None:
             store.put_text(execution_id, REPORT_FILE, report, REPORT_CONTENT_TYPE)
         # Written last: its presence means the whole set is there.
@@ -302,6 +312,20 @@ def build_parser() -> StepArgumentParser:
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="where price_performance.json goes (default: %(default)s)")
     parser.add_argument("--execution-id", default=None, help="pipeline execution id; required with --store")
     parser.add_argument("--store", default=None, help="results store: s3://bucket/prefix, file:///dir or a path")
+    parser.add_argument(
+        "--registry",
+        default=None,
+        help="model registry read for automatic approval: sagemaker://<model package group>, file:///dir or a path",
+    )
+    parser.add_argument(
+        "--improvement-threshold", type=float, default=-1.0, help="ImprovementThreshold: approval needs it met (-1: none)"
+    )
+    parser.add_argument(
+        "--approve-margin",
+        type=float,
+        default=-1.0,
+        help="AutoApproveMargin: approve when accuracy is within this of the latest approved model's (-1: never)",
+    )
     for run in ("heterogeneous", "baseline"):
         parser.add_argument(
             f"--billing-{run}",
@@ -322,6 +346,9 @@ def _step(args) -> None:
         execution_id=args.execution_id,
         store_uri=args.store,
         billing={run: parse_billing(getattr(args, f"billing_{run}"), run) for run in ("heterogeneous", "baseline")},
+        registry=args.registry,
+        improvement_threshold=args.improvement_threshold,
+        approve_margin=args.approve_margin,
     )
 
 
