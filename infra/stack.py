@@ -4,6 +4,7 @@
                         default price overrides ({} asset) ──┘                              │
           │                            (optional) VPC + FSx for Lustre ──┘ (job role)        │
           └──> new-data trigger (optional)          retraining schedule (optional) ─────────┘
+    model package group ──> (pipeline role: register into it; job role: read it) ──> SageMaker pipeline
 
 The jobs run as the job role; the pipeline runs as the pipeline role, which alone may start jobs and pass
 the job role. The trigger, the schedule and the plan-adoption function start executions with roles of
@@ -21,6 +22,7 @@ from constructs import Construct
 from infra.artifact_bucket import ArtifactBucket
 from infra.job_role import JobRole
 from infra.lustre import LustreDataset
+from infra.model_registry import ModelRegistry
 from infra.new_data_trigger import NewDataTrigger
 from infra.pipeline_role import PipelineRole
 from infra.plan_adoption import PlanAdoption
@@ -63,6 +65,11 @@ class HeteroStack(Stack):
             images=(training_image, processing_image),
         )
         runner = PipelineRole(self, "PipelineRole", pipeline_name=settings.pipeline_name, job_role=jobs.role)
+        models = ModelRegistry(
+            self, "ModelRegistry", group_name=settings.model_package_group_name, pipeline_name=settings.pipeline_name
+        )
+        models.grant_register(runner.policy)
+        models.grant_read(jobs.policy)
 
         fsx = None
         if settings.fsx:
@@ -101,10 +108,11 @@ class HeteroStack(Stack):
             inter_container_encryption=settings.inter_container_encryption,
             network_isolation=settings.network_isolation,
             spot=settings.spot,
+            model_package_group=models.group_name,
         )
         runner.read_property_files(bucket=store.bucket, keys=pipeline.property_file_keys)
         # both roles hold their permissions before the first execution can start
-        pipeline.node.add_dependency(runner.policy, jobs.policy)
+        pipeline.node.add_dependency(runner.policy, jobs.policy, models.group)
 
         parameters = settings.scheduled_parameters(bucket=store.bucket.bucket_name)
         if settings.schedule:
@@ -142,6 +150,12 @@ class HeteroStack(Stack):
             trigger.node.add_dependency(pipeline.pipeline)
 
         CfnOutput(self, "PipelineName", value=settings.pipeline_name, description="SageMaker pipeline name")
+        CfnOutput(
+            self,
+            "ModelPackageGroup",
+            value=models.group_name,
+            description=f"Model registry group: hetero models --registry sagemaker://{models.group_name}",
+        )
         CfnOutput(
             self,
             "ArtifactBucket",
