@@ -267,6 +267,12 @@ def _remote_parsers(sub) -> None:
         help="results store: s3://bucket/prefix or a local folder (default: env HETERO_RESULTS_URI, else runs/results)",
     )
     report.add_argument("--output", type=Path, help="where to write it (default: hetero-report-<execution id>.html)")
+    report.add_argument(
+        "--registry",
+        default=os.environ.get(REGISTRY_ENV),
+        help="model registry whose packages the page links, a folder or sagemaker://<group> (default: env "
+        f"{REGISTRY_ENV}, else a local results store's own, <work dir>/registry/<group>)",
+    )
     executions = sub.add_parser("executions", help="recent executions of the deployed pipeline with their price-performance")
     executions.add_argument("--pipeline-name", **pipeline_name)
     executions.add_argument(
@@ -556,7 +562,7 @@ def cmd_prices(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    execution, page = execution_report(results=args.results, execution_id=args.execution_id)
+    execution, page = execution_report(results=args.results, execution_id=args.execution_id, registry=args.registry)
     output = args.output or Path(f"hetero-report-{execution}.html")
     output.write_text(page, encoding="utf-8")
     print(f"report: {output.resolve()}")
