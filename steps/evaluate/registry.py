@@ -170,6 +170,18 @@ class SageMakerRegistry(Registry):
                     break
         return [self._describe_arn(s["ModelPackageArn"]) for s in summaries]
 
+    def latest_approved(self) -> dict | None:
+        with self._errors("ListModelPackages"):
+            page = self.client.list_model_packages(
+                ModelPackageGroupName=self.group,
+                ModelApprovalStatus=APPROVED,
+                SortBy="CreationTime",
+                SortOrder="Descending",
+                MaxResults=1,
+            )
+        summaries = page.get("ModelPackageSummaryList", [])
+        return self._describe_arn(summaries[0]["ModelPackageArn"]) if summaries else None
+
     def _describe_arn(self, arn: str) -> dict:
         with self._errors("DescribeModelPackage"):
             return _plain(self.client.describe_model_package(ModelPackageName=arn))

@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.validation import validate_request
-from steps.evaluate.registry import APPROVED, PENDING, REJECTED, LocalRegistry
+from steps.evaluate.registry import APPROVED, PENDING, REJECTED, LocalRegistry, open_registry
 
 GROUP = "HeteroTraining-models"
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker"
@@ -188,3 +188,12 @@ def test_access_denied_names_the_permission(refusing, capsys):
     assert err.startswith(f"error: access denied: DescribeModelPackageGroup on model package group '{GROUP}' was denied")
     assert f"needs sagemaker:DescribeModelPackageGroup on arn:aws:sagemaker:<region>:<account>:model-package-group/{GROUP}" in err
     assert refusing.targets == ["SageMaker.DescribeModelPackageGroup"]
+
+
+def test_evaluate_reads_the_latest_approved_package_in_sagemaker(deployed):
+    registry = open_registry(f"sagemaker://{GROUP}")
+    assert registry.latest_approved() is None
+    deployed.create_model_package(**request("exec3", "0.95", status=APPROVED))
+    deployed.create_model_package(**request("exec4", "0.97"))  # newer, but pending
+    latest = registry.latest_approved()
+    assert latest["ModelPackageVersion"] == 3 and latest["CustomerMetadataProperties"]["accuracy"] == "0.95"
