@@ -4,7 +4,9 @@ Workload code runs inside these jobs with this role's credentials, so it holds o
 container needs: read the raw inputs, read and write the pipeline's own artifacts, read the code
 and the default price file, write logs and metrics, pull its images. It cannot start, stop or
 describe a job, pass a role, or change the raw inputs (an explicit deny, since the default input
-prefix lies inside the artifact prefix). Starting jobs is the pipeline role's (`infra.pipeline_role`).
+prefix lies inside the artifact prefix). Starting jobs is the pipeline role's (`infra.pipeline_role`). Its one
+SageMaker permission, read-only, is on the model package group (`infra.model_registry`): Evaluate reads the latest
+approved package there to decide automatic approval.
 
 No wildcard actions. Resources are scoped wherever the API allows; where the API forces `*` (no
 resource-level permissions) the statement says so.

@@ -22,7 +22,7 @@ from constructs import Construct
 from pipeline.job_access import JobAccess
 from pipeline.sagemaker import DeploySettings, FsxSettings, all_steps, build_definition
 
-SUMMARY = "Shard -> baseline / heterogeneous training -> priced evaluation -> improvement check."
+SUMMARY = "Shard -> baseline / heterogeneous training -> priced evaluation -> model registration -> improvement check."
 
 
 class SageMakerPipeline(Construct):
@@ -49,6 +49,7 @@ class SageMakerPipeline(Construct):
         inter_container_encryption: bool = False,
         network_isolation: bool = False,
         spot: bool = False,
+        model_package_group: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
@@ -68,6 +69,7 @@ class SageMakerPipeline(Construct):
                 inter_container_encryption=inter_container_encryption,
                 network_isolation=network_isolation,
                 spot=spot,
+                model_package_group=model_package_group,
             )
         )
         access = JobAccess(inputs=f"s3://{bucket.bucket_name}/{input_prefix}", artifacts=f"s3://{bucket.bucket_name}/{prefix}/")

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.graph import PIPELINE_NAME, resolve_parameters
+from pipeline.graph import MODEL_PACKAGE_GROUP_NAME, PIPELINE_NAME, default_model_package_group, resolve_parameters
 from pipeline.images import ecr_repository, require_image_region
 from pipeline.job_access import INPUT_PREFIX_SETTING
 from steps.common.errors import UserError
@@ -111,6 +111,11 @@ class StackSettings:
         "E-mail address subscribed to the stack's notification topic (failed or stopped executions, registered "
         "models); '' for none. AWS sends a confirmation mail first (docs/deploy.md: Notifications).",
     )
+    model_package_group: str = _key(
+        "",
+        "Model package group the stack creates and each execution registers its heterogeneous model in "
+        "('' for <pipelineName>-models; docs/models.md).",
+    )
 
     @staticmethod
     def context_key(name: str) -> str:
@@ -181,7 +186,17 @@ class StackSettings:
                 f"{cls.context_key('pipeline_name')}={settings.pipeline_name!r}: letters, digits and hyphens only",
                 headline="bad cdk.json context",
             )
+        if settings.model_package_group and not MODEL_PACKAGE_GROUP_NAME.fullmatch(settings.model_package_group):
+            raise UserError(
+                f"{cls.context_key('model_package_group')}={settings.model_package_group!r}: 1-63 letters, digits and "
+                "hyphens, starting and ending with a letter or digit",
+                headline="bad cdk.json context",
+            )
         return settings
+
+    @property
+    def model_package_group_name(self) -> str:
+        return self.model_package_group or default_model_package_group(self.pipeline_name)
 
     def _check_region(self) -> None:
         """A default image must exist in the region (a Ray stack's processing image is the PyTorch one)."""

@@ -4,6 +4,7 @@
                         default price overrides ({} asset) ──┘                              │
           │                            (optional) VPC + FSx for Lustre ──┘ (job role)        │
           └──> new-data trigger (optional)          retraining schedule (optional) ─────────┘
+    model package group ──> (pipeline role: register into it; job role: read it) ──> SageMaker pipeline
     notifications (KMS-encrypted SNS topic <- EventBridge: failed executions, registered models) + dashboard
 
 The jobs run as the job role; the pipeline runs as the pipeline role, which alone may start jobs and pass
@@ -23,6 +24,7 @@ from infra.artifact_bucket import ArtifactBucket
 from infra.dashboard import PipelineDashboard
 from infra.job_role import JobRole
 from infra.lustre import LustreDataset
+from infra.model_registry import ModelRegistry
 from infra.new_data_trigger import NewDataTrigger
 from infra.notifications import Notifications
 from infra.pipeline_role import PipelineRole
@@ -66,6 +68,11 @@ class HeteroStack(Stack):
             images=(training_image, processing_image),
         )
         runner = PipelineRole(self, "PipelineRole", pipeline_name=settings.pipeline_name, job_role=jobs.role)
+        models = ModelRegistry(
+            self, "ModelRegistry", group_name=settings.model_package_group_name, pipeline_name=settings.pipeline_name
+        )
+        models.grant_register(runner.policy)
+        models.grant_read(jobs.policy)
 
         fsx = None
         if settings.fsx:
@@ -104,10 +111,11 @@ class HeteroStack(Stack):
             inter_container_encryption=settings.inter_container_encryption,
             network_isolation=settings.network_isolation,
             spot=settings.spot,
+            model_package_group=models.group_name,
         )
         runner.read_property_files(bucket=store.bucket, keys=pipeline.property_file_keys)
         # both roles hold their permissions before the first execution can start
-        pipeline.node.add_dependency(runner.policy, jobs.policy)
+        pipeline.node.add_dependency(runner.policy, jobs.policy, models.group)
 
         parameters = settings.scheduled_parameters(bucket=store.bucket.bucket_name)
         if settings.schedule:
@@ -149,7 +157,7 @@ class HeteroStack(Stack):
             "Notifications",
             pipeline_name=settings.pipeline_name,
             pipeline_arn=pipeline.pipeline_arn,
-            model_package_group_name=f"{settings.pipeline_name}-models",
+            model_package_group_name=models.group_name,
             email=settings.notify_email,
         )
         dashboard = PipelineDashboard(self, "Dashboard", pipeline_name=settings.pipeline_name)
@@ -162,6 +170,12 @@ class HeteroStack(Stack):
             description="SNS topic told of failed or stopped executions and registered models (subscribe to it)",
         )
         CfnOutput(self, "DashboardName", value=dashboard.dashboard.dashboard_name, description="CloudWatch dashboard")
+        CfnOutput(
+            self,
+            "ModelPackageGroup",
+            value=models.group_name,
+            description=f"Model registry group: hetero models --registry sagemaker://{models.group_name}",
+        )
         CfnOutput(
             self,
             "ArtifactBucket",

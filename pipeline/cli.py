@@ -7,6 +7,7 @@
     hetero params --markdown                    # the same as docs/parameters.md
     hetero start --param Epochs=3               # an execution of the deployed pipeline (pipeline/remote.py)
     hetero executions --results s3://bucket/results   # recent executions, status and price-performance
+    hetero models                               # registered models with their metrics; `hetero models approve 3`
     hetero definition --bucket my-bucket         # the SageMaker pipeline definition JSON (pipeline/sagemaker/)
 
 Parameter precedence: command line > environment (HETERO_PARAM_<Name>) > --config file (JSON) > default.
@@ -30,6 +31,7 @@ from pipeline.emulator import PROGRESS_TIMEOUT_S
 from pipeline.errors import StepFailed
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
+from pipeline.models import DEPLOYED_EXAMPLE, REGISTRY_ENV, STATUS, change_status, default_registry, package_lines
 from pipeline.parameters_page import REGENERATE
 from pipeline.parameters_page import markdown as parameters_markdown
 from pipeline.plan_view import execution_report, plan_for, render_plan, stored_plan_parameters
@@ -40,6 +42,7 @@ from steps.common.errors import HeteroError, UserError, storage_error
 from steps.contract import FRAMEWORKS, MANIFEST_FILE, METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE, SHARD_REPORT_FILE, TUNABLES
 from steps.evaluate.planner import Inputs
 from steps.evaluate.prices import load_prices
+from steps.evaluate.registry import open_registry
 from steps.evaluate.report import REPORT_FILE
 
 ENV_PREFIX = "HETERO_PARAM_"
@@ -128,7 +131,20 @@ def build_parser() -> argparse.ArgumentParser:
     params.add_argument("--markdown", action="store_true", help=f"print docs/parameters.md instead ({REGENERATE})")
     _remote_parsers(sub)
     _definition_parser(sub)
+    _models_parser(sub)
     return parser
+
+
+def _models_parser(sub) -> None:
+    models = sub.add_parser("models", help="registered model packages with their metrics and status; approve or reject one")
+    models.add_argument("action", nargs="?", choices=("list", *STATUS), default="list", help="(default %(default)s)")
+    models.add_argument("package", nargs="?", metavar="VERSION_OR_ARN", help="the package to approve or reject")
+    models.add_argument(
+        "--registry",
+        default=os.environ.get(REGISTRY_ENV) or default_registry(),
+        help=f"a local registry folder, or sagemaker://<model package group> for the deployed one (e.g. {DEPLOYED_EXAMPLE}) "
+        f"(default: env {REGISTRY_ENV}, else the local runs' group under runs/registry/)",
+    )
 
 
 def _definition_parser(sub) -> None:
@@ -251,6 +267,12 @@ def _remote_parsers(sub) -> None:
         help="results store: s3://bucket/prefix or a local folder (default: env HETERO_RESULTS_URI, else runs/results)",
     )
     report.add_argument("--output", type=Path, help="where to write it (default: hetero-report-<execution id>.html)")
+    report.add_argument(
+        "--registry",
+        default=os.environ.get(REGISTRY_ENV),
+        help="model registry whose packages the page links, a folder or sagemaker://<group> (default: env "
+        f"{REGISTRY_ENV}, else a local results store's own, <work dir>/registry/<group>)",
+    )
     executions = sub.add_parser("executions", help="recent executions of the deployed pipeline with their price-performance")
     executions.add_argument("--pipeline-name", **pipeline_name)
     executions.add_argument(
@@ -451,6 +473,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if (result.evaluation_dir / REPORT_FILE).is_file():
         print(f"report:    {result.evaluation_dir / REPORT_FILE}")
     print(f"store:     {result.store_uri}/{result.execution_id}/")
+    if result.model_package:
+        package = result.model_package
+        print(
+            f"model:     package {package['ModelPackageVersion']} of {package['ModelPackageGroupName']}, "
+            f"{package['ModelApprovalStatus']} (`hetero models --registry {args.work_dir}/registry/"
+            f"{package['ModelPackageGroupName']}`)"
+        )
     return 0
 
 
@@ -507,6 +536,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0 if plan.get("recommendation") is not None else 2
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    registry = open_registry(args.registry)
+    if args.action == "list":
+        if args.package:
+            raise UserError(
+                f"`hetero models {args.package}`: write `hetero models approve|reject {args.package}`", headline="bad arguments"
+            )
+        print("\n".join(package_lines(registry)))
+        return 0
+    if not args.package:
+        raise UserError(
+            f"`hetero models {args.action}` needs the package: its version or ARN (`hetero models` lists them)",
+            headline="bad arguments",
+        )
+    print(change_status(registry, args.package, args.action))
+    return 0
+
+
 def cmd_prices(args: argparse.Namespace) -> int:
     doc = refresh_prices(region=args.region, output=args.output)
     print(f"{len(doc['prices'])} training instance types priced for {doc['region']} as of {doc['as_of']}: {args.output}")
@@ -515,7 +562,7 @@ def cmd_prices(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    execution, page = execution_report(results=args.results, execution_id=args.execution_id)
+    execution, page = execution_report(results=args.results, execution_id=args.execution_id, registry=args.registry)
     output = args.output or Path(f"hetero-report-{execution}.html")
     output.write_text(page, encoding="utf-8")
     print(f"report: {output.resolve()}")
@@ -593,6 +640,7 @@ def main(argv: list[str] | None = None) -> int:
             "plan": cmd_plan,
             "report": cmd_report,
             "prices": cmd_prices,
+            "models": cmd_models,
         }[args.command](args)
     except StepFailed as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)

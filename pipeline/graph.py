@@ -7,11 +7,12 @@ references to pipeline parameters, or `Output` references to what an
 earlier step produced, so each backend can map them to its own terms.
 
     Shard ──> TrainBaseline (homogeneous, skippable) ──┐
-      └─────> TrainHeterogeneous (data + dnn groups) ──┴─> Evaluate ──> CheckImprovement
+      └─────> TrainHeterogeneous (data + dnn groups) ──┴─> Evaluate ──> RegisterModel ──> CheckImprovement
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from steps.common.errors import VOLUME_PARAMETER, UserError
@@ -21,6 +22,7 @@ from steps.contract import (
     EVALUATE_SCRIPT,
     HYBRID_CHANNEL,
     MANIFEST_FILE,
+    MODEL_METRICS_FILE,
     PRICE_PERFORMANCE_FILE,
     REPLICATED,
     SECRET_CHANNEL,
@@ -33,7 +35,16 @@ from steps.contract import (
 from steps.frameworks import framework as framework_row
 
 PIPELINE_NAME = "HeteroTraining"  # the deployed pipeline's default name
+# a model package group name: 1-63 letters, digits and single hyphens inside (botocore: EntityName, CreateModelPackageGroup)
+MODEL_PACKAGE_GROUP_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
+MAX_MODEL_PACKAGE_GROUP_NAME = 63
 HYBRID_INPUT_MODE = "FastFile"  # the dnn group's view of the training shards (hybrid decode)
+
+
+def default_model_package_group(pipeline_name: str) -> str:
+    """``<pipeline name>-models``, the pipeline name cut to fit the group name's 63 characters."""
+    suffix = "-models"
+    return pipeline_name[: MAX_MODEL_PACKAGE_GROUP_NAME - len(suffix)].rstrip("-") + suffix
 
 
 def parse_overrides(overrides: dict) -> dict:
@@ -98,6 +109,7 @@ class ProcessingStep:
     instance_type: str = "ml.m5.xlarge"
     depends_on: tuple[str, ...] = ()
     results_store: bool = False  # the script also gets --store <the results store>
+    registry: bool = False  # the script also gets --registry <the model registry>
     volume_gb: Value = Param(VOLUME_PARAMETER)  # ProcessingResources.ClusterConfig.VolumeSizeInGB
 
 
@@ -143,13 +155,24 @@ class CheckStep:
 
 
 @dataclass(frozen=True)
+class RegisterStep:
+    """Registers a training step's model as the next version of the model package group: approval status,
+    metrics and metadata come from the JSON document ``file`` in an earlier step's output."""
+
+    name: str
+    model: Output
+    metrics: Output
+    file: str
+
+
+@dataclass(frozen=True)
 class Graph:
     name: str
     parameters: tuple[Tunable, ...]
     steps: tuple = field(default_factory=tuple)
     framework: str = "pytorch"
 
-    def step(self, name: str) -> ProcessingStep | TrainingStep | CheckStep:
+    def step(self, name: str) -> ProcessingStep | TrainingStep | CheckStep | RegisterStep:
         return next(s for s in self.steps if s.name == name)
 
     @property
@@ -235,9 +258,16 @@ def build_graph(framework: str = "pytorch") -> Graph:
             "--pipeline-name": PipelineName(),  # the dimension of the figures Evaluate publishes (steps/evaluate/emf.py)
             "--billing-heterogeneous": Billing("TrainHeterogeneous"),
             "--billing-baseline": Billing("TrainBaseline"),
+            "--improvement-threshold": Param("ImprovementThreshold"),
+            "--approve-margin": Param("AutoApproveMargin"),
         },
         depends_on=("TrainBaseline", "TrainHeterogeneous"),
         results_store=True,
+        registry=True,
+    )
+    # before the check: a model whose improvement falls short is still registered (left pending approval)
+    register = RegisterStep(
+        "RegisterModel", Output("TrainHeterogeneous", "model"), Output("Evaluate", "evaluation"), MODEL_METRICS_FILE
     )
     check = CheckStep(
         "CheckImprovement",
@@ -247,4 +277,4 @@ def build_graph(framework: str = "pytorch") -> Graph:
         Param("ImprovementThreshold"),
         "price-performance improvement of the heterogeneous cluster is below ImprovementThreshold",
     )
-    return Graph(PIPELINE_NAME, TUNABLES, (shard, baseline, hetero, evaluate, check), framework)
+    return Graph(PIPELINE_NAME, TUNABLES, (shard, baseline, hetero, evaluate, register, check), framework)

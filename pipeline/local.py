@@ -10,7 +10,8 @@ a local container folder (`pipeline.processing`). Steps run one at a time, in de
 
 Files: ``<work_dir>/<execution_id>/<step>/`` holds what each step wrote to "S3", and
 ``<work_dir>/<execution_id>/jobs/<step>/`` the emulated instances; the evaluation also lands in
-the embedded results store ``<work_dir>/results/<execution_id>/``.
+the embedded results store ``<work_dir>/results/<execution_id>/``, and the register step files the model in the
+local model registry, ``<work_dir>/registry/<model package group>/<version>.json`` (`steps.evaluate.registry`).
 """
 
 from __future__ import annotations
@@ -28,15 +29,16 @@ from pipeline import expressions, storage
 from pipeline.code import build_code_tarball, requirements_file
 from pipeline.emulator import PROGRESS_TIMEOUT_S, EmulatedJob
 from pipeline.errors import StepFailed
-from pipeline.graph import PIPELINE_NAME
+from pipeline.graph import PIPELINE_NAME, default_model_package_group
 from pipeline.images import RAY_REPOSITORY, RAY_VERSION, default_training_image
 from pipeline.processing import run_processing_job
 from pipeline.requirements import image_python, refuse_networked
 from pipeline.sample_data import generate
-from pipeline.validation import validate_execution, validate_request
+from pipeline.validation import OPERATIONS, validate_execution, validate_request
 from steps.common.errors import EXIT_USER_ERROR, InternalError, UserError
 from steps.contract import PRICE_PERFORMANCE_FILE
 from steps.evaluate.prices import NO_OVERRIDES
+from steps.evaluate.registry import LocalRegistry
 from steps.frameworks import framework as framework_row
 
 if TYPE_CHECKING:  # imported where used, as local_settings does
@@ -58,6 +60,12 @@ def local_training_image(framework: str) -> str:
 
 
 LOCAL_ACCOUNT = "000000000000"
+REGISTRY_FOLDER = "registry"  # <work_dir>/registry/<model package group>/: the local model registry
+
+
+def local_registry(work_dir: Path) -> Path:
+    """The folder of the local runs' model package group."""
+    return Path(work_dir).resolve() / REGISTRY_FOLDER / default_model_package_group(PIPELINE_NAME)
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,7 @@ class RunResult:
     price_performance: dict | None = None
     evaluation_dir: Path | None = None
     store_uri: str | None = None
+    model_package: dict | None = None  # what the register step filed (DescribeModelPackage's fields)
 
 
 def cpu_plan(pin: bool) -> dict[str, tuple[int, ...]] | None:
@@ -124,6 +133,7 @@ def local_settings(
         spot=spot,
         network_isolation=network_isolation,
         training_image=None if framework_row(framework).aws_image else local_training_image(framework),
+        model_registry=storage.uri(local_registry(work_dir)),
     )
 
 
@@ -237,7 +247,7 @@ class LocalRunner:
             raise StepFailed(
                 f"step {name}: {expressions.evaluate(step['Arguments'].get('ErrorMessage', ''), self.scope)}", user_error=True
             )
-        operation = {"Training": "CreateTrainingJob", "Processing": "CreateProcessingJob"}.get(kind)
+        operation = OPERATIONS.get(kind)
         if operation is None:
             raise UserError(f"step {name} is a {kind} step, which the local runner does not run", headline="unsupported step")
         request = expressions.evaluate(step["Arguments"], self.scope)
@@ -247,6 +257,8 @@ class LocalRunner:
         try:
             if kind == "Training":
                 self._training(name, job_name, request)
+            elif kind == "RegisterModel":
+                self._register(name, request)
             else:
                 self._processing(step, job_name, request)
         except UserError as exc:  # accepted by the service, failed when the job ran (no objects under a prefix, ...)
@@ -299,6 +311,21 @@ class LocalRunner:
             "BillableTimeInSeconds": seconds,
             **request,
         }
+
+    def _register(self, name: str, request: dict) -> None:
+        """CreateModelPackage into the local registry (the group's folder: created here, as the stack creates the group)."""
+        registry = LocalRegistry(local_registry(self.work_dir))
+        if request["ModelPackageGroupName"] != registry.group:
+            raise InternalError(
+                f"step {name} registers in {request['ModelPackageGroupName']!r}, the local group is {registry.group!r}"
+            )
+        package = registry.create(request, arn_prefix=f"arn:aws:sagemaker:{LOCAL_REGION}:{LOCAL_ACCOUNT}")
+        self.scope.steps[name] = package
+        self.result.model_package = package
+        self.options.echo(
+            f"[{name}] model package {package['ModelPackageVersion']} of {registry.group}: {package['ModelApprovalStatus']} "
+            f"({registry.folder / str(package['ModelPackageVersion'])}.json)"
+        )
 
     def _processing(self, step: dict, job_name: str, request: dict) -> None:
         name = step["Name"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.local import local_registry
 from steps.common.errors import UserError
 from steps.contract import BASELINE_METRICS_FILE, HETEROGENEOUS_METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE
 from steps.evaluate.catalogue import load_catalogue
@@ -13,6 +14,7 @@ from steps.evaluate.metrics import load_metrics, validate_metrics
 from steps.evaluate.plan import FILL_PRICES, MAX_TRAINERS, plan_document
 from steps.evaluate.planner import Inputs
 from steps.evaluate.prices import load_prices
+from steps.evaluate.registry import EXECUTION_KEY, LocalRegistry, metric, open_registry
 from steps.evaluate.report import report_html
 from steps.evaluate.space import Run, check_one_workload
 from steps.evaluate.store import open_store, validate_execution_id
@@ -197,8 +199,9 @@ def _cluster(p: dict) -> str:
     return trainers if p["data"] is None else f"{trainers} + {p['data_count']} x {p['data']}"
 
 
-def execution_report(*, results: str, execution_id: str | None) -> tuple[str, str]:
-    """(execution id, report.html) of ``execution_id``, or of the newest execution, with the history of all of them."""
+def execution_report(*, results: str, execution_id: str | None, registry: str | None = None) -> tuple[str, str]:
+    """(execution id, report.html) of ``execution_id``, or of the newest execution, with the history of all of them and
+    the model package each registered in ``registry`` (a local store's own registry when None; none for an S3 store)."""
     store = open_store(results)
     past = history(store, {})  # every stored verdict, oldest first: read once, for the page and to find the newest
     if execution_id is None:
@@ -218,8 +221,28 @@ def execution_report(*, results: str, execution_id: str | None) -> tuple[str, st
         heterogeneous=_optional(store, execution_id, HETEROGENEOUS_METRICS_FILE),
         baseline=_optional(store, execution_id, BASELINE_METRICS_FILE),
         history=past,
+        packages=registered_packages(results, registry),
     )
     return execution_id, page
+
+
+def registered_packages(results: str, registry: str | None) -> dict[str, dict] | None:
+    """Execution id -> its model package; a local package links to its document. None: no registry to read."""
+    if registry is None:
+        if results.startswith("s3://"):
+            return None
+        local = local_registry(Path(results).parent)  # the results store of a work dir, <work_dir>/results
+        if not local.is_dir():
+            return None
+        registry = str(local)
+    opened = open_registry(registry)
+    found = {}
+    for package in reversed(opened.packages()):  # oldest first: a re-registered execution shows its newest package
+        href = None
+        if isinstance(opened, LocalRegistry):
+            href = (opened.folder / f"{package['ModelPackageVersion']}.json").as_uri()
+        found[metric(package, EXECUTION_KEY)] = {**package, "href": href}
+    return found
 
 
 def _optional(store, execution_id: str, name: str) -> dict | None:

@@ -27,12 +27,14 @@ from dataclasses import dataclass
 
 from pipeline.errors import RequestRejected
 from steps.contract import LONG_VALUE_FIX, LONG_VALUE_FIXES
+from steps.evaluate.registration import STAND_IN as PROPERTY_FILE_STAND_IN
 
 MAX_INSTANCE_GROUPS = 5
 
 
 JOB_NAME_MEMBER = {"CreateTrainingJob": "TrainingJobName", "CreateProcessingJob": "ProcessingJobName"}
-OPERATIONS = {"Training": "CreateTrainingJob", "Processing": "CreateProcessingJob"}  # pipeline step type -> the job it creates
+# pipeline step type -> the request it sends
+OPERATIONS = {"Training": "CreateTrainingJob", "Processing": "CreateProcessingJob", "RegisterModel": "CreateModelPackage"}
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,15 @@ def validate_execution(definition: dict, parameters: dict, execution: dict) -> N
     are checked, whichever the conditions will take."""
     from pipeline import expressions
 
-    scope = expressions.Scope(parameters=parameters, execution=execution)
-    pending = [s for s in _all_steps(definition.get("Steps", [])) if s.get("Type") in OPERATIONS]
+    steps = _all_steps(definition.get("Steps", []))
+    scope = expressions.Scope(
+        parameters=parameters,
+        execution=execution,
+        # a property file read into a request (the register step's metadata) is the longest its step writes
+        property_files={s["Name"]: {f["PropertyFileName"]: f for f in s["PropertyFiles"]} for s in steps if "PropertyFiles" in s},
+        read_json=lambda uri: PROPERTY_FILE_STAND_IN,
+    )
+    pending = [s for s in steps if s.get("Type") in OPERATIONS]
     messages = []
     while pending:
         step = next((s for s in pending if expressions.reads(s["Arguments"]) <= set(scope.steps)), None)

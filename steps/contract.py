@@ -36,6 +36,7 @@ HYBRID_CHANNEL = "train_local"  # the training shards as the dnn group sees them
 PRICE_PERFORMANCE_FILE = "price_performance.json"  # written by the Evaluate step
 RESULTS_FOLDER = "results"  # the results store of a deployed pipeline: s3://<bucket>/<prefix>/results/<execution id>/
 PLAN_FILE = "plan.json"
+MODEL_METRICS_FILE = "model_metrics.json"  # written by the Evaluate step: the register step's metrics, approval and metadata
 # The data plane's secret, drawn per execution by the Shard step (steps/shard/job_secret.py): <Shard output>/secret/job-secret,
 # the training jobs' `secret` input channel (never their Environment, which DescribeTrainingJob shows)
 SECRET_CHANNEL = "secret"
@@ -357,6 +358,16 @@ TUNABLES: tuple[Tunable, ...] = (
         minimum=-1,
         maximum=1,
         flag="threshold",
+    ),
+    Tunable(
+        "AutoApproveMargin",
+        float,
+        -1.0,
+        "Register the heterogeneous run's model as Approved when its accuracy is at most this below the latest approved "
+        "package's and ImprovementThreshold is met (-1: never; every package waits for manual approval).",
+        minimum=-1,
+        maximum=1,
+        flag="approve-margin",
     ),
 )
 TUNABLES_BY_NAME = {t.name: t for t in TUNABLES}

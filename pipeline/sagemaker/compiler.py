@@ -21,6 +21,7 @@ from pipeline.graph import (
     Param,
     PipelineName,
     ProcessingStep,
+    RegisterStep,
     TrainChannel,
     TrainingStep,
     Value,
@@ -32,12 +33,15 @@ from pipeline.sagemaker.settings import (
     CODE_DIR,
     MAX_RUNTIME_S,
     MAX_WAIT_S,
+    MODEL_METRICS_PROPERTY_FILE,
     PROCESSING_ROOT,
     PROPERTY_FILE,
     TRAINING_RETRY_ATTEMPTS,
     DeploySettings,
     code_file,
     default_price_overrides_uri,
+    model_package_group,
+    model_registry,
 )
 from steps.contract import (
     CHECKPOINT_FOLDER,
@@ -55,6 +59,7 @@ if TYPE_CHECKING:  # the SDK is imported where used: it must not load before off
     from sagemaker.core.workflow.functions import Join
     from sagemaker.core.workflow.properties import PropertyFile
     from sagemaker.mlops.workflow.condition_step import ConditionStep
+    from sagemaker.mlops.workflow.model_step import ModelStep
     from sagemaker.mlops.workflow.pipeline import Pipeline
     from sagemaker.mlops.workflow.steps import ProcessingStep as SmProcessingStep
     from sagemaker.mlops.workflow.steps import TrainingStep as SmTrainingStep
@@ -108,12 +113,13 @@ class Compiler:
     def s3(self, *parts: str | PipelineVariable) -> Join:
         return _join("/", f"s3://{self.s.bucket}/{self.s.prefix}", *parts)
 
-    def output_uri(self, ref: Output) -> PipelineVariable:
-        step = self.steps[ref.step]
-        if isinstance(self.graph.step(ref.step), TrainingStep):
-            return step.properties.ModelArtifacts.S3ModelArtifacts
-        base = step.properties.ProcessingOutputConfig.Outputs["output"].S3Output.S3Uri
-        rel = self.graph.step(ref.step).outputs[ref.name]
+    def output_uri(self, ref: Output, *, step: str | None = None) -> PipelineVariable:
+        """``ref`` of compiled step ``ref.step``; ``step``: the graph step it was compiled from, where renamed."""
+        compiled, graph_step = self.steps[ref.step], self.graph.step(step or ref.step)
+        if isinstance(graph_step, TrainingStep):
+            return compiled.properties.ModelArtifacts.S3ModelArtifacts
+        base = compiled.properties.ProcessingOutputConfig.Outputs["output"].S3Output.S3Uri
+        rel = graph_step.outputs[ref.name]
         return base if rel in (".", "") else _join("/", base, rel)
 
     # -- steps ---------------------------------------------------------------
@@ -150,6 +156,8 @@ class Compiler:
                 args += [flag, self.value(ref, string=True)]
         if step.results_store:  # the results store lives in the artifact bucket
             args += ["--store", f"s3://{self.s.bucket}/{self.s.prefix}/{RESULTS_FOLDER}"]
+        if step.registry:
+            args += ["--registry", model_registry(self.s)]
         outputs = [
             ProcessingOutput(
                 output_name="output",
@@ -291,6 +299,45 @@ class Compiler:
             options["enable_network_isolation"] = True
         return networking_class(**options) if options else None
 
+    def register(self, step: RegisterStep, *, name: str | None = None, source: str | None = None) -> ModelStep:
+        """CreateModelPackage through the SDK's own request builder (what ModelBuilder.register does under a
+        PipelineSession, without a ModelBuilder: that would package and upload inference code, and this model has
+        none). ``source``: the compiled name of the step whose output holds ``step.file``."""
+        from types import SimpleNamespace
+
+        from sagemaker.core.model_registry import create_model_package_from_containers, get_model_package_args
+        from sagemaker.core.shapes import MetricsSource, ModelMetrics, ModelQuality
+        from sagemaker.core.workflow.functions import JsonGet
+        from sagemaker.core.workflow.pipeline_context import _ModelStepArguments
+        from sagemaker.mlops.workflow.model_step import ModelStep
+
+        from steps.evaluate.registration import METADATA_KEYS
+        from steps.evaluate.registry import EXECUTION_KEY
+
+        name, source = name or step.name, source or step.metrics.step
+        document = _join("/", self.output_uri(Output(source, step.metrics.name), step=step.metrics.step), step.file)
+
+        def field(path: str) -> JsonGet:
+            return JsonGet(step_name=source, property_file=MODEL_METRICS_PROPERTY_FILE, json_path=path)
+
+        metadata = {key: field(f"metadata.{key}") for key in (*METADATA_KEYS, "approval")}
+        metadata[EXECUTION_KEY] = self.exec_id
+        arguments = get_model_package_args(
+            model_package_group_name=model_package_group(self.s),
+            image_uri=self.training_image,
+            model_data=self.value(step.model),
+            model_metrics=ModelMetrics(
+                model_quality=ModelQuality(statistics=MetricsSource(content_type="application/json", s3_uri=document))
+            ),
+            approval_status=field("approval.status"),
+            customer_metadata_properties=metadata,
+        )
+        self.session.context = _ModelStepArguments(SimpleNamespace(sagemaker_session=self.session))
+        sm_step = ModelStep(name=name, step_args=create_model_package_from_containers(self.session, **arguments))
+        self.session.context = None
+        self.steps[name] = sm_step
+        return sm_step
+
     def check(self, step: CheckStep) -> ConditionStep:
         from sagemaker.core.workflow.conditions import ConditionGreaterThan, ConditionLessThan
         from sagemaker.core.workflow.functions import JsonGet
@@ -319,16 +366,27 @@ class Compiler:
         )
 
     def compile_step(
-        self, step: ProcessingStep | TrainingStep | CheckStep, *, name: str | None = None, skip: Collection[str] = ()
-    ) -> SmProcessingStep | SmTrainingStep | ConditionStep:
+        self,
+        step: ProcessingStep | TrainingStep | CheckStep | RegisterStep,
+        *,
+        name: str | None = None,
+        skip: Collection[str] = (),
+        renamed: dict[str, str] | None = None,
+    ) -> SmProcessingStep | SmTrainingStep | ConditionStep | ModelStep:
+        """``name``: a copy of the step under that name (in the branch where ``skip`` do not run); ``renamed``: the
+        names of such copies, for a copy that reads one."""
         from sagemaker.core.workflow.properties import PropertyFile
 
         if isinstance(step, TrainingStep):
             return self.training(step)
         if isinstance(step, CheckStep):
             return self.check(step)
+        if isinstance(step, RegisterStep):
+            return self.register(step, name=name, source=(renamed or {}).get(step.metrics.step))
         checked = [c for c in self.graph.steps if isinstance(c, CheckStep) and c.source.step == step.name]
         files = [PropertyFile(name=PROPERTY_FILE, output_name="output", path=c.file) for c in checked] if name is None else []
+        registered = [r for r in self.graph.steps if isinstance(r, RegisterStep) and r.metrics.step == step.name]
+        files += [PropertyFile(name=MODEL_METRICS_PROPERTY_FILE, output_name="output", path=r.file) for r in registered]
         return self.processing(step, name=name, skip=skip, property_files=files)
 
     # -- the pipeline --------------------------------------------------------
@@ -347,10 +405,14 @@ class Compiler:
         if gated:
             skipped = gated[0]
             if_steps = [self.compile_step(skipped)] + [self.compile_step(s) for s in g.steps if s.name in downstream]
-            else_steps = [
-                self.compile_step(s, name=f"{s.name}Without{skipped.name.removeprefix('Train')}", skip=(skipped.name,))
+            copies = {
+                s.name: f"{s.name}Without{skipped.name.removeprefix('Train')}"
                 for s in g.steps
-                if s.name in downstream and isinstance(s, ProcessingStep)
+                if s.name in downstream and isinstance(s, (ProcessingStep, RegisterStep))
+            }
+            else_steps = [
+                self.compile_step(g.step(original), name=copy, skip=(skipped.name,), renamed=copies)
+                for original, copy in copies.items()
             ]
             top.append(
                 ConditionStep(
@@ -433,6 +495,8 @@ def _refs(step) -> list[Output | Billing]:
         values = [c.source for c in step.channels]
     elif isinstance(step, CheckStep):
         values = [step.source]
+    elif isinstance(step, RegisterStep):
+        values = [step.model, step.metrics]
     return [v for v in values if isinstance(v, PRODUCED)]
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.graph import MODEL_PACKAGE_GROUP_NAME, default_model_package_group
 from pipeline.images import REGION
 from steps.common.errors import UserError
 from steps.contract import CODE_CHANNEL, FRAMEWORKS
+from steps.evaluate.registry import SCHEME as REGISTRY_SCHEME
 
 MAX_RUNTIME_S = 6 * 3600  # a stuck job bills every host of the cluster until this cap
 # Training jobs start the entry point through this, not through the toolkit's script-mode runner: it fetches the code
@@ -29,6 +31,7 @@ TRAINING_RETRY_ATTEMPTS = 3  # a training step started again on capacity and Sag
 PROCESSING_ROOT = "/opt/ml/processing"
 CODE_DIR = f"{PROCESSING_ROOT}/input/code"
 PROPERTY_FILE = "PricePerformance"
+MODEL_METRICS_PROPERTY_FILE = "ModelMetrics"  # Evaluate's model_metrics.json, which the register step reads
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,10 @@ class DeploySettings:
     # the PriceOverrides parameter's default: an S3 object holding {} (no overrides; the CDK app deploys one as an asset).
     # None: s3://<bucket>/<prefix>/price-overrides/none.json, which whoever deploys the definition otherwise uploads
     price_overrides_uri: str | None = None
+    # the model package group the register step files the heterogeneous run's model in (None: `model_package_group`)
+    model_package_group: str | None = None
+    # the registry Evaluate reads the latest approved package from (None: sagemaker://<the group>; the local runner: a folder)
+    model_registry: str | None = None
 
 
 PRICE_OVERRIDES_FOLDER = "price-overrides"  # under s3://<bucket>/<prefix>/: price files `hetero start --prices FILE` uploads
@@ -72,6 +79,14 @@ PRICE_OVERRIDES_FOLDER = "price-overrides"  # under s3://<bucket>/<prefix>/: pri
 
 def default_price_overrides_uri(settings: DeploySettings) -> str:
     return f"s3://{settings.bucket}/{settings.prefix}/{PRICE_OVERRIDES_FOLDER}/none.json"
+
+
+def model_package_group(settings: DeploySettings) -> str:
+    return settings.model_package_group or default_model_package_group(settings.pipeline_name)
+
+
+def model_registry(settings: DeploySettings) -> str:
+    return settings.model_registry or f"{REGISTRY_SCHEME}://{model_package_group(settings)}"
 
 
 def check(settings: DeploySettings) -> None:
@@ -92,6 +107,12 @@ def check(settings: DeploySettings) -> None:
         raise UserError(
             f"region {settings.region!r} is not a region name (a CloudFormation token?), so the default images "
             "cannot be looked up: pass training_image and processing_image, or a concrete region",
+            headline="bad deploy settings",
+        )
+    if not MODEL_PACKAGE_GROUP_NAME.fullmatch(model_package_group(settings)):
+        raise UserError(
+            f"model package group {model_package_group(settings)!r}: use 1-63 letters, digits and hyphens, starting and "
+            "ending with a letter or digit",
             headline="bad deploy settings",
         )
     if settings.network_isolation:

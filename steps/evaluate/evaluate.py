@@ -48,6 +48,7 @@ from steps.common.files import write_json_atomic  # noqa: E402
 from steps.contract import (  # noqa: E402
     BASELINE_METRICS_FILE,
     HETEROGENEOUS_METRICS_FILE,
+    MODEL_METRICS_FILE,
     PLAN_FILE,
     PRICE_PERFORMANCE_FILE,
     PRICE_PERFORMANCE_SCHEMA_VERSION,
@@ -60,6 +61,7 @@ from steps.evaluate.errors import DocumentNotFound  # noqa: E402
 from steps.evaluate.metrics import load_metrics, validate_metrics  # noqa: E402
 from steps.evaluate.plan import plan_document  # noqa: E402
 from steps.evaluate.prices import PriceTable, load_prices  # noqa: E402
+from steps.evaluate.registration import write_model_metrics  # noqa: E402
 from steps.evaluate.report import REPORT_CONTENT_TYPE, REPORT_FILE, report_html  # noqa: E402
 from steps.evaluate.store import Store, open_store, validate_execution_id  # noqa: E402
 
@@ -234,10 +236,14 @@ def evaluate(
     store_uri: str | None = None,
     billing: dict | None = None,
     pipeline_name: str | None = None,
+    registry: str | None = None,
+    improvement_threshold: float = -1.0,
+    approve_margin: float = -1.0,
 ) -> dict:
-    """Write price_performance.json to ``output`` (and to the store if given); return it. With ``pipeline_name``,
-    also print its figures as one embedded-metric-format line (`steps.evaluate.emf`): CloudWatch metrics of that
-    pipeline once the line reaches CloudWatch Logs."""
+    """Write price_performance.json to ``output`` (and to the store if given), and the register step's
+    model_metrics.json (`steps.evaluate.registration`: ``registry`` is read for automatic approval); return the first.
+    With ``pipeline_name``, also print its figures as one embedded-metric-format line (`steps.evaluate.emf`):
+    CloudWatch metrics of that pipeline once the line reaches CloudWatch Logs."""
     if execution_id is not None:
         validate_execution_id(execution_id)
     if store_uri and execution_id is None:
@@ -249,6 +255,9 @@ def evaluate(
     plan = plan_document(hetero_metrics, prices, load_catalogue(), execution_id=execution_id, baseline=baseline_metrics)
     write_json_atomic(Path(output) / PLAN_FILE, plan)
     write_json_atomic(Path(output) / PRICE_PERFORMANCE_FILE, doc)
+    model_metrics = write_model_metrics(
+        Path(output), doc, plan, registry=registry, threshold=improvement_threshold, margin=approve_margin
+    )
     print(summary_line(doc), flush=True)
     print(f"plan for the next run: {plan['reason']}", flush=True)
     if pipeline_name:
@@ -266,6 +275,7 @@ def evaluate(
         if "config" in hetero_metrics:
             store.put_json(execution_id, "config.json", hetero_metrics["config"])
         store.put_json(execution_id, PLAN_FILE, plan)
+        store.put_json(execution_id, MODEL_METRICS_FILE, model_metrics)
         if report is not None:
             store.put_text(execution_id, REPORT_FILE, report, REPORT_CONTENT_TYPE)
         # Written last: its presence means the whole set is there.
@@ -334,6 +344,20 @@ def build_parser() -> StepArgumentParser:
         default=None,
         help="print the figures as one CloudWatch embedded-metric-format line with this PipelineName dimension",
     )
+    parser.add_argument(
+        "--registry",
+        default=None,
+        help="model registry read for automatic approval: sagemaker://<model package group>, file:///dir or a path",
+    )
+    parser.add_argument(
+        "--improvement-threshold", type=float, default=-1.0, help="ImprovementThreshold: approval needs it met (-1: none)"
+    )
+    parser.add_argument(
+        "--approve-margin",
+        type=float,
+        default=-1.0,
+        help="AutoApproveMargin: approve when accuracy is within this of the latest approved model's (-1: never)",
+    )
     for run in ("heterogeneous", "baseline"):
         parser.add_argument(
             f"--billing-{run}",
@@ -355,6 +379,9 @@ def _step(args) -> None:
         store_uri=args.store,
         billing={run: parse_billing(getattr(args, f"billing_{run}"), run) for run in ("heterogeneous", "baseline")},
         pipeline_name=args.pipeline_name,
+        registry=args.registry,
+        improvement_threshold=args.improvement_threshold,
+        approve_margin=args.approve_margin,
     )
 
 

@@ -2,7 +2,7 @@
 
 Step time over training (baseline against heterogeneous), the data-wait share, the planner's
 cost/throughput frontier with its pick, and price-performance across every execution in the
-results store. Charts are matplotlib PNGs inlined as data URIs, so the file opens anywhere with
+results store, with the model package each execution registered (``hetero report``). Charts are matplotlib PNGs inlined as data URIs, so the file opens anywhere with
 nothing beside it. Evaluate writes it beside price_performance.json; ``hetero report`` writes it
 for any execution or the whole history.
 """
@@ -27,8 +27,10 @@ def report_html(
     heterogeneous: dict | None,
     baseline: dict | None,
     history: list[dict],
+    packages: dict[str, dict] | None = None,
 ) -> str:
-    """The page. ``history``: price_performance.json documents of all executions, oldest first."""
+    """The page. ``history``: price_performance.json documents of all executions, oldest first; ``packages``:
+    execution id -> the model package it registered (DescribeModelPackage's fields, ``href`` where it has a page)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display: render to memory
@@ -63,7 +65,31 @@ def report_html(
                 f"{len(history)} execution(s) in the results store, oldest first.",
             )
         )
+    if packages is not None:
+        sections.append(_packages_table(history, packages))
     return _PAGE.format(body="\n".join(sections))
+
+
+def _packages_table(history: list[dict], packages: dict[str, dict]) -> str:
+    """Each execution's registered model package, newest first: version, approval status, ARN (a link where it has a page)."""
+    rows = []
+    for doc in reversed(history):
+        execution = str(doc.get("execution_id"))
+        package = packages.get(execution)
+        if package is None:
+            cells = [html.escape(execution), "-", "not registered", "-"]
+        else:
+            arn = html.escape(package["ModelPackageArn"])
+            link = f'<a href="{html.escape(package["href"])}">{arn}</a>' if package.get("href") else arn
+            cells = [
+                html.escape(execution),
+                str(package.get("ModelPackageVersion", "-")),
+                html.escape(package["ModelApprovalStatus"]),
+                link,
+            ]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("execution", "version", "approval", "model package"))
+    return f"<h2>Registered models</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
 def _summary(doc: dict) -> str:

@@ -8,6 +8,7 @@ import pytest
 from aws_cdk.assertions import Match
 
 from infra.job_role import POLICY_NAME
+from infra.model_registry import READ_ACTIONS
 from infra.settings import StackSettings
 from pipeline.images import default_processing_image, default_training_image, ecr_repository
 from pipeline.sagemaker import all_steps
@@ -89,8 +90,11 @@ def test_the_inputs_are_protected_by_an_explicit_deny(synth_default):
 
 
 def test_workload_code_cannot_start_jobs_or_pass_a_role(synth_any):
-    actions = [a for s in statements(synth_any, POLICY_NAME) for a in _actions(s)]
+    """Its one SageMaker permission: reading the model registry (Evaluate's automatic approval)."""
+    actions = [a for s in statements(synth_any, POLICY_NAME) if s.get("Sid") != "ReadModelRegistry" for a in _actions(s)]
     assert not [a for a in actions if a.startswith(("sagemaker:", "iam:", "sts:"))], actions
+    (read,) = [s for s in statements(synth_any, POLICY_NAME) if s.get("Sid") == "ReadModelRegistry"]
+    assert sorted(_actions(read)) == sorted(READ_ACTIONS)
 
 
 def test_role_is_assumed_by_sagemaker_with_no_managed_policies(synth_default):

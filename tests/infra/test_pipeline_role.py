@@ -5,6 +5,7 @@ import json
 from aws_cdk.assertions import Match
 
 from infra import job_role, pipeline_role
+from infra.model_registry import REGISTER_ACTIONS
 from pipeline.sagemaker import all_steps
 from tests.support.stacks import embedded_definition, resources, role_arn_of, statements
 
@@ -82,9 +83,13 @@ def test_it_reads_exactly_the_property_files_of_the_definition(synth_any):
     files = sorted(
         f"/hetero/*/{name}/{f['FilePath']}" for name, step in all_steps(definition).items() for f in step.get("PropertyFiles", [])
     )
-    assert files == ["/hetero/*/Evaluate/price_performance.json"]
+    assert files == [
+        "/hetero/*/Evaluate/model_metrics.json",
+        "/hetero/*/Evaluate/price_performance.json",
+        "/hetero/*/EvaluateWithoutBaseline/model_metrics.json",
+    ]
     read = _by_sid(synth_any)["ReadPropertyFiles"]
-    assert read["Action"] == "s3:GetObject" and read["Resource"]["Fn::Join"][1][1:] == files
+    assert read["Action"] == "s3:GetObject" and [r["Fn::Join"][1][1] for r in read["Resource"]] == files
 
 
 def test_it_reads_no_data_and_pulls_no_image(synth_any):
@@ -93,4 +98,4 @@ def test_it_reads_no_data_and_pulls_no_image(synth_any):
         for s in statements(synth_any, pipeline_role.POLICY_NAME)
         for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
     }
-    assert actions == {*pipeline_role.JOB_ACTIONS, "iam:PassRole", "s3:GetObject"}
+    assert actions == {*pipeline_role.JOB_ACTIONS, *REGISTER_ACTIONS, "iam:PassRole", "s3:GetObject"}

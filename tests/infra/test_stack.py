@@ -17,26 +17,27 @@ def test_cdk_nag_reports_no_unacknowledged_finding(synth_any):
 def test_every_acknowledgment_has_a_reason(synth_any):
     metadata = json.loads((synth_any.outdir / f"{synth_any.settings.stack_name}.metadata.json").read_text())
     acknowledged = {
-        rule: (path, reason)
+        (path, rule): reason
         for path, entries in metadata.items()
         for e in entries
         if e["type"] == "aws:cdk:acknowledged-rules"
         for rule, reason in e["data"].items()
         if "AwsSolutions-" in rule
     }
-    assert all(len(reason) > 40 for _, reason in acknowledged.values()), acknowledged
+    assert all(len(reason) > 40 for reason in acknowledged.values()), acknowledged
     # only the access-log bucket's own logging and wildcard resources of the two SageMaker roles, nothing else
-    assert {(path.split("/", 2)[2], rule.split("[")[0]) for rule, (path, _) in acknowledged.items()} == {
+    assert {(path.split("/", 2)[2], rule.split("[")[0]) for path, rule in acknowledged} == {
         ("Store/AccessLogs", "Annotation::AwsSolutions-S1"),
         ("JobRole/Policy", "Annotation::AwsSolutions-IAM5"),
         ("PipelineRole/Policy", "Annotation::AwsSolutions-IAM5"),
     }
     wildcards = {
-        role: sorted(rule.split("[", 1)[1] for rule, (path, _) in acknowledged.items() if f"/{role}/" in path)
+        role: sorted(rule.split("[", 1)[1] for path, rule in acknowledged if f"/{role}/" in path)
         for role in ("JobRole", "PipelineRole")
     }
-    # jobs: *, artifact prefix, input prefix, log groups (+ network interfaces); pipeline: 2 job name prefixes, property files
-    assert [len(wildcards["JobRole"]), len(wildcards["PipelineRole"])] == [5 if synth_any.settings.fsx else 4, 3], wildcards
+    # jobs: *, artifact prefix, input prefix, log groups, model packages (+ network interfaces); pipeline: 2 job name
+    # prefixes, 3 property files, model packages
+    assert [len(wildcards["JobRole"]), len(wildcards["PipelineRole"])] == [6 if synth_any.settings.fsx else 5, 6], wildcards
     assert all(w.startswith("Resource::") for w in wildcards["JobRole"] + wildcards["PipelineRole"]), wildcards
 
 

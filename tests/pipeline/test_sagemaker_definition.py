@@ -375,7 +375,8 @@ def test_shard_runs_the_script_from_the_code_tarball(steps):
 def test_evaluate_reads_both_models_and_exposes_price_performance(steps):
     evaluate = steps["Evaluate"]
     assert evaluate["PropertyFiles"] == [
-        {"PropertyFileName": "PricePerformance", "OutputName": "output", "FilePath": "price_performance.json"}
+        {"PropertyFileName": "PricePerformance", "OutputName": "output", "FilePath": "price_performance.json"},
+        {"PropertyFileName": "ModelMetrics", "OutputName": "output", "FilePath": "model_metrics.json"},
     ]
     inputs = {i["InputName"]: i["S3Input"]["S3Uri"] for i in evaluate["Arguments"]["ProcessingInputs"]}
     assert inputs["heterogeneous"] == {"Get": "Steps.TrainHeterogeneous.ModelArtifacts.S3ModelArtifacts"}
@@ -445,12 +446,57 @@ def test_baseline_is_skipped_by_a_condition_with_evaluation_in_both_branches(def
     assert names(definition["Steps"]) == ["CheckParameters", "TrainHeterogeneous", "RunBaselineGate"]
     gate = steps["RunBaselineGate"]["Arguments"]
     assert gate["Conditions"] == [{"Type": "Equals", "LeftValue": param("RunBaseline"), "RightValue": True}]
-    assert names(gate["IfSteps"]) == ["TrainBaseline", "Evaluate", "CheckImprovement"]
-    assert names(gate["ElseSteps"]) == ["EvaluateWithoutBaseline"]
+    assert names(gate["IfSteps"]) == ["TrainBaseline", "Evaluate", "RegisterModel", "CheckImprovement"]
+    assert names(gate["ElseSteps"]) == ["EvaluateWithoutBaseline", "RegisterModelWithoutBaseline"]
     without = steps["EvaluateWithoutBaseline"]
     assert "TrainBaseline" not in json.dumps(without) and "--baseline" not in args_of(without)
     assert "--billing-baseline" not in args_of(without) and "--billing-heterogeneous" in args_of(without)
     assert args_of(without)["--heterogeneous"] == "/opt/ml/processing/input/heterogeneous"
+
+
+@pytest.mark.parametrize(
+    "register, evaluate", [("RegisterModel", "Evaluate"), ("RegisterModelWithoutBaseline", "EvaluateWithoutBaseline")]
+)
+def test_register_files_the_heterogeneous_model_with_evaluates_metrics(steps, register, evaluate):
+    request = steps[register]["Arguments"]
+    assert steps[register]["Type"] == "RegisterModel"
+    assert request["ModelPackageGroupName"] == "hetero-test-models"  # derived from the pipeline name
+    (container,) = request["InferenceSpecification"]["Containers"]
+    assert container == {
+        "Image": default_training_image("eu-west-1", "pytorch"),
+        "ModelDataUrl": {"Get": "Steps.TrainHeterogeneous.ModelArtifacts.S3ModelArtifacts"},
+    }
+
+    def field(path):
+        return {"Std:JsonGet": {"PropertyFile": {"Get": f"Steps.{evaluate}.PropertyFiles.ModelMetrics"}, "Path": path}}
+
+    assert request["ModelApprovalStatus"] == field("approval.status")
+    metadata = request["CustomerMetadataProperties"]
+    assert metadata["execution_id"] == {"Get": "Execution.PipelineExecutionId"}
+    for key in ("accuracy", "samples_per_second", "samples_per_dollar", "improvement", "bottleneck", "recommendation"):
+        assert metadata[key] == field(f"metadata.{key}")
+    statistics = request["ModelMetrics"]["ModelQuality"]["Statistics"]
+    output = {"Get": f"Steps.{evaluate}.ProcessingOutputConfig.Outputs['output'].S3Output.S3Uri"}
+    assert statistics == {
+        "ContentType": "application/json",
+        "S3Uri": {"Std:Join": {"On": "/", "Values": [output, "model_metrics.json"]}},
+    }
+    flags = args_of(steps[evaluate])
+    assert flags["--registry"] == "sagemaker://hetero-test-models"
+    assert flags["--approve-margin"] == as_string("AutoApproveMargin")
+    assert flags["--improvement-threshold"] == as_string("ImprovementThreshold")
+
+
+def test_a_named_model_package_group_is_registered_in():
+    definition = build_definition(replace(SETTINGS, model_package_group="team-models"))
+    register = all_steps(definition)["RegisterModel"]["Arguments"]
+    assert register["ModelPackageGroupName"] == "team-models"
+    assert args_of(all_steps(definition)["Evaluate"])["--registry"] == "sagemaker://team-models"
+
+
+def test_a_bad_model_package_group_name_is_refused():
+    with pytest.raises(UserError, match="model package group 'team_models'"):
+        build_definition(replace(SETTINGS, model_package_group="team_models"))
 
 
 def test_check_improvement_fails_the_execution_below_the_threshold(steps):

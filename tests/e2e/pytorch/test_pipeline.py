@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import cli
+from pipeline import cli, storage
 from pipeline.emulator import SITE_PACKAGES
 from pipeline.graph import resolve_parameters
-from pipeline.local import LocalOptions, LocalRunner
+from pipeline.local import LocalOptions, LocalRunner, local_registry
+from pipeline.plan_view import execution_report
 from pipeline.sagemaker import all_steps
+from steps.evaluate.registration import metadata_value
 from tests.fixtures.wheels import write_wheel
 from tests.support.harness import listeners_on, own_listening_ports, tiny_pipeline
 from tests.support.metrics import assert_data_hosts_measured_themselves
@@ -135,6 +137,8 @@ def test_no_input_no_baseline_a_user_workload_and_a_price_file_in_one_run(tmp_pa
             "32",
             "--shard-size-mb",
             "1",
+            "--approve-margin",
+            "0.5",
         ]
     )
     params = resolve_parameters(*cli.parameter_layers(args))  # the parameters `hetero run` takes from these options
@@ -203,6 +207,25 @@ def test_no_input_no_baseline_a_user_workload_and_a_price_file_in_one_run(tmp_pa
     ]
     assert emf["PipelineName"] == "HeteroTraining" and emf["SamplesPerSecond"] == hetero["samples_per_second"]
     assert emf["ExecutionId"] == result.execution_id and "ImprovementPercent" not in emf
+    assert_registered(result, tmp_path / "w", metrics)
+
+
+def assert_registered(result, work_dir: Path, metrics: dict) -> None:
+    """The register step filed the heterogeneous model in the local registry, as CreateModelPackage would, with
+    Evaluate's figures; AutoApproveMargin is set and no package was approved before: approved. The report links it."""
+    assert "RegisterModel" in result.skipped and "RegisterModelWithoutBaseline" in result.requests
+    package = result.model_package
+    assert package == json.loads((local_registry(work_dir) / "1.json").read_text())
+    assert (package["ModelPackageVersion"], package["ModelApprovalStatus"]) == (1, "Approved")
+    metadata = package["CustomerMetadataProperties"]
+    assert metadata["execution_id"] == result.execution_id and metadata["accuracy"] == metadata_value(metrics["accuracy"])
+    assert metadata["improvement"] == "none" and metadata["approval"] == "no approved package to compare with"
+    (container,) = package["InferenceSpecification"]["Containers"]
+    assert container["ModelDataUrl"] == result.jobs["TrainHeterogeneous"].model_artifacts and container["Image"]
+    statistics = storage.path(package["ModelMetrics"]["ModelQuality"]["Statistics"]["S3Uri"])
+    assert json.loads(statistics.read_text())["price_performance"]["accuracy"] == metrics["accuracy"]
+    _, page = execution_report(results=str(work_dir / "results"), execution_id=result.execution_id)
+    assert "Registered models" in page and package["ModelPackageArn"] in page
 
 
 def _same_where_literal(compiled, executed, path="") -> None:

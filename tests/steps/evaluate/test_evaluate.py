@@ -147,11 +147,15 @@ def test_evaluate_writes_output_and_local_store(tmp_path):
         store_uri=str(tmp_path / "store"),
     )
     assert json.loads((tmp_path / "out" / "price_performance.json").read_text()) == doc
+    registration = json.loads((tmp_path / "out" / "model_metrics.json").read_text())
+    assert registration["approval"]["status"] == "PendingManualApproval"  # automatic approval is off by default
+    assert registration["metadata"]["execution_id"] == "exec-1"
     stored = sorted(p.name for p in (tmp_path / "store" / "exec-1").iterdir())
     assert stored == [
         "baseline_metrics.json",
         "config.json",
         "heterogeneous_metrics.json",
+        "model_metrics.json",
         "plan.json",
         "price_performance.json",
         "report.html",
@@ -313,6 +317,7 @@ def test_script_writes_to_s3_store(tmp_path, aws_env):
         "baseline_metrics.json",
         "config.json",
         "heterogeneous_metrics.json",
+        "model_metrics.json",
         "plan.json",
         "price_performance.json",
         "report.html",

@@ -106,3 +106,25 @@ def test_each_decoding_hosts_retune_is_one_line():
     ]
     page = report_html(execution_id="e1", price_performance=doc, plan=None, heterogeneous=None, baseline=None, history=[])
     assert "<li>decode workers (retune): algo-1 4 -&gt; 2 (3 change(s)), algo-2 1 (unchanged)</li>" in page
+
+
+def test_each_executions_registered_package_is_linked():
+    doc = ev.price_performance(metrics(), None, load_prices(), execution_id="e2")
+    history = [{**doc, "execution_id": "e1"}, doc]
+    arn = "arn:aws:sagemaker:us-east-1:1:model-package/g/1"
+    packages = {
+        "e2": {
+            "ModelPackageArn": arn,
+            "ModelPackageVersion": 1,
+            "ModelApprovalStatus": "Approved",
+            "href": "file:///r/1.json?a&b",
+        }
+    }
+    page = report_html(
+        execution_id="e2", price_performance=doc, plan=None, heterogeneous=None, baseline=None, history=history, packages=packages
+    )
+    assert "<h2>Registered models</h2>" in page
+    assert f'<td>e2</td><td>1</td><td>Approved</td><td><a href="file:///r/1.json?a&amp;b">{arn}</a></td>' in page
+    assert "<td>e1</td><td>-</td><td>not registered</td>" in page
+    none = report_html(execution_id="e2", price_performance=doc, plan=None, heterogeneous=None, baseline=None, history=history)
+    assert "Registered models" not in none  # no registry read: nothing said
