@@ -12,6 +12,8 @@ import urllib.request
 
 import pytest
 
+from tests.support.botocore_data import share_loaders
+
 # tiny_images, code_uri, no_leftovers: for every folder (the end-to-end tests, the benches' tests, the emulator's)
 pytest_plugins = ["tests.support.fixtures"]
 
@@ -19,6 +21,10 @@ CLUSTER_TESTS = "tests/e2e/"  # where the tests that run emulated clusters and p
 # e2e tests there that start one single-host job or a Shard step at most: light enough to run beside a cluster, as the
 # unit tests do
 ONE_HOST_TESTS = ("tests/e2e/test_cli_runs.py", "tests/e2e/test_image_guard.py")
+
+
+def pytest_configure(config):
+    share_loaders()  # every worker: botocore parses each of its JSON models once per process (tests/support/botocore_data.py)
 
 
 def _runs_clusters(item) -> bool:
