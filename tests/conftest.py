@@ -21,6 +21,9 @@ CLUSTER_TESTS = "tests/e2e/"  # where the tests that run emulated clusters and p
 # e2e tests there that start one single-host job or a Shard step at most: light enough to run beside a cluster, as the
 # unit tests do
 ONE_HOST_TESTS = ("tests/e2e/test_cli_runs.py", "tests/e2e/test_image_guard.py")
+# the tests that synthesise stacks: each worker that runs one starts a jsii kernel (a Node.js process that loads the CDK
+# library, seconds of CPU) and waits while another worker synthesises a stack it needs (tests/support/stacks.py)
+CDK_TESTS = "tests/infra/"
 
 
 def pytest_configure(config):
@@ -36,15 +39,18 @@ def _cluster_nodeid(nodeid: str) -> bool:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Every test that runs emulated clusters goes to ONE worker, as one unit of work; every other test is a unit of its
-    own, spread over the other workers (and that one, once its clusters are done). xdist's loadgroup cannot do this here:
-    with pytest 9 the worker's @group node-id suffix never reaches the controller, so a group was split across workers,
-    and the lock below then left a worker idle behind the other's cluster runs with its queue of unit tests waiting."""
+    """Every test that runs emulated clusters goes to ONE worker, as one unit of work, and so do the CDK tests, as
+    another; every other test is a unit of its own, spread over the other workers (and those, once their unit is done).
+    xdist's loadgroup cannot do this here: with pytest 9 the worker's @group node-id suffix never reaches the
+    controller, so a group was split across workers, and the lock below then left a worker idle behind the other's
+    cluster runs with its queue of unit tests waiting."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ClustersOnOneWorker(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "emulated clusters" if _cluster_nodeid(nodeid) else nodeid
+            if _cluster_nodeid(nodeid):
+                return "emulated clusters"
+            return "stacks" if nodeid.startswith(CDK_TESTS) else nodeid
 
     return ClustersOnOneWorker(config, log)
 
