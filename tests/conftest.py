@@ -12,6 +12,8 @@ import urllib.request
 
 import pytest
 
+from tests.support.botocore_data import share_loaders
+
 # tiny_images, code_uri, no_leftovers: for every folder (the end-to-end tests, the benches' tests, the emulator's)
 pytest_plugins = ["tests.support.fixtures"]
 
@@ -19,6 +21,13 @@ CLUSTER_TESTS = "tests/e2e/"  # where the tests that run emulated clusters and p
 # e2e tests there that start one single-host job or a Shard step at most: light enough to run beside a cluster, as the
 # unit tests do
 ONE_HOST_TESTS = ("tests/e2e/test_cli_runs.py", "tests/e2e/test_image_guard.py")
+# the tests that synthesise stacks: each worker that runs one starts a jsii kernel (a Node.js process that loads the CDK
+# library, seconds of CPU) and waits while another worker synthesises a stack it needs (tests/support/stacks.py)
+CDK_TESTS = "tests/infra/"
+
+
+def pytest_configure(config):
+    share_loaders()  # every worker: botocore parses each of its JSON models once per process (tests/support/botocore_data.py)
 
 
 def _runs_clusters(item) -> bool:
@@ -30,15 +39,18 @@ def _cluster_nodeid(nodeid: str) -> bool:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Every test that runs emulated clusters goes to ONE worker, as one unit of work; every other test is a unit of its
-    own, spread over the other workers (and that one, once its clusters are done). xdist's loadgroup cannot do this here:
-    with pytest 9 the worker's @group node-id suffix never reaches the controller, so a group was split across workers,
-    and the lock below then left a worker idle behind the other's cluster runs with its queue of unit tests waiting."""
+    """Every test that runs emulated clusters goes to ONE worker, as one unit of work, and so do the CDK tests, as
+    another; every other test is a unit of its own, spread over the other workers (and those, once their unit is done).
+    xdist's loadgroup cannot do this here: with pytest 9 the worker's @group node-id suffix never reaches the
+    controller, so a group was split across workers, and the lock below then left a worker idle behind the other's
+    cluster runs with its queue of unit tests waiting."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ClustersOnOneWorker(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "emulated clusters" if _cluster_nodeid(nodeid) else nodeid
+            if _cluster_nodeid(nodeid):
+                return "emulated clusters"
+            return "stacks" if nodeid.startswith(CDK_TESTS) else nodeid
 
     return ClustersOnOneWorker(config, log)
 

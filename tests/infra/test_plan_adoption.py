@@ -5,12 +5,12 @@ import json
 import pytest
 from aws_cdk.assertions import Match
 
-from tests.support.stacks import resources, synthesise
+from tests.support.stacks import resources, synthesised_once
 
 
 @pytest.fixture(scope="module")
 def adopting(tmp_path_factory):
-    return synthesise(tmp_path_factory.mktemp("adopt"), **{"hetero:retrainAdoptsPlan": True})
+    return synthesised_once(tmp_path_factory, **{"hetero:retrainAdoptsPlan": True})
 
 
 def test_the_schedule_invokes_the_function_which_starts_the_pipeline_with_its_parameters(adopting):

@@ -308,7 +308,8 @@ def test_a_read_only_work_folder_is_one_line_and_exit_2(tmp_path, capsys, monkey
         raise OSError(errno.EROFS, "Read-only file system", str(tmp_path / "runs" / "local-1"))
 
     monkeypatch.setattr(cli.LocalRunner, "run", read_only)
-    assert main(["run", "--work-dir", str(tmp_path / "runs")]) == 2
+    # ten sample images, not the default 3,000 (seconds of drawing): what fails is the run that follows them
+    assert main(["run", "--work-dir", str(tmp_path / "runs"), "--sample-images", "10"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: storage: cannot write {tmp_path / 'runs' / 'local-1'}: the file system is read-only (EROFS)")
     assert "Traceback" not in err

@@ -15,6 +15,7 @@ from pipeline.cli import main
 from pipeline.images import default_processing_image, default_training_image
 from pipeline.job_access import JobAccess
 from pipeline.remote import execution_id, list_executions, pipeline_parameters
+from pipeline.sagemaker import DeploySettings
 from steps.common.errors import UserError
 from steps.contract import TUNABLES
 from steps.evaluate import evaluate as ev
@@ -466,18 +467,13 @@ def test_apply_plan_needs_a_results_store(sagemaker, capsys, monkeypatch):
 DEPLOYED = "HeteroDeployed"
 
 
-def compiled_definition() -> dict:
-    from pipeline.sagemaker import DeploySettings, build_definition
-
-    return build_definition(
-        DeploySettings(
-            pipeline_name=DEPLOYED,
-            region="us-east-1",
-            role_arn="arn:aws:iam::123456789012:role/jobs",
-            bucket=BUCKET,
-            code_uri=f"s3://{BUCKET}/hetero/code/code.tar.gz",
-        )
-    )
+DEPLOYED_SETTINGS = DeploySettings(
+    pipeline_name=DEPLOYED,
+    region="us-east-1",
+    role_arn="arn:aws:iam::123456789012:role/jobs",
+    bucket=BUCKET,
+    code_uri=f"s3://{BUCKET}/hetero/code/code.tar.gz",
+)
 
 
 def create_deployed(client, definition: dict) -> None:
@@ -492,10 +488,10 @@ def create_deployed(client, definition: dict) -> None:
 
 
 @pytest.fixture
-def deployed(aws_env):
+def deployed(aws_env, compile_once):
     """A moto SageMaker with the pipeline created from the real compiled definition, and its artifact bucket."""
     client = boto3.client("sagemaker")
-    create_deployed(client, compiled_definition())
+    create_deployed(client, compile_once(DEPLOYED_SETTINGS))
     boto3.client("s3").create_bucket(Bucket=BUCKET)
     return client
 
@@ -646,10 +642,10 @@ def _in_region(definition: dict, registry: str) -> dict:
     return json.loads(json.dumps(definition).replace("763104351884.dkr.ecr.us-east-1.amazonaws.com", registry))
 
 
-def test_start_refuses_aws_images_of_a_region_where_aws_does_not_publish_them(aws_env, capsys):
+def test_start_refuses_aws_images_of_a_region_where_aws_does_not_publish_them(aws_env, capsys, compile_once):
     client = boto3.client("sagemaker")
     gov = "442386744353.dkr.ecr.us-gov-west-1.amazonaws.com"  # the SageMaker SDK's table lists it; AWS's DLC regions do not
-    create_deployed(client, _in_region(compiled_definition(), gov))
+    create_deployed(client, _in_region(compile_once(DEPLOYED_SETTINGS), gov))
     code, out, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED)
     assert code == 2 and not out and "Traceback" not in err
     image = default_processing_image("us-east-1").replace("763104351884.dkr.ecr.us-east-1.amazonaws.com", gov)
@@ -661,9 +657,9 @@ def test_start_refuses_aws_images_of_a_region_where_aws_does_not_publish_them(aw
     assert client.list_pipeline_executions(PipelineName=DEPLOYED)["PipelineExecutionSummaries"] == []
 
 
-def test_own_images_are_not_checked_by_region(aws_env, capsys):
+def test_own_images_are_not_checked_by_region(aws_env, capsys, compile_once):
     client = boto3.client("sagemaker")
-    definition = _in_region(compiled_definition(), "123456789012.dkr.ecr.us-gov-west-1.amazonaws.com")
+    definition = _in_region(compile_once(DEPLOYED_SETTINGS), "123456789012.dkr.ecr.us-gov-west-1.amazonaws.com")
     assert default_training_image("us-east-1").split("/", 1)[1] in json.dumps(definition)  # same repository, own account
     create_deployed(client, definition)
     code, _, err = run_cli(capsys, "start", "--pipeline-name", DEPLOYED)

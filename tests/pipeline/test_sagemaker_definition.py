@@ -28,6 +28,7 @@ from steps.contract import (  # noqa: E402
 )
 from steps.train.core.config import TrainConfig  # noqa: E402
 from steps.train.core.metrics import metric_line  # noqa: E402
+from tests.support.shared import key_of, shared_json  # noqa: E402
 
 ROLE, BUCKET, CODE = "${Token[TOKEN.101]}", "${Token[TOKEN.102]}", "${Token[TOKEN.103]}"
 SETTINGS = DeploySettings(pipeline_name="hetero-test", region="eu-west-1", role_arn=ROLE, bucket=BUCKET, code_uri=CODE)
@@ -58,13 +59,12 @@ class NetworkBlocked(AssertionError):
     pass
 
 
-@pytest.fixture(scope="module")
-def built():
+def _built_offline() -> dict:
     """Two builds of the same settings, one FSx build and one TensorFlow build, all with every socket connect refused."""
     attempts = []
 
     def refuse(*args, **kwargs):
-        attempts.append(args)
+        attempts.append(repr(args))
         raise NetworkBlocked(f"network call while building the definition: {args!r}")
 
     env_before = {k: os.environ.get(k) for k in SDK_ENV}
@@ -79,13 +79,19 @@ def built():
     return {
         "text": first,
         "again": second,
-        "definition": json.loads(first),
         "fsx": fsx,
         "tensorflow": tensorflow,
         "attempts": attempts,
         "env_before": env_before,
         "env_after": {k: os.environ.get(k) for k in SDK_ENV},
     }
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The builds above, made once per session whichever worker runs this module first (four compiles take seconds)."""
+    builds = shared_json(tmp_path_factory, "offline-builds", key_of(__name__), _built_offline)
+    return {**builds, "definition": json.loads(builds["text"])}
 
 
 @pytest.fixture(scope="module")
@@ -410,14 +416,14 @@ def test_the_price_file_reaches_evaluate_as_an_input_never_as_an_argument(steps,
     assert {p["Name"]: p for p in named["Parameters"]}["PriceOverrides"]["DefaultValue"] == "${Token[TOKEN.301]}"
 
 
-def test_a_refreshed_100_type_price_file_passes_every_request_check(tmp_path):
+def test_a_refreshed_100_type_price_file_passes_every_request_check(tmp_path, compile_once):
     from pipeline.validation import validate_execution
     from tests.support.deploy import CONCRETE_SETTINGS
     from tests.support.prices import refreshed_price_file
 
     file = refreshed_price_file(tmp_path / "prices-override.json")
     assert len(json.loads(file.read_text())["prices"]) == 100 and file.stat().st_size > 2048
-    definition = build_definition(CONCRETE_SETTINGS)
+    definition = compile_once(CONCRETE_SETTINGS)
     params = {p["Name"]: p.get("DefaultValue") for p in definition["Parameters"]}
     params["PriceOverrides"] = "s3://my-bucket/hetero/price-overrides/0123456789abcdef.json"  # what `hetero start` uploads
     validate_execution(

@@ -14,7 +14,7 @@ pytest.importorskip("sagemaker.core", reason="the cloud extra (SageMaker SDK v3)
 
 from pipeline import expressions  # noqa: E402
 from pipeline.errors import RequestRejected  # noqa: E402
-from pipeline.sagemaker import FsxSettings, all_steps, build_definition  # noqa: E402
+from pipeline.sagemaker import FsxSettings, all_steps  # noqa: E402
 from pipeline.validation import validate_request  # noqa: E402
 from tests.support.deploy import CONCRETE_SETTINGS as SETTINGS  # noqa: E402
 
@@ -62,8 +62,8 @@ def requests_of(definition: dict, overrides: dict | None = None) -> dict:
 
 
 @pytest.fixture(scope="module")
-def compiled() -> dict:
-    return {name: build_definition(settings) for name, settings in VARIANTS.items()}
+def compiled(compile_once) -> dict:
+    return {name: compile_once(settings) for name, settings in VARIANTS.items()}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

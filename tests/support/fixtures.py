@@ -25,6 +25,15 @@ def code_uri(tmp_path_factory) -> str:
     return storage.uri(build_code_tarball(source=STEPS_DIR, destination=tmp_path_factory.mktemp("code") / "code.tar.gz"))
 
 
+@pytest.fixture(scope="session")
+def compile_once(tmp_path_factory):
+    """build_definition for tests that read a definition, not test its building: each distinct settings compiles once
+    per session, whichever worker asks first (tests/support/deploy.py)."""
+    from tests.support.deploy import compiled_once
+
+    return lambda settings: compiled_once(tmp_path_factory, settings)
+
+
 def _cmdline(p: psutil.Process) -> list[str]:
     try:
         return p.cmdline()[:3]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.shared import key_of, made_once
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,6 +58,34 @@ def synthesise(outdir: Path, **overrides) -> Synthesised:
             error = f"{exc}\n{(outdir / 'validation-report.json').read_text() if (outdir / 'validation-report.json').exists() else ''}"
     template = Template.from_stack(stack)
     return Synthesised(template, template.to_json(), outdir, error, settings)
+
+
+def synthesised_once(tmp_path_factory, **overrides) -> Synthesised:
+    """synthesise(**overrides), once per test session whichever xdist worker asks first (a synth takes seconds): the
+    others read its template and cdk.out folder. Each worker keeps its own Template (a handle on its own jsii kernel)."""
+    key = key_of(json.dumps(overrides, sort_keys=True))
+    if key not in _synthesised:
+        folder = made_once(tmp_path_factory, "stack", key, lambda into: _save(synthesise(into / "cdk.out", **overrides), into))
+        _synthesised[key] = _load(folder)
+    return _synthesised[key]
+
+
+_synthesised: dict[str, Synthesised] = {}  # this worker's stacks, by key_of their overrides
+
+
+def _save(synth: Synthesised, folder: Path) -> None:
+    (folder / "synth.json").write_text(json.dumps({"template": synth.template_json, "validation_error": synth.validation_error}))
+    (folder / "settings.pickle").write_bytes(pickle.dumps(synth.settings))
+
+
+def _load(folder: Path) -> Synthesised:
+    from aws_cdk.assertions import Template
+
+    saved = json.loads((folder / "synth.json").read_text())
+    settings = pickle.loads((folder / "settings.pickle").read_bytes())
+    return Synthesised(
+        Template.from_json(saved["template"]), saved["template"], folder / "cdk.out", saved["validation_error"], settings
+    )
 
 
 def resources(synth: Synthesised, kind: str) -> list[dict]:
