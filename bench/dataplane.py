@@ -16,6 +16,7 @@ import multiprocessing as mp
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +27,10 @@ from steps.shard.format import count_samples, list_shards, write_shard
 from steps.train.core.config import TrainConfig
 from steps.train.core.spare_cpus import Spare, kept_for_loop, sample_pixels
 from steps.train.core.split import Split
+from steps.train.dataplane.meter import arrived
 from steps.train.frameworks.pytorch.data import DataServiceClient
 from steps.train.frameworks.pytorch.data_host import serve
-from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader
+from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
 from steps.train.frameworks.pytorch.local_decode import LocalDecoder
 from steps.train.frameworks.pytorch.step import loop_cpus
 from steps.train.frameworks.pytorch.trainer import train_epochs
@@ -112,7 +114,9 @@ def config(port: int, options: dict, *, steps: int) -> TrainConfig:
     )
 
 
-def _data_host(cpus: list[int], address: str, port: int, shards: list[str], options: dict, stream: int, repeat: int) -> None:
+def _data_host(
+    cpus: list[int], address: str, port: int, shards: list[str], options: dict, stream: int, repeat: int, streams: int
+) -> None:
     os.sched_setaffinity(0, cpus)
     torch.set_num_threads(1)
     cfg = config(port, options, steps=0)
@@ -135,6 +139,7 @@ def _data_host(cpus: list[int], address: str, port: int, shards: list[str], opti
             epoch_batches=lambda epoch: loader,
             start=start,
             decode_workers=len(cpus),
+            streams=streams,
         )
 
 
@@ -156,6 +161,30 @@ def local_decode(trainer_cpus: str, options: dict, model, device: torch.device, 
     return Spare(workers, kept, cpus, list(shards) * repeat if workers else [], why, loop)
 
 
+class TrainerOnly:
+    """A homogeneous trainer's source, as `steps.train.frameworks.pytorch.trainer.LocalSource` builds it from a cluster:
+    one DataLoader over every shard, its workers (``spare``'s) on the CPUs the loop leaves."""
+
+    def __init__(self, workload: Shapes, spare: Spare, device: torch.device) -> None:
+        if not spare.workers:
+            raise ValueError(f"a trainer without data hosts needs decode workers: {spare.why} leaves none")
+        cpus = sorted(os.sched_getaffinity(0))
+        dataset = ShardDataset(spare.shards, workload, train=True, seed=0, stream=0)
+        self.loader = batch_loader(
+            dataset, batch_size=BATCH, num_workers=spare.workers, pin_memory=device.type == "cuda", cpus=cpus[spare.kept :]
+        )
+        self.samples_per_epoch = sum(count_samples(p) for p in spare.shards)
+
+    def batches(self, epoch: int) -> Iterator[Batch]:
+        yield from self.loader
+
+    def measurements(self) -> dict:
+        return arrived([], 0, 0)
+
+    def close(self, status: str = "completed", reason: str = "") -> None:
+        self.loader._stop_workers()  # persistent workers: end them with the run, not at garbage collection
+
+
 def run_configuration(
     hosts: int,
     host_cpus: list[list[int]],
@@ -165,16 +194,18 @@ def run_configuration(
     device: torch.device,
     repeat: int,
     trainer_cpus: str = "all",
+    streams: int = 1,
 ) -> dict:
-    """Train ``steps`` steps fed by ``hosts`` data hosts (and, unless ``trainer_cpus`` is all, this process's own decode
-    workers on the CPUs the step leaves); the trainer's steady rate and what every source measured."""
+    """Train ``steps`` steps fed by ``hosts`` data hosts over ``streams`` connections each (and, unless ``trainer_cpus``
+    is all, this process's own decode workers on the CPUs the step leaves; with no data host, those alone); the
+    trainer's steady rate and what every source measured."""
     addresses = [f"127.0.0.{10 + i}" for i in range(hosts)]
-    port = _free_port(addresses[0])
+    port = _free_port(addresses[0] if addresses else "127.0.0.1")
     spawn = mp.get_context("spawn")
     procs = [
         spawn.Process(
             target=_data_host,
-            args=(host_cpus[i], addresses[i], port, [str(s) for s in shards], options, i, repeat),
+            args=(host_cpus[i], addresses[i], port, [str(s) for s in shards], options, i, repeat, streams),
         )
         for i in range(hosts)
     ]  # not daemonic: a data host starts DataLoader workers
@@ -187,10 +218,14 @@ def run_configuration(
         workload = Shapes(options)
         model = workload.build_model(8).to(device)
         found = local_decode(trainer_cpus, options, model, device, shards, repeat)
-        client = DataServiceClient(
-            cfg, me="trainer", data_hosts=tuple(addresses), secret=SECRET, pinned=device.type == "cuda"
-        ).connect(trainer_workers=[found.workers])
-        if found.workers:
+        if not hosts:
+            client = TrainerOnly(workload, found, device)
+            torch.set_num_threads(found.kept)
+        else:
+            client = DataServiceClient(
+                cfg, me="trainer", data_hosts=tuple(addresses), secret=SECRET, pinned=device.type == "cuda"
+            ).connect(trainer_workers=[found.workers])
+        if found.workers and hosts:
             torch.set_num_threads(found.kept)
             client.add_local(
                 LocalDecoder(

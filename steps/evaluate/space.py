@@ -16,7 +16,15 @@ from dataclasses import dataclass, replace
 
 from steps.common.errors import UserError
 from steps.evaluate.catalogue import Catalogue
-from steps.evaluate.planner import AllReduce, Inputs, Prediction, allreduce_seconds, candidates, profile_from_metrics
+from steps.evaluate.planner import (
+    AllReduce,
+    Inputs,
+    InstanceType,
+    Prediction,
+    allreduce_seconds,
+    candidates,
+    profile_from_metrics,
+)
 from steps.evaluate.prices import PriceTable
 
 BORROWED = ("cpu_s_per_sample", "decode_cpu_s_per_sample", "scaling", "scaling_measured", "bytes_per_sample")
@@ -120,10 +128,7 @@ def _group_candidates(
             step, allreduce = profile.step_s_per_sample, AllReduce(0.0, profile.trainers, f"as {chosen.source} measured")
             said.append(f"{chosen.source}: the all-reduce model exceeds its measured step; its step stands as measured")
         profile = replace(profile, step_s_per_sample=step, trainers=1)
-    trainer_types = [measured_type]
-    if catalogue.spec(measured_type.name).gpu_model:
-        same = [s.name for s in catalogue.specs.values() if s.gpu_model == key and s.name != measured_type.name]
-        trainer_types += [t for t in (catalogue.priced(n, prices) for n in same) if t is not None]
+    trainer_types = trainer_sizes(catalogue, prices, measured_type)
     counts = range(1, max_trainers + 1)
     if allreduce is None and not profile.model_parameters:
         counts = [chosen.group("trainer")["count"]]
@@ -142,6 +147,17 @@ def _group_candidates(
                 allreduce=allreduce,
             )
     return [_label(p, data_family, measured_type.family) for p in found], said
+
+
+def trainer_sizes(catalogue: Catalogue, prices: PriceTable, measured: InstanceType) -> list[InstanceType]:
+    """The trainer types a run of ``measured`` predicts for: itself, then every other priced type with its GPU model
+    (a step time holds for its GPU model; a CPU trainer's only for itself)."""
+    key = gpu_key(catalogue, measured.name)
+    found = [measured]
+    if catalogue.spec(measured.name).gpu_model:
+        same = [s.name for s in catalogue.specs.values() if s.gpu_model == key and s.name != measured.name]
+        found += [t for t in (catalogue.priced(n, prices) for n in same) if t is not None]
+    return found
 
 
 def measured_allreduce(members: list[Run], catalogue: Catalogue) -> AllReduce | None:
