@@ -237,9 +237,9 @@ def worker_start_method() -> str:
     """``fork`` (the quickest start) unless this process has initialised CUDA: then ``forkserver``. A worker forked
     from a CUDA process inherits its CUDA tensors, and where the worker frees one (garbage it collects, another
     thread's frame) the CUDA runtime aborts it ("CUDA error: initialization error"): seen on a GPU trainer host
-    decoding locally (TrainerCpus=auto, after its cost probe ran on the GPU): the aborting frees came through numpy
-    views of pinned buffers, which the data plane's reader threads held when the worker was forked. A forkserver
-    worker starts from a clean process and receives the dataset pickled, which holds no CUDA state."""
+    decoding locally (TrainerCpus=auto, after its cost probe ran on the GPU); the abort's stack freed a tensor through
+    a numpy array, as the data plane's views of its pinned buffers are. A forkserver worker starts from a clean
+    process and receives the dataset pickled, which holds no CUDA state (so a workload must pickle there)."""
     return "forkserver" if torch.cuda.is_initialized() else "fork"
 
 
