@@ -14,6 +14,7 @@ import functools
 import multiprocessing
 import multiprocessing.context
 import os
+import pickle
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from steps.common.errors import HeteroError
+from steps.common.errors import HeteroError, UserError
 from steps.shard.format import iter_shard
 from steps.train.core.cluster import available_cpus
 from steps.train.core.constants import SHUFFLE_BUFFER
@@ -220,6 +221,9 @@ def batch_loader(
     the caller's process decodes between its own steps; ``cpus``: the CPUs its workers may run on (all of the
     caller's by default); ``start_method``: how its workers start (`worker_start_method` by default)."""
     workers = 0 if in_process else num_workers or available_cpus()
+    method = start_method or worker_start_method()
+    if workers > 0 and method != "fork":
+        _check_pickles(dataset.workload)
     return BatchLoader(
         dataset,
         batch_size=batch_size,
@@ -229,7 +233,7 @@ def batch_loader(
         persistent_workers=workers > 0,
         prefetch_factor=4 if workers > 0 else None,
         worker_init_fn=functools.partial(_run_on, sorted(cpus)) if cpus else None,
-        multiprocessing_context=_context(start_method or worker_start_method()) if workers > 0 else None,
+        multiprocessing_context=_context(method) if workers > 0 else None,
     )
 
 
@@ -241,6 +245,22 @@ def worker_start_method() -> str:
     a numpy array, as the data plane's views of its pinned buffers are. A forkserver worker starts from a clean
     process and receives the dataset pickled, which holds no CUDA state (so a workload must pickle there)."""
     return "forkserver" if torch.cuda.is_initialized() else "fork"
+
+
+def _check_pickles(workload: object) -> None:
+    """A workload crosses into forkserver workers pickled: say so at once, naming the workload, rather than with a
+    pickling traceback from inside the DataLoader."""
+    try:
+        pickle.dumps(workload)
+    except RuntimeError:
+        pass  # a multiprocessing object (a Value, a lock) pickles only while a worker is being started: it will then
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:  # a lambda or local class, a file, a thread lock
+        raise UserError(
+            f"workload {type(workload).__module__}.{type(workload).__qualname__} cannot be pickled ({exc}); a GPU "
+            "trainer's decode workers receive it pickled: keep only picklable state on it (no lambdas, open files or "
+            "locks; build those in decode or on first use)",
+            headline="bad workload",
+        ) from None
 
 
 def _context(method: str) -> multiprocessing.context.BaseContext:

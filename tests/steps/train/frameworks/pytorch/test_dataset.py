@@ -91,3 +91,17 @@ def test_workers_started_by_a_forkserver_read_the_same_batches(tmp_path):
 
 def test_a_process_without_cuda_forks_its_workers():
     assert worker_start_method() == "fork"
+
+
+class HoldsALambda(FailsOnOddIds):
+    def __init__(self) -> None:
+        self.pick = lambda raw: raw
+
+
+def test_a_workload_that_cannot_cross_into_forkserver_workers_is_named_with_the_fix(tmp_path):
+    shard = tmp_path / "train-00000.tar"
+    write_shard(shard, [(i, 0, "jpg", str(i).encode()) for i in range(4)])
+    dataset = ShardDataset([shard], HoldsALambda(), train=True)
+    with pytest.raises(UserError, match=r"workload .*HoldsALambda cannot be pickled .*no lambdas"):
+        batch_loader(dataset, batch_size=2, num_workers=1, start_method="forkserver")
+    assert sorted(i for b in batch_loader(dataset, batch_size=2, num_workers=1, start_method="fork") for i in b.ids) == [0, 2]
