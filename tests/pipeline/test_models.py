@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from pipeline.cli import main
 from pipeline.validation import validate_request
 from steps.evaluate.registry import APPROVED, PENDING, REJECTED, LocalRegistry, open_registry
+from tests.support.aws_endpoint import JsonHandler, aws_endpoint
 
 GROUP = "HeteroTraining-models"
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker"
@@ -150,36 +149,19 @@ def test_a_group_that_does_not_exist(aws_env, capsys):
 # --- what moto cannot answer: AWS's own refusal ---
 
 
-class Refuser(BaseHTTPRequestHandler):
+class Refuser(JsonHandler):
     def do_POST(self):  # noqa: N802 - http.server's naming
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.server.targets.append(self.headers.get("X-Amz-Target"))
-        data = json.dumps(
-            {"__type": "AccessDeniedException", "Message": "User: arn:aws:iam::1:user/u is not authorized"}
-        ).encode()
-        self.send_response(400)
-        self.send_header("Content-Type", "application/x-amz-json-1.1")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        self.answer(400, {"__type": "AccessDeniedException", "Message": "User: arn:aws:iam::1:user/u is not authorized"})
 
 
 @pytest.fixture
 def refusing(aws_env, monkeypatch):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuser)
-    server.targets = []
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_address[1]}")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
-    try:
+    with aws_endpoint(Refuser, monkeypatch) as server:
+        server.targets = []
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_access_denied_names_the_permission(refusing, capsys):

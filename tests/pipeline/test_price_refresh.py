@@ -4,13 +4,12 @@ GetProducts in the Price List API's wire format (JSON 1.1, PriceList of JSON str
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from pipeline.cli import main
 from steps.evaluate.prices import load_prices
+from tests.support.aws_endpoint import JsonHandler, aws_endpoint
 from tests.support.prices import price_list_row
 
 PAGES = [
@@ -31,32 +30,18 @@ PAGES = [
 def price_list(aws_env, monkeypatch):
     requests = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
+    class Handler(JsonHandler):
+        def do_POST(self):  # noqa: N802 - http.server's naming
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             requests.append((self.headers["X-Amz-Target"], body))
             page = int(body.get("NextToken", "0"))
             reply = {"FormatVersion": "aws_v1", "PriceList": PAGES[page]}
             if page + 1 < len(PAGES):
                 reply["NextToken"] = str(page + 1)
-            data = json.dumps(reply).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-amz-json-1.1")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.answer(200, reply)
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", f"http://127.0.0.1:{server.server_address[1]}")
-    yield requests
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with aws_endpoint(Handler, monkeypatch, "AWS_ENDPOINT_URL_PRICING"):
+        yield requests
 
 
 def test_refresh_writes_the_training_prices_of_the_region_as_an_override_file(price_list, tmp_path, capsys):

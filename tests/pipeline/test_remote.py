@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
@@ -20,6 +18,7 @@ from steps.common.errors import UserError
 from steps.contract import TUNABLES
 from steps.evaluate import evaluate as ev
 from steps.evaluate.store import open_store
+from tests.support.aws_endpoint import JsonHandler, aws_endpoint
 from tests.support.metrics import metrics, write_json
 
 PIPELINE = "HeteroTraining"
@@ -122,43 +121,27 @@ def test_start_uses_the_run_precedence(sagemaker, capsys, monkeypatch, tmp_path)
 # --- bad input never reaches AWS ---
 
 
-class Recorder(BaseHTTPRequestHandler):
+class Recorder(JsonHandler):
     """Records every request and answers with the server's canned (status, JSON body)."""
 
     def do_POST(self):  # noqa: N802 - http.server's naming
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         target = self.headers.get("X-Amz-Target")
         self.server.requests.append((target, body))
-        status, reply = self.server.replies.get(target, self.server.reply)
-        data = json.dumps(reply).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/x-amz-json-1.1")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self.answer(*self.server.replies.get(target, self.server.reply))
 
     do_GET = do_PUT = do_POST
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
 def endpoint(aws_env, monkeypatch):
     """An HTTP endpoint that records what reaches it; AWS_ENDPOINT_URL points at it."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    server.requests, server.reply = [], (400, {"__type": "ValidationException", "message": "canned"})
-    # the deployed definition, read before an execution starts to check its requests
-    server.replies = {"SageMaker.DescribePipeline": (200, {"PipelineDefinition": json.dumps(MINIMAL_DEFINITION)})}
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_address[1]}")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
-    try:
+    with aws_endpoint(Recorder, monkeypatch) as server:
+        server.requests, server.reply = [], (400, {"__type": "ValidationException", "message": "canned"})
+        # the deployed definition, read before an execution starts to check its requests
+        server.replies = {"SageMaker.DescribePipeline": (200, {"PipelineDefinition": json.dumps(MINIMAL_DEFINITION)})}
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.parametrize(
