@@ -20,7 +20,8 @@ bench() {  # bench NAME LIMIT_S SCRIPT ARGS...: one bench's JSON into OUT_DIR/NA
     shift 2
     local start=$SECONDS
     echo "== $name: $*" >>"$log"
-    timeout -k 10 "$limit" "$py" "$@" >"$out/$name.json" 2>>"$log"
+    # --out, not stdout: a line the step code prints (a retune decision) must not land inside the JSON
+    timeout -k 10 "$limit" "$py" "$@" --out "$out/$name.json" >>"$log" 2>&1
     echo "== $name: exit $? in $((SECONDS - start)) s" >>"$log"
 }
 

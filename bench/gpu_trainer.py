@@ -20,7 +20,6 @@ through torch.compile, whose compilation falls in the warm-up steps), each one e
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import socket
 import sys
@@ -32,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from bench.dataplane import emit  # noqa: E402
 from steps.contract import COMPILES, PRECISIONS  # noqa: E402
 from steps.train.core.config import TrainConfig  # noqa: E402
 from steps.train.core.precision import precision_document  # noqa: E402
@@ -108,6 +108,7 @@ def main() -> None:
     parser.add_argument(
         "--compile", type=_values(COMPILES), default=list(COMPILES), help="comma-separated Compile values, each run in turn"
     )
+    parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU (--device cpu runs it small, to check it works)")
@@ -115,19 +116,17 @@ def main() -> None:
     torch.backends.cudnn.benchmark = True
     workload = Shapes({"model": args.model})
     runs = [_run(args, workload, device, p, c) for p in args.precision for c in args.compile]
-    print(
-        json.dumps(
-            {
-                "bench": "gpu_trainer",
-                "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-                "torch": torch.__version__,
-                "model": args.model,
-                "batch": [args.batch, args.size, args.size, 3],
-                "streams": args.streams,
-                "runs": runs,
-            },
-            indent=2,
-        )
+    emit(
+        {
+            "bench": "gpu_trainer",
+            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+            "torch": torch.__version__,
+            "model": args.model,
+            "batch": [args.batch, args.size, args.size, 3],
+            "streams": args.streams,
+            "runs": runs,
+        },
+        args.out,
     )
 
 
