@@ -7,6 +7,7 @@ credentials so code under test creates its clients exactly as it would in AWS.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import urllib.request
 
@@ -55,15 +56,29 @@ def pytest_xdist_make_scheduler(config, log):
     return ClustersOnOneWorker(config, log)
 
 
-@pytest.fixture(autouse=True)
-def one_cluster_at_a_time(request, tmp_path_factory):
+@pytest.fixture(scope="session")
+def cluster_lock(tmp_path_factory):
     """The guarantee behind the scheduler above, whatever runs the tests (a `-n` run with another --dist, several pytest
-    processes): an exclusive lock in the folder every worker's temp folder shares runs one emulated cluster at a time."""
+    processes): an exclusive lock in the folder every worker's temp folder shares runs one emulated cluster at a time.
+    Called, it gives a context manager that holds the lock (for a fixture of a wider scope that runs a cluster)."""
+    path = tmp_path_factory.getbasetemp().parent / "hetero-clusters.lock"
+
+    @contextlib.contextmanager
+    def held():
+        with open(path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    return held
+
+
+@pytest.fixture(autouse=True)
+def one_cluster_at_a_time(request, cluster_lock):
+    """Each test that runs emulated clusters holds `cluster_lock` while it runs."""
     if not _runs_clusters(request.node):
         yield
         return
-    with open(tmp_path_factory.getbasetemp().parent / "hetero-clusters.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with cluster_lock():
         yield
 
 

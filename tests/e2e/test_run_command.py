@@ -1,5 +1,6 @@
 """`hetero run` as a user runs it, in a process of its own: the quick start's commands (docs/quickstart.md) with their defaults end with exit 0
-and leave no process behind, for each framework; SIGTERM, SIGINT or SIGHUP stop a run, and every process it started
+and leave no process behind, for each framework, and the same run is each framework's end-to-end check of the default
+layout (1 data host + 1 trainer, then the baseline, the evaluation and the plan); SIGTERM, SIGINT or SIGHUP stop a run, and every process it started
 (emulated hosts, TensorFlow servers, Ray's daemons and its workers, which move to process groups of their own and
 rename themselves ``ray::<Actor>``), within 30 s.
 
@@ -8,19 +9,24 @@ command line would miss Ray's renamed workers, and one by process group the work
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 
+from pipeline.graph import resolve_parameters
 from tests.support.harness import marked_processes
+from tests.support.metrics import PIXEL_BYTES, assert_data_hosts_measured_themselves, assert_every_sample_once_per_epoch
 
 pytestmark = pytest.mark.e2e
 
@@ -109,27 +115,142 @@ class Run:
         self.process.stdout.close()
 
 
-@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "ray"])
-def test_the_readme_run_with_its_defaults_ends_with_exit_0_and_leaves_no_process(tmp_path, framework):
+@dataclass
+class ReadmeRun:
+    """One `hetero run --framework <framework>` with every default, ended: what the tests below read."""
+
+    framework: str
+    code: int
+    wall_s: float
+    lines: list[str]
+    left: list[str]
+    tail: str
+    execution_dir: Path
+    store_dir: Path
+
+    def metrics(self, step: str) -> dict:
+        return json.loads((self.execution_dir / "jobs" / step / "model" / "metrics.json").read_text())
+
+    def host_dirs(self, step: str) -> list[Path]:
+        return sorted((self.execution_dir / "jobs" / step).glob("algo-*"))
+
+
+@pytest.fixture(scope="module", params=["pytorch", "tensorflow", "ray"])
+def readme_run(request, tmp_path_factory, cluster_lock) -> ReadmeRun:
     """`make run ARGS="--framework <framework>"`: sample data, a 1-vCPU baseline, then 1 data host + 1 trainer pinned to
-    the machine's CPUs; only the work folder differs. Each takes minutes on 2 cores."""
-    run = Run(tmp_path / "runs", "--framework", framework)
-    try:
-        code = run.process.wait(timeout=900)
-        wall = time.monotonic() - run.started
-        run.reader.join(timeout=10)
-        left = run.leftovers(within_s=5)
-    finally:
-        run.close()
+    the machine's CPUs; only the work folder differs. Each takes minutes on 2 cores, so it runs once per framework and
+    every test below reads the same run."""
+    framework = request.param
+    work_dir = tmp_path_factory.mktemp(f"readme-{framework}") / "runs"
+    with cluster_lock():
+        run = Run(work_dir, "--framework", framework)
+        try:
+            code = run.process.wait(timeout=900)
+            wall = time.monotonic() - run.started
+            run.reader.join(timeout=10)
+            left = run.leftovers(within_s=5)
+        finally:
+            run.close()
     print(
         f"hetero run --framework {framework}: exit {code} in {wall:.0f} s, {len(run.lines)} lines, {len(left)} process(es) left"
     )
-    assert code == 0, run.tail()
-    assert not left, left
-    assert any(line.startswith("speedup ") for line in run.lines), run.tail()
+    executions = sorted(work_dir.glob("local-*"))
+    execution = executions[0] if executions else work_dir / "no-execution"
+    return ReadmeRun(framework, code, wall, run.lines, left, run.tail(), execution, work_dir / "results" / execution.name)
+
+
+def test_the_readme_run_with_its_defaults_ends_with_exit_0_and_leaves_no_process(readme_run):
+    assert readme_run.code == 0, readme_run.tail
+    assert not readme_run.left, readme_run.left
+    assert any(line.startswith("speedup ") for line in readme_run.lines), readme_run.tail
     # progress is the step code's metric lines; no framework redraws a progress bar into the log
-    assert not [line for line in run.lines if "row/s" in line or "Running Dataset" in line][:3]
-    assert len(run.lines) < 1000, f"{len(run.lines)} lines"
+    assert not [line for line in readme_run.lines if "row/s" in line or "Running Dataset" in line][:3]
+    assert len(readme_run.lines) < 1000, f"{len(readme_run.lines)} lines"
+    assert any("step_time_ms=" in line for line in readme_run.lines)  # metric lines streamed while it ran
+
+
+def test_the_readme_run_trains_each_sample_once_per_epoch_on_both_layouts_and_keeps_every_output(readme_run):
+    """Both training jobs of the default run: the framework's own accounting of every sample once per epoch, a model,
+    the data host's own measurements, the results on every host that SageMaker may pack; then the evaluation, the plan
+    for the next run (made from this run's measurements, so it predicts this run too) and the report."""
+    assert readme_run.code == 0, readme_run.tail
+    defaults = resolve_parameters({})
+    epochs, batch = defaults["Epochs"], defaults["BatchSize"]
+    manifest = json.loads((readme_run.execution_dir / "Shard" / "manifest.json").read_text())
+    train_samples = manifest["splits"]["train"]["samples"]
+    assert manifest["format"] == ("tfrecord" if readme_run.framework == "tensorflow" else "webdataset")
+    model_file = {"pytorch": "model.pt", "tensorflow": "model.keras", "ray": "model.pt"}[readme_run.framework]
+    for step, mode in (("TrainBaseline", "homogeneous"), ("TrainHeterogeneous", "heterogeneous")):
+        metrics = readme_run.metrics(step)
+        assert (metrics["framework"], metrics["mode"], metrics["config"]["epochs"]) == (readme_run.framework, mode, epochs)
+        assert metrics["samples_seen"] == epochs * train_samples
+        if readme_run.framework == "tensorflow":
+            assert_every_sample_once_per_epoch(metrics, train_samples, epochs=epochs)
+        if readme_run.framework == "ray":
+            ledger = [(e["epoch"], e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]]
+            assert ledger == [(e, train_samples, train_samples, 0) for e in range(epochs)]
+            assert metrics["gpus"] == {"per_host": 0, "used_per_host": 0, "idle": None}  # this machine has no GPU
+        assert metrics["corrupt_samples"]["count"] == 0
+        assert metrics["accuracy"] is not None and 0 <= metrics["accuracy"] <= 1
+        assert metrics["global_batch_size"] == batch and metrics["model_parameters"] > 0
+        assert (readme_run.execution_dir / "jobs" / step / "model" / model_file).stat().st_size > 0
+        if readme_run.framework != "ray":  # Ray Data moves the samples as objects: no bytes of ours to count
+            assert_data_hosts_measured_themselves(metrics, 1 if mode == "heterogeneous" else 0)
+        groups = {g["name"]: g for g in metrics["instance_groups"]}
+        assert groups["dnn_group"]["count"] == 1
+        if mode == "heterogeneous":
+            assert groups["data_group"] == {"name": "data_group", "instance_type": "ml.c5.4xlarge", "count": 1, "role": "data"}
+    hetero = readme_run.metrics("TrainHeterogeneous")
+    roles = {host.name: _role(host) for host in readme_run.host_dirs("TrainHeterogeneous")}
+    if readme_run.framework == "pytorch":
+        assert {t for h in hetero["data_hosts"] for t in h["batches_sent"]} == {n for n, r in roles.items() if r == "trainer"}
+    if readme_run.framework == "tensorflow":  # the tensors of a sample: uint8 pixels, int64 label and id
+        assert hetero["bytes_received_per_sample"] == PIXEL_BYTES + 16
+        assert sum("worker registered with dispatcher" in line for line in readme_run.lines) == 1
+    if readme_run.framework == "ray":
+        decoded = sum(h["samples_sent"] for h in hetero["data_hosts"]) + sum(m["samples"] for m in hetero["local_decode"])
+        assert decoded == epochs * train_samples  # every sample, from whichever node decoded it
+        assert any("[ray] head: 2 node(s)" in line for line in readme_run.lines)
+    # every host of the heterogeneous job holds the results (the trainer the original, the data host a copy), so algo-1
+    # has them whatever its role, whichever host's model dir SageMaker packs
+    trainer_metrics = (readme_run.execution_dir / "jobs" / "TrainHeterogeneous" / "model" / "metrics.json").read_bytes()
+    for host in readme_run.host_dirs("TrainHeterogeneous"):
+        assert (host / "model" / "metrics.json").read_bytes() == trainer_metrics, host.name
+        assert (host / "model" / model_file).is_file(), host.name
+        log = (host / "output" / "host.log").read_text()
+        assert "Traceback" not in log, log[-3000:]
+        if readme_run.framework == "pytorch" and roles[host.name] == "data":  # the trainers' end is no error
+            assert log.rstrip().endswith(f"[data] {host.name}: all trainers stopped; exiting"), log[-3000:]
+    _assert_the_evaluation_and_the_plan(readme_run, hetero)
+
+
+def _role(host_dir: Path) -> str:
+    """The role the launcher gave a host, from the first line of its log ("[launcher] host=... role=data ...")."""
+    return re.search(r"role=(\w+)", (host_dir / "output" / "host.log").read_text()).group(1)
+
+
+def _assert_the_evaluation_and_the_plan(readme_run: ReadmeRun, hetero: dict) -> None:
+    evaluation = readme_run.execution_dir / "Evaluate"
+    pp = json.loads((evaluation / "price_performance.json").read_text())
+    assert pp["runs"]["baseline"] and pp["runs"]["heterogeneous"]
+    assert pp["speedup"] > 0 and pp["execution_id"] == readme_run.execution_dir.name
+    assert pp["runs"]["heterogeneous"]["samples_per_second"] > 0
+    for run in pp["runs"].values():
+        assert run["bottleneck"]["label"] in ("input-bound", "compute-bound", "transport-bound")
+        assert run["bottleneck"]["reason"]
+    plan = json.loads((evaluation / "plan.json").read_text())
+    assert plan["recommendation"] is not None, plan["reason"]
+    assert plan["current"]["measured_samples_per_second"] == hetero["samples_per_second"]
+    trainer = next(g for g in hetero["instance_groups"] if g["role"] == "trainer")
+    stay = next(
+        c
+        for c in plan["candidates"]
+        if (c["trainer"], c["trainers"], c["data"]) == (trainer["instance_type"], trainer["count"], None)
+    )
+    assert stay["notes"] == ["measured: this execution's baseline trained on the same trainer group"]
+    assert len(plan["fallbacks"]) == 3 and len(hetero["step_series"]["step_time_s"]) >= 1
+    assert "The planner&#x27;s frontier" in (evaluation / "report.html").read_text()
+    assert (readme_run.store_dir / "price_performance.json").is_file()
 
 
 @pytest.mark.parametrize(

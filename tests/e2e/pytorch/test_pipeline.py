@@ -23,7 +23,7 @@ from tests.support.prices import refreshed_price_file
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.parametrize("data_hosts,dnn_hosts", [(1, 1), (2, 2)])
+@pytest.mark.parametrize("data_hosts,dnn_hosts", [(2, 2)])  # 1 + 1, the default: the README run (tests/e2e/test_run_command.py)
 def test_local_pipeline_end_to_end(tmp_path, tiny_images, no_leftovers, data_hosts, dnn_hosts):
     ports_before = own_listening_ports()
     runner, lines = tiny_pipeline(

@@ -27,10 +27,8 @@ from tests.support.harness import (
     host_processes,
     job_processes,
     listeners,
-    listeners_on,
     ray_folders,
     temp_left,
-    tiny_pipeline,
     two_group_request,
 )
 
@@ -78,29 +76,6 @@ def _ray_request(tmp_path, shards, code_uri, *, data: int, dnn: int = 1, **hyper
             **hyperparameters,
         },
     )
-
-
-def test_the_pipeline_trains_on_a_ray_cluster_one_data_host_one_trainer(tmp_path, tiny_images, no_leftovers):
-    runner, lines = tiny_pipeline(
-        tmp_path, tiny_images, {"BatchSize": 16, "RunBaseline": False}, framework="ray", pin_cpus=False, grace_s=20
-    )
-    result = runner.run()
-    job = result.jobs["TrainHeterogeneous"]
-    metrics = json.loads((job.model_dir / "metrics.json").read_text())
-    samples = json.loads((result.outputs["Shard"] / "manifest.json").read_text())["splits"]["train"]["samples"]
-    assert metrics["framework"] == "ray"
-    assert metrics["gpus"] == {"per_host": 0, "used_per_host": 0, "idle": None}  # this machine has no GPU
-    assert [(e["epoch"], e["samples"], e["distinct"], e["duplicates"]) for e in metrics["sample_ledger"]["epochs"]] == [
-        (e, samples, samples, 0) for e in range(2)
-    ]
-    decoded = sum(h["samples_sent"] for h in metrics["data_hosts"]) + sum(m["samples"] for m in metrics["local_decode"])
-    assert decoded == 2 * samples  # every sample, from whichever node decoded it
-    assert any("[ray] head: 2 node(s)" in line for line in lines)
-    assert result.price_performance["runs"]["heterogeneous"]["samples_per_second"] > 0
-    assert all(h.exit_code == 0 for h in job.hosts)
-    data = next(h for h in job.hosts if h.role == "data")
-    assert (data.base_dir / "model" / "metrics.json").read_bytes() == (job.model_dir / "metrics.json").read_bytes()
-    assert not _ray_processes(*result.jobs.values()) and not listeners_on(result.jobs.values())
 
 
 def _start(tmp_path, shards, code_uri, *, data: int = 2, dnn: int = 1, grace_s: float = 60, **hyperparameters) -> EmulatedJob:

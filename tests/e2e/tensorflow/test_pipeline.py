@@ -18,55 +18,12 @@ from tests.support.harness import (
     by_role,
     confinement_breaches,
     fault,
-    listeners_on,
-    own_listening_ports,
     start_training_job,
-    tiny_pipeline,
     two_group_request,
 )
-from tests.support.metrics import PIXEL_BYTES, assert_data_hosts_measured_themselves, assert_every_sample_once_per_epoch
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.e2e
-
-
-def test_tensorflow_pipeline_serves_every_sample_exactly_once_per_epoch(tmp_path, tiny_images, no_leftovers):
-    """The whole pipeline once (2 data hosts, ShardedByS3Key); other channel layouts run as single jobs below."""
-    data_hosts = 2
-    ports_before = own_listening_ports()
-    runner, lines = tiny_pipeline(
-        tmp_path, tiny_images, {"DataInstanceCount": data_hosts, "BatchSize": 16}, framework="tensorflow"
-    )
-    result = runner.run()
-
-    manifest = json.loads((result.outputs["Shard"] / "manifest.json").read_text())
-    assert manifest["format"] == "tfrecord"
-    train_samples = manifest["splits"]["train"]["samples"]
-    for step, mode in (("TrainBaseline", "homogeneous"), ("TrainHeterogeneous", "heterogeneous")):
-        metrics = json.loads((result.jobs[step].model_dir / "metrics.json").read_text())
-        assert (metrics["framework"], metrics["mode"]) == ("tensorflow", mode)
-        assert_every_sample_once_per_epoch(metrics, train_samples, epochs=2)
-        assert metrics["corrupt_samples"]["count"] == 0
-        assert metrics["accuracy"] is not None and 0 <= metrics["accuracy"] <= 1
-        assert metrics["config"]["framework"] == "tensorflow"
-        assert (result.jobs[step].model_dir / "model.keras").stat().st_size > 0
-        assert_data_hosts_measured_themselves(metrics, data_hosts)
-        if mode == "heterogeneous":  # the tensors of a sample: uint8 pixels, int64 label and id
-            assert metrics["bytes_received_per_sample"] == PIXEL_BYTES + 16
-    hetero = result.jobs["TrainHeterogeneous"]
-    groups = {g["name"]: g["count"] for g in json.loads((hetero.model_dir / "metrics.json").read_text())["instance_groups"]}
-    assert groups == {"data_group": data_hosts, "dnn_group": 1}
-    # the same summary as the PyTorch path
-    assert result.price_performance["runs"]["baseline"] and result.price_performance["runs"]["heterogeneous"]
-    assert any("step_time_ms=" in line for line in lines)
-    assert sum("worker registered with dispatcher" in line for line in lines) == data_hosts
-    for job in result.jobs.values():
-        assert all(h.exit_code == 0 and not h.stopped_by_emulator for h in job.hosts)
-    for host in (h for h in hetero.hosts if h.role == "data"):
-        assert (host.base_dir / "model" / "metrics.json").read_bytes() == (hetero.model_dir / "metrics.json").read_bytes()
-        assert (host.base_dir / "model" / "model.keras").is_file()
-    assert not own_listening_ports() - ports_before
-    assert not listeners_on(result.jobs.values())
 
 
 @pytest.mark.parametrize(
