@@ -224,7 +224,7 @@ def test_a_job_fails_naming_the_host_its_first_failure_blames_and_each_hosts_tem
     job = make_job(tmp_path, shards, storage.uri(code))
     del job.request["AlgorithmSpecification"]["ContainerEntrypoint"]
     job.hyperparameters["sagemaker_program"] = "host.py"
-    job.grace_s, job.image_guard = 5.0, False
+    job.grace_s, job.image_guard = 2.0, False  # the data hosts, started together, all fail well within it
     with job:
         job.start()
         result = job.wait()
