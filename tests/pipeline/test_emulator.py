@@ -122,6 +122,8 @@ def test_host_names_are_dealt_randomly_across_groups(tmp_path, shards, code_uri)
         job.prepare()
         layouts.add(tuple(sorted(h.name for h in job.hosts if h.group.name == "dnn_group")))
         job.hosts.clear()
+        if len(layouts) > 1:  # each prepare lays out every host's folders: stop at the first other deal
+            break
     assert len(layouts) > 1, "the dnn host always got the same name"
 
 
