@@ -416,10 +416,7 @@ def test_apply_plan_refuses_a_fallback_the_plan_does_not_have(planned_execution,
         code, _, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", exec_id, *argv)
         assert code == 2 and expected in err, (argv, err)
 
-
-def test_a_plan_without_fallbacks_has_only_its_recommendation(planned_execution, capsys):
-    """A plan.json written before plans listed fallbacks."""
-    exec_id, stored = planned_execution
+    # a plan.json written before plans listed fallbacks has only its recommendation
     open_store(RESULTS).put_json(exec_id, "plan.json", {k: v for k, v in stored.items() if k != "fallbacks"})
     code, _, err = run_cli(
         capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", exec_id, "--fallback", "1"
