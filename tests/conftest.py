@@ -39,7 +39,8 @@ def _one_share_of_the_cpus_per_worker():
     The processes a test starts inherit the share; code that sets its own thread count (the trainer) still does."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
-        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // workers)))
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # Linux or not
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cpus // workers)))
 
 
 def _runs_clusters(item) -> bool:
