@@ -122,6 +122,8 @@ def test_host_names_are_dealt_randomly_across_groups(tmp_path, shards, code_uri)
         job.prepare()
         layouts.add(tuple(sorted(h.name for h in job.hosts if h.group.name == "dnn_group")))
         job.hosts.clear()
+        if len(layouts) > 1:  # each prepare lays out every host's folders: stop at the first other deal
+            break
     assert len(layouts) > 1, "the dnn host always got the same name"
 
 
@@ -224,7 +226,7 @@ def test_a_job_fails_naming_the_host_its_first_failure_blames_and_each_hosts_tem
     job = make_job(tmp_path, shards, storage.uri(code))
     del job.request["AlgorithmSpecification"]["ContainerEntrypoint"]
     job.hyperparameters["sagemaker_program"] = "host.py"
-    job.grace_s, job.image_guard = 5.0, False
+    job.grace_s, job.image_guard = 2.0, False  # the data hosts, started together, all fail well within it
     with job:
         job.start()
         result = job.wait()

@@ -27,7 +27,7 @@ STUCK = (
 if config["current_group_name"] == "dnn_group":
     for step in range(1, 4):
         print(f"[metrics] epoch=0 step={step} step_time_ms=100.0", flush=True)
-        time.sleep(0.3)
+        time.sleep(0.1)
     sys.exit(0)
 print(f"[data] {me}: serving", flush=True)
 while True:
@@ -36,11 +36,11 @@ while True:
 """
 )
 
-# both hosts report every 0.4 s for 3 s, longer than the deadline
+# both hosts report every 0.4 s for 2 s, longer than the deadline
 STEADY = (
     HOST
     + """
-for i in range(1, 8):
+for i in range(1, 6):
     print(f"[metrics] epoch=0 step={i} step_time_ms=400.0" if config["current_group_name"] == "dnn_group" else f"[data] {me}: {i}",
           flush=True)
     time.sleep(0.4)

@@ -247,7 +247,13 @@ def three_executions(sagemaker, capsys, tmp_path):
     return ids
 
 
-def test_executions_lists_newest_first_with_the_summary(three_executions, capsys):
+# Each fixture above runs the Evaluate step (its report's charts take most of a second), so the tests that only read
+# the same executions share one fixture: one test per view, the views' checks one after the other.
+
+
+def test_executions_lists_newest_first_with_the_summary_and_its_limit_defaults_and_documents(
+    three_executions, capsys, monkeypatch
+):
     old, middle, new = three_executions
     code, out, err = run_cli(capsys, "executions", "--pipeline-name", PIPELINE, "--results", RESULTS)
     assert code == 0, err
@@ -261,8 +267,14 @@ def test_executions_lists_newest_first_with_the_summary(three_executions, capsys
         2
     ]
 
+    # the API returns the documents
+    executions = list_executions(pipeline_name=PIPELINE, results_uri=RESULTS, limit=10)
+    by_id = {e["id"]: e for e in executions}
+    assert by_id[three_executions[0]]["price_performance"]["execution_id"] == three_executions[0]
+    assert by_id[three_executions[2]]["price_performance"] is None
+    assert all(e["start_time"].utcoffset().total_seconds() == 0 for e in executions)
 
-def test_executions_limit_and_env_defaults(three_executions, capsys, monkeypatch):
+    # --limit, and the pipeline and results store from the environment
     monkeypatch.setenv("HETERO_PIPELINE_NAME", PIPELINE)
     monkeypatch.setenv("HETERO_RESULTS_URI", RESULTS)
     code, out, _ = run_cli(capsys, "executions", "--limit", "2")
@@ -270,31 +282,20 @@ def test_executions_limit_and_env_defaults(three_executions, capsys, monkeypatch
     code, _, err = run_cli(capsys, "executions", "--limit", "0")
     assert code == 2 and "--limit 0: use 1 to 100" in err
 
-
-def test_executions_without_a_results_store_show_status_only(three_executions, capsys, monkeypatch):
+    # without a results store: the status only
     monkeypatch.delenv("HETERO_RESULTS_URI", raising=False)
     code, out, err = run_cli(capsys, "executions", "--pipeline-name", PIPELINE)
     assert code == 0 and len(out.splitlines()) == 3
     assert "speedup" not in out and "price-performance not shown" in err
 
 
-def test_executions_api_returns_documents(three_executions):
-    executions = list_executions(pipeline_name=PIPELINE, results_uri=RESULTS, limit=10)
-    by_id = {e["id"]: e for e in executions}
-    assert by_id[three_executions[0]]["price_performance"]["execution_id"] == three_executions[0]
-    assert by_id[three_executions[2]]["price_performance"] is None
-    assert all(e["start_time"].utcoffset().total_seconds() == 0 for e in executions)
-
-
-def test_details_prints_the_full_table(three_executions, capsys):
+def test_details_prints_the_full_table_or_says_an_execution_has_no_results(three_executions, capsys):
     code, out, err = run_cli(capsys, "executions", "--results", RESULTS, "--details", three_executions[0])
     assert code == 0, err
     assert out.splitlines()[0] == f"execution {three_executions[0]}"
     assert re.search(r"^cost / 100 steps \(\$\) +0\.1268 +0\.0289$", out, re.M), out
     assert "speedup 6.48x   price-performance improvement 77.2%" in out
 
-
-def test_details_of_an_execution_without_results(three_executions, capsys):
     code, _, err = run_cli(capsys, "executions", "--results", RESULTS, "--details", three_executions[2])
     assert code == 2 and err.startswith(f"error: no results: no price_performance.json for execution '{three_executions[2]}'")
     assert f"s3://{BUCKET}/results/{three_executions[2]}/price_performance.json" in err
@@ -368,19 +369,14 @@ def test_start_apply_plan_sends_the_planned_cluster(planned_execution, sagemaker
     }
 
 
-@pytest.mark.parametrize(
-    "argv,expected",
-    [
-        (["--param", "DataInstanceCount=7"], "--apply-plan sets DataInstanceCount, which you also set: drop one"),
-        ([], None),
-    ],
-)
-def test_apply_plan_refuses_a_clash_and_an_unknown_execution(planned_execution, capsys, argv, expected):
+def test_apply_plan_refuses_a_clash_and_an_unknown_execution(planned_execution, capsys):
     exec_id, _ = planned_execution
-    target = exec_id if expected else "no-such-execution"
-    code, _, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", target, *argv)
-    assert code == 2
-    assert (expected or "no plan: no plan.json for execution 'no-such-execution'") in err
+    for target, argv, expected in (
+        (exec_id, ["--param", "DataInstanceCount=7"], "--apply-plan sets DataInstanceCount, which you also set: drop one"),
+        ("no-such-execution", [], "no plan: no plan.json for execution 'no-such-execution'"),
+    ):
+        code, _, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", target, *argv)
+        assert code == 2 and expected in err, (argv, err)
 
 
 def _with_fallbacks(exec_id: str, stored: dict) -> list[dict]:
@@ -392,41 +388,35 @@ def _with_fallbacks(exec_id: str, stored: dict) -> list[dict]:
     return fallbacks
 
 
-@pytest.mark.parametrize("fallback", [0, 1, 2])
-def test_start_apply_plan_fallback_sends_that_candidate_of_the_plan(planned_execution, sagemaker, capsys, fallback):
+def test_start_apply_plan_fallback_sends_that_candidate_of_the_plan(planned_execution, sagemaker, capsys):
     exec_id, stored = planned_execution
-    chosen = _with_fallbacks(exec_id, stored)[fallback]
-    argv = ["--apply-plan", exec_id] + (["--fallback", str(fallback)] if fallback else [])
-    code, out, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, *argv)
-    assert code == 0, err
-    arn = re.search(r"arn: +(\S+)", out)[1]
-    sent = {
-        p["Name"]: p["Value"]
-        for p in sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]
-    }
-    expected = {"DataInstanceType": chosen["data"], "DataInstanceCount": str(chosen["data_count"])}
-    if (chosen["trainer"], chosen["trainers"]) != (stored["trainer"]["instance_type"], stored["trainer"]["count"]):
-        expected |= {"DnnInstanceType": chosen["trainer"], "DnnInstanceCount": str(chosen["trainers"])}  # another trainer group
-    assert sent == expected
+    for fallback, chosen in enumerate(_with_fallbacks(exec_id, stored)):
+        argv = ["--apply-plan", exec_id] + (["--fallback", str(fallback)] if fallback else [])
+        code, out, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, *argv)
+        assert code == 0, err
+        arn = re.search(r"arn: +(\S+)", out)[1]
+        sent = {
+            p["Name"]: p["Value"]
+            for p in sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]
+        }
+        expected = {"DataInstanceType": chosen["data"], "DataInstanceCount": str(chosen["data_count"])}
+        if (chosen["trainer"], chosen["trainers"]) != (stored["trainer"]["instance_type"], stored["trainer"]["count"]):
+            # another trainer group
+            expected |= {"DnnInstanceType": chosen["trainer"], "DnnInstanceCount": str(chosen["trainers"])}
+        assert sent == expected, fallback
 
 
-@pytest.mark.parametrize(
-    "argv,expected",
-    [
-        (["--fallback", "3"], "--fallback 3: execution {id}'s plan has 3 candidate(s) (0: DataInstanceType="),
-        (["--fallback", "-1"], "pick 0 to 2"),
-    ],
-)
-def test_apply_plan_refuses_a_fallback_the_plan_does_not_have(planned_execution, capsys, argv, expected):
+def test_apply_plan_refuses_a_fallback_the_plan_does_not_have(planned_execution, capsys):
     exec_id, stored = planned_execution
     _with_fallbacks(exec_id, stored)
-    code, _, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", exec_id, *argv)
-    assert code == 2 and expected.format(id=exec_id) in err
+    for argv, expected in (
+        (["--fallback", "3"], f"--fallback 3: execution {exec_id}'s plan has 3 candidate(s) (0: DataInstanceType="),
+        (["--fallback", "-1"], "pick 0 to 2"),
+    ):
+        code, _, err = run_cli(capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", exec_id, *argv)
+        assert code == 2 and expected in err, (argv, err)
 
-
-def test_a_plan_without_fallbacks_has_only_its_recommendation(planned_execution, capsys):
-    """A plan.json written before plans listed fallbacks."""
-    exec_id, stored = planned_execution
+    # a plan.json written before plans listed fallbacks has only its recommendation
     open_store(RESULTS).put_json(exec_id, "plan.json", {k: v for k, v in stored.items() if k != "fallbacks"})
     code, _, err = run_cli(
         capsys, "start", "--pipeline-name", PIPELINE, "--results", RESULTS, "--apply-plan", exec_id, "--fallback", "1"

@@ -585,6 +585,7 @@ def test_encryption_and_isolation_are_training_job_options_off_by_default(steps)
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
 def test_isolated_training_jobs_get_the_code_as_a_channel_on_every_group_and_fetch_nothing(steps, framework):
     isolated = all_steps(build_definition(replace(ISOLATED, framework=framework)))
+    unisolated = all_steps(build_definition(replace(ISOLATED, framework=framework, network_isolation=False)))
     for name, groups in (("TrainHeterogeneous", [DATA_GROUP, DNN_GROUP]), ("TrainBaseline", [DNN_GROUP])):
         a = isolated[name]["Arguments"]
         code = channels(isolated[name])["code"]
@@ -599,7 +600,7 @@ def test_isolated_training_jobs_get_the_code_as_a_channel_on_every_group_and_fet
         assert not [k for k, v in a["HyperParameters"].items() if "s3://" in json.dumps(v)], name
         assert all(c["DataSource"]["S3DataSource"].get("InstanceGroupNames") for c in a["InputDataConfig"])  # all or none
         # nothing else changes: the other channels and hyperparameters are the unisolated job's
-        plain = all_steps(build_definition(replace(ISOLATED, framework=framework, network_isolation=False)))[name]["Arguments"]
+        plain = unisolated[name]["Arguments"]
         assert [c for c in a["InputDataConfig"] if c["ChannelName"] != "code"] == plain["InputDataConfig"]
         assert {**a["HyperParameters"], "sagemaker_submit_directory": ISOLATED.code_uri} == plain["HyperParameters"]
     assert isolated["Shard"]["Arguments"]["ProcessingInputs"][0]["S3Input"]["S3Uri"] == ISOLATED.code_uri  # as before

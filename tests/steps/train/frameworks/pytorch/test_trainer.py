@@ -14,15 +14,16 @@ from steps.train.frameworks.pytorch.trainer import Progress, train_epochs
 from steps.train.workloads.shapes import Shapes
 
 SAMPLES = 48
+FP16_SAMPLES = 8
 
 
 class _Source:
-    """Epochs of SAMPLES ids in batches of 4, in a per-epoch order; sample 13 never decodes. Honours a resume as a
-    data host does: from that epoch, without the ids already consumed. ``on_batch(n)``: called before batch n."""
+    """Epochs of ``samples`` ids (SAMPLES unless told) in batches of 4, in a per-epoch order; sample 13 never decodes.
+    Honours a resume as a data host does: from that epoch, without the ids already consumed. ``on_batch(n)``: called
+    before batch n."""
 
-    samples_per_epoch = SAMPLES
-
-    def __init__(self, on_batch=None):
+    def __init__(self, on_batch=None, samples=SAMPLES):
+        self.samples_per_epoch = samples
         self.on_batch = on_batch or (lambda n: None)
         self.served = 0
         self.resumed = (0, set())
@@ -31,7 +32,7 @@ class _Source:
         self.resumed = (epoch, {int(i) for i in consumed})
 
     def batches(self, epoch):
-        order = np.random.default_rng(epoch).permutation(SAMPLES)
+        order = np.random.default_rng(epoch).permutation(self.samples_per_epoch)
         if epoch == self.resumed[0]:
             order = [i for i in order if i not in self.resumed[1]]
         for start in range(0, len(order), 4):
@@ -139,15 +140,16 @@ def test_a_data_host_that_reports_its_own_sigterm_first_still_ends_as_an_interru
 
 
 def test_an_fp16_run_keeps_its_loss_scale_in_the_checkpoint_and_resumes_with_it(tmp_path):
+    # two steps an epoch: a float16 backward pass on the CPU takes a sixth of a second
     cfg = TrainConfig(epochs=1, batch_size=4, warmup_steps=0, max_corrupt_share=0.5, log_every=1000, precision="fp16")
-    _run(cfg, tmp_path, _Source())
+    _run(cfg, tmp_path, _Source(samples=FP16_SAMPLES))
     end = tmp_path / "trainer-0.end.pt"
     document = torch.load(end, weights_only=False)
     assert document["scaler"]["scale"] > 0
     document["scaler"]["scale"] = 1024.0  # what a run that had backed off its scale would have saved
     torch.save(document, end)
-    _run(TrainConfig(**{**cfg.as_dict(), "epochs": 2}), tmp_path, _Source())
-    assert torch.load(end, weights_only=False)["scaler"]["scale"] == 1024.0  # resumed with it (no growth in 12 steps)
+    _run(TrainConfig(**{**cfg.as_dict(), "epochs": 2}), tmp_path, _Source(samples=FP16_SAMPLES))
+    assert torch.load(end, weights_only=False)["scaler"]["scale"] == 1024.0  # resumed with it (no growth in 2 steps)
 
 
 def test_a_run_without_fp16_saves_no_loss_scale(tmp_path):
