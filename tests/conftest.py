@@ -34,14 +34,16 @@ def pytest_configure(config):
 
 
 def _one_share_of_the_cpus_per_worker():
-    """Each xdist worker's OpenMP pools (PyTorch's intra-op threads, oneDNN) get the worker's share of the CPUs, set
-    before any of them starts: every pool sized to the whole machine, several workers at once, and the pools' threads
-    spin-wait for CPUs the other workers hold (a 0.6 s PyTorch test took 3 to 15 s beside another worker on 2 CPUs).
-    The processes a test starts inherit the share; code that sets its own thread count (the trainer) still does."""
+    """Each xdist worker's PyTorch intra-op pool gets the worker's share of the CPUs: every pool sized to the whole
+    machine, several workers at once, and the pools' threads spin-wait for CPUs the other workers hold (a 0.6 s PyTorch
+    test took 3 to 15 s beside another worker on 2 CPUs). Only this process's pool: the processes a test starts (an
+    emulated host, `hetero run`) see the machine as a user's run does, not a test setting in their environment."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
+        import torch  # collecting imports it anyway
+
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # Linux or not
-        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cpus // workers)))
+        torch.set_num_threads(max(1, cpus // workers))
 
 
 def _runs_clusters(item) -> bool:
