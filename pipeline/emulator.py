@@ -541,11 +541,15 @@ class EmulatedJob:
                 self._interrupt.clear()
                 self._interrupt_and_restart()
             now = time.monotonic()
-            for host in self.hosts:
-                if host.exit_code is None and host.process.poll() is not None:
-                    host.exit_code, host.ended_at = host.process.returncode, now
-                    if host.exit_code != 0 and failure is None:
-                        failure, failed_at = self._describe(host), now
+            exited = [h for h in self.hosts if h.exit_code is None and h.process.poll() is not None]
+            for host in exited:
+                host.exit_code, host.ended_at = host.process.returncode, now
+            failed = [h for h in exited if h.exit_code != 0]
+            if failed and failure is None:
+                # hosts that ended together (a killed host and the peer that saw it go): the one whose failure blames
+                # no other host is the cause, whatever order the hosts are listed in
+                cause = next((h for h in failed if self._blamed(h) is None), failed[0])
+                failure, failed_at = self._describe(cause), now
             running = [h for h in self.hosts if h.exit_code is None]
             if not running:
                 break

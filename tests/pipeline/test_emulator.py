@@ -238,3 +238,34 @@ def test_a_job_fails_naming_the_host_its_first_failure_blames_and_each_hosts_tem
     temp_dirs = {Path((h.base_dir / "output" / "tmpdir").read_text()) for h in job.hosts}
     assert len(temp_dirs) == len(job.hosts) and temp_dirs == {h.temp_dir for h in job.hosts}
     assert not [d for d in temp_dirs if d.exists()]
+
+
+KILLED_HOST_SCRIPT = """
+import json, os, pathlib, signal
+config = json.loads(pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"], "input/config/resourceconfig.json").read_text())
+if config["current_group_name"] == "dnn_group":
+    os.kill(os.getpid(), signal.SIGKILL)  # the instance goes
+trainer = next(g["hosts"][0] for g in config["instance_groups"] if g["instance_group_name"] == "dnn_group")
+pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"], "output", "failure").write_text(f"trainer lost: trainer {trainer} crashed")
+raise SystemExit(1)
+"""
+
+
+def test_hosts_that_ended_together_are_described_by_the_cause_not_the_peer_that_saw_it(tmp_path, shards):
+    """A killed trainer and the data hosts that saw it go, all found ended by the same look: the job's failure is the
+    trainer's own end (killed by signal 9), whichever host comes first in the job's list."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "host.py").write_text(KILLED_HOST_SCRIPT)
+    job = make_job(tmp_path, shards, storage.uri(code))
+    del job.request["AlgorithmSpecification"]["ContainerEntrypoint"]
+    job.hyperparameters["sagemaker_program"] = "host.py"
+    job.image_guard = False
+    with job:
+        job.start()
+        for host in job.hosts:  # every host ended before the job is first looked at
+            host.process.wait(timeout=60)
+        job.hosts.sort(key=lambda h: h.role != "data")  # the peers that blame the trainer come first
+        result = job.wait()
+    trainer = next(h for h in job.hosts if h.role == "trainer")
+    assert result.failure.startswith(f"step job: host {trainer.name} (dnn_group, trainer) was killed by signal 9"), result.failure
