@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.support.bench import run_bench
+
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 # in a process of its own, as a bench runs: multiprocessing's spawn starts a resource tracker that lives as long as
 # the process that spawned
 RUN = """
@@ -33,14 +31,7 @@ print(json.dumps(run))
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a trainer with a CPU to spare needs 2")
 def test_a_hybrid_trainer_and_a_data_host_deliver_every_sample_of_the_epoch_once(tmp_path, no_leftovers):  # noqa: F811
     cpus = sorted(os.sched_getaffinity(0))
-    done = subprocess.run(
-        [sys.executable, "-c", RUN, str(tmp_path), str(cpus[0])],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    done = run_bench("-c", RUN, str(tmp_path), str(cpus[0]), timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     run = json.loads(done.stdout.strip().splitlines()[-1])
     (local,) = run["local_decode"]

@@ -4,42 +4,33 @@ service and training loop it times (its figures mean nothing here)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+from tests.support.bench import run_bench
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
 
 
 def test_the_gpu_trainer_bench_runs_its_data_plane_and_loop_small_on_a_cpu(no_leftovers):  # noqa: F811
-    done = subprocess.run(
-        [
-            sys.executable,
-            "bench/gpu_trainer.py",
-            "--device",
-            "cpu",
-            "--size",
-            "32",
-            "--model",
-            "small_cnn",
-            "--batches",
-            "4",
-            "--epochs",
-            "2",
-            "--anchor-steps",
-            "3",
-            "--precision",  # bf16: the autocast path (fp32 is the plain one); a second precision would compile twice
-            "bf16",
-            "--compile",
-            "off,on",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    done = run_bench(
+        "bench/gpu_trainer.py",
+        "--device",
+        "cpu",
+        "--size",
+        "32",
+        "--model",
+        "small_cnn",
+        "--batches",
+        "4",
+        "--epochs",
+        "2",
+        "--anchor-steps",
+        "3",
+        "--precision",  # bf16: the autocast path (fp32 is the plain one); a second precision would compile twice
+        "bf16",
+        "--compile",
+        "off,on",
         timeout=420,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -6,9 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,8 +13,7 @@ import torch
 from bench.plan_accuracy import Layout, layouts, trainer_types
 from steps.evaluate.catalogue import load_catalogue
 from steps.evaluate.prices import load_prices
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.bench import run_bench
 
 
 def test_streams_vary_only_with_data_hosts_and_a_trainer_alone_only_where_it_keeps_cpus_to_decode():
@@ -62,18 +58,11 @@ def test_a_size_the_gpu_has_no_type_for_is_refused_by_name():
 @pytest.mark.e2e
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a trainer with a CPU to decode on needs 2")
 def test_the_bench_predicts_and_measures_trainer_sizes_data_hosts_and_streams_small_on_a_cpu(no_leftovers):  # noqa: F811
-    done = subprocess.run(
-        [
-            sys.executable,
-            "bench/plan_accuracy.py",
-            *("--samples", "500", "--repeat", "2", "--seconds", "0.5", "--repeats", "1"),
-            *("--trainer-cpus-list", "1,2", "--hosts", "0,1", "--streams", "1,2", "--trainer-keep", "1"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    done = run_bench(
+        "bench/plan_accuracy.py",
+        *("--samples", "500", "--repeat", "2", "--seconds", "0.5", "--repeats", "1"),
+        *("--trainer-cpus-list", "1,2", "--hosts", "0,1", "--streams", "1,2", "--trainer-keep", "1"),
         timeout=420,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     (model,) = json.loads(done.stdout)["models"]

@@ -26,7 +26,12 @@ import pytest
 
 from pipeline.graph import resolve_parameters
 from tests.support.harness import marked_processes
-from tests.support.metrics import PIXEL_BYTES, assert_data_hosts_measured_themselves, assert_every_sample_once_per_epoch
+from tests.support.metrics import (
+    PIXEL_BYTES,
+    assert_data_hosts_measured_themselves,
+    assert_every_sample_once_per_epoch,
+    assert_the_evaluation_and_the_plan,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -221,36 +226,13 @@ def test_the_readme_run_trains_each_sample_once_per_epoch_on_both_layouts_and_ke
         assert "Traceback" not in log, log[-3000:]
         if readme_run.framework == "pytorch" and roles[host.name] == "data":  # the trainers' end is no error
             assert log.rstrip().endswith(f"[data] {host.name}: all trainers stopped; exiting"), log[-3000:]
-    _assert_the_evaluation_and_the_plan(readme_run, hetero)
+    assert_the_evaluation_and_the_plan(readme_run.execution_dir / "Evaluate", hetero, readme_run.execution_dir.name)
+    assert (readme_run.store_dir / "price_performance.json").is_file()
 
 
 def _role(host_dir: Path) -> str:
     """The role the launcher gave a host, from the first line of its log ("[launcher] host=... role=data ...")."""
     return re.search(r"role=(\w+)", (host_dir / "output" / "host.log").read_text()).group(1)
-
-
-def _assert_the_evaluation_and_the_plan(readme_run: ReadmeRun, hetero: dict) -> None:
-    evaluation = readme_run.execution_dir / "Evaluate"
-    pp = json.loads((evaluation / "price_performance.json").read_text())
-    assert pp["runs"]["baseline"] and pp["runs"]["heterogeneous"]
-    assert pp["speedup"] > 0 and pp["execution_id"] == readme_run.execution_dir.name
-    assert pp["runs"]["heterogeneous"]["samples_per_second"] > 0
-    for run in pp["runs"].values():
-        assert run["bottleneck"]["label"] in ("input-bound", "compute-bound", "transport-bound")
-        assert run["bottleneck"]["reason"]
-    plan = json.loads((evaluation / "plan.json").read_text())
-    assert plan["recommendation"] is not None, plan["reason"]
-    assert plan["current"]["measured_samples_per_second"] == hetero["samples_per_second"]
-    trainer = next(g for g in hetero["instance_groups"] if g["role"] == "trainer")
-    stay = next(
-        c
-        for c in plan["candidates"]
-        if (c["trainer"], c["trainers"], c["data"]) == (trainer["instance_type"], trainer["count"], None)
-    )
-    assert stay["notes"] == ["measured: this execution's baseline trained on the same trainer group"]
-    assert len(plan["fallbacks"]) == 3 and len(hetero["step_series"]["step_time_s"]) >= 1
-    assert "The planner&#x27;s frontier" in (evaluation / "report.html").read_text()
-    assert (readme_run.store_dir / "price_performance.json").is_file()
 
 
 @pytest.mark.parametrize(

@@ -217,15 +217,22 @@ raise SystemExit(1)
 """
 
 
-def test_a_job_fails_naming_the_host_its_first_failure_blames_and_each_hosts_temp_dir_goes_with_it(tmp_path, shards):
-    """The data hosts fail first, each blaming the trainer, which never exits (frozen): the job's failure leads with the
-    trainer; the emulator stops it after grace_s; every host had a TMPDIR of its own, gone with the job."""
+def _script_job(tmp_path, shards, script: str):
+    """A two-group job whose every host runs ``script`` (plain script mode, ``host.py`` in the code) in place of the
+    launcher."""
     code = tmp_path / "code"
     code.mkdir()
-    (code / "host.py").write_text(HOST_SCRIPT)
+    (code / "host.py").write_text(script)
     job = make_job(tmp_path, shards, storage.uri(code))
     del job.request["AlgorithmSpecification"]["ContainerEntrypoint"]
     job.hyperparameters["sagemaker_program"] = "host.py"
+    return job
+
+
+def test_a_job_fails_naming_the_host_its_first_failure_blames_and_each_hosts_temp_dir_goes_with_it(tmp_path, shards):
+    """The data hosts fail first, each blaming the trainer, which never exits (frozen): the job's failure leads with the
+    trainer; the emulator stops it after grace_s; every host had a TMPDIR of its own, gone with the job."""
+    job = _script_job(tmp_path, shards, HOST_SCRIPT)
     job.grace_s, job.image_guard = 2.0, False  # the data hosts, started together, all fail well within it
     with job:
         job.start()
@@ -254,12 +261,7 @@ raise SystemExit(1)
 def test_hosts_that_ended_together_are_described_by_the_cause_not_the_peer_that_saw_it(tmp_path, shards):
     """A killed trainer and the data hosts that saw it go, all found ended by the same look: the job's failure is the
     trainer's own end (killed by signal 9), whichever host comes first in the job's list."""
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "host.py").write_text(KILLED_HOST_SCRIPT)
-    job = make_job(tmp_path, shards, storage.uri(code))
-    del job.request["AlgorithmSpecification"]["ContainerEntrypoint"]
-    job.hyperparameters["sagemaker_program"] = "host.py"
+    job = _script_job(tmp_path, shards, KILLED_HOST_SCRIPT)
     job.image_guard = False
     with job:
         job.start()

@@ -123,3 +123,28 @@ def assert_every_sample_once_per_epoch(metrics: dict, train_samples: int, *, epo
         (e, train_samples, train_samples, 0) for e in range(epochs)
     ]
     assert metrics["samples_seen"] == epochs * train_samples
+
+
+def assert_the_evaluation_and_the_plan(evaluation_dir, hetero: dict, execution_id: str) -> None:
+    """A whole pipeline's Evaluate output: both runs priced, each with its bottleneck; the plan for the next run, made
+    from this run's own measurements, predicts this run too (``hetero``: the heterogeneous job's metrics.json); the
+    report shows the planner's frontier."""
+    pp = json.loads((evaluation_dir / "price_performance.json").read_text())
+    assert pp["runs"]["baseline"] and pp["runs"]["heterogeneous"]
+    assert pp["speedup"] > 0 and pp["execution_id"] == execution_id
+    assert pp["runs"]["heterogeneous"]["samples_per_second"] > 0
+    for run in pp["runs"].values():
+        assert run["bottleneck"]["label"] in ("input-bound", "compute-bound", "transport-bound")
+        assert run["bottleneck"]["reason"]
+    plan = json.loads((evaluation_dir / "plan.json").read_text())
+    assert plan["recommendation"] is not None, plan["reason"]
+    assert plan["current"]["measured_samples_per_second"] == hetero["samples_per_second"]
+    trainer = next(g for g in hetero["instance_groups"] if g["role"] == "trainer")
+    stay = next(
+        c
+        for c in plan["candidates"]
+        if (c["trainer"], c["trainers"], c["data"]) == (trainer["instance_type"], trainer["count"], None)
+    )
+    assert stay["notes"] == ["measured: this execution's baseline trained on the same trainer group"]
+    assert len(plan["fallbacks"]) == 3 and len(hetero["step_series"]["step_time_s"]) >= 1
+    assert "The planner&#x27;s frontier" in (evaluation_dir / "report.html").read_text()
