@@ -4,6 +4,7 @@ the newest plan.json is applied when CreateTrainingJob would accept it, and retr
 import importlib.util
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
@@ -111,6 +112,13 @@ def test_the_handler_reads_its_settings_from_the_environment(aws, monkeypatch):
 # Capacity fallback. The training job's FailureReason when its type has no capacity, as the service words it
 # (the SageMaker Python SDK raises its CapacityError on this word: sagemaker.core.common_utils).
 CAPACITY = "CapacityError: Unable to provision requested ML compute capacity. Please retry using a different ML instance type."
+# CreateTrainingJob's refusal of a type the account has no quota for (a new account's usual first failure), as botocore
+# words the error and as the service's message alone
+QUOTA_MESSAGE = (
+    "The account-level service limit 'ml.c5.xlarge for training job usage' is 0 Instances, with current utilization of "
+    "0 Instances and a request delta of 3 Instances. Please use AWS Service Quotas to request an increase for this quota."
+)
+QUOTA = f"ClientError: An error occurred (ResourceLimitExceeded) when calling the CreateTrainingJob operation: {QUOTA_MESSAGE}"
 ARN = "arn:aws:sagemaker:us-east-1:123456789012:pipeline/heterotraining/execution/abc123def456"
 
 
@@ -195,9 +203,20 @@ def test_the_function_reads_a_plans_candidates_as_hetero_start_does():
             None,
         ),
         ("Step failure: One or multiple steps failed.", [{"StepName": "Evaluate", "StepStatus": "Succeeded"}], None),
+        (
+            "Step failure: One or multiple steps failed.",
+            [{"StepName": "TrainHetero", "StepStatus": "Failed", "FailureReason": QUOTA}],
+            "execution abc123def456, step TrainHetero: ClientError: An error occurred (ResourceLimitExceeded)",
+        ),
+        (
+            "Step failure: One or multiple steps failed.",
+            [{"StepName": "TrainBaseline", "StepStatus": "Failed", "FailureReason": QUOTA_MESSAGE}],
+            "execution abc123def456, step TrainBaseline: The account-level service limit",
+        ),
+        (f"Step TrainHetero failed: {QUOTA}", [], "execution abc123def456: Step TrainHetero failed: ClientError"),
     ],
 )
-def test_a_capacity_failure_is_found_in_the_execution_or_its_failed_step(reason, steps, found):
+def test_a_capacity_or_quota_failure_is_found_in_the_execution_or_its_failed_step(reason, steps, found):
     summary, steps = _answers("Failed", reason, steps)
     failure = adopt.capacity_failure(summary, steps)
     assert failure is None if found is None else failure.startswith(found)
@@ -228,3 +247,52 @@ def test_after_a_succeeded_execution_the_recommendation_of_a_plan_with_fallbacks
     assert second["candidate"] == 0 and sent["DataInstanceType"] == "ml.c5.xlarge"
     assert adopt._previous_capacity_failure(sagemaker, PIPELINE) is None  # read, not unreadable
     assert "previous_execution_unread" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("reason", [CAPACITY, QUOTA], ids=["capacity", "quota"])
+def test_after_a_failure_the_next_candidate_starts_with_the_parameters_read_from_every_page(reason):
+    """ListPipelineParametersForExecution answers in pages: the candidate that ran is told from all of them (here its
+    DataInstanceType on the first page, its DataInstanceCount on the second)."""
+    from botocore.stub import Stubber
+
+    sagemaker = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+    failed = {
+        "PipelineExecutionArn": ARN,
+        "PipelineExecutionStatus": "Failed",
+        "PipelineExecutionFailureReason": "Step failure: One or multiple steps failed.",
+        "StartTime": datetime(2026, 11, 23, 3, 0, tzinfo=UTC),
+    }
+    step = {"StepName": "TrainHetero", "StepStatus": "Failed", "FailureReason": reason}
+    with Stubber(sagemaker) as stub:
+        stub.add_response(
+            "list_pipeline_executions",
+            {"PipelineExecutionSummaries": [failed]},
+            {
+                "PipelineName": PIPELINE,
+                "SortBy": "CreationTime",
+                "SortOrder": "Descending",
+                "MaxResults": adopt.RECENT_EXECUTIONS,
+            },
+        )
+        stub.add_response("list_pipeline_execution_steps", {"PipelineExecutionSteps": [step]}, {"PipelineExecutionArn": ARN})
+        stub.add_response(
+            "list_pipeline_parameters_for_execution",
+            {"PipelineParameters": [{"Name": "DataInstanceType", "Value": "ml.c5.xlarge"}], "NextToken": "page-2"},
+            {"PipelineExecutionArn": ARN},
+        )
+        stub.add_response(
+            "list_pipeline_parameters_for_execution",
+            {"PipelineParameters": [{"Name": "DataInstanceCount", "Value": "3"}]},
+            {"PipelineExecutionArn": ARN, "NextToken": "page-2"},
+        )
+        failure = adopt.previous_capacity_failure(sagemaker, PIPELINE)
+        stub.assert_no_pending_responses()
+    sent, why = failure
+    assert sent == {"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": "3"}
+    assert why == f"execution abc123def456, step TrainHetero: {reason}"
+    candidates = [
+        {"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": 3},
+        {"DataInstanceType": "ml.m5.xlarge", "DataInstanceCount": 4},
+    ]
+    index, reason = adopt.pick_candidate(candidates, failure)
+    assert index == 1 and reason.startswith("candidate 1 found no capacity or quota (execution abc123def456")

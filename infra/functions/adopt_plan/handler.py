@@ -14,9 +14,13 @@ the next cheapest adequate ones of another instance type; a plan without the fie
 recommendation only). CreateTrainingJob does not refuse a type that has no capacity: the training job
 fails with a FailureReason starting "CapacityError" (the SageMaker Python SDK tests for that word,
 sagemaker.core.common_utils; EC2's own wording is InsufficientInstanceCapacity), after the pipeline's
-training steps have retried SageMaker.CAPACITY_ERROR themselves. So the function looks at the pipeline's
-newest execution: when it failed that way and ran one of the plan's candidates, the next candidate is
-started (after the last, the recommendation again: capacity comes back); otherwise the recommendation.
+training steps have retried SageMaker.CAPACITY_ERROR themselves. A type the account has no quota for is
+refused by CreateTrainingJob itself, and the step fails with ResourceLimitExceeded ("The account-level
+service limit 'ml.p3.2xlarge for training job usage' is 0 Instances, ...": a new account's usual first
+failure); retrying it on schedule fails the same way until the quota is raised. So the function looks at
+the pipeline's newest execution: when it failed either way and ran one of the plan's candidates, the next
+candidate is started (after the last, the recommendation again: capacity comes back, quotas are raised);
+otherwise the recommendation.
 
 Environment: PIPELINE_NAME, RESULTS_BUCKET, RESULTS_PREFIX (the store's key prefix, e.g. hetero/results),
 PARAMETERS (JSON object of the schedule's fixed overrides), MIN_DATA_INSTANCE_COUNT, MAX_DATA_INSTANCE_COUNT.
@@ -33,8 +37,9 @@ if TYPE_CHECKING:  # the Lambda runtime has boto3; it is imported where used
     from botocore.model import ServiceModel
 
 PLAN_FILE = "plan.json"
-# FailureReason words of a training job that found no capacity for its instance type (see above)
-CAPACITY_FAILURES = ("CapacityError", "InsufficientInstanceCapacity")
+# FailureReason words of a training step whose instance type found no capacity, or no quota (see above): the API's
+# error code, and the quota's name in its message where the reason quotes the message alone
+CAPACITY_FAILURES = ("CapacityError", "InsufficientInstanceCapacity", "ResourceLimitExceeded", "for training job usage")
 RECENT_EXECUTIONS = 10  # read to find the newest: local servers do not sort ListPipelineExecutions
 
 
@@ -136,8 +141,8 @@ def candidate_parameters(plan: dict, candidate: dict) -> dict | None:
 
 
 def previous_capacity_failure(sagemaker: BaseClient, pipeline: str) -> tuple[dict, str] | None:
-    """(parameters, failure) of the pipeline's newest execution when it failed for want of capacity, else None
-    (also when it cannot be read: retraining runs with the recommendation rather than not at all)."""
+    """(parameters, failure) of the pipeline's newest execution when it failed for want of capacity or quota, else
+    None (also when it cannot be read: retraining runs with the recommendation rather than not at all)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
@@ -165,8 +170,10 @@ def _previous_capacity_failure(sagemaker: BaseClient, pipeline: str) -> tuple[di
     failure = capacity_failure(newest, steps)
     if failure is None:
         return None
-    sent = sagemaker.list_pipeline_parameters_for_execution(PipelineExecutionArn=arn)["PipelineParameters"]
-    return {p["Name"]: p["Value"] for p in sent}, failure
+    sent = {}  # the API answers in pages (NextToken), like the steps above
+    for page in sagemaker.get_paginator("list_pipeline_parameters_for_execution").paginate(PipelineExecutionArn=arn):
+        sent.update((p["Name"], p["Value"]) for p in page["PipelineParameters"])
+    return sent, failure
 
 
 def is_capacity_failure(reason: str | None) -> bool:
@@ -175,7 +182,7 @@ def is_capacity_failure(reason: str | None) -> bool:
 
 def capacity_failure(summary: dict, steps: list[dict]) -> str | None:
     """Why a failed execution (a ListPipelineExecutions summary and its ListPipelineExecutionSteps) found no
-    capacity, or None when it failed for another reason."""
+    capacity or quota, or None when it failed for another reason."""
     execution_id = summary["PipelineExecutionArn"].rsplit("/", 1)[-1]
     if is_capacity_failure(summary.get("PipelineExecutionFailureReason")):
         return f"execution {execution_id}: {summary['PipelineExecutionFailureReason']}"
@@ -195,10 +202,10 @@ def pick_candidate(candidates: list, failed: tuple[dict, str] | None) -> tuple[i
         None,
     )
     if ran is None:
-        return 0, f"the newest execution found no capacity but ran none of the plan's candidates ({failure})"
+        return 0, f"the newest execution found no capacity or quota but ran none of the plan's candidates ({failure})"
     if ran + 1 < len(candidates):
-        return ran + 1, f"candidate {ran + 1} found no capacity ({failure})"
-    return 0, f"every candidate of the plan found no capacity, the last: {failure}; the recommendation again"
+        return ran + 1, f"candidate {ran + 1} found no capacity or quota ({failure})"
+    return 0, f"every candidate of the plan found no capacity or quota, the last: {failure}; the recommendation again"
 
 
 def check_parameters(params: dict | None, service_model: ServiceModel, count_bounds: tuple[int, int]) -> tuple[dict, str]:
