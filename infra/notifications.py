@@ -2,14 +2,15 @@
 
 Two EventBridge rules on SageMaker's own events (source ``aws.sagemaker``; shapes in the SageMaker Developer
 Guide, "Events that Amazon SageMaker AI sends to Amazon EventBridge") publish to the topic through an input
-transformer, so a subscriber reads a sentence, not the raw event. The topic's KMS key lets EventBridge encrypt
-what it publishes; an optional e-mail subscription needs the recipient's confirmation before the first message.
+transformer, so a subscriber reads a sentence, not the raw event. The topic's policy lets EventBridge publish for
+these two rules only (``aws:SourceArn``); the topic's KMS key lets EventBridge encrypt what it publishes. An optional
+e-mail subscription needs the recipient's confirmation before the first message.
 """
 
 from __future__ import annotations
 
+import jsii
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
@@ -45,7 +46,12 @@ class Notifications(Construct):
             master_key=self.key,
             enforce_ssl=True,
         )
-        # EventBridge encrypts each message with the topic's key: without these the publish fails silently
+        # EventBridge encrypts each message with the topic's key: without these the publish fails silently. No
+        # aws:SourceArn/aws:SourceAccount condition here: the SNS Developer Guide ("Managing Amazon SNS encryption keys
+        # and costs", sns-key-management.html) says they are not supported in a KMS key policy for EventBridge-to-
+        # encrypted-topic delivery, and with one every notification is dropped (awslabs/landing-zone-accelerator-on-aws
+        # issue 407, awslabs/aws-deployment-framework issue 769). The key encrypts this topic and nothing else; which
+        # rules may publish is scoped by the topic's policy below.
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
                 principals=[iam.ServicePrincipal("events.amazonaws.com")],
@@ -72,7 +78,7 @@ class Notifications(Construct):
                 },
             ),
             targets=[
-                targets.SnsTopic(
+                _TopicTarget(
                     self.topic,
                     message=events.RuleTargetInput.from_text(
                         f"SageMaker pipeline {pipeline_name}: execution "
@@ -93,7 +99,7 @@ class Notifications(Construct):
                 detail={"ModelPackageGroupName": [model_package_group_name]},
             ),
             targets=[
-                targets.SnsTopic(
+                _TopicTarget(
                     self.topic,
                     message=events.RuleTargetInput.from_text(
                         f"Model group {model_package_group_name}: version "
@@ -105,3 +111,26 @@ class Notifications(Construct):
                 )
             ],
         )
+        # EventBridge publishes under the topic's policy (a target of SNS takes no role: EventBridge User Guide,
+        # "Using resource-based policies for Amazon EventBridge", Amazon SNS permissions), scoped to these two rules
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions={"ArnEquals": {"aws:SourceArn": [self.execution_rule.rule_arn, self.model_rule.rule_arn]}},
+            )
+        )
+
+
+@jsii.implements(events.IRuleTarget)
+class _TopicTarget:
+    """The topic as a rule's target, with the rule's message. Not `aws_events_targets.SnsTopic`: its `bind` grants
+    events.amazonaws.com sns:Publish on the topic for any rule of any account (`topic.grantPublish`, no condition;
+    aws-cdk-lib 2.275), which a condition cannot narrow, so the topic's policy statement is added by `Notifications`."""
+
+    def __init__(self, topic: sns.ITopic, *, message: events.RuleTargetInput) -> None:
+        self.topic, self.message = topic, message
+
+    def bind(self, rule: events.IRule, id: str | None = None) -> events.RuleTargetConfig:
+        return events.RuleTargetConfig(arn=self.topic.topic_arn, input=self.message, target_resource=self.topic)

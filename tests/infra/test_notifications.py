@@ -27,18 +27,37 @@ def test_the_topic_is_encrypted_with_a_rotated_key_and_refuses_plain_http(synth_
     )
 
 
-def test_eventbridge_may_publish_and_use_the_key(synth_default):
+def test_eventbridge_may_publish_for_the_two_rules_only_and_use_the_key(synth_default):
     events_principal = {"Service": "events.amazonaws.com"}
+    rule_arns = [
+        {"Fn::GetAtt": [Match.string_like_regexp(f"^Notifications{rule}"), "Arn"]}
+        for rule in ("ExecutionEnded", "ModelRegistered")
+    ]
     synth_default.template.has_resource_properties(
         "AWS::SNS::TopicPolicy",
         {
             "PolicyDocument": {
                 "Statement": Match.array_with(
-                    [Match.object_like({"Effect": "Allow", "Action": "sns:Publish", "Principal": events_principal})]
+                    [
+                        Match.object_like(
+                            {
+                                "Effect": "Allow",
+                                "Action": "sns:Publish",
+                                "Principal": events_principal,
+                                "Resource": TOPIC,
+                                "Condition": {"ArnEquals": {"aws:SourceArn": rule_arns}},
+                            }
+                        )
+                    ]
                 )
             }
         },
     )
+    # and no statement lets EventBridge publish for any other rule (aws_events_targets.SnsTopic adds one without a condition)
+    statements = [
+        s for p in resources(synth_default, "AWS::SNS::TopicPolicy") for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert [s for s in statements if s.get("Principal") == events_principal and "Condition" not in s] == []
     synth_default.template.has_resource_properties(
         "AWS::KMS::Key",
         {
@@ -53,6 +72,11 @@ def test_eventbridge_may_publish_and_use_the_key(synth_default):
             }
         },
     )
+    # no aws:SourceArn/aws:SourceAccount on the key: the SNS Developer Guide says KMS does not support them for
+    # EventBridge-to-encrypted-topic delivery, and with one every notification is dropped
+    keys = resources(synth_default, "AWS::KMS::Key")
+    events_key = [s for k in keys for s in k["Properties"]["KeyPolicy"]["Statement"] if s.get("Principal") == events_principal]
+    assert len(events_key) == 1 and "Condition" not in events_key[0]
 
 
 def test_failed_and_stopped_executions_of_this_pipeline_reach_the_topic_as_a_sentence(synth_any):
