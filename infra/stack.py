@@ -35,6 +35,7 @@ from infra.sagemaker_pipeline import SageMakerPipeline
 from infra.settings import StackSettings
 from infra.training_code import TrainingCode
 from pipeline.images import pipeline_images
+from pipeline.requirements import FSX_NO_NAT, NETWORK_ISOLATION
 from pipeline.sagemaker import FsxSettings
 from steps.contract import RESULTS_FOLDER
 
@@ -54,7 +55,9 @@ class HeteroStack(Stack):
             self,
             "TrainingCode",
             code_dirs=tuple(map(Path, settings.code_dirs)),
-            isolated_image=training_image if settings.network_isolation else None,
+            training_image=training_image,
+            # no route to a package index: isolated containers, or FSx's subnets (no NAT gateway, infra/lustre.py)
+            offline=tuple(why for why, on in ((NETWORK_ISOLATION, settings.network_isolation), (FSX_NO_NAT, settings.fsx)) if on),
         )
         jobs = JobRole(
             self,

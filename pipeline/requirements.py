@@ -1,5 +1,6 @@
-"""Whether the code's ``requirements.txt`` installs without the network, as a training job under network isolation
-must install it: its container has no route to a package index (`pipeline.isolation`).
+"""Whether the code's ``requirements.txt`` installs without the network, as a training job with no route to a package
+index must install it: under network isolation (`pipeline.isolation`), or in the subnets of the FSx for Lustre VPC the
+stack creates (isolated subnets, no NAT gateway). `Offline` names which.
 
 It does when pip, reading the file as the training toolkit runs it (``pip install -r requirements.txt`` in the
 unpacked code), can never reach for the network and still finds everything:
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.code import REQUIREMENTS
@@ -34,7 +36,23 @@ _LINKS = ("-f", "--find-links")
 _NESTED = ("-r", "--requirement", "-c", "--constraint")
 FIX = (
     f"vendor the wheels into the code folder (pip download --only-binary :all: --python-version {{python}} -d DIR/wheels "
-    f"-r DIR/{REQUIREMENTS}) and start the file with `--no-index --find-links wheels`, or drop network isolation"
+    f"-r DIR/{REQUIREMENTS}) and start the file with `--no-index --find-links wheels`, or {{undo}}"
+)
+
+
+@dataclass(frozen=True)
+class Offline:
+    """Why the training jobs have no route to a package index (``why``, after "the training jobs"), and the way out
+    other than vendoring the wheels (``undo``)."""
+
+    why: str
+    undo: str
+
+
+NETWORK_ISOLATION = Offline("run with network isolation", "drop network isolation")
+FSX_NO_NAT = Offline(
+    "run in the FSx for Lustre VPC (hetero:fsx), whose subnets have no NAT gateway",
+    "deploy without hetero:fsx (the jobs then run outside a VPC and read their shards from S3)",
 )
 
 
@@ -144,19 +162,20 @@ def image_python(image_uri: str) -> str:
     return manifest.python if manifest and manifest.python else f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def refuse_networked(tarball: Path, *, python: str, origin: str) -> None:
-    """Refuse the code ``tarball`` when its requirements.txt (copied from ``origin``) would need the network; the
-    container runs Python ``python`` (major.minor). A ``setup.py`` at the code's root makes the toolkit run
-    ``pip install .`` instead, whose build requirements come from the index."""
+def refuse_networked(tarball: Path, *, python: str, origin: str, offline: tuple[Offline, ...] = (NETWORK_ISOLATION,)) -> None:
+    """Refuse the code ``tarball`` when its requirements.txt (copied from ``origin``) would need the network, which the
+    jobs lack for each of the ``offline`` reasons; the container runs Python ``python`` (major.minor). A ``setup.py`` at
+    the code's root makes the toolkit run ``pip install .`` instead, whose build requirements come from the index."""
+    because = " and ".join(reason.why for reason in offline)
+    undo = " and ".join(reason.undo for reason in offline)
     with tempfile.TemporaryDirectory() as tmp, tarfile.open(tarball, "r:gz") as tar:
         root = Path(tmp)
         tar.extractall(root, filter="data")
         if (root / "setup.py").is_file():
             raise UserError(
                 f"the code ships a setup.py at its root, so the training toolkit runs `pip install .`, whose build "
-                "requirements come from a package index, which a job with network isolation cannot reach: move "
-                f"setup.py out of the code folder (ship the package's folder and a {REQUIREMENTS}), or drop "
-                "network isolation",
+                f"requirements come from a package index, which the training jobs cannot reach (they {because}): "
+                f"move setup.py out of the code folder (ship the package's folder and a {REQUIREMENTS}), or {undo}",
                 headline="requirements need the network",
             )
         if not (root / REQUIREMENTS).is_file():
@@ -168,7 +187,7 @@ def refuse_networked(tarball: Path, *, python: str, origin: str) -> None:
             reasons.append(f"the shipped wheels do not satisfy it for Python {python}: {complaint}")
     if reasons:
         raise UserError(
-            f"{origin} needs the network, but the training jobs run with network isolation (no route to a "
-            f"package index): {'; '.join(reasons)}. Fix: {FIX.format(python=python)}",
+            f"{origin} needs the network, but the training jobs {because} (no route to a package index): "
+            f"{'; '.join(reasons)}. Fix: {FIX.format(python=python, undo=undo)}",
             headline="requirements need the network",
         )

@@ -101,3 +101,22 @@ def test_an_isolated_deploy_refuses_requirements_that_need_the_index_at_synth(tm
         r"isolation .*it does not say --no-index",
     ):
         synthesise(tmp_path / "cdk", **{"hetero:codeDirs": [str(mine)], "hetero:networkIsolation": True})
+
+
+def test_an_fsx_deploy_refuses_requirements_that_need_the_index_at_synth_naming_fsx_and_the_fix(tmp_path):
+    """With FSx the jobs run in the VPC's isolated subnets, which have no NAT gateway: pip finds no index there either."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "requirements.txt").write_text("tiny-dep\n")
+    with pytest.raises(UserError) as caught:
+        synthesise(tmp_path / "cdk", **{"hetero:codeDirs": [str(mine)], "hetero:fsx": True})
+    message = caught.value.one_line()
+    assert message.startswith(
+        f"requirements need the network: {mine / 'requirements.txt'} needs the network, but the training jobs run in "
+        "the FSx for Lustre VPC (hetero:fsx), whose subnets have no NAT gateway (no route to a package index): it does "
+        "not say --no-index"
+    ), message
+    assert message.endswith(
+        "start the file with `--no-index --find-links wheels`, or deploy without hetero:fsx (the jobs then run outside a "
+        "VPC and read their shards from S3)"
+    ), message

@@ -13,7 +13,7 @@ import pytest
 from pipeline import image_guard, storage
 from pipeline.code import build_code_tarball
 from pipeline.emulator import SITE_PACKAGES, EmulatedJob
-from pipeline.requirements import image_python, network_need, refuse_networked
+from pipeline.requirements import FSX_NO_NAT, NETWORK_ISOLATION, image_python, network_need, refuse_networked
 from steps.common.errors import UserError
 from tests.fixtures.wheels import write_wheel
 from tests.support.harness import training_request
@@ -157,3 +157,23 @@ def test_each_host_installs_the_requirements_into_its_own_folder_and_the_guard_l
             "dep": 7,
         }, probe
     assert metadata.version("moto") == before != "0.0.1"  # this machine's environment is untouched
+
+
+def test_each_reason_the_jobs_are_offline_is_named_with_its_way_out(tmp_path):
+    folder = _code(tmp_path, "tiny-dep\n")
+    tarball = build_code_tarball(destination=tmp_path / "out" / "code.tar.gz", code_dirs=[folder])
+    with pytest.raises(UserError) as caught:
+        refuse_networked(tarball, python="3.12", origin="requirements.txt", offline=(NETWORK_ISOLATION, FSX_NO_NAT))
+    message = caught.value.one_line()
+    assert (
+        "but the training jobs run with network isolation and run in the FSx for Lustre VPC (hetero:fsx), whose subnets "
+        "have no NAT gateway (no route to a package index)"
+    ) in message, message
+    assert message.endswith(
+        ", or drop network isolation and deploy without hetero:fsx (the jobs then run outside a VPC "
+        "and read their shards from S3)"
+    ), message
+    (folder / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    tarball = build_code_tarball(destination=tmp_path / "again" / "code.tar.gz", code_dirs=[folder])
+    with pytest.raises(UserError, match=r"cannot reach \(they run in the FSx for Lustre VPC .*or deploy without hetero:fsx"):
+        refuse_networked(tarball, python="3.12", origin="requirements.txt", offline=(FSX_NO_NAT,))
