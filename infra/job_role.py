@@ -116,7 +116,8 @@ class JobRole(Construct):
             self.policy,
             {
                 "*": "Only where the API has no resource-level permissions: ecr:GetAuthorizationToken, "
-                "cloudwatch:PutMetricData (limited to /aws/sagemaker/* namespaces), EC2/FSx Describe* calls.",
+                "cloudwatch:PutMetricData (limited to /aws/sagemaker/* namespaces), EC2/FSx Describe* calls, "
+                "sagemaker:ListModelPackages (names no package).",
                 artifacts: keys + "users (price files): the prefix is all that is known.",
                 inputs: "Raw inputs are uploaded by users under this prefix, which the jobs may read and never change: the prefix "
                 "is all that is known.",

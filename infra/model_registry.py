@@ -13,9 +13,13 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from infra.nag import acknowledge_wildcards
+from pipeline.iam.arns import arn
 
 REGISTER_ACTIONS = ("sagemaker:CreateModelPackage", "sagemaker:DescribeModelPackage", "sagemaker:AddTags")
-READ_ACTIONS = ("sagemaker:DescribeModelPackageGroup", "sagemaker:ListModelPackages", "sagemaker:DescribeModelPackage")
+READ_ACTIONS = ("sagemaker:DescribeModelPackageGroup", "sagemaker:DescribeModelPackage")
+# ListModelPackages names no package: its one resource type (model-package) is optional in the Service Authorization
+# Reference, so a request that names none is authorised against "*"
+LIST_ACTION = "sagemaker:ListModelPackages"
 VERSIONS_REASON = (
     "SageMaker numbers a group's model packages as they are registered (model-package/<group>/<version>): "
     "the group's prefix is all that is known."
@@ -35,11 +39,10 @@ class ModelRegistry(Construct):
             model_package_group_name=group_name,
             model_package_group_description=f"Models trained on heterogeneous clusters by the {pipeline_name} pipeline",
         )
-        group_arn = stack.format_arn(service="sagemaker", resource="model-package-group", resource_name=group_name)
-        # a package's ARN carries the group's name in lower case
-        self.packages_arn = stack.format_arn(
-            service="sagemaker", resource="model-package", resource_name=f"{group_name.lower()}/*"
-        )
+        where = {"partition": stack.partition, "region": stack.region, "account": stack.account}
+        group_arn = arn("model-package-group", **where, group=group_name)
+        # a package's ARN keeps its group's case (pipeline/iam/arns.py has the source)
+        self.packages_arn = arn("model-package", **where, group=group_name, version="*")
         self.arns = [group_arn, self.packages_arn]
 
     def grant_register(self, policy: iam.Policy) -> None:
@@ -47,6 +50,8 @@ class ModelRegistry(Construct):
 
     def grant_read(self, policy: iam.Policy) -> None:
         self._grant(policy, "ReadModelRegistry", READ_ACTIONS)
+        policy.add_statements(iam.PolicyStatement(sid="ListModelPackages", actions=[LIST_ACTION], resources=["*"]))
+        # its "*" is acknowledged with the job role's other API-forced "*" resources (infra/job_role.py)
 
     def _grant(self, policy: iam.Policy, sid: str, actions: tuple[str, ...]) -> None:
         policy.add_statements(iam.PolicyStatement(sid=sid, actions=list(actions), resources=self.arns))

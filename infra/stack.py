@@ -22,6 +22,7 @@ from constructs import Construct
 
 from infra.artifact_bucket import ArtifactBucket
 from infra.dashboard import PipelineDashboard
+from infra.iam_anchors import IAM_METADATA_KEY, iam_anchors
 from infra.job_role import JobRole
 from infra.lustre import LustreDataset
 from infra.model_registry import ModelRegistry
@@ -121,8 +122,8 @@ class HeteroStack(Stack):
         pipeline.node.add_dependency(runner.policy, jobs.policy, models.group)
 
         parameters = settings.scheduled_parameters(bucket=store.bucket.bucket_name)
+        adoption = None
         if settings.schedule:
-            adoption = None
             if settings.retrain_adopts_plan:
                 adoption = PlanAdoption(
                     self,
@@ -164,6 +165,24 @@ class HeteroStack(Stack):
             email=settings.notify_email,
         )
         dashboard = PipelineDashboard(self, "Dashboard", pipeline_name=settings.pipeline_name)
+        # where the pipeline's calls land in this deployment, for `hetero iam` (pipeline/iam/template.py)
+        self.template_options.metadata = {
+            IAM_METADATA_KEY: {
+                "anchors": iam_anchors(
+                    self,
+                    bucket_arn=store.bucket.bucket_arn,
+                    prefix=settings.prefix,
+                    input_prefix=settings.input_prefix,
+                    code=(code.asset.s3_bucket_name, code.asset.s3_object_key),
+                    prices=(no_price_overrides.asset.s3_bucket_name, no_price_overrides.asset.s3_object_key),
+                    job_role_arn=jobs.role.role_arn,
+                    pipeline_name=settings.pipeline_name,
+                    model_package_group=models.group_name,
+                    notifications=notifications,
+                    plan_adoption_function=adoption.function.function_arn if settings.schedule and adoption else None,
+                )
+            }
+        }
 
         CfnOutput(self, "PipelineName", value=settings.pipeline_name, description="SageMaker pipeline name")
         CfnOutput(

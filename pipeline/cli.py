@@ -9,6 +9,7 @@
     hetero executions --results s3://bucket/results   # recent executions, status and price-performance
     hetero models                               # registered models with their metrics; `hetero models approve 3`
     hetero definition --bucket my-bucket         # the SageMaker pipeline definition JSON (pipeline/sagemaker/)
+    hetero iam runs/<execution> --template cdk.out/HeteroTraining.template.json   # a run's AWS calls vs the IAM policies
 
 Parameter precedence: command line > environment (HETERO_PARAM_<Name>) > --config file (JSON) > default.
 """
@@ -30,6 +31,7 @@ from pipeline.code import CODE_DIRS_KEY, REQUIREMENTS, STEPS_DIR, shipped_files
 from pipeline.emulator import PROGRESS_TIMEOUT_S
 from pipeline.errors import StepFailed
 from pipeline.graph import resolve_parameters
+from pipeline.iam import command as iam_command
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.models import DEPLOYED_EXAMPLE, REGISTRY_ENV, STATUS, change_status, default_registry, package_lines
 from pipeline.parameters_page import REGENERATE
@@ -132,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     _remote_parsers(sub)
     _definition_parser(sub)
     _models_parser(sub)
+    iam_command.add_parser(sub)
     return parser
 
 
@@ -641,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
             "report": cmd_report,
             "prices": cmd_prices,
             "models": cmd_models,
+            "iam": iam_command.run,
         }[args.command](args)
     except StepFailed as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)

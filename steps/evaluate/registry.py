@@ -3,8 +3,9 @@
 Two backends behind one interface, chosen by URI (as the results store is):
 
 * ``sagemaker://<model package group>`` -> the SageMaker Model Registry (ListModelPackages,
-  DescribeModelPackage, UpdateModelPackage; the client is built on first use from the standard AWS
-  environment, ``AWS_ENDPOINT_URL`` included).
+  DescribeModelPackage, UpdateModelPackage; the client is built on first use, in the region given
+  (Evaluate's ``--region``, the pipeline's: a processing container's environment names none), else from
+  the standard AWS environment, ``AWS_ENDPOINT_URL`` included).
 * ``file:///abs/dir`` or a plain path -> ``<dir>/<version>.json``, one document per package, the
   folder's name the group's (the local runner registers into ``<work_dir>/registry/<group>/``).
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from steps.common import aws_calls
 from steps.common.errors import UserError
 from steps.common.files import write_json_atomic
 
@@ -35,13 +37,14 @@ EXECUTION_KEY = "execution_id"  # the CustomerMetadataProperties key naming the 
 LIST_LIMIT = 100  # ListModelPackages' MaxResults ceiling
 
 
-def open_registry(uri: str | os.PathLike) -> Registry:
+def open_registry(uri: str | os.PathLike, *, region: str | None = None) -> Registry:
+    """``region``: the SageMaker registry's (None: the AWS environment's); a local registry has none."""
     text = os.fspath(uri)
     parsed = urlparse(text)
     if parsed.scheme == SCHEME:
         if not parsed.netloc or parsed.path.strip("/"):
             raise UserError(f"model registry {text!r}: write sagemaker://<model package group name>", headline="bad registry")
-        return SageMakerRegistry(parsed.netloc)
+        return SageMakerRegistry(parsed.netloc, region=region)
     if parsed.scheme == "file":
         return LocalRegistry(Path(unquote(parsed.path)))
     if parsed.scheme:
@@ -95,7 +98,13 @@ class LocalRegistry(Registry):
         return sorted((p for p in self.folder.glob("*.json") if p.stem.isdigit()), key=lambda p: int(p.stem))
 
     def packages(self) -> list[dict]:
-        return [json.loads(p.read_text()) for p in reversed(self._documents())]
+        # as SageMakerRegistry.packages asks the service: the group, its list, each package
+        aws_calls.note("sagemaker:DescribeModelPackageGroup", group=self.group)
+        aws_calls.note("sagemaker:ListModelPackages", group=self.group)
+        documents = [json.loads(p.read_text()) for p in reversed(self._documents())]
+        for doc in documents:
+            aws_calls.note("sagemaker:DescribeModelPackage", group=self.group, version=doc["ModelPackageVersion"])
+        return documents
 
     def latest_approved(self) -> dict | None:
         # the first local run creates the folder: before it, nothing is approved
@@ -127,8 +136,8 @@ class LocalRegistry(Registry):
             **request,
             "ModelPackageGroupName": self.group,
             "ModelPackageVersion": version,
-            # SageMaker lowercases the group name in a package's ARN
-            "ModelPackageArn": f"{arn_prefix}:model-package/{self.group.lower()}/{version}",
+            # a package's ARN keeps its group's case (pipeline/iam/arns.py)
+            "ModelPackageArn": f"{arn_prefix}:model-package/{self.group}/{version}",
             "ModelApprovalStatus": request.get("ModelApprovalStatus", PENDING),
             "ModelPackageStatus": "Completed",
             "CreationTime": now,
@@ -139,8 +148,9 @@ class LocalRegistry(Registry):
 
 
 class SageMakerRegistry(Registry):
-    def __init__(self, group: str, client: BaseClient | None = None) -> None:
+    def __init__(self, group: str, client: BaseClient | None = None, *, region: str | None = None) -> None:
         self.group = group
+        self.region = region  # None: the AWS environment's
         self._client = client
 
     @property
@@ -148,7 +158,7 @@ class SageMakerRegistry(Registry):
         if self._client is None:
             import boto3  # on first use: nothing is built at import
 
-            self._client = boto3.client("sagemaker")
+            self._client = boto3.client("sagemaker", region_name=self.region)
         return self._client
 
     def packages(self) -> list[dict]:
@@ -232,7 +242,7 @@ def sagemaker_registry_errors(group: str, operation: str) -> Iterator[None]:
             raise UserError(
                 f"{operation} on model package group {group!r} was denied ({message}): the identity needs "
                 f"sagemaker:{operation} on arn:aws:sagemaker:<region>:<account>:model-package-group/{group} and "
-                f"model-package/{group.lower()}/*",
+                f"model-package/{group}/*",
                 headline="access denied",
             ) from None
         if code == "ResourceNotFound" or (code == "ValidationException" and "does not exist" in message):

@@ -13,8 +13,9 @@ of one (local: temp file + ``os.replace``; S3: one ``put_object``).
     >>> store.put_json("exec-1", "price_performance.json", {"speedup": 2.2})
     'file:///.../runs/store/exec-1/price_performance.json'
 
-The S3 client is built on first use from the standard AWS environment
-(credentials, ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL`` for a local server).
+The S3 client is built on first use, in the region given (Evaluate's ``--region``, the pipeline's: a
+processing container's environment names none), and from the standard AWS environment (credentials,
+``AWS_DEFAULT_REGION`` where no region is given, ``AWS_ENDPOINT_URL`` for a local server).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from steps.common import aws_calls
 from steps.common.errors import UserError
 from steps.common.files import write_json_atomic, write_text_atomic
 from steps.evaluate.errors import DocumentNotFound
@@ -52,14 +54,15 @@ def _check_name(value, what: str) -> str:
     return value
 
 
-def open_store(uri: str | os.PathLike) -> Store:
-    """S3Store for ``s3://bucket[/prefix]``, LocalStore for ``file://`` URIs and plain paths."""
+def open_store(uri: str | os.PathLike, *, region: str | None = None) -> Store:
+    """S3Store for ``s3://bucket[/prefix]`` (its client in ``region``; None: the AWS environment's), LocalStore for
+    ``file://`` URIs and plain paths."""
     text = os.fspath(uri)
     parsed = urlparse(text)
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise UserError(f"store URI {text!r} has no bucket: use s3://bucket/prefix")
-        return S3Store(parsed.netloc, parsed.path.strip("/"))
+        return S3Store(parsed.netloc, parsed.path.strip("/"), region=region)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             raise UserError(f"store URI {text!r}: file URIs need an absolute path, e.g. file:///data/store")
@@ -84,21 +87,25 @@ class LocalStore:
     def put_json(self, execution_id: str, name: str, obj: Any) -> str:
         path = self._path(execution_id, name)
         write_json_atomic(path, obj)
+        aws_calls.note("s3:PutObject", path=path)
         return path.as_uri()
 
     def put_text(self, execution_id: str, name: str, text: str, content_type: str) -> str:
         path = self._path(execution_id, name)
         write_text_atomic(path, text)
+        aws_calls.note("s3:PutObject", path=path)
         return path.as_uri()
 
     def get_json(self, execution_id: str, name: str) -> Any:
         path = self._path(execution_id, name)
+        aws_calls.note("s3:GetObject", path=path)
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise DocumentNotFound(f"{path.as_uri()} does not exist: no {name} stored for execution {execution_id!r}") from None
 
     def list_executions(self) -> list[str]:
+        aws_calls.note("s3:ListObjectsV2", path=f"{self.root}/")
         if not self.root.is_dir():
             return []
         return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _SAFE_NAME.fullmatch(p.name))
@@ -107,9 +114,10 @@ class LocalStore:
 class S3Store:
     """Objects under ``s3://bucket/prefix``; the boto3 client is created on first use."""
 
-    def __init__(self, bucket: str, prefix: str = "", *, client: BaseClient | None = None) -> None:
+    def __init__(self, bucket: str, prefix: str = "", *, client: BaseClient | None = None, region: str | None = None) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
+        self.region = region  # None: the AWS environment's
         self._client = client
 
     def __repr__(self) -> str:
@@ -124,7 +132,7 @@ class S3Store:
         if self._client is None:
             import boto3  # only S3 users pay for the import, and never at module import
 
-            self._client = boto3.client("s3")
+            self._client = boto3.client("s3", region_name=self.region)
         return self._client
 
     def _key(self, execution_id: str, name: str) -> str:
