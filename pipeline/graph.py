@@ -8,6 +8,9 @@ earlier step produced, so each backend can map them to its own terms.
 
     Shard ──> TrainBaseline (homogeneous, skippable) ──┐
       └─────> TrainHeterogeneous (data + dnn groups) ──┴─> Evaluate ──> RegisterModel ──> CheckImprovement
+
+SageMaker starts every step whose dependencies are met, side by side: an order the code relies on is a
+dependency of the graph (an input read from a step, or ``depends_on``), never the order the steps are listed in.
 """
 
 from __future__ import annotations
@@ -152,6 +155,7 @@ class CheckStep:
     field: str
     threshold: Param
     message: str
+    depends_on: tuple[str, ...] = ()  # steps that must end first though the check reads nothing of theirs
 
 
 @dataclass(frozen=True)
@@ -265,7 +269,6 @@ def build_graph(framework: str = "pytorch") -> Graph:
         results_store=True,
         registry=True,
     )
-    # before the check: a model whose improvement falls short is still registered (left pending approval)
     register = RegisterStep(
         "RegisterModel", Output("TrainHeterogeneous", "model"), Output("Evaluate", "evaluation"), MODEL_METRICS_FILE
     )
@@ -276,5 +279,8 @@ def build_graph(framework: str = "pytorch") -> Graph:
         "improvement",
         Param("ImprovementThreshold"),
         "price-performance improvement of the heterogeneous cluster is below ImprovementThreshold",
+        # a failing check ends the execution: a model whose improvement falls short must be registered (left pending
+        # approval) by then, and nothing the check reads says so
+        depends_on=(register.name,),
     )
     return Graph(PIPELINE_NAME, TUNABLES, (shard, baseline, hetero, evaluate, register, check), framework)

@@ -5,8 +5,11 @@ local storage (`pipeline.storage`: ``s3://local/<path>`` is that path), then run
 as the service would: parameters, conditions and fail steps evaluated from the JSON, every
 CreateTrainingJob / CreateProcessingJob request checked like the service (`pipeline.validation`)
 and then executed, training jobs on an emulated cluster (`pipeline.emulator`), processing jobs in
-a local container folder (`pipeline.processing`). Steps run one at a time, in dependency order
-(the service runs independent steps side by side; here they would share the CPUs being measured).
+a local container folder (`pipeline.processing`). Steps run one at a time, each once the steps it depends on have
+ended (the service runs independent steps side by side; here they would share the CPUs being measured): by default
+the first ready step in definition order, with ``LocalOptions.order="reversed"`` the last. The service may take any
+such order, so an order the code relies on is a dependency in the definition: CheckImprovement, whose failure ends
+the execution, lists RegisterModel in its DependsOn, so the model is registered whatever the check finds.
 
 Files: ``<work_dir>/<execution_id>/<step>/`` holds what each step wrote to "S3", and
 ``<work_dir>/<execution_id>/jobs/<step>/`` the emulated instances; the evaluation also lands in
@@ -60,6 +63,7 @@ def local_training_image(framework: str) -> str:
 
 
 LOCAL_ACCOUNT = "000000000000"
+ORDERS = ("definition", "reversed")  # LocalOptions.order: the legal orders of a graph the local runner can take
 REGISTRY_FOLDER = "registry"  # <work_dir>/registry/<model package group>/: the local model registry
 
 
@@ -83,7 +87,12 @@ class LocalOptions:
     progress_timeout_s: float | None = PROGRESS_TIMEOUT_S  # a training job none of whose hosts reports progress this long fails
     code_dirs: tuple[Path, ...] = ()  # folders whose contents ship with steps/ (pipeline.code): the user's workload, requirements
     volume_scale: float = 1.0  # a GB of an emulated host's volume is this many GiB (pipeline.volumes)
+    order: str = "definition"  # which ready step runs next: the first in definition order, or "reversed": the last
     echo: Callable[[str], None] = print
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise UserError(f"order {self.order!r}: one of {', '.join(ORDERS)}", headline="bad option")
 
 
 @dataclass
@@ -220,7 +229,7 @@ class LocalRunner:
         reached = {s["Name"] for s in self.definition["Steps"]}
         pending = list(steps)
         while pending:
-            step = next((s for s in pending if _ready(s, parents, done, self.result.skipped)), None)
+            step = next_ready(pending, lambda s: _ready(s, parents, done, self.result.skipped), self.options.order)
             if step is None:
                 raise InternalError(f"steps {[s['Name'] for s in pending]} can never run: a dependency cycle")
             pending.remove(step)
@@ -405,3 +414,9 @@ def _ready(step: dict, parents: dict, done: set, skipped: list) -> bool:
 def _reads_skipped(step: dict, parents: dict, skipped: list) -> bool:
     """A step whose upstream step did not run does not run either (the service blocks that sub-graph)."""
     return bool(_upstream(step, parents) & set(skipped))
+
+
+def next_ready(pending: list, ready: Callable[[dict], bool], order: str = "definition") -> dict | None:
+    """The step of ``pending`` (in definition order) that runs next: the first ``ready`` one, or with ``order``
+    "reversed" the last. The service starts every ready step at once, so either is an order it may take."""
+    return next((s for s in (reversed(pending) if order == "reversed" else pending) if ready(s)), None)

@@ -21,13 +21,17 @@ TensorFlow Shard step writes TFRecords with ``tf.io``, so it needs TensorFlow to
     hetero definition --role-arn arn:aws:iam::123456789012:role/x --bucket my-bucket \\
         --code-uri s3://my-bucket/code/code.tar.gz --region eu-west-1
 
+The service starts every step whose dependencies are met, side by side: a step that reads where another step's
+job writes must depend on it (a property reference or DependsOn), or `build_definition` refuses the definition
+(`pipeline.validation.validate_dependencies`).
+
 What the cloud does differently from the local runner, by name:
 
 * ``RunBaseline`` is a ConditionStep (``BaselineGate``). Steps downstream of a
   branch not taken do not run (the SDK's own local executor blocks that whole
   sub-DAG), so what follows the baseline exists in both branches:
-  ``TrainBaseline -> Evaluate -> CheckImprovement`` when it is true,
-  ``EvaluateWithoutBaseline`` when it is false.
+  ``TrainBaseline -> Evaluate -> RegisterModel -> CheckImprovement`` when it is true,
+  ``EvaluateWithoutBaseline -> RegisterModelWithoutBaseline`` when it is false.
 * ``DataSource`` cannot switch a channel at run time: S3 or FSx is fixed when the
   pipeline is deployed (``DeploySettings.fsx``). ``CheckParameters`` fails the
   execution before any job starts when DataSource asks for the other one, and
@@ -62,6 +66,7 @@ from pipeline.sagemaker.placeholders import (
     substitutions,
 )
 from pipeline.sagemaker.settings import TRAINING_ENTRYPOINT, DeploySettings, FsxSettings, check
+from pipeline.validation import validate_dependencies
 
 __all__ = ["DeploySettings", "FsxSettings", "all_steps", "build_definition", "definition_json"]
 
@@ -84,4 +89,6 @@ def build_definition(settings: DeploySettings) -> dict:
     for step in all_steps(definition).values():  # ModelTrainer has no option for it (settings.TRAINING_BOOTSTRAP says why)
         if step["Type"] == "Training":
             step["Arguments"]["AlgorithmSpecification"]["ContainerEntrypoint"] = list(TRAINING_ENTRYPOINT)
-    return substitute(definition, substitutions(settings, placeholders))
+    definition = substitute(definition, substitutions(settings, placeholders))
+    validate_dependencies(definition)  # the service's order is the graph's: no step reads what it does not wait for
+    return definition

@@ -360,6 +360,7 @@ class Compiler:
         # threshold -1 never fails, as in the local runner
         return ConditionStep(
             name=step.name,
+            depends_on=list(step.depends_on) or None,
             conditions=[ConditionGreaterThan(left=threshold, right=-1), ConditionLessThan(left=value, right=threshold)],
             if_steps=[fail],
             else_steps=[],
@@ -471,13 +472,13 @@ class Compiler:
 
 
 def _downstream(graph: Graph, name: str) -> set[str]:
-    """Steps that read (directly or not) an output of step ``name``."""
+    """Steps that read (directly or not) an output of step ``name``, or depend on one that does."""
     found: set[str] = set()
     changed = True
     while changed:
         changed = False
         for s in graph.steps:
-            reads = {ref.step for ref in _refs(s)}
+            reads = {ref.step for ref in _refs(s)} | set(getattr(s, "depends_on", ()))
             if s.name not in found and reads & (found | {name}):
                 found.add(s.name)
                 changed = True
