@@ -2,12 +2,12 @@
 
 Every job of a heterogeneous cluster runs one image: training jobs get the GPU
 variant of the framework's SageMaker training container, processing jobs its CPU
-variant. Both are looked up offline, from the tables bundled with the SageMaker
-Python SDK (``sagemaker/core/image_uri_config/<framework>.json``), AWS's list of
-DLC regions (``pipeline.dlc_regions``) and botocore's endpoint data: nothing here
-calls out, and the SDK is imported only when an image is looked up. A region
-without the framework's image is refused, naming the regions that have it
-(``image_regions``).
+variant. Both are looked up offline: the tags AWS's DLC release data lists
+(``DLC_TAGS``), the regions from the tables bundled with the SageMaker Python SDK
+(``sagemaker/core/image_uri_config/<framework>.json``, read as files) and AWS's list
+of DLC regions (``pipeline.dlc_regions``), the registry host from botocore's endpoint
+data: nothing here calls out. A region without the framework's image is refused,
+naming the regions that have it (``image_regions``).
 
     >>> default_training_image("us-east-1", "pytorch")
     '763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker'
@@ -31,7 +31,7 @@ from pipeline.dlc_regions import DLC_REGISTRIES
 from steps.common.errors import UserError
 from steps.frameworks import framework as framework_row
 
-# framework -> (SDK image name, version, py_version). Heterogeneous clusters need PyTorch >= 1.10, TensorFlow >= 2.6.
+# framework -> (name, version, py_version). Heterogeneous clusters need PyTorch >= 1.10, TensorFlow >= 2.6.
 #
 # PyTorch, chosen 2026-11-23: the newest SageMaker PyTorch training DLC whose torch minor is closest to the local
 # pin (torch==2.13.0 in pyproject.toml) is 2.13.0 (GA 2026-07-20, supported until 2027-07-20), Python 3.12, a GPU
@@ -44,10 +44,18 @@ from steps.frameworks import framework as framework_row
 # (DLC_TAGS below; the regions come from both tables). 2.5.1 (the previous default) left support on
 # 2025-10-29. CUDA 13 has no Volta kernels: the GPU image needs ml.g4dn (Turing) or newer, not ml.p3.
 # TensorFlow: 2.21.0 is the newest training version in the SDK's bundled table (image_uri_config/tensorflow.json),
-# with GPU and CPU images, py312 only; AWS lists it as its newest TensorFlow training DLC too.
+# with GPU and CPU images, py312 only; AWS lists it as its newest TensorFlow training DLC too (GA 2026-07-10, supported
+# until 2027-07-10), the first on Amazon Linux 2023: Python 3.12, a GPU (CUDA 12.9.1) and a CPU variant. The SDK builds
+# the short tag 2.21.0-<gpu|cpu>-py312, which AWS's release data does not list; the tags it lists are
+# 2.21.0-gpu-py312-cu129-amzn2023-sagemaker and 2.21.0-cpu-py312-amzn2023-sagemaker (aws/deep-learning-containers:
+# docs/src/data/tensorflow-training/2.21-{gpu,cpu}-sagemaker.yml, docs/tensorflow/changelog/index.md), so the URI is
+# built from DLC_TAGS like PyTorch's.
 IMAGES = {"pytorch": ("pytorch", "2.13.0", "py312"), "tensorflow": ("tensorflow", "2.21.0", "py312")}
-# Images newer than the SDK's table: framework -> (ECR repository, tag of the GPU variant, tag of the CPU variant)
-DLC_TAGS = {"pytorch": ("pytorch", "2.13.0-cu133-amzn2023-sagemaker", "2.13.0-cpu-amzn2023-sagemaker")}
+# The tags AWS's DLC release data lists: framework -> (ECR repository, tag of the GPU variant, tag of the CPU variant)
+DLC_TAGS = {
+    "pytorch": ("pytorch", "2.13.0-cu133-amzn2023-sagemaker", "2.13.0-cpu-amzn2023-sagemaker"),
+    "tensorflow": ("tensorflow-training", "2.21.0-gpu-py312-cu129-amzn2023-sagemaker", "2.21.0-cpu-py312-amzn2023-sagemaker"),
+}
 # framework -> (the SDK's image table, the version's key there) that lists the regions of the images above: the
 # amzn2023 PyTorch images have a table of their own, keyed by minor version
 SDK_TABLES = {"pytorch": ("pytorch-amzn2023", "2.13"), "tensorflow": ("tensorflow", "2.21.0")}
@@ -57,8 +65,6 @@ SDK_TABLES = {"pytorch": ("pytorch-amzn2023", "2.13"), "tensorflow": ("tensorflo
 # framework=ray's image: the repository and tag a user pushes it as, and the Ray it installs: images/ray/Dockerfile's
 # RAY_VERSION default, the pin in pyproject.toml and constraints.txt (tests/pipeline/test_images.py checks they agree)
 RAY_REPOSITORY, RAY_VERSION = "hetero-ray", "2.60.0"
-TRAINING_INSTANCE_TYPE = "ml.g5.xlarge"  # any GPU type: only picks the GPU variant in the SDK's table
-PROCESSING_INSTANCE_TYPE = "ml.m5.xlarge"  # any CPU type: only picks the CPU variant
 
 REGION = re.compile(r"[a-z]{2,4}(-[a-z]+)+-\d+")  # us-east-1, eusc-de-east-1; not a CDK token
 # <account>.dkr.ecr.<region>.<DNS suffix of the partition>/<repository>[:tag|@digest]
@@ -181,20 +187,8 @@ def _image(region: str, framework: str, *, gpu: bool) -> str:
             f"framework {framework!r} has no default image; use one of {', '.join(IMAGES)}", headline="bad deploy settings"
         )
     require_image_region(region, framework)
-    name, version, py_version = IMAGES[framework]
-    if framework in DLC_TAGS:
-        repository, gpu_tag, cpu_tag = DLC_TAGS[framework]
-        return f"{DLC_REGISTRIES[region]}.dkr.{_ecr_host(region)}/{repository}:{gpu_tag if gpu else cpu_tag}"
-    from sagemaker.core import image_uris  # bundled tables, no network
-
-    return image_uris.retrieve(
-        name,
-        region=region,
-        version=version,
-        py_version=py_version,
-        image_scope="training",
-        instance_type=TRAINING_INSTANCE_TYPE if gpu else PROCESSING_INSTANCE_TYPE,
-    )
+    repository, gpu_tag, cpu_tag = DLC_TAGS[framework]
+    return f"{DLC_REGISTRIES[region]}.dkr.{_ecr_host(region)}/{repository}:{gpu_tag if gpu else cpu_tag}"
 
 
 def _ecr_host(region: str) -> str:

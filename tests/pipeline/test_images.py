@@ -37,10 +37,21 @@ def test_pytorch_defaults_are_the_2_13_sagemaker_dlc_of_the_region(region):
 
 
 @pytest.mark.parametrize("region", REGIONS)
-def test_tensorflow_defaults_resolve_through_the_sdk(region):
+def test_tensorflow_defaults_are_the_tags_the_dlc_release_data_lists_not_the_sdks_short_form(region):
+    """aws/deep-learning-containers docs/src/data/tensorflow-training/2.21-{gpu,cpu}-sagemaker.yml list these tags; the
+    SDK's 2.21.0-gpu-py312 is none of them."""
     host = f"{ACCOUNTS[region]}.dkr.ecr.{region}.amazonaws.com"
-    assert default_training_image(region, "tensorflow") == f"{host}/tensorflow-training:2.21.0-gpu-py312"
-    assert default_processing_image(region, "tensorflow") == f"{host}/tensorflow-training:2.21.0-cpu-py312"
+    assert default_training_image(region, "tensorflow") == f"{host}/tensorflow-training:2.21.0-gpu-py312-cu129-amzn2023-sagemaker"
+    assert default_processing_image(region, "tensorflow") == f"{host}/tensorflow-training:2.21.0-cpu-py312-amzn2023-sagemaker"
+
+
+@pytest.mark.parametrize("framework", sorted(IMAGES))
+def test_the_image_manifests_name_the_default_tags(framework):
+    """The emulator finds an image's packages by its tag (`pipeline.image_guard`): the default images have theirs."""
+    from pipeline.image_guard import manifest_for
+
+    training, processing = default_training_image("us-east-1", framework), default_processing_image("us-east-1", framework)
+    assert (manifest_for(training).name, manifest_for(processing).name) == (f"{framework}-gpu", f"{framework}-cpu")
 
 
 @pytest.mark.parametrize("framework", sorted(IMAGES))
