@@ -31,7 +31,7 @@ def iam_anchors(
     pipeline_name: str,
     model_package_group: str,
     notifications: Notifications,
-    plan_adoption_function: str | None,
+    plan_adoption: tuple[str, str] | None,
 ) -> dict:
     """The anchors of pipeline/iam/ledger.py, each as this stack deploys it (tokens resolve in the template)."""
     where = {"partition": stack.partition, "region": stack.region, "account": stack.account}
@@ -52,6 +52,8 @@ def iam_anchors(
         "execution_ended_rule": notifications.execution_rule.rule_arn,
         "model_registered_rule": notifications.model_rule.rule_arn,
     }
-    if plan_adoption_function:
-        anchors["plan_adoption_function"] = plan_adoption_function
+    if plan_adoption:  # the function's ARN and its log group's name
+        function, log_group = plan_adoption
+        anchors["plan_adoption_function"] = function
+        anchors["plan_adoption_log_group"] = arn("log-group", **where, group=log_group)
     return anchors

@@ -42,7 +42,7 @@ class PlanAdoption(Construct):
         counts = [TUNABLES_BY_NAME[name] for name in ("DataInstanceCount", "DnnInstanceCount")]
         low, high = max(c.minimum for c in counts), min(c.maximum for c in counts)
         executions = f"{pipeline_arn}/execution/*"
-        log = logs.LogGroup(self, "Log", retention=logs.RetentionDays.ONE_YEAR)
+        log = self.log_group = logs.LogGroup(self, "Log", retention=logs.RetentionDays.ONE_YEAR)
         role = iam.Role(
             self,
             "Role",

@@ -179,7 +179,7 @@ class HeteroStack(Stack):
                     pipeline_name=settings.pipeline_name,
                     model_package_group=models.group_name,
                     notifications=notifications,
-                    plan_adoption_function=adoption.function.function_arn if settings.schedule and adoption else None,
+                    plan_adoption=(adoption.function.function_arn, adoption.log_group.log_group_name) if adoption else None,
                 )
             }
         }

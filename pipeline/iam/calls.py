@@ -29,6 +29,7 @@ LOCAL_NAMES = {
     "execution_ended_rule": ("events-rule", {"rule": f"{PIPELINE_NAME}-execution-ended"}),
     "model_registered_rule": ("events-rule", {"rule": f"{PIPELINE_NAME}-model-registered"}),
     "plan_adoption_function": ("lambda-function", {"function": f"{PIPELINE_NAME}-adopt-plan"}),
+    "plan_adoption_log_group": ("log-group", {"group": f"/aws/lambda/{PIPELINE_NAME}-adopt-plan"}),
 }
 
 

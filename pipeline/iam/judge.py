@@ -78,11 +78,14 @@ def ledger_path(run: str, work_dir: Path = Path("runs")) -> Path:
     )
 
 
+def deployed_for(ledger_file: Path, template_file: Path) -> Deployed:
+    """The template resolved for the ledger's account and region."""
+    binding = read(ledger_file)["deployment"]
+    return Deployed.read(template_file, account=binding["account"], region=binding["region"])
+
+
 def judge_files(ledger_file: Path, template_file: Path) -> Verdict:
-    ledger = read(ledger_file)
-    binding = ledger["deployment"]
-    deployed = Deployed.read(template_file, account=binding["account"], region=binding["region"])
-    return judge(ledger, deployed)
+    return judge(read(ledger_file), deployed_for(ledger_file, template_file))
 
 
 def judge(ledger: dict, deployed: Deployed) -> Verdict:
@@ -103,6 +106,10 @@ def judge(ledger: dict, deployed: Deployed) -> Verdict:
     results = simulate(simulations)
     for bound, result in zip(judged, results, strict=True):
         bound["result"] = result["result"]
+        service = bound["resource"].split(":")[2] if bound["resource"].startswith("arn:") else "*"
+        bound["allowed_by"] = [
+            {**a, "policy": f"resource:{service}"} if a.get("where") == "resource" else a for a in result.get("allowedBy") or []
+        ]
         if result["result"] != "Allowed":
             verdict.denials.append(Denial(bound, result["result"], result.get("closest") or result.get("errors")))
     verdict.judged = judged
@@ -139,7 +146,7 @@ class Rebinding:
 
 
 def _under(value: str, anchor: str) -> bool:
-    return value == anchor or (value.startswith(anchor) and (anchor.endswith("/") or value[len(anchor)] == "/"))
+    return value == anchor or (value.startswith(anchor) and (anchor.endswith("/") or value[len(anchor)] in "/:"))
 
 
 def _replace(value: str, pairs: list[tuple[str, str]]) -> str:

@@ -153,6 +153,9 @@ class Recorder:
         for action in ("sagemaker:ListPipelineExecutionSteps", "sagemaker:ListPipelineParametersForExecution"):
             self._add("plan_adoption", action, execution_arn, adopt, "why the previous execution failed, and its parameters")
         self._add("plan_adoption", start, pipeline, adopt, "starts the execution with the adopted data group")
+        log_stream = f"{self.ledger.binding.anchors.get('plan_adoption_log_group', '')}:log-stream:{execution}"
+        for action in ("logs:CreateLogStream", "logs:PutLogEvents"):
+            self._add("plan_adoption", action, log_stream, adopt, "the function's log (Lambda writes it as the function's role)")
 
     # -- jobs ------------------------------------------------------------------------------------------------------
     def create_job(self, kind: str, request: dict, job: str, step: str) -> str:

@@ -24,13 +24,22 @@ function closest(analysis) {
         s.principalMatch === 'Match' || s.principalMatch === undefined ? null : 'principal'].filter(Boolean)
       if (!best || misses.length < best.misses.length) {
         best = { misses, policy: s.policyId || 'resource policy', sid: s.explain?.identifier,
-          resources: (s.explain?.resources || []).map((r) => r.resource) }
+          resources: [].concat(s.explain?.resources || []).map((r) => r.resource) }
       }
     }
   }
   if (!best) return null
   const why = best.misses.includes('resource') ? `its resources ${best.resources.join(', ')} do not match` : `${best.misses.join(' and ')} does not match`
   return { policy: best.policy, sid: best.sid, why }
+}
+
+// the statements that allowed the request: identity policy statements, then resource policy statements
+function allowedBy(analysis) {
+  const found = []
+  for (const [section, where] of [[analysis?.identityAnalysis, 'identity'], [analysis?.resourceAnalysis, 'resource']]) {
+    for (const s of section?.allowStatements || []) found.push({ policy: s.policyId || where, sid: s.explain?.identifier, where })
+  }
+  return found
 }
 
 const results = []
@@ -40,9 +49,14 @@ for (const simulation of simulations) {
     results.push({ result: 'Error', errors: response.errors })
   } else if (response.resultType === 'single') {
     const analysis = response.result.analysis
-    results.push({ result: response.overallResult, closest: response.overallResult === 'Allowed' ? null : closest(analysis) })
-  } else {
-    results.push({ result: response.overallResult, closest: null })
+    results.push({
+      result: response.overallResult,
+      closest: response.overallResult === 'Allowed' ? null : closest(analysis),
+      allowedBy: allowedBy(analysis),
+    })
+  } else {  // a wildcard resource ("*" for an action with resource types): one analysis per resource pattern
+    const analyses = (response.results || []).map((r) => r.analysis)
+    results.push({ result: response.overallResult, closest: null, allowedBy: analyses.flatMap(allowedBy) })
   }
 }
 process.stdout.write(JSON.stringify(results))
