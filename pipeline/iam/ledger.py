@@ -242,13 +242,14 @@ class Recorder:
         self._add("job_role", operation, resource, step, "Evaluate reads the latest approved model")
 
     def notify(self, rule: str, step: str, why: str) -> None:
-        """EventBridge publishes a rule's event to the encrypted topic: sns:Publish under the topic policy, and the
-        KMS data key under the key policy, each scoped to the rule (aws:SourceArn) and the account."""
+        """EventBridge publishes a rule's event to the encrypted topic: sns:Publish under the topic policy, scoped to
+        the rule (aws:SourceArn) and the account, and the KMS data key under the key policy, whose requests carry no
+        source keys for EventBridge-to-encrypted-topic delivery (SNS Developer Guide, key management)."""
         anchors = self.ledger.binding.anchors
         source = {"aws:SourceArn": anchors[rule], "aws:SourceAccount": self._where["account"]}
         self._add("events", "sns:Publish", anchors["topic"], step, why, **source)
         for action in ("kms:GenerateDataKey", "kms:Decrypt"):
-            self._add("events", action, anchors["key"], step, why + " (the topic's key)", **source)
+            self._add("events", action, anchors["key"], step, why + " (the topic's key)")
 
     # -- what the service does for a job ---------------------------------------------------------------------------
     def training_job(self, request: dict, job: str, step: str, objects) -> None:  # noqa: ANN001 - storage.objects-like

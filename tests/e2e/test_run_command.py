@@ -24,7 +24,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pipeline.cli import main
 from pipeline.graph import resolve_parameters
+from pipeline.iam.judge import deployed_for, judge_files
+from pipeline.iam.permissions import BEGIN, END, markdown
 from tests.support.harness import marked_processes
 from tests.support.metrics import (
     PIXEL_BYTES,
@@ -32,6 +35,7 @@ from tests.support.metrics import (
     assert_every_sample_once_per_epoch,
     assert_the_evaluation_and_the_plan,
 )
+from tests.support.stacks import synthesised_once
 
 pytestmark = pytest.mark.e2e
 
@@ -228,6 +232,72 @@ def test_the_readme_run_trains_each_sample_once_per_epoch_on_both_layouts_and_ke
             assert log.rstrip().endswith(f"[data] {host.name}: all trainers stopped; exiting"), log[-3000:]
     assert_the_evaluation_and_the_plan(readme_run.execution_dir / "Evaluate", hetero, readme_run.execution_dir.name)
     assert (readme_run.store_dir / "price_performance.json").is_file()
+
+
+# the deploy options that change IAM, each synthesized once: what the default run of every framework must be allowed
+IAM_DEPLOYS = {
+    "cdk.json": {},
+    "fsx": {"hetero:fsx": True},
+    "network isolation": {"hetero:networkIsolation": True},
+    "plan adoption and mail": {"hetero:retrainAdoptsPlan": True, "hetero:notifyEmail": "ops@example.com"},
+    "code folder": {"hetero:codeDirs": ["tests/fixtures"]},
+}
+
+
+@pytest.fixture(scope="module")
+def iam_templates(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("iam-templates")
+    templates = {}
+    for name, overrides in IAM_DEPLOYS.items():
+        path = folder / f"{name.replace(' ', '-')}.template.json"
+        path.write_text(json.dumps(synthesised_once(tmp_path_factory, **overrides).template_json))
+        templates[name] = path
+    return templates
+
+
+def test_every_aws_call_of_the_readme_run_is_allowed_by_each_deployed_stack(readme_run, iam_templates, capsys):
+    """The run's call ledger (every call the deployed pipeline would make, by principal) judged by `hetero iam`
+    against the stack synthesized with each deploy option that changes IAM: nothing denied, every principal judged
+    where the template deploys it."""
+    assert readme_run.code == 0, readme_run.tail
+    ledger = json.loads((readme_run.execution_dir / "aws_calls.json").read_text())
+    by_principal = {}
+    for call in ledger["calls"]:
+        by_principal[call["principal"]] = by_principal.get(call["principal"], 0) + 1
+    print(f"{readme_run.framework}: calls per principal {by_principal}")
+    actions = {(c["principal"], c["action"]) for c in ledger["calls"]}
+    for expected in (
+        ("pipeline_role", "sagemaker:CreateTrainingJob"),
+        ("pipeline_role", "sagemaker:CreateProcessingJob"),
+        ("pipeline_role", "iam:PassRole"),
+        ("pipeline_role", "sagemaker:CreateModelPackage"),
+        ("pipeline_role", "s3:GetObject"),  # the property files Std:JsonGet reads
+        ("job_role", "s3:GetObject"),
+        ("job_role", "s3:PutObject"),
+        ("job_role", "ecr:BatchGetImage"),
+        ("job_role", "logs:PutLogEvents"),
+        ("events", "sns:Publish"),
+    ):
+        assert expected in actions, expected
+    for name, template in iam_templates.items():
+        assert main(["iam", str(readme_run.execution_dir), "--template", str(template)]) == 0, (name, capsys.readouterr().out)
+        last = capsys.readouterr().out.strip().splitlines()[-1]
+        assert re.fullmatch(r"\d+ calls, 0 denied", last), (name, last)
+
+
+def test_the_permissions_page_is_generated_from_the_stack_and_the_readme_run(readme_run, iam_templates):
+    """docs/deploy.md's Permissions section: what `hetero iam --markdown` makes of cdk.json's stack and the default
+    PyTorch run."""
+    if readme_run.framework != "pytorch":
+        pytest.skip("the page is made from the default framework's run")
+    ledger = readme_run.execution_dir / "aws_calls.json"
+    made = markdown(deployed_for(ledger, iam_templates["cdk.json"]), judge_files(ledger, iam_templates["cdk.json"]))
+    page = (ROOT / "docs" / "deploy.md").read_text()
+    begin, end = page.index(BEGIN), page.index(END) + len(END)
+    assert page[begin:end] == made, (
+        "docs/deploy.md's Permissions differ from the stack: run `make run`, `npx cdk synth -q` and paste "
+        "`hetero iam runs/<execution> --template cdk.out/HeteroTraining.template.json --markdown` over the section"
+    )
 
 
 def _role(host_dir: Path) -> str:
