@@ -162,7 +162,7 @@ class Recorder:
         """The pipeline role creates and polls a training or processing job and passes it the job role."""
         noun = "TrainingJob" if kind == "training-job" else "ProcessingJob"
         job_arn = self.arn(kind, job=job)
-        self._add("pipeline_role", f"sagemaker:Create{noun}", job_arn, step, "the step's job")
+        self._add("pipeline_role", f"sagemaker:Create{noun}", job_arn, step, "the step's job", **job_conditions(request))
         if request.get("Tags"):
             self._add("pipeline_role", "sagemaker:AddTags", job_arn, step, "tags given with the create request")
         self._add("pipeline_role", f"sagemaker:Describe{noun}", job_arn, step, "the pipeline polls the job until it ends")
@@ -228,7 +228,12 @@ class Recorder:
     # -- the registry and the notifications ------------------------------------------------------------------------
     def register(self, version: int, request: dict, step: str) -> None:
         package = self.arn("model-package", group=self.group, version=version)
-        self._add("pipeline_role", "sagemaker:CreateModelPackage", package, step, "registers the model")
+        conditions = {
+            f"sagemaker:CustomerMetadataProperties/{k}": str(v) for k, v in request.get("CustomerMetadataProperties", {}).items()
+        }
+        if "ModelApprovalStatus" in request:
+            conditions["sagemaker:ModelApprovalStatus"] = request["ModelApprovalStatus"]
+        self._add("pipeline_role", "sagemaker:CreateModelPackage", package, step, "registers the model", **conditions)
         if request.get("Tags"):
             self._add("pipeline_role", "sagemaker:AddTags", package, step, "tags given with the create request")
 
@@ -311,3 +316,37 @@ class Recorder:
                 self.put(to_uri(note["path"]), step, "step code writes the results store")
             else:
                 raise AssertionError(f"a step noted {operation!r}, which the ledger does not know")
+
+
+def job_conditions(request: dict) -> dict:
+    """The SageMaker condition keys a CreateTrainingJob / CreateProcessingJob request sets (Service Authorization
+    Reference, Amazon SageMaker AI: the actions' condition keys), as IAM sees them: lists, "true"/"false", numbers."""
+    resources = request.get("ResourceConfig") or request.get("ProcessingResources", {}).get("ClusterConfig", {})
+    groups = resources.get("InstanceGroups") or [resources]
+    conditions = {"sagemaker:InstanceTypes": sorted({g["InstanceType"] for g in groups if "InstanceType" in g})}
+    isolated = request.get("EnableNetworkIsolation", request.get("NetworkConfig", {}).get("EnableNetworkIsolation", False))
+    conditions["sagemaker:NetworkIsolation"] = str(bool(isolated)).lower()
+    encrypted = request.get(
+        "EnableInterContainerTrafficEncryption",
+        request.get("NetworkConfig", {}).get("EnableInterContainerTrafficEncryption", False),
+    )
+    conditions["sagemaker:InterContainerTrafficEncryption"] = str(bool(encrypted)).lower()
+    runtime = request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
+    if runtime is not None:
+        conditions["sagemaker:MaxRuntimeInSeconds"] = str(runtime)
+    vpc = request.get("VpcConfig") or request.get("NetworkConfig", {}).get("VpcConfig")
+    if vpc:
+        conditions["sagemaker:VpcSubnets"] = list(vpc.get("Subnets", []))
+        conditions["sagemaker:VpcSecurityGroupIds"] = list(vpc.get("SecurityGroupIds", []))
+    for channel in request.get("InputDataConfig", []):
+        fs = channel["DataSource"].get("FileSystemDataSource")
+        if fs:
+            conditions.update(
+                {
+                    "sagemaker:FileSystemId": fs["FileSystemId"],
+                    "sagemaker:FileSystemType": fs["FileSystemType"],
+                    "sagemaker:FileSystemAccessMode": fs["FileSystemAccessMode"],
+                    "sagemaker:FileSystemDirectoryPath": fs["DirectoryPath"],
+                }
+            )
+    return conditions

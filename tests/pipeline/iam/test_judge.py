@@ -162,3 +162,24 @@ def test_the_template_resolves_for_the_ledgers_account_and_finds_each_principal(
     assert deployed.principals["job_role"].arn == deployed.anchors["job_role"]
     names = {p["name"] for p in deployed.identity_policies("pipeline_role")}
     assert len(names) == 1 and names.pop().startswith("PipelineRolePolicy")
+
+
+def test_the_condition_keys_a_job_request_sets_are_judged(template):
+    """An organisation's guard rail (no job without network isolation) denies Shard's job: the request's
+    sagemaker:NetworkIsolation reaches the evaluator."""
+    guarded = copy.deepcopy(template)
+    for resource in guarded["Resources"].values():
+        if resource["Type"] == "AWS::IAM::Policy" and resource["Properties"]["PolicyName"] == "PipelineAccess":
+            resource["Properties"]["PolicyDocument"]["Statement"].append(
+                {
+                    "Sid": "OnlyIsolatedJobs",
+                    "Effect": "Deny",
+                    "Action": "sagemaker:CreateProcessingJob",
+                    "Resource": "*",
+                    "Condition": {"Bool": {"sagemaker:NetworkIsolation": "false"}},
+                }
+            )
+    verdict = judge(_ledger(), _deployed(guarded))
+    (denied,) = verdict.denials
+    assert denied.call["action"] == "sagemaker:CreateProcessingJob" and denied.result == "ExplicitlyDenied"
+    assert "statement 'OnlyIsolatedJobs' (explicit deny)" in denied.line()
