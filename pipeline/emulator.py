@@ -12,10 +12,11 @@ the host's own copy in the ``code`` channel), and empty ``model/`` and ``output/
 ``EnableNetworkIsolation`` that names an s3:// location the container would fetch at run time is
 refused before any host starts (`pipeline.isolation`).
 Host names algo-N are dealt randomly across groups, as SageMaker does. Each host is one
-process (its own session, so its DataLoader workers go with it) with ``SAGEMAKER_BASE_DIR``
-set, the request's ``Environment``, its own loopback address (127.X.Y.N, one /24 per job, so
-fixed ports never collide across jobs) and optionally its own CPU set, standing in for its
-instance's vCPUs.
+process (its own session, so its DataLoader workers go with it) with the environment its container would have and
+none of the caller's (`pipeline.container_env`: the image's ENV, the request's ``Environment``, SageMaker's variables,
+then the twin's own, ``SAGEMAKER_BASE_DIR`` among them, and ``extra_env``), its own loopback address (127.X.Y.N, one
+/24 per job, so fixed ports never collide across jobs) and optionally its own CPU set, standing in for its instance's
+vCPUs.
 
 ``CheckpointConfig`` works as in SageMaker: its ``S3Uri`` is copied into every host's ``LocalPath``
 (``/opt/ml/checkpoints``, under the host's folder) when the job starts, and what the hosts wrote
@@ -65,19 +66,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline import image_guard, storage, volumes
-from pipeline.image_guard import pip_into
+from pipeline.container_env import training_host_env
 from pipeline.isolation import refuse_s3_fetches
 from pipeline.sessions import kill_session
 from steps.common.errors import UserError
-from steps.contract import (
-    CHECKPOINT_LOCAL_PATH,
-    CODE_CHANNEL,
-    DATA_GROUP,
-    EMULATED_HOST_ENV,
-    FAILURE_FILE,
-    HOSTS_FILE_ENV,
-    SHARDED,
-)
+from steps.contract import CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, DATA_GROUP, FAILURE_FILE, SHARDED
 
 HOMOGENEOUS_GROUP = "homogeneousCluster"  # the group SageMaker names when a request has no InstanceGroups
 CONTAINER_ROOT = "/opt/ml/"  # what a host's base folder stands for
@@ -225,6 +218,8 @@ class EmulatedJob:
     image_guard: bool = True  # each host imports only its image's packages (pipeline.image_guard)
     volume_scale: float | None = 1.0  # a GB of a host's volume is this many GiB here (`pipeline.volumes`; None: not enforced)
     echo: Callable[[str], None] = print  # the emulator's own lines
+    region: str = "us-east-1"  # where the job runs (its hosts' AWS_REGION, TRAINING_JOB_ARN): the local runner's
+    extra_env: dict | None = None  # variables the twin gives every host for itself (the call ledger's notes file)
     hosts: list[Host] = field(default_factory=list)
     interruptions: int = 0
     interrupted: dict | None = None
@@ -408,7 +403,6 @@ class EmulatedJob:
     def start(self) -> None:
         if not self.hosts:
             self.prepare()
-        base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_"))}
         program = self.hyperparameters.get("sagemaker_program", "")
         guard = self._image_guard()
         self._mount_volumes()
@@ -424,20 +418,18 @@ class EmulatedJob:
             # code as shipped (the toolkit runs the program from /opt/ml/code) and what the code's requirements.txt
             # installed; never the caller's folder or PYTHONPATH
             packages = self.job_dir / SITE_PACKAGES / host.name
-            pythonpath = os.pathsep.join(filter(None, [guard, str(code), str(packages)]))
-            env = {
-                **base_env,
-                **self.environment,
-                "SAGEMAKER_BASE_DIR": str(host.base_dir),
-                HOSTS_FILE_ENV: str(self.job_dir / "hosts"),
-                EMULATED_HOST_ENV: "1",
-                "TRAINING_JOB_NAME": self.name,
-                "PYTHONUNBUFFERED": "1",
-                "PYTHONPATH": pythonpath,
-                **pip_into(packages),
-            }
             host.temp_dir = Path(tempfile.mkdtemp(prefix="hetero-"))  # short: Ray puts unix sockets under it
-            env["TMPDIR"] = str(host.temp_dir)
+            env = training_host_env(
+                request=self.request,
+                job_name=self.name,
+                region=self.region,
+                base_dir=host.base_dir,
+                hosts_file=self.job_dir / "hosts",
+                pythonpath=[guard, str(code), str(packages)],
+                site_packages=packages,
+                temp_dir=host.temp_dir,
+                extra_env=self.extra_env,
+            )
             cpus = host.group.cpus
 
             def enter(cpus=cpus, cwd=str(code)) -> None:  # in the host's process, before it executes

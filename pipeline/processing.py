@@ -7,7 +7,9 @@ The container's ``/opt/ml`` is a folder of the job (``<job_dir>/opt/ml``): each
 and each output's ``LocalPath`` is uploaded to its ``S3Uri`` when the job succeeds
 (``S3UploadMode=EndOfJob``). A request with ``NetworkConfig.EnableNetworkIsolation`` whose
 entry point, arguments or environment name an s3:// location (which the script would fetch
-itself) is refused before the job starts (`pipeline.isolation`).
+itself) is refused before the job starts (`pipeline.isolation`). The job's process starts with the environment its
+container would have and none of the caller's (`pipeline.container_env`: the image's ENV, the request's ``Environment``,
+then the twin's own and ``extra_env``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import image_guard, storage
+from pipeline.container_env import processing_env
 from pipeline.isolation import refuse_s3_fetches
 from pipeline.sessions import kill_session
 from steps.contract import FAILURE_FILE
@@ -52,7 +55,9 @@ def run_processing_job(
     echo: Callable[[str], None] = print,
     timeout_s: float | None = None,
     guard_imports: bool = True,
+    extra_env: dict | None = None,
 ) -> ProcessingResult:
+    """``extra_env``: variables the twin gives the job for itself (the call ledger's notes file)."""
     if request.get("NetworkConfig", {}).get("EnableNetworkIsolation"):
         app = request.get("AppSpecification", {})
         refuse_s3_fetches(
@@ -79,15 +84,8 @@ def run_processing_job(
     shim = bin_dir / "python3"
     shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')  # keeps a virtualenv's packages
     shim.chmod(0o755)
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_"))},
-        **request.get("Environment", {}),
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYTHONUNBUFFERED": "1",
-        "PROCESSING_JOB_NAME": name,
-    }
     guard = image_guard.guard_path(app.get("ImageUri", ""), job_dir / ".image", enabled=guard_imports, echo=echo)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [guard, env.get("PYTHONPATH")]))  # only the image's packages
+    env = processing_env(request=request, bin_dir=bin_dir, guard=guard, extra_env=extra_env)
     limit = request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
     log = job_dir / "job.log"
     code = _run(command, cwd=job_dir, env=env, log=log, echo=echo, timeout_s=min(filter(None, [limit, timeout_s]), default=None))

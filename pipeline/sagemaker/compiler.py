@@ -158,6 +158,8 @@ class Compiler:
             args += ["--store", f"s3://{self.s.bucket}/{self.s.prefix}/{RESULTS_FOLDER}"]
         if step.registry:
             args += ["--registry", model_registry(self.s)]
+        if step.results_store or step.registry:  # its AWS clients' region: a processing container's environment names none
+            args += ["--region", self.s.region]
         outputs = [
             ProcessingOutput(
                 output_name="output",

@@ -239,11 +239,13 @@ def evaluate(
     registry: str | None = None,
     improvement_threshold: float = -1.0,
     approve_margin: float = -1.0,
+    region: str | None = None,
 ) -> dict:
     """Write price_performance.json to ``output`` (and to the store if given), and the register step's
     model_metrics.json (`steps.evaluate.registration`: ``registry`` is read for automatic approval); return the first.
     With ``pipeline_name``, also print its figures as one embedded-metric-format line (`steps.evaluate.emf`):
-    CloudWatch metrics of that pipeline once the line reaches CloudWatch Logs."""
+    CloudWatch metrics of that pipeline once the line reaches CloudWatch Logs. ``region``: where the S3 store and the
+    SageMaker registry are (the pipeline's region; None: the AWS environment's)."""
     if execution_id is not None:
         validate_execution_id(execution_id)
     if store_uri and execution_id is None:
@@ -256,14 +258,14 @@ def evaluate(
     write_json_atomic(Path(output) / PLAN_FILE, plan)
     write_json_atomic(Path(output) / PRICE_PERFORMANCE_FILE, doc)
     model_metrics = write_model_metrics(
-        Path(output), doc, plan, registry=registry, threshold=improvement_threshold, margin=approve_margin
+        Path(output), doc, plan, registry=registry, threshold=improvement_threshold, margin=approve_margin, region=region
     )
     print(summary_line(doc), flush=True)
     print(f"plan for the next run: {plan['reason']}", flush=True)
     if pipeline_name:
         evaluated_ms = int(datetime.fromisoformat(doc["evaluated_at"]).timestamp() * 1000)
         print(json.dumps(emf_document(doc, pipeline_name=pipeline_name, timestamp_ms=evaluated_ms)), flush=True)
-    store = open_store(store_uri) if store_uri else None
+    store = open_store(store_uri, region=region) if store_uri else None
     report = _report(doc, plan, hetero_metrics, baseline_metrics, history(store, doc) if store else [doc])
     if report is not None:
         (Path(output) / REPORT_FILE).write_text(report, encoding="utf-8")
@@ -350,6 +352,12 @@ def build_parser() -> StepArgumentParser:
         help="model registry read for automatic approval: sagemaker://<model package group>, file:///dir or a path",
     )
     parser.add_argument(
+        "--region",
+        default=None,
+        help="AWS region of an s3:// store and a sagemaker:// registry: the pipeline's (a processing container's "
+        "environment names none); default: the AWS environment's",
+    )
+    parser.add_argument(
         "--improvement-threshold", type=float, default=-1.0, help="ImprovementThreshold: approval needs it met (-1: none)"
     )
     parser.add_argument(
@@ -382,6 +390,7 @@ def _step(args) -> None:
         registry=args.registry,
         improvement_threshold=args.improvement_threshold,
         approve_margin=args.approve_margin,
+        region=args.region,
     )
 
 

@@ -92,10 +92,18 @@ STAND_IN = {
 
 
 def write_model_metrics(
-    output: Path, price_performance: dict, plan: dict, *, registry: str | None, threshold: float, margin: float
+    output: Path,
+    price_performance: dict,
+    plan: dict,
+    *,
+    registry: str | None,
+    threshold: float,
+    margin: float,
+    region: str | None = None,
 ) -> dict:
-    """Decide the approval (reading the registry only when automatic approval is on) and write MODEL_METRICS_FILE."""
-    latest = open_registry(registry).latest_approved() if registry and margin >= 0 else None
+    """Decide the approval (reading the registry, in ``region``, only when automatic approval is on) and write
+    MODEL_METRICS_FILE."""
+    latest = open_registry(registry, region=region).latest_approved() if registry and margin >= 0 else None
     status, reason = approval(
         accuracy=price_performance["runs"]["heterogeneous"].get("accuracy"),
         improvement=price_performance.get("improvement"),

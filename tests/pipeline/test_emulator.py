@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from pipeline import storage
+from pipeline.container_env import SERVICE, TWIN, image_env
 from pipeline.emulator import EmulatedJob
+from pipeline.local import LOCAL_REGION
 from steps.common.errors import UserError
 from steps.contract import SHARDED
 from tests.support.harness import s3_channel, training_request
@@ -271,3 +273,48 @@ def test_hosts_that_ended_together_are_described_by_the_cause_not_the_peer_that_
         result = job.wait()
     trainer = next(h for h in job.hosts if h.role == "trainer")
     assert result.failure.startswith(f"step job: host {trainer.name} (dnn_group, trainer) was killed by signal 9"), result.failure
+
+
+def test_an_emulated_job_runs_in_the_local_runners_region_unless_told():
+    assert EmulatedJob.region == LOCAL_REGION
+
+
+ENVIRONMENT_SCRIPT = """
+import json, os, pathlib
+pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"], "output", "environment.json").write_text(json.dumps(dict(os.environ)))
+"""
+
+
+def test_a_host_starts_with_its_containers_environment_and_nothing_of_the_callers(tmp_path, shards, monkeypatch):
+    """The caller's shell reaches no host (a variable only it has, its AWS region); each host has its image's ENV, the
+    request's Environment, what SageMaker sets in a training container and the twin's own, and nothing else."""
+    monkeypatch.setenv("HETERO_CALLER_ONLY", "1")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
+    job = _script_job(tmp_path, shards, ENVIRONMENT_SCRIPT)
+    job.image_guard, job.region, job.extra_env = False, "eu-west-1", {"HETERO_TWIN_EXTRA": "x"}
+    job.request["Environment"] = {"FROM_REQUEST": "yes"}
+    with job:
+        job.start()
+        result = job.wait()
+    assert result.ok, result.failure
+    image = image_env(job.request["AlgorithmSpecification"]["TrainingImage"])  # the PyTorch GPU training DLC
+    explained = set(image) | {"FROM_REQUEST", "HETERO_TWIN_EXTRA"} | {v.name for v in SERVICE} | {a.name for a in TWIN}
+    for host in job.hosts:
+        env = json.loads((host.base_dir / "output" / "environment.json").read_text())
+        assert "HETERO_CALLER_ONLY" not in env and "AWS_DEFAULT_REGION" not in env
+        assert set(env) <= explained, sorted(set(env) - explained)
+        assert {k: env[k] for k in ("SAGEMAKER_TRAINING_MODULE", "DLC_CONTAINER_TYPE", "LC_ALL", "CUDA_HOME")} == {
+            "SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main",
+            "DLC_CONTAINER_TYPE": "training",
+            "LC_ALL": "C.UTF-8",
+            "CUDA_HOME": "/usr/local/cuda",
+        }
+        assert {k: env[k] for k in ("TRAINING_JOB_NAME", "TRAINING_JOB_ARN", "AWS_REGION")} == {
+            "TRAINING_JOB_NAME": "job",
+            "TRAINING_JOB_ARN": "arn:aws:sagemaker:eu-west-1:000000000000:training-job/job",
+            "AWS_REGION": "eu-west-1",
+        }
+        assert env["FROM_REQUEST"] == "yes" and env["HETERO_TWIN_EXTRA"] == "x"
+        assert env["SAGEMAKER_BASE_DIR"] == str(host.base_dir) and env["TMPDIR"] == str(host.temp_dir)
+        # this machine's Python first, then the image's PATH; none of the image's library folders
+        assert env["PATH"] == f"{Path(sys.executable).parent}:{image['PATH']}" and "LD_LIBRARY_PATH" not in env

@@ -326,6 +326,25 @@ def test_script_writes_to_s3_store(tmp_path, aws_env):
     assert round(json.loads(body.read())["improvement"] * 100) == 46
 
 
+def test_evaluate_builds_its_aws_clients_in_the_region_it_is_given(tmp_path, aws_env, monkeypatch):
+    """A processing container's environment names no region: the results store's and the model registry's clients are
+    built in the pipeline's, which the compiled step passes as --region."""
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name)
+    boto3.client("s3", region_name="eu-west-1").create_bucket(
+        Bucket="evals", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"}
+    )
+    made, client = [], boto3.client
+    monkeypatch.setattr(
+        boto3, "client", lambda service, **kw: made.append((service, kw.get("region_name"))) or client(service, **kw)
+    )
+    write_json(tmp_path / "h" / "metrics.json", metrics())
+    argv = ["--heterogeneous", tmp_path / "h", "--output", tmp_path / "out", "--execution-id", "exec-1"]
+    argv += ["--store", "s3://evals/results", "--registry", "sagemaker://hetero-models", "--approve-margin", "0"]
+    assert ev.main([*map(str, argv), "--region", "eu-west-1"]) == 0
+    assert sorted(set(made)) == [("s3", "eu-west-1"), ("sagemaker", "eu-west-1")]
+
+
 def test_step_modules_have_no_import_time_effects(tmp_path):
     code = (
         "import os, sys; before = set(os.listdir('.')); env = dict(os.environ)\n"
