@@ -11,9 +11,16 @@ from steps.evaluate.catalogue import load_catalogue
 from steps.evaluate.errors import DocumentNotFound
 from steps.evaluate.evaluate import history
 from steps.evaluate.metrics import load_metrics, validate_metrics
-from steps.evaluate.plan import FILL_PRICES, MAX_TRAINERS, plan_document
-from steps.evaluate.planner import Inputs
-from steps.evaluate.prices import load_prices
+from steps.evaluate.plan import (
+    APPLICABLE_PLAN_VERSIONS,
+    FILL_PRICES,
+    MAX_TRAINERS,
+    bound_text,
+    plan_document,
+    ran_on_text,
+)
+from steps.evaluate.planner import REAL_VCPUS, Inputs
+from steps.evaluate.prices import load_prices, price_lines
 from steps.evaluate.registry import EXECUTION_KEY, LocalRegistry, metric, open_registry
 from steps.evaluate.report import report_html
 from steps.evaluate.space import Run, check_one_workload
@@ -95,6 +102,14 @@ def stored_plan_parameters(results: str, execution_id: str, fallback: int = 0) -
         ) from None
     if plan.get("recommendation") is None:
         raise UserError(f"execution {execution_id} has no plan to apply: {plan.get('reason')}", headline="no plan")
+    if plan.get("schema_version") not in APPLICABLE_PLAN_VERSIONS:
+        raise UserError(
+            f"execution {execution_id}'s {PLAN_FILE} has schema version {plan.get('schema_version')}; plans of version "
+            f"{' and '.join(map(str, APPLICABLE_PLAN_VERSIONS))} are applied (an older one does not state its basis: its "
+            "rows may compare an emulated run's measurement with predictions at the types' vCPUs); run the pipeline "
+            "again for a current plan, or pass the parameters with --param",
+            headline="old plan",
+        )
     candidates = plan_candidates(plan)
     if not 0 <= fallback < len(candidates):
         shown = "; ".join(f"{i}: {_candidate_text(c)}" for i, c in enumerate(candidates))
@@ -115,9 +130,10 @@ def stored_plan_parameters(results: str, execution_id: str, fallback: int = 0) -
 
 def plan_candidates(plan: dict) -> list[dict | None]:
     """The pipeline parameters of the plan's candidates in order: its ``fallbacks`` (the recommendation first, then
-    the next cheapest adequate ones of another type), or the recommendation alone; None: a candidate with no data
-    group. The plan-adopting function (infra/functions/adopt_plan, which runs without this package) reads them alike."""
-    fallbacks = plan.get("fallbacks")
+    the next cheapest adequate ones of another type) at the types' own vCPUs, or the recommendation alone; None: a
+    candidate with no data group. The plan-adopting function (infra/functions/adopt_plan, which runs without this
+    package) reads them alike."""
+    fallbacks = [c for c in plan.get("fallbacks") or [] if c.get("basis", REAL_VCPUS) == REAL_VCPUS]
     if not fallbacks:
         return [plan.get("parameters")]
     return [_candidate_parameters(plan, c) for c in fallbacks]
@@ -143,44 +159,73 @@ def _candidate_text(params: dict | None) -> str:
 
 
 def render_plan(plan: dict) -> str:
-    """The frontier, most samples per dollar first, each row's rate measured (by which run) or predicted, and the
-    fallbacks."""
+    """The basis, the prices' sources and dates, the frontier (most samples per dollar first, each row's rate measured
+    by which run or predicted), each run as it ran beside its measurement, and the fallbacks."""
     if plan.get("recommendation") is None:
         return "\n".join([f"no plan: {plan['reason']}", *_unpriced_lines(plan)])
-    rows = [("cluster", "samples/s", "rate", "bound by", "GPU busy", "$/h", "$/epoch", "samples per $")]
     shown = sorted(plan["frontier"], key=lambda p: -p["samples_per_dollar"])
-    shown += [{**plan["current"], "this_run": True}] if plan.get("current") else []
+    dated = len({p.get("price_as_of") for p in shown}) > 1
+    head = ("cluster", "samples/s", "rate", "bound by", "GPU busy", "$/h", "$/epoch", "samples per $")
+    rows = []
     for p in shown:
         rate = f"{p.get('rate_source', 'predicted')} ({p['run']})" if p.get("run") else p.get("rate_source", "predicted")
-        if p.get("this_run"):
-            rate = f"predicted; {p['measured_samples_per_second']:,.0f} measured"
-        rows.append(
-            (
-                _cluster(p) + (" (this run)" if p.get("this_run") else ""),
-                f"{p['samples_per_second']:,.0f}",
-                rate,
-                p["bottleneck"],
-                f"{p['gpu_busy_share']:.0%}",
-                f"{p['cluster_price_per_hour']:.3f}",
-                f"{p['cost_per_epoch']:.4f}",
-                f"{p['samples_per_dollar']:,.0f}",
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    table = ["  ".join(c.ljust(w) if i in (0, 2, 3) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
-    table.insert(1, "  ".join("-" * w for w in widths))
+        row = (_cluster(p), f"{p['samples_per_second']:,.0f}", rate, bound_text(p), f"{p['gpu_busy_share']:.0%}")
+        row += (f"{p['cluster_price_per_hour']:.3f}", f"{p['cost_per_epoch']:.4f}", f"{p['samples_per_dollar']:,.0f}")
+        rows.append(row + ((p.get("price_as_of") or "undated",) if dated else ()))
     lines = [
         f"plan: {plan['reason']}",
+        f"basis: {_basis_text(plan)}",
+        *_price_lines(plan),
         f"cost/throughput frontier ({plan['epoch_samples']:,} samples per epoch; runs: "
         f"{', '.join(r['source'] for r in plan.get('runs', []))}):",
-        *table,
+        *_table([head + (("prices as of",) if dated else ()), *rows], left=(0, 2, 3)),
     ]
+    ran = plan.get("measured") or ([plan["current"]] if plan.get("current") else [])
+    if ran:
+        lines.append("as the runs ran (the model against each measurement; not candidates):")
+        head = ("cluster", "run", "on", "predicted", "bound by", "measured", "error")
+        lines += _table([head, *(_ran_row(r) for r in ran)], left=(0, 1, 2, 4))
     notes = list(plan.get("notes", [])) + sorted({n for p in plan["frontier"] for n in p.get("notes", [])})
     lines += [f"note: {n}" for n in notes]
     lines += [f"fallback {i}: {_cluster(p)}" for i, p in enumerate(plan.get("fallbacks", [])[1:], 1)]
     if plan.get("parameters"):
         lines.append("apply: " + " ".join(f"--param {k}={v}" for k, v in plan["parameters"].items()))
     return "\n".join(lines + _unpriced_lines(plan))
+
+
+def _table(rows: list[tuple], left: tuple[int, ...]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    table = ["  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    table.insert(1, "  ".join("-" * w for w in widths))
+    return table
+
+
+def _ran_row(r: dict) -> tuple:
+    return (
+        _cluster(r),
+        r.get("run", ""),
+        ran_on_text(r),
+        f"{r['samples_per_second']:,.0f}",
+        r["bottleneck"],
+        f"{r['measured_samples_per_second']:,.0f}",
+        f"{r['model_error']:+.1%}",
+    )
+
+
+def _basis_text(plan: dict) -> str:
+    basis = plan.get("basis")
+    if basis is None:
+        return (
+            f"not stated (a plan of schema version {plan.get('schema_version')}: a run's measured rate may stand beside "
+            "predictions at the types' vCPUs; `hetero plan` of its execution makes a current one)"
+        )
+    return basis["text"]
+
+
+def _price_lines(plan: dict) -> list[str]:
+    """Each price source with its date and the plan's types it priced; one warning when a price is over a year old."""
+    used = {t for c in plan.get("candidates", []) for t in (c["trainer"], c["data"]) if t}
+    return price_lines(plan.get("prices") or {}, used or None)
 
 
 def _unpriced_lines(plan: dict) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from steps.evaluate.prices import price_lines
 from steps.train.core.precision import precision_label
 
 
@@ -45,8 +46,8 @@ def render(price_performance: dict) -> str:
     bottleneck = (runs.get("heterogeneous") or {}).get("bottleneck")
     if bottleneck:
         lines.append(f"heterogeneous run {bottleneck['label']}: {bottleneck['reason']}")
-    prices = price_performance.get("prices", {})
-    lines.append(f"prices: {prices.get('region', '?')} on-demand, {prices.get('source', '?')} (as of {prices.get('as_of', '?')})")
+    used = {g["instance_type"] for n in names for g in runs[n]["instance_groups"]}
+    lines += price_lines(price_performance.get("prices", {}), used)
     return "\n".join(lines)
 
 

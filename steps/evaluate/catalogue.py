@@ -14,7 +14,7 @@ from pathlib import Path
 
 from steps.common.errors import UserError
 from steps.evaluate.planner import InstanceType
-from steps.evaluate.prices import PriceTable
+from steps.evaluate.prices import UNDATED, PriceTable
 
 BUNDLED_CATALOGUE = Path(__file__).with_name("catalogue.json")
 
@@ -54,7 +54,17 @@ class Catalogue:
         price = prices.usd_per_hour.get(name)
         if price is None:
             return None
-        return InstanceType(name, spec.vcpus, float(price), spec.network_gbps, spec.gpus, spec.network_burst, spec.gpu_model)
+        as_of = prices.origin(name).as_of
+        return InstanceType(
+            name,
+            spec.vcpus,
+            float(price),
+            spec.network_gbps,
+            spec.gpus,
+            spec.network_burst,
+            spec.gpu_model,
+            price_as_of=None if as_of == UNDATED else as_of,
+        )
 
     def cpu_types(self) -> list[Spec]:
         return [s for s in self.specs.values() if s.gpus == 0]

@@ -6,30 +6,42 @@ candidates (`steps.evaluate.space`) are, for each GPU model a run measured, ever
 GPU at 1..`MAX_TRAINERS` hosts, homogeneous or fed by 1..`MAX_DATA_HOSTS` hosts of each priced CPU type.
 The recommendation is the cheapest per epoch among those within 95% of the best rate; ``fallbacks`` are it
 and the next two on another instance type; ``parameters`` are the pipeline parameters that start it
-(``hetero start --apply-plan``). The plan also predicts the run it was made from, so the model's error on
-a configuration it has seen is stated beside its advice.
+(``hetero start --apply-plan``). The plan also predicts each run it was made from as it ran (``measured``;
+``current`` is the first), so the model's error on a configuration it has seen is stated beside its advice.
+
+One basis per table (``basis``): every candidate, the pick, the fallbacks and the frontier are at the
+instance types' own vCPUs. A run emulated on fewer CPUs (the local runner) measured another machine: its
+cluster is predicted at the types' vCPUs like every other, and only its ``measured`` row is at the CPUs
+it ran on. Each price's source and date are in ``prices`` (each row: ``price_as_of``, its oldest).
+
+Schema versions: 3 states the basis, ``measured``, each row's ``basis``, ``measured_gap`` and
+``price_as_of``, and the prices' sources; a plan of version 2 is shown but not applied (its rows may
+compare an emulated measurement with real-vCPU predictions).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 from steps.common.errors import UserError
 from steps.evaluate.catalogue import Catalogue
 from steps.evaluate.planner import (
     ENOUGH_THROUGHPUT,
-    AllReduce,
+    MEASURED,
+    REAL_VCPUS,
+    STAGE_MATCH,
+    TIE_SHARE,
     Inputs,
     fallbacks,
     frontier,
-    predict,
     profile_from_metrics,
     recommend,
 )
 from steps.evaluate.prices import PriceTable
 from steps.evaluate.space import Run, check_one_workload, plan_space
 
-PLAN_SCHEMA_VERSION = 2
+PLAN_SCHEMA_VERSION = 3  # 3: one basis (``basis``), ``measured``, rows' basis/measured_gap/price_as_of, price sources
+APPLICABLE_PLAN_VERSIONS = (3,)  # a plan of another version is shown, never applied (pipeline/plan_view.py, adopt_plan)
 MEASURED_BASELINE = "measured: this execution's baseline trained on the same trainer group"
 MAX_DATA_HOSTS = 16
 FILL_PRICES = "`hetero prices refresh` writes a price file with every training type's price; pass it with --prices FILE"
@@ -59,6 +71,8 @@ def plan_document(
         "prices": prices.describe(),
         "catalogue": catalogue.describe(),
         "enough_throughput": ENOUGH_THROUGHPUT,
+        "tie_share": TIE_SHARE,
+        "stage_match": STAGE_MATCH,
         "inputs": asdict(inputs),
         "recommendation": None,
         "parameters": None,
@@ -87,21 +101,22 @@ def _plan(runs: list[Run], prices: PriceTable, catalogue: Catalogue, inputs: Inp
     if trainer is None:
         raise UserError(f"no price for the trainer type {dnn['instance_type']}: {FILL_PRICES}")
     epoch_samples = max(1, round(metrics.get("samples_seen", 0) / max(metrics.get("epochs", 1), 1)))
-    found, skipped = plan_space(
+    found, notes, ran = plan_space(
         runs, catalogue, prices, epoch_samples=epoch_samples, max_trainers=max_trainers, max_data=MAX_DATA_HOSTS, inputs=inputs
     )
     # adequate: what the measured trainer group would do fed well enough; any cluster that reaches it may be cheaper
     own = [p.samples_per_second for p in found if (p.trainer, p.trainers) == (trainer.name, dnn["count"])]
     target = ENOUGH_THROUGHPUT * max(own)
     pick = recommend(found, target)
-    current, notes = _current(metrics, profile, trainer, dnn, data, catalogue, prices, epoch_samples, inputs)
-    notes += skipped
+    current = ran.get(first.source)
     return {
+        "basis": _basis(runs, catalogue),
         "profile": asdict(profile),
-        "runs": [{"source": r.source, "cluster": list(r.cluster)} for r in runs],
+        "runs": [{"source": r.source, "cluster": list(r.cluster), "cpus": r.ran_on()} for r in runs],
         "epoch_samples": epoch_samples,
         "trainer": {"instance_type": trainer.name, "count": dnn["count"]},
         "current": current,
+        "measured": [ran[r.source] for r in runs if r.source in ran],
         "recommendation": pick.as_dict(),
         "parameters": _parameters(pick),
         "reason": _reason(pick, current),
@@ -113,38 +128,20 @@ def _plan(runs: list[Run], prices: PriceTable, catalogue: Catalogue, inputs: Inp
     }
 
 
-def _current(metrics, profile, trainer, dnn, data, catalogue, prices, epoch_samples, inputs) -> tuple[dict | None, list]:
-    """The run as it ran, predicted, beside what it measured: the model's error on a cluster it has seen."""
-    current_type = catalogue.priced(data["instance_type"], prices)
-    notes = []
-    ran_on = sorted({h["cpus"] for h in metrics.get("data_hosts") or []})
-    if current_type is not None and ran_on and ran_on != [current_type.vcpus]:
-        # an emulated run: its hosts had fewer CPUs than the type; the model predicts the run as it ran
-        notes.append(
-            f"the data hosts ran on {'/'.join(map(str, ran_on))} CPU(s), not the {current_type.vcpus} vCPUs of "
-            f"{current_type.name} (an emulated run): candidates scale the measured per-CPU rate to each type's vCPUs"
+def _basis(runs: list[Run], catalogue: Catalogue) -> dict:
+    """What every row's rate is for, stated once: the types' own vCPUs; which runs were emulated, and where they
+    show as they ran."""
+    emulated = [r for r in runs if r.emulated(catalogue)]
+    text = "every row at the instance types' own vCPUs"
+    if emulated:
+        names = " and ".join(r.source for r in emulated)
+        text += (
+            f", predicted: {names} ran emulated on fewer CPUs (notes), so their clusters are predicted there like every "
+            "other; as they ran, they are shown under measured only, beside what they measured (the model's error)"
         )
-        current_type = replace(current_type, vcpus=ran_on[0])
-    if current_type is None:
-        return None, notes
-    # as it ran: with the decode workers its trainers ran beside their loop (hybrid decode), if any
-    predicted = predict(
-        replace(profile, trainers=1, trainer_gpus=trainer.gpus or 1),
-        trainer,
-        dnn["count"],
-        current_type,
-        data["count"],
-        epoch_samples,
-        spare=profile.local_workers,
-        inputs=inputs,
-        allreduce=AllReduce(0.0, max(dnn["count"], 2), "all-reduce as measured in this run's step"),
-    )
-    current = {
-        **predicted.as_dict(),
-        "measured_samples_per_second": metrics["samples_per_second"],
-        "model_error": predicted.samples_per_second / metrics["samples_per_second"] - 1,
-    }
-    return current, notes
+    else:
+        text += ": the runs' own clusters as measured, the rest predicted"
+    return {"rows": REAL_VCPUS, "emulated_runs": [r.source for r in emulated], "text": text}
 
 
 def unpriced_types(prices: PriceTable, catalogue: Catalogue) -> list[str]:
@@ -164,6 +161,24 @@ def _parameters(pick) -> dict | None:
     }
 
 
+def bound_text(p: dict) -> str:
+    """What sets a row's rate: its stage, or for a measured rate no stage explains, the gap to the slowest."""
+    if p["bottleneck"] != MEASURED:
+        return p["bottleneck"]
+    slowest = min(p["stage_rates"], key=p["stage_rates"].get)
+    return f"measured, {p['measured_gap']:+.0%} vs {slowest}"
+
+
+def ran_on_text(row: dict) -> str:
+    """The CPUs a ``measured`` row is predicted for: its types' vCPUs, or an emulated run's, e.g. ``trainer 1 CPU,
+    data 1 CPU``; ``not stated`` in a plan of schema version 2."""
+    if "basis" not in row:
+        return "not stated"
+    if row["basis"] == REAL_VCPUS:
+        return "its vCPUs"
+    return ", ".join(f"{role} {n} CPU" for role, n in (row.get("cpus") or {}).items())
+
+
 def _reason(pick, current: dict | None) -> str:
     if pick.data is not None:
         what = f"{pick.trainers} x {pick.trainer} fed by {pick.data_count} x {pick.data}"
@@ -172,12 +187,20 @@ def _reason(pick, current: dict | None) -> str:
     else:
         what = f"stay homogeneous on {pick.trainers} x {pick.trainer}: the trainers' own vCPUs decode fast enough"
     line = (
-        f"{what}: {pick.samples_per_second:,.0f} samples/s {pick.rate_source} ({pick.bottleneck}-bound), "
-        f"${pick.cluster_price_per_hour:.3f}/h, ${pick.cost_per_epoch:.4f} per epoch"
+        f"{what}: {pick.samples_per_second:,.0f} samples/s {pick.rate_source} at the types' vCPUs "
+        f"({bound_text(pick.as_dict())}-bound), ${pick.cluster_price_per_hour:.3f}/h, ${pick.cost_per_epoch:.4f} per epoch"
     )
     if current:
+        where = _cpus_text(current) if current["basis"] != REAL_VCPUS else "its vCPUs"
         line += (
             f"; this run: {current['data_count']} x {current['data']}, {current['measured_samples_per_second']:,.0f} "
-            f"samples/s measured, {current['samples_per_second']:,.0f} predicted ({current['model_error']:+.1%})"
+            f"samples/s measured on {where}, {current['samples_per_second']:,.0f} predicted there "
+            f"({current['model_error']:+.1%})"
         )
     return line
+
+
+def _cpus_text(row: dict) -> str:
+    cpus = row.get("cpus") or {}
+    parts = [f"{n} CPU(s) per {'trainer' if role == 'trainer' else 'data host'}" for role, n in cpus.items()]
+    return " and ".join(parts) or "its hosts' CPUs"

@@ -10,7 +10,8 @@ stage that sets it is the candidate's ``bottleneck``:
   measured (a multi-trainer run beside a one-trainer run of the same GPU) or modelled: ring all-reduce
   moves ``2 (n-1)/n`` x ``model_parameters x 4`` bytes per trainer per step over its network;
 - **trainer_cpu** (no data host): the trainers decode on their own vCPUs but one per GPU (its training loop),
-  ``trainers * (vcpus - max(gpus, 1)) / decode_cpu_s_per_sample * scaling``;
+  ``trainers * (vcpus - max(gpus, 1)) / decode_cpu_s_per_sample * scaling``; a host with no vCPU beside its loop (an
+  emulated one-CPU host) decodes between its steps, so decode and step take turns: ``1 / (1/decode rate + 1/compute)``;
 - **data_cpu** (data hosts): ``count * vcpus / cpu_s_per_sample * scaling``, ``cpu_s_per_sample``
   what the data hosts measured of themselves (decode plus framing and sending) and ``scaling`` the
   share of that ideal rate the profiled host reached when it was the bottleneck (1.0, and said so,
@@ -25,11 +26,17 @@ stage that sets it is the candidate's ``bottleneck``:
 - **s3**: the hosts that read the shards (the data hosts, else the trainers), ``connections`` each
   at `S3_MB_S_PER_CONNECTION`, and at most `S3_GETS_PER_PREFIX` shard GETs a second.
 
-Prices turn rates into $/h, cost per epoch and samples per dollar.
+Prices turn rates into $/h, cost per epoch and samples per dollar. Every row is on one basis, the instance types'
+vCPUs (`REAL_VCPUS`); a run emulated on fewer CPUs is also predicted at the CPUs it ran on (`EMULATED_CPUS`), to be
+judged against its measurement, never to be compared with the candidates. A measured rate replaces a prediction only
+for a cloud run's own cluster; it keeps its stage's label within `STAGE_MATCH` of the slowest predicted stage and is
+labelled `MEASURED` otherwise, with the gap. The pick is the cheapest per epoch, ties (`TIE_SHARE`) going to the
+smaller cluster.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import asdict, dataclass
 
 from steps.common.errors import UserError
@@ -48,6 +55,14 @@ S3_GETS_PER_PREFIX = 5500
 S3_MB_S_PER_CONNECTION = 85.0
 GRADIENT_BYTES_PER_PARAMETER = 4  # fp32 gradients: what DDP and MirroredStrategy all-reduce, whatever the precision
 ALLREDUCE_MODEL = "predicted (all-reduce model)"
+# Costs per epoch this close count as equal: the model's own error is larger (docs/performance.md#planner-accuracy), so
+# the smaller cluster (fewer hosts, then lower $/h) wins: fewer hosts to start, to find capacity for, to fail.
+TIE_SHARE = 0.02
+# A measured rate this close to the slowest predicted stage is that stage's; further off, no stage sets it: `MEASURED`.
+STAGE_MATCH = 0.05
+MEASURED = "measured"  # the label of a measured rate that no predicted stage explains
+REAL_VCPUS = "real_vcpus"  # a row at the instance types' own vCPUs: predicted, or measured by a cloud run
+EMULATED_CPUS = "emulated_cpus"  # a row at the CPUs an emulated run's hosts had: the model's error against it only
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,7 @@ class InstanceType:
     gpus: int = 0
     network_burst: bool = False  # the bandwidth is AWS's "up to" figure: sustained is lower
     gpu_model: str | None = None
+    price_as_of: str | None = None  # the date of its price (None: not stated)
 
     @property
     def family(self) -> str:
@@ -127,7 +143,7 @@ class Prediction:
     data: str | None
     data_count: int
     samples_per_second: float
-    bottleneck: str  # compute | trainer_cpu | data_cpu | network_flow | network_instance | s3
+    bottleneck: str  # compute | trainer_cpu | data_cpu | network_flow | network_instance | s3 | measured
     stage_rates: dict
     gpu_busy_share: float
     cluster_price_per_hour: float
@@ -136,8 +152,11 @@ class Prediction:
     notes: tuple = ()
     streams: int = 1
     s3: dict | None = None  # the shard size and connections the s3 stage assumed
-    rate_source: str = "predicted"  # predicted | measured (a run of exactly this cluster)
+    rate_source: str = "predicted"  # predicted | measured (a cloud run of exactly this cluster)
     run: str = ""  # the run whose profile predicted it, or that measured it
+    basis: str = REAL_VCPUS  # the CPUs its rate is for: REAL_VCPUS, or EMULATED_CPUS (an emulated run as it ran)
+    measured_gap: float | None = None  # a measured rate over its slowest predicted stage, - 1 (None: predicted)
+    price_as_of: str | None = None  # the date of its oldest price (None: a price without a date)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -252,8 +271,7 @@ def predict(
     rates = {"compute": compute}
     narrowest = None
     if data is None or count == 0:
-        loop = max(trainer.gpus, 1)  # one vCPU for each training process's loop
-        rates["trainer_cpu"] = trainers * max(trainer.vcpus - loop, 1) / profile.decode_cpu_s_per_sample * profile.scaling
+        rates["trainer_cpu"] = _trainer_cpu(profile, trainer, trainers, compute)
         s3, described = _s3(profile, trainers, trainer, inputs)
     else:
         spare = spare_vcpus(profile, trainer) if spare is None else spare
@@ -276,6 +294,7 @@ def predict(
             "sustained bandwidth is lower"
         )
     price = trainers * trainer.price_per_hour + (count * data.price_per_hour if data is not None else 0.0)
+    dates = [t.price_as_of for t in (trainer, data if count else None) if t is not None]
     return Prediction(
         trainer=trainer.name,
         trainers=trainers,
@@ -292,7 +311,30 @@ def predict(
         streams=inputs.streams,
         s3=described,
         run=profile.source,
+        price_as_of=min(dates) if dates and None not in dates else None,
     )
+
+
+def _trainer_cpu(profile: Profile, trainer: InstanceType, trainers: int, compute: float) -> float:
+    """The rate the trainers decode at on their own vCPUs, one kept per GPU for its training loop; with none beside
+    the loop (an emulated one-CPU host), decode takes turns with the step on the same CPU: the two in series."""
+    loop = max(trainer.gpus, 1)
+    if trainer.vcpus > loop:
+        return trainers * max(trainer.vcpus - loop, 1) / profile.decode_cpu_s_per_sample * profile.scaling
+    alone = trainers * trainer.vcpus / profile.decode_cpu_s_per_sample * profile.scaling
+    return 1 / (1 / alone + 1 / compute)
+
+
+def measured(p: Prediction, rate: float) -> tuple[str, float]:
+    """The label of ``p``'s cluster run at a measured ``rate``, and the rate over its slowest predicted stage, - 1: the
+    stage's own name within `STAGE_MATCH` of it, else `MEASURED` (no stage of the model sets that rate)."""
+    slowest = min(p.stage_rates, key=p.stage_rates.get)
+    gap = rate / p.stage_rates[slowest] - 1
+    return (slowest if abs(gap) <= STAGE_MATCH else MEASURED), gap
+
+
+def hosts(p: Prediction) -> int:
+    return p.trainers + p.data_count
 
 
 def candidates(
@@ -330,16 +372,28 @@ def frontier(predictions: list[Prediction]) -> list[Prediction]:
 
 def recommend(predictions: list[Prediction], target: float | None = None) -> Prediction:
     """The cheapest per epoch among the candidates that reach ``target`` samples/s (None: `ENOUGH_THROUGHPUT` of
-    the best predicted rate)."""
+    the best predicted rate); a tie (`TIE_SHARE`) goes to the smaller cluster."""
     return adequate(predictions, target)[0]
 
 
 def adequate(predictions: list[Prediction], target: float | None = None) -> list[Prediction]:
-    """The candidates that reach ``target`` (None: `ENOUGH_THROUGHPUT` of the best rate), cheapest per epoch first."""
+    """The candidates that reach ``target`` (None: `ENOUGH_THROUGHPUT` of the best rate), cheapest per epoch first:
+    each next one the smallest cluster (fewer hosts, then lower $/h) among those left within `TIE_SHARE` of the
+    cheapest left."""
     if target is None:
         target = ENOUGH_THROUGHPUT * max(p.samples_per_second for p in predictions)
-    fast = [p for p in predictions if p.samples_per_second >= target * (1 - 1e-9)]
-    return sorted(fast, key=lambda p: (p.cost_per_epoch, -p.samples_per_second))
+    left = sorted(
+        (p for p in predictions if p.samples_per_second >= target * (1 - 1e-9)),
+        key=lambda p: (p.cost_per_epoch, -p.samples_per_second),
+    )
+    costs = [p.cost_per_epoch for p in left]
+    ordered = []
+    while left:
+        tied = range(bisect_right(costs, costs[0] * (1 + TIE_SHARE)))
+        i = min(tied, key=lambda i: (hosts(left[i]), left[i].cluster_price_per_hour, left[i].cost_per_epoch))
+        ordered.append(left.pop(i))
+        del costs[i]
+    return ordered
 
 
 def fallbacks(predictions: list[Prediction], target: float | None = None, size: int = 3) -> list[Prediction]:

@@ -13,6 +13,10 @@ replaces the whole table: us-east-1 prices say nothing about eu-west-1. An empty
 object, ``{}``, overrides nothing (the PriceOverrides parameter's default object holds it).
 A folder holding one JSON file stands for that file (a processing job's input).
 
+Each price keeps its own source and date (`PriceTable.origins`): an override's entries carry the
+override's, the rest the bundled table's. Plans and summaries show them, and a price older than
+`STALE_AFTER_DAYS` prints one warning line naming `REFRESH`, the command that fetches current ones.
+
     >>> from steps.evaluate.prices import load_prices
     >>> load_prices().hourly("ml.p4d.24xlarge")
     37.688
@@ -23,8 +27,9 @@ from __future__ import annotations
 import difflib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from types import MappingProxyType
 
@@ -44,6 +49,26 @@ SCHEMA = (
     '"region" (non-empty strings) and "currency": "USD", as `hetero prices refresh` writes it (steps/evaluate/prices.py)'
 )
 NO_OVERRIDES: dict = {}  # the override document that changes nothing
+# AWS changes list prices (GPU types most: ml.p4d.24xlarge went from 37.688 to about 25.25 $/h in 2025), so a price
+# older than this says so
+STALE_AFTER_DAYS = 365
+REFRESH = "hetero prices refresh"
+UNDATED = "unspecified"
+
+
+@dataclass(frozen=True)
+class PriceSource:
+    """Where a price comes from, and the date it was true."""
+
+    source: str
+    as_of: str = UNDATED
+
+    def age_days(self, today: date | None = None) -> int | None:
+        """Days from ``as_of`` to ``today``; None when the date is not an ISO date."""
+        try:
+            return ((today or date.today()) - date.fromisoformat(self.as_of)).days
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True)
@@ -55,10 +80,18 @@ class PriceTable:
     as_of: str = "unspecified"
     region: str = "us-east-1"
     files: tuple[str, ...] = field(default=())
+    origins: Mapping[str, PriceSource] = field(default_factory=dict)  # each price's own; default: the table's
 
     def __post_init__(self) -> None:
         # Read-only so a table shared between runs cannot be edited by one of them.
         object.__setattr__(self, "usd_per_hour", MappingProxyType(dict(self.usd_per_hour)))
+        own = PriceSource(self.source, self.as_of)
+        origins = {name: self.origins.get(name, own) for name in self.usd_per_hour}
+        object.__setattr__(self, "origins", MappingProxyType(origins))
+
+    def origin(self, instance_type: str) -> PriceSource | None:
+        """The source and date of ``instance_type``'s price; None when the table has none."""
+        return self.origins.get(instance_type)
 
     def hourly(self, instance_type: str) -> float:
         """On-demand USD per hour for one instance; UserError naming the type if unknown."""
@@ -68,8 +101,13 @@ class PriceTable:
             raise UserError(self._unknown(instance_type)) from None
 
     def describe(self) -> dict:
-        """Provenance written next to every computed cost."""
-        return {"source": self.source, "as_of": self.as_of, "region": self.region}
+        """Provenance written next to every computed cost: the table's, and each source with its date and the types it
+        prices (an override's entries, then the rest)."""
+        by_source: dict[PriceSource, list[str]] = {}
+        for name, origin in sorted(self.origins.items()):
+            by_source.setdefault(origin, []).append(name)
+        sources = [{"source": o.source, "as_of": o.as_of, "types": names} for o, names in by_source.items()]
+        return {"source": self.source, "as_of": self.as_of, "region": self.region, "sources": sources}
 
     def _unknown(self, instance_type) -> str:
         close = difflib.get_close_matches(str(instance_type), list(self.usd_per_hour), n=3, cutoff=0.6)
@@ -96,6 +134,49 @@ def load_prices(override_path: str | Path | None = None) -> PriceTable:
         as_of=f"{bundled.as_of}; override {override.as_of}",
         region=bundled.region,
         files=bundled.files + override.files,
+        origins={**bundled.origins, **override.origins},
+    )
+
+
+def price_lines(described: Mapping, types: Iterable[str] | None = None, today: date | None = None) -> list[str]:
+    """One line per price source of ``described`` (`PriceTable.describe`) that priced any of ``types`` (None: all),
+    with its date and those types, then `stale_warning`'s line if any."""
+    wanted = set(types) if types is not None else None
+    region = described.get("region", "?")
+    lines = []
+    for entry in described.get("sources") or [{**described, "types": None}]:
+        names = entry.get("types")
+        named = names if wanted is None or names is None else [n for n in names if n in wanted]
+        if named is not None and not named:
+            continue
+        which = "" if named is None else f" ({', '.join(named)})" if len(named) <= 3 else f" ({len(named)} types)"
+        lines.append(f"prices: {region} on-demand as of {entry.get('as_of')}{which}: {entry.get('source')}")
+    warning = stale_warning(described, types, today)
+    return lines + ([warning] if warning else [])
+
+
+def stale_warning(described: Mapping, types: Iterable[str] | None = None, today: date | None = None) -> str | None:
+    """One line when a price in ``described`` (`PriceTable.describe`, as plan.json and price_performance.json hold it)
+    is older than `STALE_AFTER_DAYS`, with the command that refreshes them; ``types``: only those types' prices. None
+    when every dated price is recent (or a document from before per-price dates names only the table's date)."""
+    wanted = set(types) if types is not None else None
+    sources = described.get("sources") or [{**described, "types": None}]
+    old = []
+    for entry in sources:
+        names = entry.get("types")
+        named = names if wanted is None or names is None else [n for n in names if n in wanted]
+        if named is not None and not named:
+            continue
+        age = PriceSource(str(entry.get("source")), str(entry.get("as_of"))).age_days(today)
+        if age is not None and age > STALE_AFTER_DAYS:
+            old.append((age, entry["as_of"], named))
+    if not old:
+        return None
+    age, as_of, named = max(old, key=lambda o: o[0])
+    which = "" if named is None else f" ({', '.join(named)})" if len(named) <= 3 else f" ({len(named)} types)"
+    return (
+        f"warning: prices as of {as_of}{which} are {age / 365.25:.1f} years old: `{REFRESH}` fetches current ones "
+        "into a file to pass with --prices"
     )
 
 
@@ -142,7 +223,7 @@ def _parse_table(doc, path, *, require_provenance: bool) -> PriceTable:
     return PriceTable(
         usd_per_hour=_validate_prices(path, doc.get("prices")),
         source=meta.get("source", f"override file {path}"),
-        as_of=meta.get("as_of", "unspecified"),
+        as_of=meta.get("as_of", UNDATED),
         region=meta.get("region", "us-east-1"),
         files=(str(path),),
     )

@@ -13,6 +13,9 @@ import base64
 import html
 import io
 
+from steps.evaluate.plan import bound_text, ran_on_text
+from steps.evaluate.planner import MEASURED, REAL_VCPUS
+from steps.evaluate.prices import price_lines
 from steps.train.core.precision import precision_label
 
 REPORT_FILE = "report.html"
@@ -53,8 +56,11 @@ def report_html(
             )
         )
     if plan and plan.get("recommendation"):
-        sections.append(_figure("The planner's frontier", _frontier_chart(plan), html.escape(plan["reason"])))
+        basis = (plan.get("basis") or {}).get("text") or f"not stated (plan schema version {plan.get('schema_version')})"
+        caption = f"{html.escape(plan['reason'])}<br>basis: {html.escape(basis)}"
+        sections.append(_figure("The planner's frontier", _frontier_chart(plan), caption))
         sections.append(_frontier_table(plan))
+        sections.append(_as_ran_table(plan))
     elif plan:
         sections.append(f"<p>No plan: {html.escape(str(plan.get('reason')))}</p>")
     if history:
@@ -129,8 +135,7 @@ def _summary(doc: dict) -> str:
     for name in names:
         if (runs[name].get("gpus") or {}).get("idle"):
             lines.append(f"{name} run: {runs[name]['gpus']['idle']}")
-    prices = doc.get("prices", {})
-    lines.append(f"prices: {prices.get('region')} on-demand, {prices.get('source')} (as of {prices.get('as_of')})")
+    lines += price_lines(doc.get("prices", {}), {g["instance_type"] for n in names for g in runs[n]["instance_groups"]})
     notes = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
     return f"<table><tr><th></th>{head}</tr>{body}</table><ul>{notes}</ul>"
 
@@ -200,7 +205,15 @@ def _wait_chart(heterogeneous, baseline) -> bytes:
     return _png(fig)
 
 
-BOUND_MARKERS = {"compute": "o", "trainer_cpu": "s", "data_cpu": "D", "network_flow": "v", "network_instance": "^", "s3": "P"}
+BOUND_MARKERS = {
+    "compute": "o",
+    "trainer_cpu": "s",
+    "data_cpu": "D",
+    "network_flow": "v",
+    "network_instance": "^",
+    "s3": "P",
+    MEASURED: "X",
+}
 
 
 def _frontier_chart(plan: dict) -> bytes:
@@ -249,7 +262,7 @@ def _frontier_chart(plan: dict) -> bytes:
         label=f"pick: {_cluster(pick)} ({pick['bottleneck']}-bound)",
     )
     current = plan.get("current")
-    if current:
+    if current and current.get("basis", REAL_VCPUS) == REAL_VCPUS and plan.get("basis"):
         ax.scatter(
             [current["cluster_price_per_hour"]],
             [current["measured_samples_per_second"]],
@@ -274,11 +287,26 @@ def _frontier_table(plan: dict) -> str:
     for p in sorted(plan["frontier"], key=lambda p: -p["samples_per_dollar"]):
         cluster = _cluster(p)
         mark = "pick" if cluster == _cluster(plan["recommendation"]) else ("fallback" if cluster in fallbacks else "")
-        cells = (cluster, f"{p['samples_per_second']:,.0f}", p["bottleneck"], f"{p['cluster_price_per_hour']:.3f}")
+        cells = (cluster, f"{p['samples_per_second']:,.0f}", bound_text(p), f"{p['cluster_price_per_hour']:.3f}")
         cells += (f"{p['samples_per_dollar']:,.0f}", p.get("rate_source", "predicted"), mark)
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("cluster", "samples/s", "bound by", "$/h", "samples per $", "rate", ""))
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _as_ran_table(plan: dict) -> str:
+    """Each run's cluster predicted as it ran (an emulated run: at the CPUs its hosts had) beside its measurement: the
+    model's error, apart from the frontier, whose rows are all at the types' own vCPUs."""
+    ran = plan.get("measured") or ([plan["current"]] if plan.get("current") else [])
+    if not ran:
+        return ""
+    rows = []
+    for r in ran:
+        cells = (_cluster(r), r.get("run", ""), ran_on_text(r), f"{r['samples_per_second']:,.0f}")
+        cells += (r["bottleneck"], f"{r['measured_samples_per_second']:,.0f}", f"{r['model_error']:+.1%}")
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("cluster", "run", "on", "predicted", "bound by", "measured", "error"))
+    return f"<h2>The model against each run, as it ran</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
 def _cluster(p: dict) -> str:

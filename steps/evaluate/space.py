@@ -6,8 +6,12 @@ priced type with that GPU (bigger sizes: more vCPUs for hybrid decode, more netw
 hosts of it, homogeneous or fed by 1..`max_data` hosts of each priced CPU type. What the data side
 costs (data-host CPU per sample, bytes on the wire, scaling) does not depend on the GPU: a group whose
 runs had no data host borrows it from a heterogeneous run. A candidate whose data hosts are of another
-CPU family than the one measured is labelled extrapolated; a candidate of exactly the cluster a run
-had carries that run's measured rate.
+CPU family than the one measured is labelled extrapolated.
+
+Every candidate is at its types' own vCPUs. A candidate of exactly the cluster a cloud run had carries
+that run's measured rate; an emulated run (its hosts had fewer CPUs than their types: the local runner)
+measured another machine, so its cluster is predicted like any other, and the run is predicted once
+more at the CPUs it ran on (`as_ran`): the model's error against what it measured, never a candidate.
 """
 
 from __future__ import annotations
@@ -17,12 +21,18 @@ from dataclasses import dataclass, replace
 from steps.common.errors import UserError
 from steps.evaluate.catalogue import Catalogue
 from steps.evaluate.planner import (
+    EMULATED_CPUS,
+    MEASURED,
+    REAL_VCPUS,
     AllReduce,
     Inputs,
     InstanceType,
     Prediction,
+    Profile,
     allreduce_seconds,
     candidates,
+    measured,
+    predict,
     profile_from_metrics,
 )
 from steps.evaluate.prices import PriceTable
@@ -43,6 +53,35 @@ class Run:
     def cluster(self) -> tuple:
         trainer, data = self.group("trainer"), self.group("data")
         return (trainer["instance_type"], trainer["count"], data and data["instance_type"], data["count"] if data else 0)
+
+    def ran_on(self) -> dict[str, int | None]:
+        """The CPUs each role's hosts had, as the run measured them: the trainer's when it measured its step and decode
+        alone (``isolated_costs``) or decoded beside its loop, the smallest data host's (None: not recorded)."""
+        costs = self.metrics.get("isolated_costs") or {}
+        local = [int(m["cpus"]) for m in self.metrics.get("local_decode") or [] if m.get("cpus")]
+        data = [int(h["cpus"]) for h in self.metrics.get("data_hosts") or [] if h.get("cpus")]
+        trainer = costs.get("cpus") or (max(local) if local else None)
+        return {"trainer": int(trainer) if trainer else None, "data": min(data) if data else None}
+
+    def emulated(self, catalogue: Catalogue) -> dict[str, tuple[int, int]]:
+        """Role -> (CPUs its hosts ran on, its type's vCPUs) where they differ: a run emulated on another machine (the
+        local runner); empty for a run on its types' own vCPUs (a cloud run, or one that recorded no CPU count)."""
+        found = {}
+        for role, cpus in self.ran_on().items():
+            group = self.group(role)
+            if group is not None and cpus is not None and cpus != catalogue.spec(group["instance_type"]).vcpus:
+                found[role] = (cpus, catalogue.spec(group["instance_type"]).vcpus)
+        return found
+
+
+def emulation_text(run: Run, catalogue: Catalogue) -> str:
+    """How an emulated run's hosts differed from their types, e.g. ``the trainer on 1 CPU where ml.g5.xlarge has 4
+    vCPUs``."""
+    parts = []
+    for role, (cpus, vcpus) in run.emulated(catalogue).items():
+        name = "the trainer" if role == "trainer" else "the data hosts"
+        parts.append(f"{name} on {cpus} CPU(s) where {run.group(role)['instance_type']} has {vcpus} vCPUs")
+    return ", ".join(parts)
 
 
 def workload_of(run: Run) -> tuple:
@@ -81,9 +120,10 @@ def plan_space(
     max_trainers: int,
     max_data: int,
     inputs: Inputs,
-) -> tuple[list[Prediction], list[str]]:
-    """Every candidate of every GPU model the runs measured, most samples per dollar first, the runs' own clusters
-    measured; and a note for each GPU model whose runs cannot be profiled (a run of the first's model must be)."""
+) -> tuple[list[Prediction], list[str], dict[str, dict]]:
+    """Every candidate of every GPU model the runs measured, most samples per dollar first, at the types' vCPUs (a
+    cloud run's own cluster measured); a note for each GPU model whose runs cannot be profiled (a run of the first's
+    model must be) and for each emulated run; and each run's cluster predicted as it ran (`as_ran`), by run."""
     donor = next(r for r in runs if r.metrics["mode"] == "heterogeneous")
     data_family = donor.group("data")["instance_type"].split(".")[1]
     data_types = [t for t in (catalogue.priced(s.name, prices) for s in catalogue.cpu_types()) if t is not None]
@@ -92,10 +132,10 @@ def plan_space(
     for run in runs:
         if run.group("trainer") is not None:
             groups.setdefault(gpu_key(catalogue, run.group("trainer")["instance_type"]), []).append(run)
-    notes = []
+    notes, ran = [], {}
     for key, members in groups.items():
         try:
-            more, said = _group_candidates(
+            more, said, profile, allreduce = _group_candidates(
                 key, members, donor, catalogue, prices, data_types, data_family, epoch_samples, max_trainers, max_data, inputs
             )
             found, notes = found + more, notes + said
@@ -103,8 +143,19 @@ def plan_space(
             if donor in members:
                 raise
             notes.append(f"{key} not planned: {exc.message}")  # a run beside the plan's own, on another GPU model
+            continue
+        for run in members:
+            row = as_ran(run, profile, catalogue, prices, epoch_samples=epoch_samples, inputs=inputs, allreduce=allreduce)
+            if row is not None:
+                ran[run.source] = row
+    for run in runs:
+        if run.emulated(catalogue):
+            notes.append(
+                f"{run.source} ran emulated ({emulation_text(run, catalogue)}): its cluster is predicted at the types' "
+                "vCPUs like every candidate; as it ran, it only checks the model against its measurement"
+            )
     found = [_measured(p, runs, catalogue) for p in found]
-    return sorted(found, key=lambda p: -p.samples_per_dollar), notes
+    return sorted(found, key=lambda p: -p.samples_per_dollar), notes, ran
 
 
 def _group_candidates(
@@ -146,7 +197,7 @@ def _group_candidates(
                 inputs=inputs,
                 allreduce=allreduce,
             )
-    return [_label(p, data_family, measured_type.family) for p in found], said
+    return [_label(p, data_family, measured_type.family) for p in found], said, profile, allreduce
 
 
 def trainer_sizes(catalogue: Catalogue, prices: PriceTable, measured: InstanceType) -> list[InstanceType]:
@@ -183,28 +234,86 @@ def _label(p: Prediction, data_family: str, trainer_family: str) -> Prediction:
 
 
 def _measured(p: Prediction, runs: list[Run], catalogue: Catalogue) -> Prediction:
-    """A candidate of exactly a run's cluster takes that run's measured rate (an emulated run, whose hosts had fewer
-    CPUs than their type, keeps the prediction and says why)."""
+    """A candidate of exactly a cloud run's cluster takes that run's measured rate, labelled by the stage that sets it
+    or `MEASURED` with its gap (`steps.evaluate.planner.measured`). An emulated run measured other CPUs than its
+    types': the candidate keeps its prediction at their vCPUs and says why."""
     cluster = (p.trainer, p.trainers, p.data, p.data_count)
     run = next((r for r in runs if r.cluster == cluster), None)
     if run is None:
         return p
-    if _emulated(run, catalogue):
-        return replace(p, notes=(*p.notes, f"{run.source} ran this cluster emulated (fewer CPUs): rate predicted"))
+    if run.emulated(catalogue):
+        return replace(
+            p,
+            notes=(
+                *p.notes,
+                f"{run.source} ran this cluster emulated (fewer CPUs): predicted at the types' vCPUs",
+            ),
+        )
     rate = float(run.metrics["samples_per_second"])
+    label, gap = measured(p, rate)
+    notes = (run.note,) if run.note else (*p.notes, f"measured by {run.source}")
+    if label == MEASURED:
+        slowest = min(p.stage_rates, key=p.stage_rates.get)
+        notes += (
+            f"measured {rate:,.0f} samples/s, {abs(gap):.0%} {'below' if gap < 0 else 'above'} its slowest predicted "
+            f"stage ({slowest}, {p.stage_rates[slowest]:,.0f}): no stage of the model sets it",
+        )
     return replace(
         p,
         samples_per_second=rate,
+        bottleneck=label,
+        measured_gap=gap,
         gpu_busy_share=1 - float(run.metrics.get("data_wait_share", 0.0)),
         cost_per_epoch=p.cost_per_epoch * p.samples_per_second / rate,
         samples_per_dollar=rate * 3600 / p.cluster_price_per_hour,
-        notes=(run.note,) if run.note else (*p.notes, f"measured by {run.source}"),
+        notes=notes,
         rate_source="measured",
         run=run.source,
     )
 
 
-def _emulated(run: Run, catalogue: Catalogue) -> bool:
-    data = run.group("data")
-    ran_on = {h["cpus"] for h in run.metrics.get("data_hosts") or []}
-    return data is not None and bool(ran_on) and ran_on != {catalogue.spec(data["instance_type"]).vcpus}
+def as_ran(
+    run: Run,
+    profile: Profile,
+    catalogue: Catalogue,
+    prices: PriceTable,
+    *,
+    epoch_samples: int,
+    inputs: Inputs,
+    allreduce: AllReduce | None,
+) -> dict | None:
+    """``run``'s cluster predicted at the CPUs its hosts had (an emulated run's, else its types' vCPUs) and with the
+    decode workers its trainers ran beside their loop, beside what it measured: the model's error on a cluster it
+    has seen. None when a type of it has no price."""
+    trainer_group, data_group = run.group("trainer"), run.group("data")
+    trainer = catalogue.priced(trainer_group["instance_type"], prices)
+    data = catalogue.priced(data_group["instance_type"], prices) if data_group else None
+    if trainer is None or (data_group is not None and data is None):
+        return None
+    emulated, cpus = run.emulated(catalogue), run.ran_on()
+    if "trainer" in emulated:
+        trainer = replace(trainer, vcpus=cpus["trainer"])
+    if "data" in emulated:
+        data = replace(data, vcpus=cpus["data"])
+    spare = None
+    if data is not None:
+        local = sum(int(m["workers"]) for m in run.metrics.get("local_decode") or [] if m.get("workers"))
+        spare = local / trainer_group["count"]
+    predicted = predict(
+        profile,
+        trainer,
+        trainer_group["count"],
+        data,
+        data_group["count"] if data_group else 0,
+        epoch_samples,
+        spare=spare,
+        inputs=inputs,
+        allreduce=allreduce,
+    )
+    rate = float(run.metrics["samples_per_second"])
+    return {
+        **replace(predicted, basis=EMULATED_CPUS if emulated else REAL_VCPUS, run=run.source).as_dict(),
+        "cpus": {role: n for role, n in cpus.items() if (role == "trainer" or data_group) and n is not None},
+        "measured_samples_per_second": rate,
+        "model_error": predicted.samples_per_second / rate - 1,
+    }

@@ -11,6 +11,7 @@ import boto3
 import pytest
 
 from pipeline import plan_view
+from steps.common.errors import UserError
 from steps.contract import TUNABLES
 
 HANDLER = Path(__file__).resolve().parents[2] / "infra" / "functions" / "adopt_plan" / "handler.py"
@@ -45,7 +46,7 @@ def aws(aws_env):
 
 
 def _plan(s3, execution: str, parameters: dict | None, reason: str = "3 x ml.c5.xlarge: ...") -> None:
-    doc = {"schema_version": 1, "recommendation": {} if parameters else None, "parameters": parameters, "reason": reason}
+    doc = {"schema_version": 3, "recommendation": {} if parameters else None, "parameters": parameters, "reason": reason}
     s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{execution}/plan.json", Body=json.dumps(doc).encode())
 
 
@@ -88,6 +89,31 @@ def test_a_plan_the_service_would_refuse_is_not_applied_and_retraining_still_run
     assert described["PipelineExecutionDescription"].startswith("scheduled retraining, no plan applied: ")
 
 
+def test_a_plan_of_schema_version_2_is_not_applied_and_the_result_says_why(aws):
+    """Version 2 plans do not state their basis: an emulated run's measured rate may have won against predictions at the
+    types' vCPUs."""
+    s3, sagemaker = aws
+    doc = {"schema_version": 2, "recommendation": {}, "parameters": {"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": 3}}
+    s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/e1/plan.json", Body=json.dumps(doc).encode())
+    result, sent = _start(s3, sagemaker)
+    assert sent == FIXED and result["applied"] == {}
+    assert result["reason"].startswith("the newest plan.json has schema version 2, not 3: it does not state its basis")
+    with pytest.raises(UserError, match="schema version 2; plans of version 3 are applied"):
+        plan_view.stored_plan_parameters(f"s3://{BUCKET}/{PREFIX}", "e1")
+
+
+def test_a_candidate_at_an_emulated_runs_cpus_is_never_started():
+    """Every fallback Evaluate writes is at the types' own vCPUs; a row stating another basis is skipped by both
+    readers alike."""
+    plan = {"trainer": {"instance_type": "ml.g5.xlarge", "count": 1}}
+    plan["fallbacks"] = [
+        {**_candidate("ml.c5.4xlarge", 1), "basis": "emulated_cpus"},
+        {**_candidate("ml.c5.xlarge", 3), "basis": "real_vcpus"},
+    ]
+    expected = [{"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": 3}]
+    assert adopt.plan_candidates(plan) == plan_view.plan_candidates(plan) == expected
+
+
 def test_no_plan_yet_starts_with_the_schedules_parameters(aws):
     result, sent = _start(*aws)
     assert sent == FIXED and result["plan"] is None and result["reason"] == "no plan.json in the results store yet"
@@ -128,7 +154,7 @@ def _candidate(data: str, count: int, trainer: str = "ml.g5.xlarge", trainers: i
 
 def _fallback_plan(s3, execution: str = "e1") -> None:
     doc = {
-        "schema_version": 1,
+        "schema_version": 3,
         "trainer": {"instance_type": "ml.g5.xlarge", "count": 1},
         "recommendation": _candidate("ml.c5.xlarge", 3),
         "parameters": {"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": 3},

@@ -341,8 +341,10 @@ def test_plan_prints_the_frontier_and_how_to_apply_it(planned_execution, capsys)
     pick = stored["recommendation"]
     assert pick["data"] is not None
     assert out.startswith(f"plan: {pick['trainers']} x {pick['trainer']} fed by {pick['data_count']} x {pick['data']}: ")
-    this_run = r"^1 x ml\.g5\.xlarge \+ 1 x ml\.c5\.xlarge \(this run\) +120 +predicted; 120 measured +data_cpu "
+    # the run as it ran, apart from the frontier: on its types' own vCPUs here, so every row is on one basis
+    this_run = rf"^1 x ml\.g5\.xlarge \+ 1 x ml\.c5\.xlarge +{exec_id} +its vCPUs +120 +data_cpu +120 +\+0\.0%$"
     assert re.search(this_run, out, re.M), out
+    assert "\nbasis: every row at the instance types' own vCPUs: the runs' own clusters as measured" in out
     applied = f"--param DataInstanceType={pick['data']} --param DataInstanceCount={pick['data_count']}"
     assert f"apply: --param DnnInstanceType={pick['trainer']} --param DnnInstanceCount={pick['trainers']} {applied}" in out
     code, out, _ = run_cli(capsys, "plan", exec_id, "--results", RESULTS, "--json")

@@ -23,3 +23,14 @@ def test_the_table_says_whether_each_run_compiled_its_step():
         if line.startswith("compile")
     ]
     assert row.split() == ["compile", "-"]  # a metrics.json from before Compile
+
+
+def test_the_summary_names_each_price_source_with_its_date_and_warns_once_when_one_is_over_a_year_old():
+    doc = ev.price_performance(input_bound_run(), metrics(case="pt_homogeneous"), load_prices())
+    lines = render(doc).splitlines()
+    priced = [line for line in lines if line.startswith("prices: ")]
+    assert priced == [
+        f"prices: us-east-1 on-demand as of 2022-10-27 (ml.c5.xlarge, ml.g5.xlarge, ml.p3.2xlarge): {load_prices().source}"
+    ]
+    warnings = [line for line in lines if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "`hetero prices refresh`" in warnings[0]  # the bundled table is from 2022

@@ -4,6 +4,8 @@ step's tests and the CLI's, and the checks the end-to-end tests of every framewo
 import json
 import tarfile
 
+import pytest
+
 P4D, C5_18, C5_9, P3 = "ml.p4d.24xlarge", "ml.c5.18xlarge", "ml.c5.9xlarge", "ml.p3.2xlarge"
 
 # The AWS blog tables (docs/domain.md): groups, mean step time, $/h, cost per 100 steps.
@@ -139,12 +141,36 @@ def assert_the_evaluation_and_the_plan(evaluation_dir, hetero: dict, execution_i
     plan = json.loads((evaluation_dir / "plan.json").read_text())
     assert plan["recommendation"] is not None, plan["reason"]
     assert plan["current"]["measured_samples_per_second"] == hetero["samples_per_second"]
+    assert [r["run"] for r in plan["measured"]] == [r["source"] for r in plan["runs"]]  # each run once, as it ran
     trainer = next(g for g in hetero["instance_groups"] if g["role"] == "trainer")
     stay = next(
         c
         for c in plan["candidates"]
         if (c["trainer"], c["trainers"], c["data"]) == (trainer["instance_type"], trainer["count"], None)
     )
-    assert stay["notes"] == ["measured: this execution's baseline trained on the same trainer group"]
+    baseline = plan["runs"][1]["source"]
+    if baseline in plan["basis"]["emulated_runs"]:  # the local runner's 1-CPU baseline: predicted at the type's vCPUs
+        assert stay["rate_source"] == "predicted" and any(baseline in n for n in stay["notes"])
+    else:
+        assert stay["notes"][0] == "measured: this execution's baseline trained on the same trainer group"
+    assert_labels_agree(plan)
     assert len(plan["fallbacks"]) == 3 and len(hetero["step_series"]["step_time_s"]) >= 1
     assert "The planner&#x27;s frontier" in (evaluation_dir / "report.html").read_text()
+
+
+def assert_labels_agree(plan: dict) -> None:
+    """Every row of a plan is labelled by the stage whose rate sets its samples/s: a predicted row by its slowest stage,
+    at exactly that rate; a measured one by its slowest stage within the plan's ``stage_match`` of it, else
+    ``measured`` with the gap; and every candidate is at the types' own vCPUs."""
+    rows = [*plan["candidates"], *plan["frontier"], *plan["fallbacks"], plan["recommendation"], *plan["measured"]]
+    for row in rows:
+        rates = row["stage_rates"]
+        slowest = min(rates, key=rates.get)
+        if row["rate_source"] == "predicted":
+            assert (row["bottleneck"], row["samples_per_second"]) == (slowest, rates[slowest]), row
+            assert row["measured_gap"] is None, row
+        else:
+            gap = row["samples_per_second"] / rates[slowest] - 1
+            assert row["measured_gap"] == pytest.approx(gap), row
+            assert row["bottleneck"] == (slowest if abs(gap) <= plan["stage_match"] else "measured"), row
+    assert {r["basis"] for r in rows if r not in plan["measured"]} == {"real_vcpus"}

@@ -22,6 +22,11 @@ the pipeline's newest execution: when it failed either way and ran one of the pl
 candidate is started (after the last, the recommendation again: capacity comes back, quotas are raised);
 otherwise the recommendation.
 
+Only a plan on one basis is applied (schema version 3, ``APPLICABLE_PLAN_VERSIONS``): every candidate at
+the instance types' own vCPUs, never a row an emulated run measured on fewer CPUs. An older plan does not
+state its basis; the schedule's own parameters stay in force and the result says so, until the next
+execution's Evaluate writes a current one.
+
 Environment: PIPELINE_NAME, RESULTS_BUCKET, RESULTS_PREFIX (the store's key prefix, e.g. hetero/results),
 PARAMETERS (JSON object of the schedule's fixed overrides), MIN_DATA_INSTANCE_COUNT, MAX_DATA_INSTANCE_COUNT.
 """
@@ -41,6 +46,9 @@ PLAN_FILE = "plan.json"
 # error code, and the quota's name in its message where the reason quotes the message alone
 CAPACITY_FAILURES = ("CapacityError", "InsufficientInstanceCapacity", "ResourceLimitExceeded", "for training job usage")
 RECENT_EXECUTIONS = 10  # read to find the newest: local servers do not sort ListPipelineExecutions
+# steps/evaluate/plan.py's: the plans whose every candidate is at the types' own vCPUs (their "basis")
+APPLICABLE_PLAN_VERSIONS = (3,)
+REAL_VCPUS = "real_vcpus"
 
 
 def handler(event: dict[str, Any], context: object) -> dict:
@@ -69,7 +77,14 @@ def start_with_latest_plan(
 ) -> dict:
     key, plan = latest_plan(s3, bucket, prefix)
     applied, reason, index = {}, "no plan.json in the results store yet", 0
-    if plan is not None:
+    if plan is not None and plan.get("schema_version") not in APPLICABLE_PLAN_VERSIONS:
+        reason = (
+            f"the newest plan.json has schema version {plan.get('schema_version')}, not "
+            f"{' or '.join(map(str, APPLICABLE_PLAN_VERSIONS))}: it does not state its basis (its rows may compare an "
+            "emulated measurement with predictions at the types' vCPUs), so it is not applied; the next execution's "
+            "Evaluate writes a current one"
+        )
+    elif plan is not None:
         candidates = plan_candidates(plan)
         index, why = pick_candidate(candidates, previous_capacity_failure(sagemaker, pipeline))
         applied, reason = check_parameters(candidates[index], sagemaker.meta.service_model, count_bounds)
@@ -117,8 +132,9 @@ def latest_plan(s3: BaseClient, bucket: str, prefix: str) -> tuple[str | None, d
 
 
 def plan_candidates(plan: dict) -> list[dict | None]:
-    """The pipeline parameters of each of the plan's candidates, in order (None: a candidate with no data group)."""
-    fallbacks = plan.get("fallbacks")
+    """The pipeline parameters of each of the plan's candidates at the types' own vCPUs, in order (None: a candidate
+    with no data group)."""
+    fallbacks = [c for c in plan.get("fallbacks") or [] if c.get("basis", REAL_VCPUS) == REAL_VCPUS]
     if not fallbacks:
         return [plan.get("parameters")]
     return [candidate_parameters(plan, candidate) for candidate in fallbacks]

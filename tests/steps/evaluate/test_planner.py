@@ -11,12 +11,16 @@ from steps.evaluate.planner import (
     FLOW_GBPS,
     S3_GETS_PER_PREFIX,
     S3_MB_S_PER_CONNECTION,
+    TIE_SHARE,
     Inputs,
     InstanceType,
+    Prediction,
     Profile,
+    adequate,
     candidates,
     fallbacks,
     frontier,
+    measured,
     predict,
     profile_from_metrics,
     recommend,
@@ -238,3 +242,52 @@ def test_fallbacks_are_the_pick_then_the_next_cheapest_adequate_on_other_trainer
     assert picked[0] == recommend(found) and len(picked) == 3
     assert picked[1].trainer != picked[0].trainer  # another trainer type first
     assert len({(p.trainer, p.data, p.data_count) for p in picked}) == 3
+
+
+def _priced(trainers: int, data_count: int, price: float, cost: float, rate: float = 1000.0) -> Prediction:
+    return Prediction(
+        "ml.g5.xlarge",
+        trainers,
+        "ml.c5.xlarge" if data_count else None,
+        data_count,
+        rate,
+        "compute",
+        {"compute": rate},
+        1.0,
+        price,
+        cost,
+        rate * 3600 / price,
+    )
+
+
+def test_a_tie_in_cost_per_epoch_goes_to_the_smaller_cluster_fewer_hosts_then_lower_price():
+    two = _priced(2, 0, 2.816, 1.000)  # the cheapest per epoch, by 1.5%
+    one = _priced(1, 0, 1.408, 1.015)  # within 2%: one host fewer
+    fed = _priced(1, 1, 1.612, 1.018)  # within 2% too, but two hosts
+    dear = _priced(1, 0, 1.0, 1.021)  # one host, cheaper per hour, but 2.1% dearer per epoch: no tie with `two`
+    assert TIE_SHARE == 0.02
+    assert recommend([two, fed, dear, one]) is one
+    # then of those left, the smallest within 2% of the cheapest left: `fed` (1.018) ties `two` (1.000) with as many
+    # hosts and costs less per hour; `dear` (1.021) is 2.1% over `two`, so last
+    assert adequate([two, fed, dear, one]) == [one, fed, two, dear]
+    assert recommend([_priced(2, 0, 2.816, 1.0), cheaper := _priced(2, 0, 2.0, 1.01)]) is cheaper  # same hosts: lower $/h
+
+
+def test_a_one_cpu_trainer_decodes_between_its_steps():
+    """No vCPU beside the loop (an emulated host on one CPU): decode and step take turns, the rates in series."""
+    one_cpu = replace(GPU, vcpus=1)
+    p = predict(_profile(step=1 / 500, decode=1 / 1250), one_cpu, 1, None, 0, 1000)
+    assert p.stage_rates["trainer_cpu"] == pytest.approx(1 / (1 / 500 + 1 / 1250))  # 357
+    assert (p.bottleneck, p.samples_per_second) == ("trainer_cpu", p.stage_rates["trainer_cpu"])
+    assert predict(_profile(step=1 / 500, decode=1 / 1250), replace(GPU, vcpus=2), 1, None, 0, 1000).bottleneck == "compute"
+
+
+@pytest.mark.parametrize(
+    "rate,label,gap",
+    [(480.0, "compute", -0.04), (520.0, "compute", 0.04), (300.0, "measured", -0.4), (600.0, "measured", 0.2)],
+)
+def test_a_measured_rate_is_its_slowest_stages_within_5_percent_and_measured_beyond(rate, label, gap):
+    p = predict(_profile(step=1 / 500, decode=1 / 1250), GPU, 1, None, 0, 1000)
+    assert (p.bottleneck, p.samples_per_second) == ("compute", pytest.approx(500))
+    found, off = measured(p, rate)
+    assert found == label and off == pytest.approx(gap)

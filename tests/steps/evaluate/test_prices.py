@@ -4,7 +4,16 @@ from datetime import date
 import pytest
 
 from steps.common.errors import UserError
-from steps.evaluate.prices import BUNDLED_PRICES, NO_OVERRIDES, SCHEMA, PriceTable, load_prices
+from steps.evaluate.prices import (
+    BUNDLED_PRICES,
+    NO_OVERRIDES,
+    SCHEMA,
+    PriceSource,
+    PriceTable,
+    load_prices,
+    price_lines,
+    stale_warning,
+)
 
 # Quoted or implied by the AWS heterogeneous-clusters blog (see docs/domain.md).
 BLOG_PRICES = {
@@ -32,7 +41,8 @@ def test_bundled_table_says_where_prices_come_from():
     assert table.region == "us-east-1"
     assert "pricing" in table.source and "heterogeneous" in table.source
     assert table.as_of[:4].isdigit()
-    assert table.describe() == {"source": table.source, "as_of": table.as_of, "region": "us-east-1"}
+    sources = [{"source": table.source, "as_of": table.as_of, "types": sorted(table.usd_per_hour)}]
+    assert table.describe() == {"source": table.source, "as_of": table.as_of, "region": "us-east-1", "sources": sources}
     raw = json.loads(BUNDLED_PRICES.read_text())
     assert raw["currency"] == "USD"
     assert all(k.startswith("ml.") and v > 0 for k, v in raw["prices"].items())
@@ -128,3 +138,36 @@ def test_table_is_read_only():
     table = PriceTable({"ml.c5.xlarge": 0.204})
     with pytest.raises(TypeError):
         table.usd_per_hour["ml.c5.xlarge"] = 0
+
+
+def test_each_price_keeps_its_own_source_and_date_through_an_override(tmp_path):
+    path = write(tmp_path / "p.json", {"source": "negotiated", "as_of": "2026-11-01", "prices": {"ml.p4d.24xlarge": 25.25}})
+    table = load_prices(path)
+    bundled = load_prices()
+    assert table.origin("ml.p4d.24xlarge") == PriceSource("negotiated", "2026-11-01")
+    assert table.origin("ml.g5.xlarge") == PriceSource(bundled.source, "2022-10-27")
+    assert table.origin("ml.nope.xlarge") is None
+    by_date = {s["as_of"]: s["types"] for s in table.describe()["sources"]}
+    assert by_date["2026-11-01"] == ["ml.p4d.24xlarge"] and "ml.p4d.24xlarge" not in by_date["2022-10-27"]
+
+
+def test_a_price_older_than_a_year_prints_one_warning_line_with_the_command_that_refreshes_it(tmp_path):
+    described = load_prices().describe()  # as of 2022-10-27
+    today = date(2026, 11, 27)
+    warning = stale_warning(described, {"ml.g5.xlarge", "ml.c5.4xlarge"}, today=today)
+    assert warning == (
+        "warning: prices as of 2022-10-27 (ml.c5.4xlarge, ml.g5.xlarge) are 4.1 years old: `hetero prices refresh` "
+        "fetches current ones into a file to pass with --prices"
+    )
+    assert stale_warning(described, today=date(2023, 10, 27)) is None  # 365 days: not yet
+    lines = price_lines(described, {"ml.g5.xlarge"}, today=today)
+    assert lines[0].startswith("prices: us-east-1 on-demand as of 2022-10-27 (ml.g5.xlarge): AWS SageMaker pricing page")
+    assert lines[1].startswith("warning: prices as of 2022-10-27 (ml.g5.xlarge)") and len(lines) == 2
+    # refreshed prices for the types in use: no warning, each source on its line
+    fresh = write(tmp_path / "p.json", {"source": "refresh", "as_of": "2026-11-20", "prices": {"ml.g5.xlarge": 1.006}})
+    lines = price_lines(load_prices(fresh).describe(), {"ml.g5.xlarge"}, today=today)
+    assert lines == ["prices: us-east-1 on-demand as of 2026-11-20 (ml.g5.xlarge): refresh"]
+    # a document from before per-price sources: the table's date alone
+    old = {"source": "s", "as_of": "2022-10-27", "region": "us-east-1"}
+    assert stale_warning(old, {"ml.g5.xlarge"}, today=today).startswith("warning: prices as of 2022-10-27 are 4.1 years")
+    assert stale_warning({**old, "as_of": "unspecified"}, today=today) is None  # no date: nothing to judge

@@ -128,3 +128,18 @@ def test_each_executions_registered_package_is_linked():
     assert "<td>e1</td><td>-</td><td>not registered</td>" in page
     none = report_html(execution_id="e2", price_performance=doc, plan=None, heterogeneous=None, baseline=None, history=history)
     assert "Registered models" not in none  # no registry read: nothing said
+
+
+def test_the_report_states_the_plans_basis_and_shows_each_run_as_it_ran_apart_from_the_frontier():
+    """An emulated run (its data host on 1 CPU of a 4-vCPU ml.c5.xlarge): the frontier's rows are at the types' vCPUs,
+    the run as it ran only in its own table, with its prices' date and the warning that they are old."""
+    host = {"host": "algo-2", "cpus": 1, "decode_cpu_s_per_sample": 0.0024, "service_cpu_s_per_sample": 0.0001}
+    hetero = input_bound_run(rate=300.0, host={**input_bound_run()["data_hosts"][0], **host}, step_series=SERIES)
+    doc = ev.price_performance(hetero, None, load_prices(), execution_id="e1")
+    plan = plan_document(hetero, load_prices(), load_catalogue(), execution_id="e1")
+    page = report_html(execution_id="e1", price_performance=doc, plan=plan, heterogeneous=hetero, baseline=None, history=[])
+    assert "basis: every row at the instance types&#x27; own vCPUs, predicted: e1 ran emulated" in page
+    assert "<h2>The model against each run, as it ran</h2>" in page
+    assert "<td>trainer 4 CPU, data 1 CPU</td><td>300</td><td>data_cpu</td><td>300</td><td>+0.0%</td>" in page
+    assert "prices: us-east-1 on-demand as of 2022-10-27 (ml.c5.xlarge, ml.g5.xlarge)" in page
+    assert page.count("warning: prices as of 2022-10-27") == 1 and "hetero prices refresh" in page
