@@ -49,8 +49,8 @@ SCHEMA = (
     '"region" (non-empty strings) and "currency": "USD", as `hetero prices refresh` writes it (steps/evaluate/prices.py)'
 )
 NO_OVERRIDES: dict = {}  # the override document that changes nothing
-# AWS changes list prices (GPU types most: ml.p4d.24xlarge went from 37.688 to about 25.25 $/h in 2025), so a price
-# older than this says so
+# AWS changes list prices, GPU types most (its pricing-page data for Studio notebooks shows ml.p4d.24xlarge cut from
+# 37.69 to 25.25 $/h in mid-2025): a price older than this says so
 STALE_AFTER_DAYS = 365
 REFRESH = "hetero prices refresh"
 UNDATED = "unspecified"
