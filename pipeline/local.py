@@ -19,6 +19,7 @@ local model registry, ``<work_dir>/registry/<model package group>/<version>.json
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -33,6 +34,7 @@ from pipeline.code import build_code_tarball, requirements_file
 from pipeline.emulator import PROGRESS_TIMEOUT_S, EmulatedJob
 from pipeline.errors import StepFailed
 from pipeline.graph import PIPELINE_NAME, default_model_package_group
+from pipeline.iam.calls import LocalCalls
 from pipeline.images import RAY_REPOSITORY, RAY_VERSION, default_training_image
 from pipeline.processing import run_processing_job
 from pipeline.requirements import image_python, refuse_networked
@@ -184,6 +186,7 @@ class LocalRunner:
         )
         self.params = self._bind_parameters(parameters)
         self.result = RunResult(self.execution_id, self.run_dir, self.definition)
+        self._current_step = ""  # the step being executed: who reads a property file
         self.scope = expressions.Scope(
             parameters=self.params,
             execution={
@@ -192,8 +195,9 @@ class LocalRunner:
                 "PipelineExecutionArn": f"arn:aws:sagemaker:{LOCAL_REGION}:{LOCAL_ACCOUNT}:pipeline/{PIPELINE_NAME.lower()}"
                 f"/execution/{self.execution_id}",
             },
-            read_json=lambda uri: json.loads(storage.path(uri).read_text()),
+            read_json=self._read_property_file,
         )
+        self.calls = LocalCalls(self.execution_id, self.run_dir, self.definition, self.params)
         # every request of the run, as the steps will send it, before any step (or the sample data) starts
         validate_execution(self.definition, self.params, self.scope.execution)
         if self._sample_data is not None:
@@ -218,8 +222,24 @@ class LocalRunner:
         bound["PriceOverrides"] = storage.uri(prices) if prices else declared["PriceOverrides"]  # a file, or the {} object
         return bound
 
+    def _read_property_file(self, uri: str) -> dict:
+        """Std:JsonGet: the service reads the property file with the pipeline's role."""
+        self.calls.property_file(uri, self._current_step)
+        return json.loads(storage.path(uri).read_text())
+
     # -- the execution -------------------------------------------------------
     def run(self) -> RunResult:
+        """The execution; its call ledger (`pipeline.iam`) is written whatever the outcome."""
+        try:
+            result = self._run()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the ledger never hides why the run ended
+                self.calls.finish(failed=True)
+            raise
+        self.calls.finish(failed=False)
+        return result
+
+    def _run(self) -> RunResult:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "parameters.json").write_text(json.dumps(self.params, indent=2, sort_keys=True))
         (self.run_dir / "definition.json").write_text(json.dumps(self.definition, indent=2, sort_keys=True))
@@ -247,6 +267,7 @@ class LocalRunner:
     def _execute(self, step: dict) -> set[str]:
         """Run one step; returns the names of the branch steps it lets run."""
         kind, name = step["Type"], step["Name"]
+        self._current_step = name
         if kind == "Condition":
             args = step["Arguments"]
             taken = all(expressions.holds(c, self.scope) for c in args["Conditions"])
@@ -295,6 +316,7 @@ class LocalRunner:
             progress_timeout_s=self.options.progress_timeout_s,
             volume_scale=self.options.volume_scale,
             echo=lambda line: self.options.echo(f"[{name}] {line}"),
+            extra_env=self.calls.environment(name),
         )
         if self.options.step_timeout_s is not None:
             job.timeout_s = min(filter(None, [job.timeout_s, self.options.step_timeout_s]))
@@ -303,9 +325,12 @@ class LocalRunner:
             for g in job.groups
         )
         self.options.echo(f"[{name}] {'heterogeneous' if len(job.groups) > 1 else 'homogeneous'} cluster: {shape}")
-        with job:
-            job.start()
-            result = job.wait()
+        try:
+            with job:
+                job.start()
+                result = job.wait()
+        finally:
+            self.calls.training_job(request, job.name, name)
         self.result.jobs[name] = result
         if result.interruptions:
             self.options.echo(f"[{name}] interrupted {result.interruptions} time(s) and resumed from its checkpoints")
@@ -329,6 +354,7 @@ class LocalRunner:
                 f"step {name} registers in {request['ModelPackageGroupName']!r}, the local group is {registry.group!r}"
             )
         package = registry.create(request, arn_prefix=f"arn:aws:sagemaker:{LOCAL_REGION}:{LOCAL_ACCOUNT}")
+        self.calls.register(package["ModelPackageVersion"], request, name)
         self.scope.steps[name] = package
         self.result.model_package = package
         self.options.echo(
@@ -340,14 +366,18 @@ class LocalRunner:
         name = step["Name"]
         args = request["AppSpecification"].get("ContainerArguments", [])
         self.options.echo(f"[{name}] {' '.join(a.rsplit('/', 1)[-1] if a.startswith(('/', 's3://')) else a for a in args)}")
-        result = run_processing_job(
-            name=job_name,
-            request=request,
-            job_dir=self.run_dir / "jobs" / name,
-            step=name,
-            echo=lambda line: self.options.echo(f"  {name:<18} {line}"),
-            timeout_s=self.options.step_timeout_s,
-        )
+        try:
+            result = run_processing_job(
+                name=job_name,
+                request=request,
+                job_dir=self.run_dir / "jobs" / name,
+                step=name,
+                echo=lambda line: self.options.echo(f"  {name:<18} {line}"),
+                timeout_s=self.options.step_timeout_s,
+                extra_env=self.calls.environment(name),
+            )
+        finally:
+            self.calls.processing_job(request, job_name, name)
         if not result.ok:
             raise StepFailed(result.failure, user_error=result.exit_code == EXIT_USER_ERROR)
         self.scope.steps[name] = {"ProcessingJobName": job_name, "ProcessingJobStatus": "Completed", **request}

@@ -4,8 +4,10 @@ layout (1 data host + 1 trainer, then the baseline, the evaluation and the plan)
 (emulated hosts, TensorFlow servers, Ray's daemons and its workers, which move to process groups of their own and
 rename themselves ``ray::<Actor>``), within 30 s.
 
-Processes are told apart by a marker in the run's environment, which every process it starts inherits: a search by
-command line would miss Ray's renamed workers, and one by process group the workers that left it."""
+Processes are told apart by their environment: the CLI's carries a marker, which what it starts with the caller's
+environment inherits, and the emulated hosts' (which start from the service's environment, as a container does) name
+the run's work folder; a search by command line would miss Ray's renamed workers, and one by process group the workers
+that left it."""
 
 from __future__ import annotations
 
@@ -44,9 +46,10 @@ MARKER = "HETERO_TEST_RUN"
 STOPPED_WITHIN_S = 30
 
 
-def _marked(token: str) -> list[psutil.Process]:
-    """Live processes whose environment carries this run's marker."""
-    return marked_processes(f"{MARKER}={token}")
+def _marked(token: str, work_dir: Path) -> list[psutil.Process]:
+    """Live processes whose environment carries this run's marker (the CLI and what it starts with the caller's
+    environment) or names its work folder (emulated hosts and processing jobs, which start from the service's)."""
+    return marked_processes(f"{MARKER}={token}", mentioning=(f"={work_dir}/", f":{work_dir}/"))
 
 
 def _names(processes: list[psutil.Process]) -> list[str]:
@@ -65,6 +68,7 @@ class Run:
 
     def __init__(self, work_dir: Path, *args: str):
         self.token = uuid.uuid4().hex
+        self.work_dir = Path(work_dir).resolve()
         self.lines: list[str] = []
         self.started = time.monotonic()
         env = {**os.environ, MARKER: self.token}
@@ -102,7 +106,7 @@ class Run:
     def leftovers(self, within_s: float) -> list[str]:
         """Processes of the run still there after ``within_s`` (waiting for them to go until then), then killed."""
         deadline = time.monotonic() + within_s
-        while (left := _marked(self.token)) and time.monotonic() < deadline:
+        while (left := _marked(self.token, self.work_dir)) and time.monotonic() < deadline:
             time.sleep(0.2)
         named = _names(left)
         for process in left:
@@ -319,7 +323,7 @@ def test_a_signal_stops_hetero_run_and_every_process_it_started_within_30_s(tmp_
     run = Run(tmp_path / "runs", "--framework", framework, "--sample-images", "300", "--epochs", "100")
     try:
         assert run.wait_for("step_time_ms=", timeout_s=300), run.tail()
-        started = _names(_marked(run.token))
+        started = _names(_marked(run.token, run.work_dir))
         assert len(started) > 2, started  # the run and its hosts carry the marker
         if framework == "ray":  # Ray's workers, renamed and in groups of their own, inherit it too
             assert any(" ray::" in f" {name.split(' ', 1)[1]}" for name in started), started

@@ -39,7 +39,7 @@ def test_the_pipeline_role_registers_in_that_group_only(synth_default):
     register = _by_sid(synth_default, pipeline_role.POLICY_NAME)["RegisterModels"]
     assert sorted(register["Action"]) == sorted(REGISTER_ACTIONS)
     text = _resources_text(register)
-    assert ":model-package-group/HeteroTraining-models" in text and ":model-package/heterotraining-models/*" in text
+    assert ":model-package-group/HeteroTraining-models" in text and ":model-package/HeteroTraining-models/*" in text
     assert len(register["Resource"]) == 2
 
 
@@ -48,14 +48,17 @@ def test_the_job_role_reads_that_group_only(synth_default):
     assert sorted(read["Action"]) == sorted(READ_ACTIONS)
     assert not any(a.startswith("sagemaker:Create") or a.startswith("sagemaker:Update") for a in read["Action"])
     text = _resources_text(read)
-    assert ":model-package-group/HeteroTraining-models" in text and ":model-package/heterotraining-models/*" in text
+    assert ":model-package-group/HeteroTraining-models" in text and ":model-package/HeteroTraining-models/*" in text
+    # ListModelPackages names no package: authorised on "*", alone in its statement
+    listing = _by_sid(synth_default, job_role.POLICY_NAME)["ListModelPackages"]
+    assert (listing["Action"], listing["Resource"]) == ("sagemaker:ListModelPackages", "*")
 
 
 def test_a_named_group(tmp_path):
     synth = synthesise(tmp_path, **{"hetero:modelPackageGroup": "Team-Models"})
     synth.template.has_resource_properties("AWS::SageMaker::ModelPackageGroup", {"ModelPackageGroupName": "Team-Models"})
     register = _by_sid(synth, pipeline_role.POLICY_NAME)["RegisterModels"]
-    assert ":model-package/team-models/*" in _resources_text(register)  # package ARNs carry the name in lower case
+    assert ":model-package/Team-Models/*" in _resources_text(register)  # package ARNs keep the group's case
     definition, _ = embedded_definition(synth)
     evaluate = all_steps(definition)["Evaluate"]["Arguments"]["AppSpecification"]["ContainerArguments"]
     assert evaluate[evaluate.index("--registry") + 1] == "sagemaker://Team-Models"

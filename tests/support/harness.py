@@ -321,9 +321,11 @@ def temp_left(job: EmulatedJob | JobResult, *earlier: Path) -> list[str]:
     return sorted(str(f) for f in folders if f.exists())
 
 
-def marked_processes(*markers: str) -> list[psutil.Process]:
-    """Live processes (zombies left out) with one of ``markers`` ("NAME=value") in their environment."""
-    needles = {f"{marker}\0".encode() for marker in markers}
+def marked_processes(*markers: str, mentioning: tuple[str, ...] = ()) -> list[psutil.Process]:
+    """Live processes (zombies left out) with one of ``markers`` ("NAME=value") in their environment, or whose
+    environment mentions one of the ``mentioning`` texts anywhere (a work folder: emulated hosts start from the
+    service's environment, not the caller's, so they carry no marker of the caller's, but their folders lie there)."""
+    needles = {f"{marker}\0".encode() for marker in markers} | {text.encode() for text in mentioning}
     found = []
     for process in psutil.process_iter():
         try:
