@@ -65,7 +65,9 @@ def local(tmp_path):
 def test_local_packages_are_describe_documents(local):
     newest, oldest = local.packages()
     assert (newest["ModelPackageVersion"], oldest["ModelPackageVersion"]) == (2, 1)
-    assert newest["ModelPackageArn"] == "arn:aws:sagemaker:us-east-1:000000000000:model-package/HeteroTraining-models/2"  # the group's case kept
+    assert (
+        newest["ModelPackageArn"] == "arn:aws:sagemaker:us-east-1:000000000000:model-package/HeteroTraining-models/2"
+    )  # the group's case kept
     assert newest["ModelApprovalStatus"] == PENDING and newest["ModelPackageGroupName"] == GROUP
     assert newest["CustomerMetadataProperties"]["execution_id"] == "local-2" and "CreationTime" in newest
     assert json.loads((local.folder / "1.json").read_text()) == oldest
