@@ -186,9 +186,10 @@ def _reason(pick, current: dict | None) -> str:
         what = "stay homogeneous: the measured baseline is the cheapest configuration fast enough"
     else:
         what = f"stay homogeneous on {pick.trainers} x {pick.trainer}: the trainers' own vCPUs decode fast enough"
+    bound = bound_text(pick.as_dict()) + ("" if pick.bottleneck == MEASURED else "-bound")
     line = (
-        f"{what}: {pick.samples_per_second:,.0f} samples/s {pick.rate_source} at the types' vCPUs "
-        f"({bound_text(pick.as_dict())}-bound), ${pick.cluster_price_per_hour:.3f}/h, ${pick.cost_per_epoch:.4f} per epoch"
+        f"{what}: {pick.samples_per_second:,.0f} samples/s {pick.rate_source} at the types' vCPUs ({bound}), "
+        f"${pick.cluster_price_per_hour:.3f}/h, ${pick.cost_per_epoch:.4f} per epoch"
     )
     if current:
         where = _cpus_text(current) if current["basis"] != REAL_VCPUS else "its vCPUs"
