@@ -58,7 +58,7 @@ class Deployed:
             raise UserError(
                 f"template {str(path)!r} has no Metadata.{METADATA_KEY}: it is not this project's stack, or was synthesized "
                 "before the stack declared its IAM anchors; synthesize it again (`npx cdk synth`)",
-                headline="not a hetero template",
+                headline="not this project's template",
             )
         deployed.anchors = {k: v for k, v in deployed.resolve(metadata["anchors"]).items() if v}
         deployed.principals = deployed._principals()

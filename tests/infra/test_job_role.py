@@ -8,7 +8,7 @@ import pytest
 from aws_cdk.assertions import Match
 
 from infra.job_role import POLICY_NAME
-from infra.model_registry import READ_ACTIONS
+from infra.model_registry import LIST_ACTION, READ_ACTIONS
 from infra.settings import StackSettings
 from pipeline.images import default_processing_image, default_training_image, ecr_repository
 from pipeline.sagemaker import all_steps
@@ -91,10 +91,13 @@ def test_the_inputs_are_protected_by_an_explicit_deny(synth_default):
 
 def test_workload_code_cannot_start_jobs_or_pass_a_role(synth_any):
     """Its one SageMaker permission: reading the model registry (Evaluate's automatic approval)."""
-    actions = [a for s in statements(synth_any, POLICY_NAME) if s.get("Sid") != "ReadModelRegistry" for a in _actions(s)]
+    registry = ("ReadModelRegistry", "ListModelPackages")
+    actions = [a for s in statements(synth_any, POLICY_NAME) if s.get("Sid") not in registry for a in _actions(s)]
     assert not [a for a in actions if a.startswith(("sagemaker:", "iam:", "sts:"))], actions
     (read,) = [s for s in statements(synth_any, POLICY_NAME) if s.get("Sid") == "ReadModelRegistry"]
     assert sorted(_actions(read)) == sorted(READ_ACTIONS)
+    (listing,) = [s for s in statements(synth_any, POLICY_NAME) if s.get("Sid") == "ListModelPackages"]
+    assert _actions(listing) == [LIST_ACTION]
 
 
 def test_role_is_assumed_by_sagemaker_with_no_managed_policies(synth_default):
@@ -129,6 +132,7 @@ def test_star_resources_only_where_the_api_forces_them(synth_any):
         "ec2:DescribeSubnets",
         "ec2:DescribeSecurityGroups",
         "fsx:DescribeFileSystems",
+        "sagemaker:ListModelPackages",  # names no package (infra/model_registry.py)
     }
     assert _by_sid(synth_any)["JobMetrics"]["Condition"] == {"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}
 
