@@ -56,7 +56,8 @@ def test_output_schema():
     assert set(doc) == {"schema_version", "execution_id", "evaluated_at", "prices", "runs", "speedup", "improvement", "bound"}
     assert doc["bound"] is None  # no isolated_costs in these metrics
     assert doc["schema_version"] == 2 and doc["execution_id"] == "e1"
-    assert set(doc["prices"]) == {"source", "as_of", "region"}
+    assert set(doc["prices"]) == {"source", "as_of", "region", "sources"}  # each source with its date and its types
+    assert {t for source in doc["prices"]["sources"] for t in source["types"]} >= {"ml.c5.18xlarge", "ml.p4d.24xlarge"}
     assert set(doc["runs"]) == {"heterogeneous", "baseline"}
     run = doc["runs"]["heterogeneous"]
     assert set(run) == {
