@@ -19,6 +19,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.dlc_regions import DLC_REGISTRIES
 from pipeline.iam.ledger import LEDGER_FILE, read
 from pipeline.iam.template import Deployed
 from steps.common.errors import UserError
@@ -182,9 +183,11 @@ def _resource_policy(resource: str, action: str, policies: dict) -> dict | None:
     for arn, policy in policies.items():
         if ":s3:::" in arn and resource.startswith(arn + "/"):
             return policy
-    if action in ECR_PULL and ":ecr:" in resource:
+    region, account = (resource.split(":") + ["", "", "", "", ""])[3:5]
+    if action in ECR_PULL and ":ecr:" in resource and DLC_REGISTRIES.get(region) == account:
         # AWS Deep Learning Container repositories let any AWS account pull (AWS DLC guide, "Available Deep Learning
-        # Containers images": every account pulls them with its own credentials)
+        # Containers images": every account pulls them with its own credentials); an image of your own account
+        # (images/ray/Dockerfile's) has no such policy: the job role's own grant decides
         return {
             "Version": "2012-10-17",
             "Statement": [{"Effect": "Allow", "Principal": "*", "Action": list(ECR_PULL), "Resource": resource}],

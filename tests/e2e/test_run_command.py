@@ -30,6 +30,8 @@ from pipeline.cli import main
 from pipeline.graph import resolve_parameters
 from pipeline.iam.judge import deployed_for, judge_files
 from pipeline.iam.permissions import BEGIN, END, markdown
+from pipeline.local import local_training_image
+from steps.frameworks import framework as framework_row
 from tests.support.harness import marked_processes
 from tests.support.metrics import (
     PIXEL_BYTES,
@@ -238,21 +240,27 @@ def test_the_readme_run_trains_each_sample_once_per_epoch_on_both_layouts_and_ke
     assert (readme_run.store_dir / "price_performance.json").is_file()
 
 
-# the deploy options that change IAM, each synthesized once: what the default run of every framework must be allowed
-IAM_DEPLOYS = {
-    "cdk.json": {},
-    "fsx": {"hetero:fsx": True},
-    "network isolation": {"hetero:networkIsolation": True},
-    "plan adoption and mail": {"hetero:retrainAdoptsPlan": True, "hetero:notifyEmail": "ops@example.com"},
-    "code folder": {"hetero:codeDirs": ["tests/fixtures"]},
+# the deploy options that change IAM: each framework's run is judged under its stack as cdk.json deploys it, and with
+# every one of these at once (each adds or changes grants; with none, cdk.json's stack is the tightest)
+IAM_OPTIONS = {
+    "hetero:fsx": True,
+    "hetero:networkIsolation": True,
+    "hetero:retrainAdoptsPlan": True,
+    "hetero:notifyEmail": "ops@example.com",
+    "hetero:codeDirs": ["tests/fixtures"],
 }
 
 
 @pytest.fixture(scope="module")
-def iam_templates(tmp_path_factory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("iam-templates")
+def iam_templates(tmp_path_factory, readme_run) -> dict[str, Path]:
+    """The run's framework's stack, synthesized once per session: as cdk.json deploys it, and with every IAM option.
+    A framework without an AWS image deploys the image its Dockerfile builds (the one the local run names)."""
+    framework = {"hetero:framework": readme_run.framework} if readme_run.framework != "pytorch" else {}
+    if not framework_row(readme_run.framework).aws_image:
+        framework["hetero:trainingImage"] = local_training_image(readme_run.framework)
+    folder = tmp_path_factory.mktemp(f"iam-templates-{readme_run.framework}")
     templates = {}
-    for name, overrides in IAM_DEPLOYS.items():
+    for name, overrides in {"cdk.json": framework, "every IAM option": {**framework, **IAM_OPTIONS}}.items():
         path = folder / f"{name.replace(' ', '-')}.template.json"
         path.write_text(json.dumps(synthesised_once(tmp_path_factory, **overrides).template_json))
         templates[name] = path
@@ -261,8 +269,8 @@ def iam_templates(tmp_path_factory) -> dict[str, Path]:
 
 def test_every_aws_call_of_the_readme_run_is_allowed_by_each_deployed_stack(readme_run, iam_templates, capsys):
     """The run's call ledger (every call the deployed pipeline would make, by principal) judged by `hetero iam`
-    against the stack synthesized with each deploy option that changes IAM: nothing denied, every principal judged
-    where the template deploys it."""
+    against its framework's stack as cdk.json deploys it and with every deploy option that changes IAM: nothing
+    denied."""
     assert readme_run.code == 0, readme_run.tail
     ledger = json.loads((readme_run.execution_dir / "aws_calls.json").read_text())
     by_principal = {}

@@ -183,3 +183,16 @@ def test_the_condition_keys_a_job_request_sets_are_judged(template):
     (denied,) = verdict.denials
     assert denied.call["action"] == "sagemaker:CreateProcessingJob" and denied.result == "ExplicitlyDenied"
     assert "statement 'OnlyIsolatedJobs' (explicit deny)" in denied.line()
+
+
+def test_an_image_of_your_own_account_is_pulled_only_with_the_job_roles_grant(template):
+    """AWS's DLC registries let every account pull; a repository of the deploying account has no such policy."""
+    ledger = Ledger("local-1", _binding())
+    own = "000000000000.dkr.ecr.us-east-1.amazonaws.com/hetero-ray:2.55.0"
+    Recorder(ledger, pipeline="HeteroTraining", group=GROUP).image(own, "TrainHeterogeneous")
+    Recorder(ledger, pipeline="HeteroTraining", group=GROUP).image(default_processing_image(REGION), "Shard")
+    verdict = judge(ledger.document(), _deployed(template))
+    denied = {(d.call["action"], d.call["resource"].rsplit("/", 1)[-1]) for d in verdict.denials}
+    assert denied == {
+        (a, "hetero-ray") for a in ("ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage")
+    }
