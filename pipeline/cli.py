@@ -21,7 +21,6 @@ import ast
 import importlib.util
 import json
 import os
-import signal
 import sys
 import textwrap
 import traceback
@@ -39,6 +38,7 @@ from pipeline.parameters_page import markdown as parameters_markdown
 from pipeline.plan_view import execution_report, plan_for, render_plan, stored_plan_parameters
 from pipeline.price_refresh import refresh as refresh_prices
 from pipeline.remote import DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions, price_performance_of, start_execution
+from pipeline.stop import STOP
 from pipeline.summary import EMULATED, render
 from steps.common.errors import HeteroError, UserError, storage_error
 from steps.contract import FRAMEWORKS, MANIFEST_FILE, METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE, SHARD_REPORT_FILE, TUNABLES
@@ -48,7 +48,6 @@ from steps.evaluate.registry import open_registry
 from steps.evaluate.report import REPORT_FILE
 
 ENV_PREFIX = "HETERO_PARAM_"
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FLAGS = {p.flag.replace("-", "_"): p.name for p in TUNABLES if p.flag}  # argparse dest -> pipeline parameter
 
 
@@ -390,25 +389,6 @@ def _binds(tree: ast.AST, name: str) -> bool:
     return False
 
 
-class Signalled(KeyboardInterrupt):
-    """SIGINT, SIGTERM or SIGHUP (``args[0]``), ending `hetero run` as Ctrl-C does."""
-
-
-def _stop_on_signals() -> None:
-    """SIGTERM (a process manager's stop, ``timeout``), SIGHUP (its terminal closed) and SIGINT end `hetero run` as
-    Ctrl-C does: the step running stops every process it started on its way out (hosts, and all they started: Ray's
-    daemons and workers too, `pipeline.sessions`) and the run exits 128 + the signal. Once one has come the others are
-    ignored, so a second one cannot cut that short."""
-
-    def stop(signum, frame):
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-        raise Signalled(signum)
-
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, stop)
-
-
 # framework -> (the module its local run needs, the extra of pyproject.toml that installs it)
 FRAMEWORK_PACKAGES = {"tensorflow": ("tensorflow", "tensorflow"), "ray": ("ray", "ray")}
 
@@ -426,6 +406,8 @@ def _require_framework(framework: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    STOP.install()  # SIGINT, SIGTERM or SIGHUP end the run at any instant, in one line (`pipeline.stop`)
+    STOP.check()  # one came while the CLI loaded, and its raise was lost
     _require_framework(args.framework)
     params = resolve_parameters(*parameter_layers(args))
     validate_run(params, tuple(args.code_dir))
@@ -449,8 +431,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         code_dirs=tuple(args.code_dir),
         volume_scale=args.volume_scale,
     )
-    _stop_on_signals()
     result = LocalRunner(params, options).run()
+    STOP.check()  # one came as the run ended, and its raise was lost
     print()
     print(render(result.price_performance))
     print(textwrap.fill(EMULATED, width=110))
@@ -632,6 +614,14 @@ def cmd_definition(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as exc:  # Ctrl-C or a stop signal (`pipeline.stop`), also one while an error is reported
+        print(STOP.line(exc), file=sys.stderr)
+        return STOP.exit_code(exc)
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return {
@@ -655,10 +645,6 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         traceback.print_exc()
         return 1
-    except KeyboardInterrupt as exc:
-        signum = exc.args[0] if isinstance(exc, Signalled) else signal.SIGINT
-        print(f"interrupted ({signal.Signals(signum).name}); all hosts stopped", file=sys.stderr)
-        return 128 + signum
     except OSError as exc:
         storage = storage_error(exc)
         if storage is None:

@@ -69,6 +69,7 @@ from pipeline import image_guard, storage, volumes
 from pipeline.container_env import training_host_env
 from pipeline.isolation import refuse_s3_fetches
 from pipeline.sessions import kill_session
+from pipeline.stop import STOP
 from steps.common.errors import UserError
 from steps.contract import CHECKPOINT_LOCAL_PATH, CODE_CHANNEL, DATA_GROUP, FAILURE_FILE, SHARDED
 
@@ -401,12 +402,14 @@ class EmulatedJob:
 
     # -- processes -----------------------------------------------------------
     def start(self) -> None:
+        STOP.check()  # a stop of the run whose raise was lost: no host starts
         if not self.hosts:
             self.prepare()
         program = self.hyperparameters.get("sagemaker_program", "")
         guard = self._image_guard()
         self._mount_volumes()
         for host in self.hosts:
+            STOP.check()
             code = host.base_dir / "code"
             if not (code / program).is_file():
                 raise UserError(
@@ -418,7 +421,8 @@ class EmulatedJob:
             # code as shipped (the toolkit runs the program from /opt/ml/code) and what the code's requirements.txt
             # installed; never the caller's folder or PYTHONPATH
             packages = self.job_dir / SITE_PACKAGES / host.name
-            host.temp_dir = Path(tempfile.mkdtemp(prefix="hetero-"))  # short: Ray puts unix sockets under it
+            with STOP.deferred():  # a stop now is raised once the host's folder is kept: `close` removes it
+                host.temp_dir = Path(tempfile.mkdtemp(prefix="hetero-"))  # short: Ray puts unix sockets under it
             env = training_host_env(
                 request=self.request,
                 job_name=self.name,
@@ -437,19 +441,20 @@ class EmulatedJob:
                     os.sched_setaffinity(0, cpus)
                 self._volumes.enter(cwd)
 
-            host.process = subprocess.Popen(
-                command,
-                cwd=code,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=enter if cpus or self._volumes.enforced else None,
-            )
-            reader = threading.Thread(target=self._pump, args=(host,), daemon=True)
-            reader.start()
-            self._readers.append(reader)
+            with STOP.deferred():  # a stop now is raised once the host's process is kept: `close` stops it
+                host.process = subprocess.Popen(
+                    command,
+                    cwd=code,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    preexec_fn=enter if cpus or self._volumes.enforced else None,
+                )
+                reader = threading.Thread(target=self._pump, args=(host,), daemon=True)
+                reader.start()
+                self._readers.append(reader)
         if self.late_hostnames_s:
             self._publish_names_late()
 
@@ -529,6 +534,7 @@ class EmulatedJob:
         failed_at = None
         failure = None
         while True:
+            STOP.check()  # a stop of the run whose raise was lost: `close` stops every host
             if self._interrupt.is_set() and not self.interruptions:
                 self._interrupt.clear()
                 self._interrupt_and_restart()
@@ -596,6 +602,7 @@ class EmulatedJob:
         deadline = signalled + self.grace_s
         exited: dict[str, float] = {}
         while time.monotonic() < deadline and len(exited) < len(live):
+            STOP.check()
             for host in live:
                 if host.name not in exited and host.process.poll() is not None:
                     exited[host.name] = round(time.monotonic() - signalled, 2)
@@ -647,8 +654,8 @@ class EmulatedJob:
                 host.stopped_by_emulator = True
                 _signal_group(host.process, signal.SIGTERM)
         deadline = time.monotonic() + STOP_WAIT_S
-        while time.monotonic() < deadline and any(h.process.poll() is None for h in hosts):
-            time.sleep(0.05)
+        while time.monotonic() < deadline and not STOP.hurried and any(h.process.poll() is None for h in hosts):
+            time.sleep(0.05)  # a second stop signal of the run (`pipeline.stop`) cuts this wait short
         for host in hosts:
             _signal_group(host.process, signal.SIGKILL)
 

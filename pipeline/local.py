@@ -39,6 +39,7 @@ from pipeline.images import RAY_REPOSITORY, RAY_VERSION, default_training_image
 from pipeline.processing import run_processing_job
 from pipeline.requirements import image_python, refuse_networked
 from pipeline.sample_data import generate
+from pipeline.stop import STOP
 from pipeline.validation import OPERATIONS, validate_execution, validate_request
 from steps.common.errors import EXIT_USER_ERROR, InternalError, UserError
 from steps.contract import PRICE_PERFORMANCE_FILE
@@ -200,6 +201,7 @@ class LocalRunner:
         self.calls = LocalCalls(self.execution_id, self.run_dir, self.definition, self.params)
         # every request of the run, as the steps will send it, before any step (or the sample data) starts
         validate_execution(self.definition, self.params, self.scope.execution)
+        STOP.check()  # a stop whose raise a finalizer lost while the definition compiled
         if self._sample_data is not None:
             self.options.echo(
                 f"[Shard] no InputData: generating {self.options.sample_images} sample images in {self._sample_data}"
@@ -249,6 +251,7 @@ class LocalRunner:
         reached = {s["Name"] for s in self.definition["Steps"]}
         pending = list(steps)
         while pending:
+            STOP.check()  # before each step: a stop whose raise was lost ends the run here
             step = next_ready(pending, lambda s: _ready(s, parents, done, self.result.skipped), self.options.order)
             if step is None:
                 raise InternalError(f"steps {[s['Name'] for s in pending]} can never run: a dependency cycle")

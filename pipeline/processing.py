@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +29,11 @@ from pipeline import image_guard, storage
 from pipeline.container_env import processing_env
 from pipeline.isolation import refuse_s3_fetches
 from pipeline.sessions import kill_session
+from pipeline.stop import STOP
 from steps.contract import FAILURE_FILE
 
 CONTAINER_ROOT = "/opt/ml"
+POLL_S = 0.1  # how often the wait for a job looks for a stop of the run
 
 
 @dataclass
@@ -113,37 +116,54 @@ def _bind(arg: str, root: Path) -> str:
 
 
 def _run(command: list[str], *, cwd: Path, env: dict, log: Path, echo, timeout_s: float | None) -> int | None:
-    with (
-        log.open("w") as out,
-        subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        ) as proc,
-    ):
-
-        def pump():
-            for raw in proc.stdout:
-                line = raw.decode(errors="replace").rstrip("\n")
-                out.write(line + "\n")
-                echo(line)
-
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        timed_out = False
+    with log.open("w") as out:
+        proc, reader, ended = None, None, False
         try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            with STOP.deferred():  # a stop now is raised once the job's handle is kept: the job goes with it below
+                proc = subprocess.Popen(
+                    command,
+                    cwd=cwd,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+                reader = threading.Thread(target=_pump, args=(proc.stdout, out, echo), daemon=True)
+                reader.start()
+            ended = _wait(proc, timeout_s)
         finally:
-            _kill_group(proc.pid)  # the job and anything it left running
-            proc.wait()
-        reader.join(timeout=5)
-        return None if timed_out else proc.returncode
+            if proc is not None:
+                _kill_group(proc.pid)  # the job and anything it left running
+                proc.wait()
+                if reader is not None:
+                    reader.join(timeout=5)  # the job's last lines, read before its log closes
+                proc.stdout.close()
+        return proc.returncode if ended else None
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float | None) -> bool:
+    """Whether the job ended within ``timeout_s``; the run's stop, if its raise was lost, is raised here."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        STOP.check()
+        try:
+            proc.wait(timeout=POLL_S)
+            return True
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+
+
+def _pump(stream, out, echo) -> None:
+    """The job's output to its log and ``echo``, line by line, until it ends (or its pipe or log is closed under it)."""
+    try:
+        for raw in stream:
+            line = raw.decode(errors="replace").rstrip("\n")
+            out.write(line + "\n")
+            echo(line)
+    except (ValueError, OSError):  # closed: the job was stopped and the reader given up on
+        pass
 
 
 def _kill_group(pid: int) -> None:

@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.stop import STOP
 from steps.common.errors import VOLUME_PARAMETER, UserError
 
 GIB = 2**30  # an EBS "GB" (VolumeSizeInGB) is a GiB
@@ -142,16 +143,24 @@ class Volumes:
         mounts = [[dirs[v.host], max(4096, v.size_bytes(scale) - v.channel_bytes)] for v in volumes if v.gb is not None]
         if not mounts:
             return cls(None, [], "no volume size in the request")
-        holder = subprocess.Popen(
-            [sys.executable, __file__],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        holder.stdin.write((json.dumps({"uid": os.getuid(), "gid": os.getgid(), "mounts": mounts}) + "\n").encode())
-        holder.stdin.flush()
-        answer = holder.stdout.readline().decode()
+        holder = None
+        try:
+            with STOP.deferred():  # a stop now is raised once the holder's handle is kept: it goes below
+                holder = subprocess.Popen(
+                    [sys.executable, __file__],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            holder.stdin.write((json.dumps({"uid": os.getuid(), "gid": os.getgid(), "mounts": mounts}) + "\n").encode())
+            holder.stdin.flush()
+            answer = holder.stdout.readline().decode()
+        except KeyboardInterrupt:  # the run's stop (`pipeline.stop`) while the volumes fill: the holder goes at once
+            if holder is not None:
+                holder.kill()
+                _end(holder)
+            raise
         try:
             reply = json.loads(answer)
         except json.JSONDecodeError:

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from pipeline import storage
+from pipeline import emulator, storage
 from pipeline.container_env import SERVICE, TWIN, image_env
 from pipeline.emulator import EmulatedJob
 from pipeline.local import LOCAL_REGION
+from pipeline.stop import STOP, Signalled
 from steps.common.errors import UserError
 from steps.contract import SHARDED
 from tests.support.harness import s3_channel, training_request
+from tests.support.stop import run_stop, signal_when  # noqa: F401 - fixture
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -318,3 +323,61 @@ def test_a_host_starts_with_its_containers_environment_and_nothing_of_the_caller
         assert env["SAGEMAKER_BASE_DIR"] == str(host.base_dir) and env["TMPDIR"] == str(host.temp_dir)
         # this machine's Python first, then the image's PATH; none of the image's library folders
         assert env["PATH"] == f"{Path(sys.executable).parent}:{image['PATH']}" and "LD_LIBRARY_PATH" not in env
+
+
+STUBBORN_HOST_SCRIPT = """
+import os, pathlib, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a host slow to stop: only SIGKILL ends it
+pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"], "output", "started").write_text("yes")
+time.sleep(600)
+"""
+
+
+def _all_started(job) -> threading.Event:
+    started = threading.Event()
+
+    def watch() -> None:
+        while not all(((h.view or h.base_dir) / "output" / "started").is_file() for h in job.hosts):
+            time.sleep(0.05)
+        started.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    return started
+
+
+@pytest.mark.usefixtures("run_stop")
+def test_a_stop_of_the_run_whose_raise_was_lost_ends_the_job_at_its_next_wait(tmp_path, shards, monkeypatch, no_leftovers):
+    """A stop came, and a finalizer dropped its raise: the job's wait raises it again, every host goes with the job
+    (the emulator's SIGTERM, then SIGKILL for a host that ignores it) and so does its temp dir."""
+    job = _script_job(tmp_path, shards, STUBBORN_HOST_SCRIPT)
+    job.image_guard = False
+    with pytest.raises(Signalled), job:
+        job.start()
+        assert _all_started(job).wait(60)
+        monkeypatch.setattr(STOP, "signals", [signal.SIGHUP])
+        job.wait()
+    assert all(h.stopped_by_emulator and h.exit_code == -signal.SIGKILL for h in job.hosts)
+    assert not [h.temp_dir for h in job.hosts if h.temp_dir.exists()]
+
+
+@pytest.mark.usefixtures("run_stop")
+def test_a_second_signal_during_the_stop_kills_the_hosts_at_once(tmp_path, shards, monkeypatch, no_leftovers):
+    """The stop gives each host STOP_WAIT_S to exit after SIGTERM; a second signal meanwhile ends that wait: the hosts
+    that ignore SIGTERM are killed now (here the wait would be minutes)."""
+    monkeypatch.setattr(emulator, "STOP_WAIT_S", 120.0)
+    job = _script_job(tmp_path, shards, STUBBORN_HOST_SCRIPT)
+    job.image_guard = False
+    job.start()
+    try:
+        senders = [signal_when(_all_started(job), signal.SIGTERM)]
+        with pytest.raises(Signalled):
+            job.wait()
+        stopping = time.monotonic()
+        senders.append(signal_when(_all_started(job), signal.SIGINT))  # during the stop's wait: never raised
+    finally:
+        job.close()
+    took = time.monotonic() - stopping
+    for sender in senders:
+        sender.join()
+    assert STOP.signals == [signal.SIGTERM, signal.SIGINT] and STOP.hurried
+    assert all(h.exit_code == -signal.SIGKILL for h in job.hosts) and took < 60, took

@@ -1,14 +1,20 @@
-"""An emulated processing job runs its entry point as its container would."""
+"""An emulated processing job runs its entry point as its container would, and goes with a stop of the run."""
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
+
+import pytest
 
 from pipeline.container_env import TWIN, image_env
 from pipeline.images import default_processing_image
 from pipeline.processing import run_processing_job
+from pipeline.stop import STOP, Signalled
+from tests.support.stop import run_stop, signal_when  # noqa: F401 - fixture
 
 DUMP_ENVIRONMENT = "import json, os; open('environment.json', 'w').write(json.dumps(dict(os.environ)))"
 
@@ -42,3 +48,43 @@ def test_a_processing_job_starts_with_its_containers_environment_and_nothing_of_
     # `python3` is the shim for this interpreter, then this machine's Python, then the image's PATH
     assert env["PATH"] == f"{job_dir / 'bin'}:{Path(sys.executable).parent}:{container['PATH']}"
     assert env["PYTHONPATH"] == str(job_dir / ".image") and "LD_LIBRARY_PATH" not in env
+
+
+CHATTY = "import itertools\nfor i in itertools.count():\n    print(i, flush=True)"
+
+
+def _chatty_job(tmp_path, lines: list) -> dict:
+    return dict(
+        name="p",
+        request={"AppSpecification": {"ImageUri": "", "ContainerEntrypoint": ["python3", "-c", CHATTY]}},
+        job_dir=tmp_path / "job",
+        step="Shard",
+        echo=lines.append,
+        guard_imports=False,
+    )
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.usefixtures("run_stop")
+def test_a_stop_of_the_run_ends_a_processing_job_and_its_output_reader_cleanly(tmp_path, no_leftovers):
+    """Ctrl-C (or SIGTERM, SIGHUP) while a job prints: the job and all it started go, and the thread that reads its
+    output ends before the job's log closes (no "I/O operation on closed file" from it)."""
+    lines: list[str] = []
+    printing = threading.Event()
+    sender = signal_when(printing, signal.SIGINT)
+    job = _chatty_job(tmp_path, lines)
+    job["echo"] = lambda line: (lines.append(line), len(lines) > 100 and printing.set())
+    with pytest.raises(Signalled):
+        run_processing_job(**job)
+    sender.join()
+    log = (tmp_path / "job" / "job.log").read_text().splitlines()
+    assert len(log) > 100 and log == lines[: len(log)]
+
+
+@pytest.mark.usefixtures("run_stop")
+def test_a_stop_whose_raise_was_lost_ends_a_processing_job_at_its_next_wait(tmp_path, monkeypatch, no_leftovers):
+    """A stop came and a finalizer dropped its raise: the job's wait raises it again, and the job goes."""
+    monkeypatch.setattr(STOP, "signals", [signal.SIGTERM])
+    with pytest.raises(Signalled) as raised:
+        run_processing_job(**_chatty_job(tmp_path, []))
+    assert raised.value.args == (signal.SIGTERM,)

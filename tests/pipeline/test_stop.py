@@ -1,0 +1,96 @@
+"""The stop of `hetero run`: the first signal raises, a raise a finalizer drops is raised again at the next check, a
+stop inside a deferred block is raised at its end, and a second signal hurries the stop without raising."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import pytest
+
+from pipeline.stop import STOP_SIGNALS, Signalled, Stop
+
+
+@pytest.fixture
+def stop():
+    """A `Stop` handling this process's stop signals for the test, then the handlers and the unraisable hook as they were."""
+    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    hook = sys.unraisablehook
+    stop = Stop()
+    stop.install()
+    try:
+        yield stop
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        sys.unraisablehook = hook
+
+
+def _signalled(sig: int) -> None:
+    """``sig`` to this process, and the bytecode that runs its handler."""
+    os.kill(os.getpid(), sig)
+    for _ in range(1000):  # the handler runs between instructions: within these
+        pass
+
+
+class Finalized:
+    """An object whose finalizer takes the signal: a garbage collection runs one at any instant."""
+
+    def __init__(self, sig: int) -> None:
+        self.sig = sig
+
+    def __del__(self) -> None:
+        _signalled(self.sig)
+
+
+def test_the_first_signal_raises_and_is_recorded(stop):
+    with pytest.raises(Signalled) as raised:
+        _signalled(signal.SIGTERM)
+    assert raised.value.args == (signal.SIGTERM,) and stop.signum == signal.SIGTERM and not stop.hurried
+    assert stop.line(raised.value) == "interrupted (SIGTERM); all hosts stopped"
+    assert stop.exit_code(raised.value) == 143
+
+
+def test_a_stop_raised_inside_a_finalizer_is_not_lost(stop, capsys):
+    """Python drops (and prints) an exception raised in a ``__del__``: the stop is kept, printed nowhere, and the run's
+    next check raises it; a later signal raises again too, never ignored."""
+    Finalized(signal.SIGINT)  # collected at once: the signal lands in its finalizer
+    assert stop.signals == [signal.SIGINT]
+    assert "Exception ignored" not in capsys.readouterr().err
+    with pytest.raises(Signalled) as raised:
+        stop.check()
+    assert raised.value.args == (signal.SIGINT,)
+
+
+def test_a_signal_after_a_lost_raise_raises_again(stop):
+    Finalized(signal.SIGHUP)
+    with pytest.raises(Signalled) as raised:
+        _signalled(signal.SIGTERM)
+    assert raised.value.args == (signal.SIGHUP,)  # the run's stop is the first signal's
+
+
+def test_a_second_signal_hurries_the_stop_and_raises_nothing(stop):
+    """Raising again would cut the stop's clean-up short: the clean-up kills what is left at once instead."""
+    with pytest.raises(Signalled) as raised:
+        _signalled(signal.SIGINT)
+    _signalled(signal.SIGTERM)  # during the stop's clean-up
+    assert stop.hurried and stop.signals == [signal.SIGINT, signal.SIGTERM]
+    assert stop.line(raised.value) == "interrupted (SIGINT, then SIGTERM: what was left killed at once); all hosts stopped"
+    assert stop.exit_code(raised.value) == 130
+
+
+def test_a_stop_inside_a_deferred_block_is_raised_at_its_end(stop):
+    done = []
+    with pytest.raises(Signalled):
+        with stop.deferred():
+            _signalled(signal.SIGTERM)
+            done.append("the process's handle kept")
+    assert done == ["the process's handle kept"]
+
+
+def test_no_check_raises_without_a_stop(stop):
+    stop.check()
+    with stop.deferred():
+        pass
+    assert stop.signum is None
