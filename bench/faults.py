@@ -1,6 +1,6 @@
 """Faults on an emulated cluster: does every host end, in time, blaming the right host, leaving nothing behind?
 
-    .venv/bin/python bench/faults.py [--repeats 5] [--silence 5] [--only pytorch-kill-data ...]
+    .venv/bin/python bench/faults.py [--repeats 5] [--silence 5] [--only pytorch-kill-data ...] [--out faults.json]
 
 The matrix {kill, freeze} x {trainer, data host} x {PyTorch, TensorFlow, Ray} on a
 2 data host + 1 trainer job (shards of 240 small images, training "forever"; on
@@ -27,12 +27,14 @@ fresh hosts from its checkpoint folder. For each: seconds from SIGTERM until
 every host exited (bound 5 s), whether each wrote its failure file, the job's result, and the accounting of the
 whole run: per epoch, samples lost and duplicated (the PyTorch sample ledger;
 TensorFlow's per-epoch id count; Ray's ledger), steps redone, samples seen against epochs x
-dataset. Prints JSON.
+dataset. Writes JSON to --out, or else to stdout; everything else it prints (the emulator's lines, a summary per cell)
+goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -257,7 +259,18 @@ def main() -> None:
     parser.add_argument(
         "--only", nargs="*", default=None, help="cells to run, e.g. pytorch-kill-data ray-freeze-trainer ray-interrupt flood"
     )
+    parser.add_argument("--out", type=Path, help="write the JSON here (default: stdout)")
     args = parser.parse_args()
+    with contextlib.redirect_stdout(sys.stderr):  # the emulator's lines and each cell's summary: stdout is the JSON's
+        report = measure(args)
+    text = json.dumps(report, indent=2) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+def measure(args: argparse.Namespace) -> dict:
     cells = [(f, a, r) for f in FRAMEWORKS for a in ("kill", "freeze") for r in ("trainer", "data")]
     report = {
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
@@ -334,7 +347,7 @@ def main() -> None:
         "samples lost per kill/freeze fault (the trainer's failure names the samples a lost host had not "
         "delivered; a retried job resumes from the checkpoint written when the loss was noticed)"
     )
-    print(json.dumps(report, indent=2))
+    return report
 
 
 if __name__ == "__main__":
