@@ -11,12 +11,15 @@ that left it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -65,21 +68,23 @@ def _names(processes: list[psutil.Process]) -> list[str]:
 
 
 class Run:
-    """``hetero run <args>`` (``python -m pipeline.cli``: the console script's main) in a session of its own, its
-    output collected line by line."""
+    """``hetero run <args>`` (``python -m pipeline``: the console script's main) in a session of its own, its
+    output collected line by line (``stderr``: its stderr to that file instead); ``temp_dir``: its TMPDIR, where every
+    temp folder of the run (each host's) is made."""
 
-    def __init__(self, work_dir: Path, *args: str):
+    def __init__(self, work_dir: Path, *args: str, stderr: Path | None = None, temp_dir: Path | None = None):
         self.token = uuid.uuid4().hex
         self.work_dir = Path(work_dir).resolve()
         self.lines: list[str] = []
         self.started = time.monotonic()
-        env = {**os.environ, MARKER: self.token}
+        env = {**os.environ, MARKER: self.token, **({"TMPDIR": str(temp_dir)} if temp_dir else {})}
+        self.stderr = stderr.open("w") if stderr else None
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "run", "--work-dir", str(work_dir), *args],
+            [sys.executable, "-m", "pipeline", "run", "--work-dir", str(work_dir), *args],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=self.stderr or subprocess.STDOUT,
             text=True,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
@@ -128,6 +133,8 @@ class Run:
         self.leftovers(0)
         self.reader.join(timeout=10)
         self.process.stdout.close()
+        if self.stderr:
+            self.stderr.close()
 
 
 @dataclass
@@ -346,3 +353,155 @@ def test_a_signal_stops_hetero_run_and_every_process_it_started_within_30_s(tmp_
     assert not left, left
     assert code == 128 + sig, run.tail()
     assert any(f"interrupted ({signal.Signals(sig).name}); all hosts stopped" in line for line in run.lines), run.tail()
+
+
+SMALL = ("--sample-images", "300", "--epochs", "1")  # every step of a default run, each short
+TRAINING = ("--sample-images", "300", "--epochs", "100")  # a training that lasts
+
+
+@dataclass(frozen=True)
+class Moment:
+    """When a test stops a run (``hetero run`` with ``args``): once a line with ``line`` came (None: the run's start),
+    ``after_s`` later. ``hosts``: every host of the job then runs the step code, so each says how it ended."""
+
+    line: str | None = None
+    after_s: float = 0.0
+    hosts: bool = False
+    args: tuple[str, ...] = SMALL
+
+
+# moments spread over a default run, in its order (1 data host + 1 trainer, then the baseline, Evaluate, RegisterModel)
+MOMENTS = {
+    "loading": Moment(after_s=0.8),  # the CLI's modules load
+    "compiling": Moment(after_s=3.0),  # the definition compiles (the SageMaker SDK's objects, their finalizers)
+    "sample-data": Moment("[Shard] no InputData"),
+    "shard+0.1s": Moment("[Shard] --output", 0.1),
+    "shard+0.3s": Moment("[Shard] --output", 0.3),
+    "shard+1s": Moment("[Shard] --output", 1.0),
+    "between-steps": Moment("[Shard] done in"),
+    "hosts-starting": Moment("heterogeneous cluster:"),
+    "hosts-up": Moment("[launcher] host="),
+    "mid-training": Moment("step_time_ms=", hosts=True, args=TRAINING),
+    "baseline-starting": Moment("[TrainBaseline] homogeneous cluster"),
+    "evaluate": Moment("[Evaluate] --output", 0.3),
+    "register": Moment("[RegisterModel]"),
+}
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# each framework's run is stopped early many times (cheap) and late once or twice (a run nearly whole: minutes)
+STOPS = [
+    *(("pytorch", m) for m in MOMENTS),
+    *(("tensorflow", m) for m in ("loading", "shard+0.3s", "hosts-starting", "hosts-up", "mid-training", "evaluate")),
+    *(("ray", m) for m in ("compiling", "shard+0.1s", "hosts-starting", "hosts-up", "mid-training", "baseline-starting")),
+]
+
+
+def _reach(run: Run, moment: Moment) -> None:
+    if moment.line is not None:
+        assert run.wait_for(moment.line, timeout_s=600), f"no line {moment.line!r}:\n{run.tail()}"
+        time.sleep(moment.after_s)
+    else:
+        time.sleep(max(0.0, run.started + moment.after_s - time.monotonic()))
+    assert run.process.poll() is None, f"the run ended before the moment:\n{run.tail()}"
+
+
+def _hosts(run: Run) -> list[psutil.Process]:
+    """The run's emulated hosts and every process they started: they name its work folder, without its marker."""
+    own = f"{MARKER}={run.token}\0".encode()
+    hosts = []
+    for process in _marked(run.token, run.work_dir):
+        try:
+            if own not in Path(f"/proc/{process.pid}/environ").read_bytes():
+                hosts.append(process)
+        except OSError:
+            continue
+    return hosts
+
+
+@contextlib.contextmanager
+def _temp_dir():
+    """A TMPDIR for a run, short as /tmp is (hosts put unix sockets under theirs, made in it), gone afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="h", dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _host_ends(work_dir: Path) -> dict[str, str]:
+    """Each host's log that reports an internal error, and each failure file that does not say the host was stopped by
+    SIGTERM (terminated; a trainer mid-training: interrupted, with its checkpoint). What the hosts printed once the
+    stop came, stacks included, is in the run's own output."""
+    wrong = {}
+    for host in sorted(work_dir.glob("local-*/jobs/*/algo-*")):
+        log = (host / "output" / "host.log").read_text(errors="replace") if (host / "output" / "host.log").is_file() else ""
+        if "internal error" in log:
+            wrong[str(host)] = log[-3000:]
+        failure = host / "output" / "failure"
+        if failure.is_file() and not failure.read_text().startswith(("terminated: SIGTERM", "interrupted: SIGTERM")):
+            wrong[str(failure)] = failure.read_text()
+    return wrong
+
+
+@pytest.mark.parametrize(
+    "framework,moment,sig",
+    [(f, m, SIGNALS[i % len(SIGNALS)]) for i, (f, m) in enumerate(STOPS)],
+    ids=[f"{f}-{m}-{SIGNALS[i % len(SIGNALS)].name}" for i, (f, m) in enumerate(STOPS)],
+)
+def test_a_signal_at_any_moment_ends_the_run_in_one_line_leaving_nothing(tmp_path, framework, moment, sig):
+    """SIGINT, SIGTERM or SIGHUP at moments spread over a whole run (the CLI loading, the definition compiling, the
+    sample data, inside Shard, between steps, a job starting its hosts, mid-training, Evaluate, RegisterModel): exit
+    128 + the signal, one line on stderr, no stack in what the run and its hosts print from then on, each host the stop
+    ended saying terminated (not an internal error), no process and no temp folder left."""
+    with _temp_dir() as temp:
+        run = Run(tmp_path / "runs", "--framework", framework, *MOMENTS[moment].args, stderr=tmp_path / "stderr", temp_dir=temp)
+        try:
+            _reach(run, MOMENTS[moment])
+            signalled, before = time.monotonic(), len(run.lines)
+            run.process.send_signal(sig)
+            code = run.process.wait(timeout=STOPPED_WITHIN_S)
+            left = run.leftovers(within_s=max(0.0, signalled + STOPPED_WITHIN_S - time.monotonic()))
+            took = time.monotonic() - signalled
+        finally:
+            run.close()
+        temp_left = list(temp.iterdir())
+    errors = (tmp_path / "stderr").read_text().splitlines()
+    print(f"{framework} {moment}: {sig.name} at {signalled - run.started:.1f} s -> exit {code} in {took:.1f} s: {errors}")
+    assert code == 128 + sig, (errors, run.tail())
+    assert errors == [f"interrupted ({sig.name}); all hosts stopped"], (errors, run.tail())
+    # the stop's output, the hosts' last lines included (under load Ray prints stacks of its own as it trains)
+    assert not [line for line in run.lines[before:] if "Traceback" in line or "Exception ignored" in line], run.tail()
+    assert not left, left
+    assert not temp_left, temp_left
+    assert not _host_ends(run.work_dir), _host_ends(run.work_dir)
+    if MOMENTS[moment].hosts:  # every host ran the step code: each wrote how it ended
+        hosts = list(run.work_dir.glob("local-*/jobs/TrainHeterogeneous/algo-*"))
+        assert len(hosts) == 2 and all((h / "output" / "failure").is_file() for h in hosts), hosts
+
+
+def test_a_second_signal_during_the_stop_kills_what_is_left_at_once(tmp_path):
+    """The stop gives each host seconds to exit after its SIGTERM; hosts that cannot (frozen here) keep it waiting, and a
+    second signal, never ignored, kills them at once: exit 128 + the first signal, one line naming both."""
+    with _temp_dir() as temp:
+        run = Run(tmp_path / "runs", *TRAINING, stderr=tmp_path / "stderr", temp_dir=temp)
+        try:
+            _reach(run, MOMENTS["mid-training"])
+            hosts = _hosts(run)
+            assert len(hosts) >= 2, _names(hosts)
+            for host in hosts:
+                host.suspend()
+            before = len(run.lines)
+            run.process.send_signal(signal.SIGTERM)
+            time.sleep(1.0)
+            assert run.process.poll() is None, run.tail()  # waiting for the frozen hosts: seconds
+            run.process.send_signal(signal.SIGINT)
+            code = run.process.wait(timeout=STOPPED_WITHIN_S)
+            left = run.leftovers(within_s=STOPPED_WITHIN_S)
+        finally:
+            run.close()
+        temp_left = list(temp.iterdir())
+    errors = (tmp_path / "stderr").read_text().splitlines()
+    assert code == 128 + signal.SIGTERM, (errors, run.tail())
+    assert errors == ["interrupted (SIGTERM, then SIGINT: what was left killed at once); all hosts stopped"], errors
+    assert not [line for line in run.lines[before:] if "Traceback" in line or "Exception ignored" in line], run.tail()
+    assert not left, left
+    assert not temp_left, temp_left
