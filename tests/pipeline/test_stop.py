@@ -5,26 +5,18 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 
 import pytest
 
-from pipeline.stop import STOP_SIGNALS, Signalled, Stop
+from pipeline.stop import Signalled, Stop
+from tests.support.stop import installed
 
 
 @pytest.fixture
 def stop():
     """A `Stop` handling this process's stop signals for the test, then the handlers and the unraisable hook as they were."""
-    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
-    hook = sys.unraisablehook
-    stop = Stop()
-    stop.install()
-    try:
+    with installed(Stop()) as stop:
         yield stop
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        sys.unraisablehook = hook
 
 
 def _signalled(sig: int) -> None:

@@ -4,27 +4,38 @@ that never came."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 
 import pytest
 
-from pipeline.stop import STOP, STOP_SIGNALS
+from pipeline.stop import STOP, STOP_SIGNALS, Stop
 
 
-@pytest.fixture
-def run_stop():
+@contextlib.contextmanager
+def installed(stop: Stop) -> Iterator[Stop]:
+    """``stop`` handling this process's stop signals inside, then the handlers and the unraisable hook as they were."""
     handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     hook = sys.unraisablehook
-    STOP.install()
+    stop.install()
     try:
-        yield STOP
+        yield stop
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         sys.unraisablehook = hook
+
+
+@pytest.fixture
+def run_stop():
+    try:
+        with installed(STOP):
+            yield STOP
+    finally:
         STOP.__init__()
 
 
