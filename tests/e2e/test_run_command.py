@@ -110,6 +110,14 @@ class Run:
                 text in line for line in self.lines
             )
 
+    def stop(self, sig: int) -> tuple[int, list[str], float]:
+        """Signal the CLI: its exit code, what it left after `STOPPED_WITHIN_S` from the signal, and how long that took."""
+        signalled = time.monotonic()
+        self.process.send_signal(sig)
+        code = self.process.wait(timeout=STOPPED_WITHIN_S)
+        left = self.leftovers(within_s=max(0.0, signalled + STOPPED_WITHIN_S - time.monotonic()))
+        return code, left, time.monotonic() - signalled
+
     def leftovers(self, within_s: float) -> list[str]:
         """Processes of the run still there after ``within_s`` (waiting for them to go until then), then killed."""
         deadline = time.monotonic() + within_s
@@ -342,11 +350,7 @@ def test_a_signal_stops_hetero_run_and_every_process_it_started_within_30_s(tmp_
         assert len(started) > 2, started  # the run and its hosts carry the marker
         if framework == "ray":  # Ray's workers, renamed and in groups of their own, inherit it too
             assert any(" ray::" in f" {name.split(' ', 1)[1]}" for name in started), started
-        signalled = time.monotonic()
-        run.process.send_signal(sig)
-        code = run.process.wait(timeout=STOPPED_WITHIN_S)
-        left = run.leftovers(within_s=max(0.0, signalled + STOPPED_WITHIN_S - time.monotonic()))
-        took = time.monotonic() - signalled
+        code, left, took = run.stop(sig)
     finally:
         run.close()
     print(f"hetero run --framework {framework}: {signal.Signals(sig).name} -> exit {code}, all gone in {took:.1f} s")
@@ -457,10 +461,7 @@ def test_a_signal_at_any_moment_ends_the_run_in_one_line_leaving_nothing(tmp_pat
         try:
             _reach(run, MOMENTS[moment])
             signalled, before = time.monotonic(), len(run.lines)
-            run.process.send_signal(sig)
-            code = run.process.wait(timeout=STOPPED_WITHIN_S)
-            left = run.leftovers(within_s=max(0.0, signalled + STOPPED_WITHIN_S - time.monotonic()))
-            took = time.monotonic() - signalled
+            code, left, took = run.stop(sig)
         finally:
             run.close()
         temp_left = list(temp.iterdir())
