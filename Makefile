@@ -13,7 +13,7 @@ PARALLEL ?= -n auto --maxprocesses 4
 # `make run` installs PyTorch (the default framework) and, when ARGS names another (--framework tensorflow|ray), that one
 FRAMEWORK_EXTRAS := $(if $(findstring tensorflow,$(ARGS)),tensorflow) $(if $(findstring ray,$(ARGS)),ray)
 
-.PHONY: setup setup-all run test test-fast lint bench
+.PHONY: setup setup-all run test test-fast lint bench network-tools
 setup: $(VENV)/.installed-base-$(HASH)
 setup-all: $(VENV)/.installed-all-$(HASH)
 
@@ -43,13 +43,22 @@ node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
+# nft and iptables (nftables backend) for the network-fault tests and bench cells (pipeline/links.py): installed from
+# Debian once, as root; without them (or root) those tests skip, saying why
+NETWORK_TOOLS := nftables=1.0.6-2+deb12u2 iptables=1.8.9-2
+network-tools:
+	@command -v nft >/dev/null && command -v iptables >/dev/null || { \
+	  if [ "$$(id -u)" != 0 ]; then echo "network faults: nft/iptables missing and not root: their tests skip"; \
+	  else apt-get install -y -q $(NETWORK_TOOLS) >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1; \
+	    apt-get install -y -q $(NETWORK_TOOLS) >/dev/null 2>&1 || apt-get install -y -q nftables iptables >/dev/null; }; fi; }
+
 # lint first: ruff (lint + format, pyproject.toml) and the import contracts (lint-imports, pyproject.toml)
 lint: setup-all
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
-test: lint node_modules/.package-lock.json
+test: lint node_modules/.package-lock.json network-tools
 	$(VENV)/bin/python -m pytest $(PARALLEL) $(ARGS)
 
 # the inner loop: everything but the tests that start long-lived processes (marker e2e: clusters, pipelines, servers, the CDK CLI)

@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline import storage  # noqa: E402
 from pipeline.code import STEPS_DIR, build_code_tarball  # noqa: E402
 from pipeline.emulator import HOST_NAME, STOP_WAIT_S, EmulatedJob  # noqa: E402
+from pipeline.links import LinkFault, unavailable  # noqa: E402
 from pipeline.sample_data import generate  # noqa: E402
 from steps.frameworks import FRAMEWORKS, TABLE  # noqa: E402
 from steps.shard.shard import shard_dataset  # noqa: E402
@@ -62,6 +63,9 @@ FAULT_GRACE_S = 10.0  # the emulator's grace after a job's first failure: the su
 # a frozen host ignores the emulator's SIGTERM: SIGKILL ends it STOP_WAIT_S later; 1 s for the emulator to notice
 # the first failure and the victim's end (it polls), and to kill the session's last process
 VICTIM_BOUND_S = FAULT_GRACE_S + STOP_WAIT_S + 1.0
+CUT = LinkFault(cut=True)
+LOSSY = LinkFault(loss=0.02, delay_ms=50)  # a poor link: 2% of the packets lost, 50 ms more each way
+LOSSY_EPOCHS = 2
 
 
 def _first_host(text: str | None) -> str | None:
@@ -70,20 +74,31 @@ def _first_host(text: str | None) -> str | None:
 
 
 def fault_run(work: Path, shards: Path, code_uri: str, framework: str, action: str, role: str, silence: float) -> dict:
+    """``action``: kill, freeze or cut (the victim's link drops every packet, its processes live on)."""
     work.mkdir(parents=True)
     job = start_training_job(
-        work, shards, code_uri, silence_timeout_s=silence, grace_s=FAULT_GRACE_S, hyperparameters={"framework": framework}
+        work,
+        shards,
+        code_uri,
+        silence_timeout_s=silence,
+        grace_s=FAULT_GRACE_S,
+        hyperparameters={"framework": framework},
+        network_faults=action == "cut",
     )
     with job:
         victim = by_role(job, role)[0]
         others = [h for h in job.hosts if h is not victim]
         faulted_at = time.monotonic()
-        fault(victim, signal.SIGKILL if action == "kill" else signal.SIGSTOP)
-        result = job.wait()  # the frozen victim is still frozen: the emulator ends it, FAULT_GRACE_S after the first failure
+        if action == "cut":
+            job.degrade(victim, CUT)
+        else:
+            fault(victim, signal.SIGKILL if action == "kill" else signal.SIGSTOP)
+        result = job.wait()  # a frozen victim is still frozen: the emulator ends it, FAULT_GRACE_S after the first failure
+        counters = job.link_counters().get(victim.name, {})
     ended = {h.name: round(h.ended_at - faulted_at, 2) for h in others}
     all_ended_s = max(ended.values())
     blamed = {h.name: _first_host(h.failure) for h in others}
-    bound = silence + 10 if action == "freeze" else 5.0
+    bound = 5.0 if action == "kill" else silence + 10
     run = {
         "all_others_ended_s": all_ended_s,
         "bound_s": bound,
@@ -102,6 +117,11 @@ def fault_run(work: Path, shards: Path, code_uri: str, framework: str, action: s
         "processes_left": len(job_processes(job)),
         "ports_left": len(listeners_on([job])),
         "temp_left": temp_left(job),
+        **(
+            {"victim_exit_code": victim.exit_code, "victim_packets_dropped": counters.get("dropped", 0)}
+            if action == "cut"
+            else {}
+        ),
     }
     if action == "freeze":
         first_failure = min(h.ended_at for h in others)
@@ -114,6 +134,74 @@ def fault_run(work: Path, shards: Path, code_uri: str, framework: str, action: s
 
 
 INTERRUPT_EPOCHS = 3
+
+
+def _per_epoch(metrics: dict, framework: str, train: int) -> list[dict]:
+    """Samples lost and duplicated per epoch, by the job's own accounting (the PyTorch and Ray sample ledger,
+    TensorFlow's per-epoch id count)."""
+    if framework in ("pytorch", "ray"):
+        epochs = (metrics.get("sample_ledger") or {}).get("epochs", [])
+        return [{"epoch": e["epoch"], "lost": train - e["distinct"], "duplicated": e["duplicates"]} for e in epochs]
+    return [
+        {"epoch": a["epoch"], "lost": a["missing"], "duplicated": a["received"] - a["distinct"]}
+        for a in metrics.get("epoch_accounting", [])
+    ]
+
+
+def _job_hyperparameters(framework: str, epochs: int, silence: float) -> dict:
+    return {
+        "framework": framework,
+        "epochs": epochs,
+        "batch_size": 8,
+        "log_every": 1,
+        "heartbeat_s": 0.5,
+        "silence_timeout_s": silence,
+        "connect_timeout_s": 120,
+        "workload_options": {"blur_passes": 0},
+    }
+
+
+def lossy_run(work: Path, shards: Path, code_uri: str, framework: str, silence: float) -> dict:
+    """A whole job whose first data host's link is `LOSSY` from before it starts: it must end ok, every sample of
+    every epoch delivered once."""
+    work.mkdir(parents=True)
+    train = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["samples"]
+    request = two_group_request(
+        work, shards, code_uri, data=2, hyperparameters=_job_hyperparameters(framework, LOSSY_EPOCHS, silence)
+    )
+    job = EmulatedJob(name="job", request=request, job_dir=work / "job", grace_s=30, timeout_s=600, network_faults=True)
+    with job:
+        job.prepare()
+        victim = by_role(job, "data")[0]
+        job.degrade(victim, LOSSY)
+        job.start()
+        result = job.wait()
+        counters = job.link_counters().get(victim.name, {})
+    metrics = json.loads((result.model_dir / "metrics.json").read_text()) if result.ok else {}
+    per_epoch = _per_epoch(metrics, framework, train)
+    return {
+        "job_ok": result.ok,
+        "failure": result.failure,
+        "victim": victim.name,
+        "link": str(LOSSY),
+        "packets_lost": counters.get("lost", 0),
+        "packets_delayed": counters.get("delayed", 0),
+        "epochs": per_epoch,
+        "epochs_accounted": len(per_epoch),
+        "samples_lost": sum(e["lost"] for e in per_epoch),
+        "samples_duplicated": sum(e["duplicated"] for e in per_epoch),
+        "samples_seen": metrics.get("samples_seen"),
+        "samples_expected": LOSSY_EPOCHS * train,
+        "all_accounted": result.ok
+        and len(per_epoch) == LOSSY_EPOCHS
+        and not any(e["lost"] or e["duplicated"] for e in per_epoch),
+        "processes_left": len(job_processes(job)),
+        "ports_left": len(listeners_on([job])),
+        "temp_left": temp_left(job),
+        "wall_s": round(result.wall_s, 1),
+    }
+
+
 REDONE = re.compile(r"the (\d+) step\(s\) of epoch \d+ done so far are redone")
 
 
@@ -127,16 +215,7 @@ def interruption_run(work: Path, shards: Path, code_uri: str, framework: str, si
         code_uri,
         data=2,
         checkpoints=work / "checkpoints",
-        hyperparameters={
-            "framework": framework,
-            "epochs": INTERRUPT_EPOCHS,
-            "batch_size": 8,
-            "log_every": 1,
-            "heartbeat_s": 0.5,
-            "silence_timeout_s": silence,
-            "connect_timeout_s": 120,
-            "workload_options": {"blur_passes": 0},
-        },
+        hyperparameters=_job_hyperparameters(framework, INTERRUPT_EPOCHS, silence),
     )
     steps_per_epoch = train // 8
     job = EmulatedJob(
@@ -151,14 +230,7 @@ def interruption_run(work: Path, shards: Path, code_uri: str, framework: str, si
         job.start()
         result = job.wait()
     metrics = json.loads((result.model_dir / "metrics.json").read_text()) if result.ok else {}
-    if framework in ("pytorch", "ray"):
-        epochs = (metrics.get("sample_ledger") or {}).get("epochs", [])
-        per_epoch = [{"epoch": e["epoch"], "lost": train - e["distinct"], "duplicated": e["duplicates"]} for e in epochs]
-    else:
-        per_epoch = [
-            {"epoch": a["epoch"], "lost": a["missing"], "duplicated": a["received"] - a["distinct"]}
-            for a in metrics.get("epoch_accounting", [])
-        ]
+    per_epoch = _per_epoch(metrics, framework, train)
     interrupted = result.interrupted or {}
     # what the interrupted trainer said it leaves to be redone (TensorFlow resumes at the epoch boundary)
     first = work / "job.attempt-1"
@@ -271,12 +343,15 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace) -> dict:
+    network = unavailable()
     cells = [(f, a, r) for f in FRAMEWORKS for a in ("kill", "freeze") for r in ("trainer", "data")]
+    cells += [] if network else [(f, "cut", "data") for f in FRAMEWORKS]
     report = {
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "repeats": args.repeats,
         "silence_timeout_s": args.silence,
         "cells": {},
+        **({"network_cells": f"not run: {network}"} if network else {}),
     }
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -311,6 +386,14 @@ def measure(args: argparse.Namespace) -> dict:
                     if action == "freeze"
                     else {}
                 ),
+                **(
+                    {
+                        "victim_exit_codes": [r["victim_exit_code"] for r in runs],
+                        "victim_packets_dropped": [r["victim_packets_dropped"] for r in runs],
+                    }
+                    if action == "cut"
+                    else {}
+                ),
                 "processes_left": sum(r["processes_left"] for r in runs),
                 "ports_left": sum(r["ports_left"] for r in runs),
                 "temp_left": sum(len(r["temp_left"]) for r in runs),
@@ -341,6 +424,29 @@ def measure(args: argparse.Namespace) -> dict:
                 "runs": runs,
             }
             print(json.dumps({name: report["cells"][name]["exited_s"]}), file=sys.stderr, flush=True)
+        for framework in [] if network else FRAMEWORKS:
+            name = f"{framework}-lossy-data"
+            if args.only is not None and name not in args.only:
+                continue
+            runs = [
+                lossy_run(work / f"{name}-{i}", shards[framework], code_uri, framework, args.silence) for i in range(args.repeats)
+            ]
+            walls = [r["wall_s"] for r in runs]
+            report["cells"][name] = {
+                "link": str(LOSSY),
+                "wall_s": {"min": min(walls), "median": statistics.median(walls), "max": max(walls)},
+                "all_jobs_ok": all(r["job_ok"] for r in runs),
+                "all_accounted": all(r["all_accounted"] for r in runs),
+                "samples_lost": sum(r["samples_lost"] for r in runs),
+                "samples_duplicated": sum(r["samples_duplicated"] for r in runs),
+                "packets_lost": [r["packets_lost"] for r in runs],
+                "packets_delayed": [r["packets_delayed"] for r in runs],
+                "processes_left": sum(r["processes_left"] for r in runs),
+                "ports_left": sum(r["ports_left"] for r in runs),
+                "temp_left": sum(len(r["temp_left"]) for r in runs),
+                "runs": runs,
+            }
+            print(json.dumps({name: report["cells"][name]["wall_s"]}), file=sys.stderr, flush=True)
     if args.only is None or "flood" in args.only:
         report["flood"] = [flood_run(1100) for _ in range(args.repeats)]
     report["not_measured"] = (

@@ -31,6 +31,8 @@ from pipeline.emulator import PROGRESS_TIMEOUT_S
 from pipeline.errors import StepFailed
 from pipeline.graph import resolve_parameters
 from pipeline.iam import command as iam_command
+from pipeline.links import LinkFault
+from pipeline.links import unavailable as links_unavailable
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.models import DEPLOYED_EXAMPLE, REGISTRY_ENV, STATUS, change_status, default_registry, package_lines
 from pipeline.parameters_page import REGENERATE
@@ -104,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="interrupt each training job once at step N as a spot interruption does (SIGTERM to every host), "
         "then restart it from its checkpoints",
+    )
+    run.add_argument(
+        "--link-fault",
+        type=LinkFault.parse,
+        metavar="SPEC",
+        help="degrade the link of each training job's first data host from its start: loss=P%%, delay=Dms (each way) "
+        "or both, comma-separated, or cut (every packet dropped, its processes alive); needs root, nft and "
+        "iptables (docs/testing.md)",
     )
     run.add_argument(
         "--progress-timeout",
@@ -419,6 +429,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--interrupt-after-steps {args.interrupt_after_steps}: use a step number >= 1", headline="bad option")
     if not 0 < args.volume_scale <= 1:
         raise UserError(f"--volume-scale {args.volume_scale:g}: use a factor above 0 and at most 1", headline="bad option")
+    if args.link_fault and (reason := links_unavailable()):
+        raise UserError(f"--link-fault: network faults cannot be emulated here: {reason}", headline="bad option")
     options = LocalOptions(
         work_dir=args.work_dir,
         framework=args.framework,
@@ -427,6 +439,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         spot=args.spot,
         network_isolation=args.network_isolation,
         interrupt_after_steps=args.interrupt_after_steps,
+        link_fault=args.link_fault,
         progress_timeout_s=args.progress_timeout or None,
         code_dirs=tuple(args.code_dir),
         volume_scale=args.volume_scale,

@@ -48,6 +48,7 @@ output folders are packed as ``<S3OutputPath>/<job name>/output/{model,output}.t
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
@@ -65,7 +66,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline import image_guard, storage, volumes
+from pipeline import image_guard, links, storage, volumes
 from pipeline.container_env import training_host_env
 from pipeline.isolation import refuse_s3_fetches
 from pipeline.sessions import kill_session
@@ -221,6 +222,7 @@ class EmulatedJob:
     echo: Callable[[str], None] = print  # the emulator's own lines
     region: str = "us-east-1"  # where the job runs (its hosts' AWS_REGION, TRAINING_JOB_ARN): the local runner's
     extra_env: dict | None = None  # variables the twin gives every host for itself (the call ledger's notes file)
+    network_faults: bool = False  # each host in a cgroup of its own, so `degrade` can fault its link (`pipeline.links`)
     hosts: list[Host] = field(default_factory=list)
     interruptions: int = 0
     interrupted: dict | None = None
@@ -229,6 +231,8 @@ class EmulatedJob:
     _names_stop: threading.Event = field(default_factory=threading.Event)
     _volumes: volumes.Volumes = field(default_factory=lambda: volumes.Volumes(None, [], "not mounted"))
     _volume_plan: list = field(default_factory=list)
+    _links: links.Links | None = None
+    _link_counts: dict = field(default_factory=dict)  # the links' counters when they were removed
 
     def __post_init__(self) -> None:
         self.groups = _groups(self.request, self.cpus)
@@ -408,6 +412,8 @@ class EmulatedJob:
         program = self.hyperparameters.get("sagemaker_program", "")
         guard = self._image_guard()
         self._mount_volumes()
+        if self.network_faults:
+            self._open_links()
         for host in self.hosts:
             STOP.check()
             code = host.base_dir / "code"
@@ -435,8 +441,12 @@ class EmulatedJob:
                 extra_env=self.extra_env,
             )
             cpus = host.group.cpus
+            cgroup = self._links.cgroup_procs(host.name, host.address) if self._links else None
 
-            def enter(cpus=cpus, cwd=str(code)) -> None:  # in the host's process, before it executes
+            def enter(cpus=cpus, cwd=str(code), cgroup=cgroup) -> None:  # in the host's process, before it executes
+                if cgroup:  # first: every process the host starts stays in its cgroup
+                    with open(cgroup, "w") as procs:
+                        procs.write(str(os.getpid()))
                 if cpus:
                     os.sched_setaffinity(0, cpus)
                 self._volumes.enter(cwd)
@@ -450,13 +460,37 @@ class EmulatedJob:
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
-                    preexec_fn=enter if cpus or self._volumes.enforced else None,
+                    preexec_fn=enter if cpus or cgroup or self._volumes.enforced else None,
                 )
                 reader = threading.Thread(target=self._pump, args=(host,), daemon=True)
                 reader.start()
                 self._readers.append(reader)
         if self.late_hostnames_s:
             self._publish_names_late()
+
+    def degrade(self, host: Host, fault: links.LinkFault | None) -> None:
+        """``host``'s link from now on: ``fault`` (`pipeline.links`), or healthy again (None); the job must have been
+        started with ``network_faults``."""
+        if not self.network_faults:
+            raise RuntimeError(f"job {self.name}: give it network_faults=True to fault a host's link")
+        self._open_links()
+        self._links.set(host.name, fault)
+        self.echo(f"network: {host.name} ({host.group.name}, {host.role}) {fault or links.LinkFault()}")
+
+    def _open_links(self) -> None:
+        """The job's links (`pipeline.links`), with a cgroup for each host: a fault may be set before the hosts start."""
+        if not self.hosts:
+            self.prepare()
+        if self._links is None:
+            with STOP.deferred():  # a stop now is raised once the links are kept: `close` removes them
+                self._links = links.Links.open()
+        for host in self.hosts:
+            self._links.cgroup_procs(host.name, host.address)
+
+    def link_counters(self) -> dict[str, dict[str, int]]:
+        """Packets each faulted host's link rules dropped, lost or delayed so far, or until the job was closed
+        (`pipeline.links.Links.counters`)."""
+        return self._links.counters() if self._links else self._link_counts
 
     def _mount_volumes(self) -> None:
         """Each host's volume (`pipeline.volumes`), said once per job: its size per group, or why it is not enforced."""
@@ -533,6 +567,7 @@ class EmulatedJob:
         started = time.monotonic()
         failed_at = None
         failure = None
+        failed_in_order: list[Host] = []  # once the job's failure is a host's: the failed hosts, in order
         while True:
             STOP.check()  # a stop of the run whose raise was lost: `close` stops every host
             if self._interrupt.is_set() and not self.interruptions:
@@ -546,8 +581,9 @@ class EmulatedJob:
             if failed and failure is None:
                 # hosts that ended together (a killed host and the peer that saw it go): the one whose failure blames
                 # no other host is the cause, whatever order the hosts are listed in
-                cause = next((h for h in failed if self._blamed(h) is None), failed[0])
-                failure, failed_at = self._describe(cause), now
+                failed.sort(key=lambda h: self._blamed(h) is not None)
+                failure, failed_at, failed_in_order = self._describe(failed[0]), now, [failed[0]]
+            failed_in_order += [h for h in failed if failed_in_order and h not in failed_in_order]
             running = [h for h in self.hosts if h.exit_code is None]
             if not running:
                 break
@@ -560,9 +596,26 @@ class EmulatedJob:
                 failure, failed_at = stuck, now
                 self._stop(running)
             time.sleep(0.05)
+        if failed_in_order:  # the job's failure is a host's
+            failure = self._describe(self._cause(failed_in_order))
         self.close()
         self._save_checkpoints()
         return self._result(failure, time.monotonic() - started)
+
+    def _cause(self, failed: list[Host]) -> Host:
+        """Of the failed hosts, in the order they failed, the one whose failure the job's is: the first, unless it
+        blames another host and the hosts that failed after it blame a different one more often (a host cut off from
+        the others hears from none of them, and the first to give up may be the isolated host, blaming its peer;
+        every peer that lost it blames it). The hosts the emulator stopped have no vote."""
+        first = failed[0]
+        if self._blamed(first) is None:
+            return first
+        votes = collections.Counter(
+            blamed.name for h in failed if not h.stopped_by_emulator and (blamed := self._blamed(h)) is not None
+        ).most_common()
+        if len(votes) > 1 and votes[0][1] == votes[1][1]:
+            return first
+        return next(h for h in failed if (blamed := self._blamed(h)) is not None and blamed.name == votes[0][0])
 
     def _stuck(self, now: float) -> str | None:
         """Why the job is stuck: none of its hosts has reported progress, or exited, for ``progress_timeout_s``; the hosts
@@ -670,6 +723,12 @@ class EmulatedJob:
             if host.exit_code is None:
                 host.exit_code = host.process.returncode
         self._volumes.unmount(self.hosts)
+        if self._links is not None:
+            self._link_counts = self._links.counters()
+            self._links.close()
+            self._links = None
+            for name, counts in self._link_counts.items():
+                self.echo(f"network: {name}'s link {', '.join(f'{n} packets {kind}' for kind, n in sorted(counts.items()))}")
         for host in self.hosts:
             host.view = None
             if host.temp_dir is not None:

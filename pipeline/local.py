@@ -36,6 +36,7 @@ from pipeline.errors import StepFailed
 from pipeline.graph import PIPELINE_NAME, default_model_package_group
 from pipeline.iam.calls import LocalCalls
 from pipeline.images import RAY_REPOSITORY, RAY_VERSION, default_training_image
+from pipeline.links import LinkFault
 from pipeline.processing import run_processing_job
 from pipeline.requirements import image_python, refuse_networked
 from pipeline.sample_data import generate
@@ -87,6 +88,7 @@ class LocalOptions:
     spot: bool = False  # compile as deployed with managed spot (there is no spot market here: billable = training time)
     network_isolation: bool = False  # compile as deployed with network isolation: the emulator refuses s3:// fetched at run time
     interrupt_after_steps: int | None = None  # each training job is interrupted once, at this step, and restarted
+    link_fault: LinkFault | None = None  # each training job's first data host's link, from its start (pipeline.links)
     progress_timeout_s: float | None = PROGRESS_TIMEOUT_S  # a training job none of whose hosts reports progress this long fails
     code_dirs: tuple[Path, ...] = ()  # folders whose contents ship with steps/ (pipeline.code): the user's workload, requirements
     volume_scale: float = 1.0  # a GB of an emulated host's volume is this many GiB (pipeline.volumes)
@@ -298,6 +300,16 @@ class LocalRunner:
             raise StepFailed(f"step {name}: {exc.one_line()}", user_error=True) from None
         return set()
 
+    def _degrade(self, job: EmulatedJob) -> None:
+        """The first data host's link, as ``link_fault`` says, before the hosts start; a job without data hosts runs
+        as it is."""
+        job.prepare()
+        data_hosts = [h for h in job.hosts if h.role == "data"]
+        if data_hosts:
+            job.degrade(data_hosts[0], self.options.link_fault)
+        else:
+            job.echo(f"network: no data host to degrade ({self.options.link_fault})")
+
     def _job_name(self, step: str) -> str:
         return f"pipelines-{self.execution_id[-8:]}-{step}-{secrets.token_hex(3)}"[:63]
 
@@ -320,6 +332,7 @@ class LocalRunner:
             volume_scale=self.options.volume_scale,
             echo=lambda line: self.options.echo(f"[{name}] {line}"),
             extra_env=self.calls.environment(name),
+            network_faults=self.options.link_fault is not None,
         )
         if self.options.step_timeout_s is not None:
             job.timeout_s = min(filter(None, [job.timeout_s, self.options.step_timeout_s]))
@@ -330,6 +343,8 @@ class LocalRunner:
         self.options.echo(f"[{name}] {'heterogeneous' if len(job.groups) > 1 else 'homogeneous'} cluster: {shape}")
         try:
             with job:
+                if self.options.link_fault:
+                    self._degrade(job)
                 job.start()
                 result = job.wait()
         finally:

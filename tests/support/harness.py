@@ -241,9 +241,10 @@ def start_training_job(
     dnn: int = 1,
     hyperparameters: dict | None = None,
     grace_s: float = 120.0,
+    **job_options,
 ) -> EmulatedJob:
     """A 2-group emulated job on ``shards`` that trains "forever"; returns once the first step is logged (a Ray cluster
-    takes longest to get there)."""
+    takes longest to get there). ``job_options``: more of `EmulatedJob`'s fields (``network_faults``)."""
     training = threading.Event()
 
     def on_line(host, line):
@@ -267,7 +268,9 @@ def start_training_job(
             **(hyperparameters or {}),
         },
     )
-    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", on_line=on_line, grace_s=grace_s, timeout_s=240)
+    job = EmulatedJob(
+        name="job", request=request, job_dir=tmp_path / "job", on_line=on_line, grace_s=grace_s, timeout_s=240, **job_options
+    )
     job.start()
     if not training.wait(180 if request["HyperParameters"].get("framework") == "ray" else 120):
         job.close()  # every host ended before the error goes up
