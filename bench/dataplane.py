@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from pipeline.sample_data import generate
-from steps.shard.format import count_samples, list_shards, write_shard
+from steps.formats.webdataset import count_samples, list_shards, write_shard
 from steps.train.core.config import TrainConfig
 from steps.train.core.spare_cpus import Spare, kept_for_loop, sample_pixels
 from steps.train.core.split import Split

@@ -18,7 +18,7 @@ from steps.common.errors import UserError
 class Framework:
     name: str
     summary: str
-    shard_format: str  # what its input pipeline reads (steps/shard/formats.py)
+    shard_format: str  # what its input pipeline reads (steps/formats/registry.py)
     trainer: str  # "module:function(cfg, cluster, workload)" a trainer host runs
     data_host: str | None  # the same for a data host; None: every host runs `trainer` (Ray: one cluster of every host)
     max_trainer_hosts: int | None = None  # None: any number

@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from steps.shard.formats import FORMATS
+from steps.formats.registry import FORMATS
 from steps.shard.scan import Candidate
 
 

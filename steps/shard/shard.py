@@ -7,8 +7,8 @@ write (`steps.shard.write`: shards, ``manifest.json``, ``report.json``). This
 module runs them in order (`shard_dataset`) and is the step's command line.
 
 Output, in one of two formats with the same samples and manifest (``--format``):
-WebDataset tar shards for PyTorch (`steps.shard.format`, the default) or TFRecord
-shards for TensorFlow (`steps.shard.tfrecord`, ``.tfrecord`` instead of ``.tar``);
+WebDataset tar shards for PyTorch (`steps.formats.webdataset`, the default) or TFRecord
+shards for TensorFlow (`steps.formats.tfrecord`, ``.tfrecord`` instead of ``.tar``);
 `steps.shard.write` shows the output layout.
 
 Run locally::
@@ -43,11 +43,11 @@ if not __package__:
 from steps.common.cli import StepArgumentParser, run_step_cli  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
 from steps.contract import MANIFEST_FILE, SECRET_CHANNEL, SHARD_REPORT_FILE, TUNABLES_BY_NAME  # noqa: E402
-from steps.shard.formats import FORMATS  # noqa: E402
+from steps.formats.registry import FORMATS  # noqa: E402
+from steps.formats.tfrecord import check_tensorflow  # noqa: E402
 from steps.shard.job_secret import write_job_secret  # noqa: E402
 from steps.shard.plan import assign_ids, deal, plan_shard_count, shuffled, split  # noqa: E402
 from steps.shard.scan import LAYOUT_HINT, quarantine_corrupt, scan_input  # noqa: E402
-from steps.shard.tfrecord import check_tensorflow  # noqa: E402
 from steps.shard.write import clear_previous_output, report, write_json, write_split  # noqa: E402
 
 DEFAULT_INPUT = "/opt/ml/processing/input/raw"

@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 
 from steps.contract import FAILURE_FILE, MANIFEST_FILE, SHARD_REPORT_FILE
-from steps.shard.format import sha256_file
-from steps.shard.formats import FORMATS
+from steps.formats.registry import FORMATS
+from steps.formats.webdataset import sha256_file
 from steps.shard.plan import Item
 from steps.shard.scan import Candidate
 

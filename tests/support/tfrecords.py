@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from steps.shard.tfrecord import write_tfrecord_shard
+from steps.formats.tfrecord import write_tfrecord_shard
 
 
 def jpeg(seed: int, size: int = 40) -> bytes:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from steps.shard.format import Decoder, iter_shard
+from steps.formats.webdataset import Decoder, iter_shard
 from steps.train.core.cluster import available_cpus
 
 MEASURED_BATCHES = 8  # after one warm-up batch

@@ -23,7 +23,7 @@ import numpy as np
 
 from steps.common.errors import UserError
 from steps.contract import HYBRID_CHANNEL
-from steps.shard.format import Decoder, iter_shard
+from steps.formats.webdataset import Decoder, iter_shard
 from steps.train.core.cluster import Cluster, available_cpus
 from steps.train.core.config import TrainConfig
 from steps.train.core.manifest import train_channel

@@ -97,7 +97,7 @@ CORRUPT_ID = 999_999
 @pytest.fixture(scope="module")
 def tf_shards_with_a_corrupt_sample(tmp_path_factory, tf_shards):
     """The TFRecord shards plus one sample in the first training shard whose bytes are not an image."""
-    from steps.shard.tfrecord import iter_tfrecord_shard, write_tfrecord_shard
+    from steps.formats.tfrecord import iter_tfrecord_shard, write_tfrecord_shard
 
     shards = tmp_path_factory.mktemp("tf-shards-corrupt") / "shards"
     shutil.copytree(tf_shards, shards)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from steps.common.errors import UserError
-from steps.shard.format import iter_shard, list_shards, sha256_file
+from steps.formats.webdataset import iter_shard, list_shards, sha256_file
 from steps.shard.shard import shard_dataset
 from tests.support.raw_images import image_bytes, make_raw
 

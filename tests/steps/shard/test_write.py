@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from steps.shard.format import iter_shard, sha256_file
+from steps.formats.webdataset import iter_shard, sha256_file
 from steps.shard.plan import Item
 from steps.shard.write import clear_previous_output, write_split
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from steps.common.errors import UserError
-from steps.shard.format import count_samples, list_shards
+from steps.formats.webdataset import count_samples, list_shards
 from steps.train.core.cluster import Cluster, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.core.manifest import train_channel

@@ -27,7 +27,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from steps.common.errors import HeteroError, UserError
-from steps.shard.format import iter_shard
+from steps.formats.webdataset import iter_shard
 from steps.train.core.cluster import available_cpus
 from steps.train.core.constants import SHUFFLE_BUFFER
 from steps.train.core.split import ALL, Take

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from steps.shard.format import count_samples, list_shards
+from steps.formats.webdataset import count_samples, list_shards
 from steps.train.core.cluster import Cluster
 from steps.train.core.config import TrainConfig
 from steps.train.core.spare_cpus import Spare, sample_pixels, spare

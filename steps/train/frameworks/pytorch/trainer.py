@@ -26,7 +26,7 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 
 from steps.common.errors import UserError, describe
-from steps.shard.format import count_samples, list_shards
+from steps.formats.webdataset import count_samples, list_shards
 from steps.train.core.cluster import Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.core.corrupt import CorruptBudget

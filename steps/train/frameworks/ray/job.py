@@ -33,7 +33,7 @@ from pathlib import Path
 
 from steps.common.errors import UserError, describe
 from steps.common.files import write_atomic
-from steps.shard.format import count_samples, list_shards
+from steps.formats.webdataset import count_samples, list_shards
 from steps.train.core.cluster import TRAINER, Cluster, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.core.gpus import gpu_use, idle_gpus_line, require_usable_gpus

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from steps.shard.format import IMAGE_EXTS, LABEL_EXT
+from steps.formats.webdataset import IMAGE_EXTS, LABEL_EXT
 from steps.train.core.constants import SHUFFLE_BUFFER
 
 if TYPE_CHECKING:  # ray is imported where used, as the functions below do
@@ -142,7 +142,7 @@ def train_loop(config: dict) -> None:
     from ray.train.torch import prepare_model
     from torch.distributed.algorithms.join import Join
 
-    from steps.shard.format import list_shards
+    from steps.formats.webdataset import list_shards
     from steps.train.core.config import TrainConfig
     from steps.train.core.ledger import Ledger
     from steps.train.core.metrics import StepStats

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from steps.common.errors import UserError
+from steps.formats.tfrecord import list_tfrecord_shards
 from steps.frameworks import framework
-from steps.shard.tfrecord import list_tfrecord_shards
 from steps.train.core.cluster import Cluster
 from steps.train.core.manifest import read_manifest, train_channel
 

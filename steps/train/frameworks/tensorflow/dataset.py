@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from steps.shard.tfrecord import SUFFIX, parse_record
+from steps.formats.tfrecord import SUFFIX, parse_record
 from steps.train.core.constants import SHUFFLE_BUFFER
 from steps.train.core.split import Take
 from steps.train.workload import Workload

@@ -48,7 +48,7 @@ def tf_spare_workers(
 ) -> Spare:
     """This trainer host's decode vCPUs beside its loop (a `steps.train.core.spare_cpus.Spare`); ``auto`` probes the
     training step with a clone of ``model`` on one real batch."""
-    from steps.shard.tfrecord import list_tfrecord_shards
+    from steps.formats.tfrecord import list_tfrecord_shards
     from steps.train.core.spare_cpus import spare
 
     def measure(shards: list[Path]) -> float | str:

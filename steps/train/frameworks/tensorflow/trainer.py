@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tensorflow as tf
 
-from steps.shard.tfrecord import list_tfrecord_shards
+from steps.formats.tfrecord import list_tfrecord_shards
 from steps.train.core.cluster import Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.core.corrupt import CorruptBudget

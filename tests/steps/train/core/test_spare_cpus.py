@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from steps.contract import HYBRID_CHANNEL
-from steps.shard.format import list_shards, write_shard
+from steps.formats.webdataset import list_shards, write_shard
 from steps.train.core import spare_cpus
 from steps.train.core.cluster import Cluster
 from steps.train.core.config import TrainConfig

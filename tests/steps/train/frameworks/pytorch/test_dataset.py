@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from steps.common.errors import UserError
-from steps.shard.format import write_shard
+from steps.formats.webdataset import write_shard
 from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader, worker_start_method
 from steps.train.workload import Workload
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from steps.common.errors import UserError
-from steps.shard.format import write_shard
+from steps.formats.webdataset import write_shard
 from steps.train.core.config import TrainConfig
 from steps.train.frameworks.pytorch.dataset import Batch
 from steps.train.frameworks.pytorch.step import (

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from steps.shard.format import write_shard
+from steps.formats.webdataset import write_shard
 from steps.train.core.config import TrainConfig
 from steps.train.frameworks.pytorch import throttle as throttle_module
 from steps.train.frameworks.pytorch.dataset import ShardDataset, batch_loader

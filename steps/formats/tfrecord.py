@@ -8,14 +8,14 @@ A shard is an uncompressed TFRecord file. Every record is one serialized
     id      int64   the sample's global id, unique across train and validation
     ext     bytes   the image extension, b"jpg", b"jpeg" or b"png"
 
-The same samples, ids and manifest as the tar format (`steps.shard.format`), so a
+The same samples, ids and manifest as the tar format (`steps.formats.webdataset`), so a
 trainer can prove it saw every sample exactly once whichever format it reads.
 
 Why TFRecord: `tf.data.TFRecordDataset` and tf.data.service workers stream it
 natively with CRC checks, and `parse_record` is plain TF ops, so parsing runs
 inside the tf.data graph on whichever host owns the input pipeline.
 
-    from steps.shard.tfrecord import write_tfrecord_shard, iter_tfrecord_shard, parse_record
+    from steps.formats.tfrecord import write_tfrecord_shard, iter_tfrecord_shard, parse_record
     write_tfrecord_shard("train-00000.tfrecord", [(0, 3, "jpg", jpeg_bytes)])
     for sample in iter_tfrecord_shard("train-00000.tfrecord"):
         ...
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from steps.common.errors import UserError
-from steps.shard.format import IMAGE_EXTS, Sample, _checked_ext
+from steps.formats.webdataset import IMAGE_EXTS, Sample, _checked_ext
 
 if TYPE_CHECKING:
     import tensorflow as tf

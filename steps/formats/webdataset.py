@@ -12,7 +12,7 @@ Why tar: SageMaker moves 1-128 MB objects far faster than millions of small file
 `ShardedByS3Key` splits a channel per object, and any tar reader (or WebDataset)
 can stream it without an index.
 
-    from steps.shard.format import write_shard, iter_shard
+    from steps.formats.webdataset import write_shard, iter_shard
     write_shard("train-00000.tar", [(0, 3, "jpg", jpeg_bytes)])
     for sample in iter_shard("train-00000.tar"):
         ...

@@ -8,10 +8,8 @@ import sys
 import pytest
 
 from steps.common.errors import UserError
-from steps.shard.format import Sample, list_shards, sha256_file
-from steps.shard.formats import FORMATS
-from steps.shard.shard import main, shard_dataset
-from steps.shard.tfrecord import (
+from steps.formats.registry import FORMATS
+from steps.formats.tfrecord import (
     FRAME_BYTES,
     count_tfrecord_samples,
     feature_spec,
@@ -20,6 +18,8 @@ from steps.shard.tfrecord import (
     parse_record,
     write_tfrecord_shard,
 )
+from steps.formats.webdataset import Sample, list_shards, sha256_file
+from steps.shard.shard import main, shard_dataset
 from tests.support.raw_images import make_raw
 
 tf = pytest.importorskip("tensorflow", reason="TFRecord shards need TensorFlow")

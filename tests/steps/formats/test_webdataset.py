@@ -8,7 +8,7 @@ import tarfile
 import pytest
 
 from steps.common.errors import UserError
-from steps.shard.format import Sample, count_samples, iter_shard, list_shards, sha256_file, write_shard
+from steps.formats.webdataset import Sample, count_samples, iter_shard, list_shards, sha256_file, write_shard
 
 SAMPLES = [
     (7, 0, "jpg", b"\xff\xd8 jpeg bytes 7"),

@@ -1,7 +1,7 @@
 """The shard step's output formats, by ``--format`` name: file suffix, writer, and the bytes a sample adds.
 
 The formats themselves live beside this: WebDataset tar shards in
-`steps.shard.format`, TFRecord shards in `steps.shard.tfrecord`. The plan
+`steps.formats.webdataset`, TFRecord shards in `steps.formats.tfrecord`. The plan
 stage (`steps.shard.plan`) sizes shards with ``sample_bytes``; the write stage
 (`steps.shard.write`) names and writes them.
 """
@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from steps.shard.format import write_shard
-from steps.shard.tfrecord import FRAME_BYTES, write_tfrecord_shard
-from steps.shard.tfrecord import SUFFIX as TFRECORD_SUFFIX
+from steps.formats.tfrecord import FRAME_BYTES, write_tfrecord_shard
+from steps.formats.tfrecord import SUFFIX as TFRECORD_SUFFIX
+from steps.formats.webdataset import write_shard
 
 # A tf.train.Example's feature names, tags and lengths around the image bytes: 71-76 bytes
 # measured for 1 KB-1 MB images and 9-digit ids; rounded up so shards err on the small side.
