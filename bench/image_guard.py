@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline import image_guard  # noqa: E402
-from pipeline.images import default_training_image  # noqa: E402
+from pipeline.sagemaker.images import default_training_image  # noqa: E402
 
 IMPORTS = {
     "pytorch": "import torch, numpy, PIL, sagemaker_training.environment",

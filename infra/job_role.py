@@ -21,7 +21,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from infra.nag import acknowledge_wildcards
-from pipeline.images import ecr_partition, ecr_repository
+from pipeline.sagemaker.images import ecr_partition, ecr_repository
 
 POLICY_NAME = "JobAccess"  # inline, on this role only
 OBJECT_WRITES = ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload")

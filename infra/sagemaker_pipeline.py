@@ -1,4 +1,4 @@
-"""The SageMaker pipeline: the definition compiled by `pipeline.sagemaker`, deployed as a `CfnPipeline`.
+"""The SageMaker pipeline: the definition compiled by `pipeline.sagemaker.definition`, deployed as a `CfnPipeline`.
 
 There is no L2 Pipeline construct. The definition is built at synth time from CDK
 tokens (role ARN, bucket name, code URL, FSx ids) and embedded with
@@ -6,7 +6,7 @@ tokens (role ARN, bucket name, code URL, FSx ids) and embedded with
 
 Two roles: every step's RoleArn is the job role (`infra.job_role`), the pipeline's own RoleArn the
 pipeline role (`infra.pipeline_role`). The description says what the jobs may read
-(`pipeline.job_access`), which `hetero start` reads back with DescribePipeline.
+(`pipeline.sagemaker.job_access`), which `hetero start` reads back with DescribePipeline.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk.interfaces import aws_sagemaker as sagemaker_refs
 from constructs import Construct
 
-from pipeline.job_access import JobAccess
-from pipeline.sagemaker import DeploySettings, FsxSettings, all_steps, build_definition
+from pipeline.sagemaker.definition import DeploySettings, FsxSettings, all_steps, build_definition
+from pipeline.sagemaker.job_access import JobAccess
 
 SUMMARY = "Shard -> baseline / heterogeneous training -> priced evaluation -> model registration -> improvement check."
 

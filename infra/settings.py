@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.graph import MODEL_PACKAGE_GROUP_NAME, PIPELINE_NAME, default_model_package_group, resolve_parameters
-from pipeline.images import ecr_repository, require_image_region
-from pipeline.job_access import INPUT_PREFIX_SETTING
+from pipeline.sagemaker.images import ecr_repository, require_image_region
+from pipeline.sagemaker.job_access import INPUT_PREFIX_SETTING
 from steps.common.errors import UserError
 from steps.frameworks import FRAMEWORKS, framework
 
@@ -213,13 +213,15 @@ class StackSettings:
 
     def scheduled_parameters(self, *, bucket: str) -> dict[str, str]:
         """Parameter overrides (as strings) for scheduled and triggered executions."""
-        from pipeline.remote import pipeline_parameters
+        from pipeline.sagemaker.executions import pipeline_parameters
 
         for key, layer in (
             (self.context_key("retrain_parameters"), self.retrain_parameters),
             (self.context_key("instance_defaults"), self.instance_defaults),
         ):
-            if "InputData" in layer:  # the jobs may read the input prefix of the stack's bucket only (pipeline.job_access)
+            if (
+                "InputData" in layer
+            ):  # the jobs may read the input prefix of the stack's bucket only (pipeline.sagemaker.job_access)
                 raise UserError(
                     f"{key} sets InputData={layer['InputData']!r}: scheduled and triggered runs read "
                     f"s3://<ArtifactBucket>/{self.input_prefix}; set {INPUT_PREFIX_SETTING} instead",

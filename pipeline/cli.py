@@ -5,7 +5,7 @@
     hetero run --workload my_pkg.my_workload --code-dir . --workload-options '{"size": 128}'
     hetero params                               # every pipeline parameter with default and help
     hetero params --markdown                    # the same as docs/parameters.md
-    hetero start --param Epochs=3               # an execution of the deployed pipeline (pipeline/remote.py)
+    hetero start --param Epochs=3               # an execution of the deployed pipeline (pipeline/sagemaker/executions.py)
     hetero executions --results s3://bucket/results   # recent executions, status and price-performance
     hetero models                               # registered models with their metrics; `hetero models approve 3`
     hetero definition --bucket my-bucket         # the SageMaker pipeline definition JSON (pipeline/sagemaker/)
@@ -39,7 +39,14 @@ from pipeline.parameters_page import REGENERATE
 from pipeline.parameters_page import markdown as parameters_markdown
 from pipeline.plan_view import execution_report, plan_for, render_plan, stored_plan_parameters
 from pipeline.price_refresh import refresh as refresh_prices
-from pipeline.remote import DEFAULT_PIPELINE_NAME, FINISHED, execution_id, list_executions, price_performance_of, start_execution
+from pipeline.sagemaker.executions import (
+    DEFAULT_PIPELINE_NAME,
+    FINISHED,
+    execution_id,
+    list_executions,
+    price_performance_of,
+    start_execution,
+)
 from pipeline.stop import STOP
 from pipeline.summary import EMULATED, render
 from steps.common.errors import HeteroError, UserError, storage_error
@@ -599,7 +606,7 @@ def _execution_summary(e: dict, results: str | None) -> str:
 
 
 def cmd_definition(args: argparse.Namespace) -> int:
-    from pipeline.sagemaker import DeploySettings, FsxSettings, definition_json  # the SDK is imported only here
+    from pipeline.sagemaker.definition import DeploySettings, FsxSettings, definition_json  # the SDK is imported only here
 
     fsx = None
     if args.fsx_file_system_id:

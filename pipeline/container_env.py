@@ -83,7 +83,7 @@ IMAGE = (
             ("PYTHONIOENCODING", "UTF-8"),
             ("LANG", "C.UTF-8"),
             ("LC_ALL", "C.UTF-8"),
-            ("DLC_CONTAINER_TYPE", "training"),  # processing jobs run the CPU training image too (pipeline/images.py)
+            ("DLC_CONTAINER_TYPE", "training"),  # processing jobs run the CPU training image too (pipeline/sagemaker/images.py)
         )
     ),
     Variable("UV_PROJECT_ENVIRONMENT", "/opt/venv", IMAGES, f"{DLC}{PT_FILES}, {TF_FILES}: stage sagemaker"),

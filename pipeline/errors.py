@@ -16,6 +16,6 @@ class StepFailed(HeteroError):
 
 
 class RequestRejected(UserError):
-    """SageMaker would reject a job request (`pipeline.validation`), worded like its ValidationException."""
+    """SageMaker would reject a job request (`pipeline.sagemaker.validation`), worded like its ValidationException."""
 
     headline = "ValidationException"

@@ -1,9 +1,9 @@
 """The local runner: executes the compiled pipeline definition on this machine, no AWS account needed.
 
-It compiles the pipeline with the same compiler as the cloud (`pipeline.sagemaker`), bound to
+It compiles the pipeline with the same compiler as the cloud (`pipeline.sagemaker.definition`), bound to
 local storage (`pipeline.storage`: ``s3://local/<path>`` is that path), then runs the definition
 as the service would: parameters, conditions and fail steps evaluated from the JSON, every
-CreateTrainingJob / CreateProcessingJob request checked like the service (`pipeline.validation`)
+CreateTrainingJob / CreateProcessingJob request checked like the service (`pipeline.sagemaker.validation`)
 and then executed, training jobs on an emulated cluster (`pipeline.emulator`), processing jobs in
 a local container folder (`pipeline.processing`). Steps run one at a time, each once the steps it depends on have
 ended (the service runs independent steps side by side; here they would share the CPUs being measured): by default
@@ -35,13 +35,13 @@ from pipeline.emulator import PROGRESS_TIMEOUT_S, EmulatedJob
 from pipeline.errors import StepFailed
 from pipeline.graph import PIPELINE_NAME, default_model_package_group
 from pipeline.iam.calls import LocalCalls
-from pipeline.images import RAY_REPOSITORY, RAY_VERSION, default_training_image
 from pipeline.links import LinkFault
 from pipeline.processing import run_processing_job
 from pipeline.requirements import image_python, refuse_networked
+from pipeline.sagemaker.images import RAY_REPOSITORY, RAY_VERSION, default_training_image
+from pipeline.sagemaker.validation import OPERATIONS, validate_execution, validate_request
 from pipeline.sample_data import generate
 from pipeline.stop import STOP
-from pipeline.validation import OPERATIONS, validate_execution, validate_request
 from steps.common.errors import EXIT_USER_ERROR, InternalError, UserError
 from steps.contract import PRICE_PERFORMANCE_FILE
 from steps.evaluate.prices import NO_OVERRIDES
@@ -49,7 +49,7 @@ from steps.evaluate.registry import LocalRegistry
 from steps.frameworks import framework as framework_row
 
 if TYPE_CHECKING:  # imported where used, as local_settings does
-    from pipeline.sagemaker import DeploySettings
+    from pipeline.sagemaker.settings import DeploySettings
 
 LOCAL_REGION = "us-east-1"
 LOCAL_ROLE = "arn:aws:iam::000000000000:role/hetero-local"
@@ -133,7 +133,7 @@ def local_settings(
     work_dir: Path, framework: str, code_uri: str, *, spot: bool = False, network_isolation: bool = False
 ) -> DeploySettings:
     """Deploy settings that bind the pipeline to this machine: the artifact "bucket" is the work folder."""
-    from pipeline.sagemaker import DeploySettings
+    from pipeline.sagemaker.settings import DeploySettings
 
     prefix = storage.uri(work_dir)[len(storage.SCHEME) :]
     return DeploySettings(
@@ -157,7 +157,7 @@ def compile_local(
     """The pipeline definition the local runner executes (the code, steps/ and ``code_dirs``, packed under
     ``<work_dir>/code/``, the PriceOverrides default object where the deployed pipeline has it:
     ``<work_dir>/price-overrides/none.json``). Isolated, code whose requirements.txt needs the network is refused."""
-    from pipeline.sagemaker import build_definition
+    from pipeline.sagemaker.definition import build_definition
     from pipeline.sagemaker.settings import default_price_overrides_uri
 
     work_dir = Path(work_dir).resolve()

@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.sagemaker.instances import instance_storage_gb
 from pipeline.stop import STOP
 from steps.common.errors import VOLUME_PARAMETER, UserError
 
@@ -55,14 +56,6 @@ class Volume:
         )
         emulated = "" if scale == 1 else f"; {_mb(self.size_bytes(scale))} here at volume scale {scale:g}"
         return f"{self.gb:g} GB ({source}{emulated})"
-
-
-def instance_storage_gb(instance_type: str) -> int:
-    """The NVMe instance store of ``instance_type`` (0: EBS only, or a type the instance catalogue does not list)."""
-    from steps.evaluate.catalogue import load_catalogue
-
-    spec = load_catalogue().specs.get(instance_type)
-    return spec.instance_storage_gb if spec else 0
 
 
 def plan(request: dict, hosts: list) -> list[Volume]:

@@ -19,9 +19,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.dlc_regions import DLC_REGISTRIES
 from pipeline.iam.ledger import LEDGER_FILE, read
 from pipeline.iam.template import Deployed
+from pipeline.sagemaker.dlc_regions import DLC_REGISTRIES
 from steps.common.errors import UserError
 
 SIMULATOR = Path(__file__).with_name("simulate.mjs")

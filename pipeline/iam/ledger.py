@@ -177,7 +177,7 @@ class Recorder:
         return job_arn
 
     def image(self, image_uri: str, step: str) -> None:
-        from pipeline.images import ecr_repository
+        from pipeline.sagemaker.images import ecr_repository
 
         account, region, repository = ecr_repository(image_uri)
         repo = arn("ecr-repository", partition=self._where["partition"], region=region, account=account, repository=repository)

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline.graph import Graph, Param, TrainingStep
-from pipeline.images import REGION
+from pipeline.sagemaker.images import REGION
 from pipeline.sagemaker.settings import CODE_CHANNEL_DIR, DeploySettings, FsxSettings, code_file
 
 # Placeholders the SDK accepts; replaced by the real settings in the parsed definition.

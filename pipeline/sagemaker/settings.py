@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.graph import MODEL_PACKAGE_GROUP_NAME, default_model_package_group
-from pipeline.images import REGION
+from pipeline.sagemaker.images import REGION
 from steps.common.errors import UserError
 from steps.contract import CODE_CHANNEL, FRAMEWORKS
 from steps.evaluate.registry import SCHEME as REGISTRY_SCHEME

@@ -10,9 +10,9 @@ import pytest
 
 from pipeline import image_guard, storage
 from pipeline.emulator import EmulatedJob
-from pipeline.images import default_processing_image
 from pipeline.local import LOCAL_REGION
 from pipeline.processing import run_processing_job
+from pipeline.sagemaker.images import default_processing_image
 from tests.support.harness import training_request
 
 pytestmark = pytest.mark.e2e

@@ -10,8 +10,8 @@ from aws_cdk.assertions import Match
 from infra.job_role import POLICY_NAME
 from infra.model_registry import LIST_ACTION, READ_ACTIONS
 from infra.settings import StackSettings
-from pipeline.images import default_processing_image, default_training_image, ecr_repository
-from pipeline.sagemaker import all_steps
+from pipeline.sagemaker.definition import all_steps
+from pipeline.sagemaker.images import default_processing_image, default_training_image, ecr_repository
 from steps.common.errors import UserError
 from tests.support.stacks import cdk_json_context, embedded_definition, resources, role_arn_of, statements
 

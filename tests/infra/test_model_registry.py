@@ -7,7 +7,7 @@ import pytest
 from infra import job_role, pipeline_role
 from infra.model_registry import READ_ACTIONS, REGISTER_ACTIONS
 from infra.settings import StackSettings
-from pipeline.sagemaker import all_steps
+from pipeline.sagemaker.definition import all_steps
 from steps.common.errors import UserError
 from tests.support.stacks import embedded_definition, resources, statements, synthesise
 

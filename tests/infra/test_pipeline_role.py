@@ -6,7 +6,7 @@ from aws_cdk.assertions import Match
 
 from infra import job_role, pipeline_role
 from infra.model_registry import REGISTER_ACTIONS
-from pipeline.sagemaker import all_steps
+from pipeline.sagemaker.definition import all_steps
 from tests.support.stacks import embedded_definition, resources, role_arn_of, statements
 
 

@@ -6,9 +6,9 @@ import re
 from aws_cdk.assertions import Match
 
 from infra import job_role, pipeline_role
-from pipeline.images import default_processing_image, default_training_image
-from pipeline.job_access import JobAccess
-from pipeline.sagemaker import all_steps
+from pipeline.sagemaker.definition import all_steps
+from pipeline.sagemaker.images import default_processing_image, default_training_image
+from pipeline.sagemaker.job_access import JobAccess
 from steps.contract import TUNABLES
 from tests.support.stacks import embedded_definition, resources, role_arn_of
 

@@ -1,7 +1,7 @@
 import pytest
 
 from infra.settings import StackSettings
-from pipeline.job_access import INPUT_PREFIX_SETTING
+from pipeline.sagemaker.job_access import INPUT_PREFIX_SETTING
 from steps.common.errors import UserError
 from tests.support.stacks import cdk_json_context
 

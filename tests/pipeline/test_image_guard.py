@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 
 from pipeline import image_guard
-from pipeline.images import default_processing_image, default_training_image
 from pipeline.local import LOCAL_REGION, local_training_image
+from pipeline.sagemaker.images import default_processing_image, default_training_image
 from steps.contract import FRAMEWORKS
 
 

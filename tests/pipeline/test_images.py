@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.dlc_regions import DLC_REGISTRIES
-from pipeline.images import (
+from pipeline.sagemaker.dlc_regions import DLC_REGISTRIES
+from pipeline.sagemaker.images import (
     DLC_TAGS,
     IMAGES,
     RAY_REPOSITORY,
@@ -200,7 +200,7 @@ def test_importing_the_module_and_checking_regions_does_not_import_the_sdk():  #
     from pathlib import Path
 
     code = (
-        "import sys, pipeline.images as i; i.require_image_region('us-east-1', 'tensorflow'); "
+        "import sys, pipeline.sagemaker.images as i; i.require_image_region('us-east-1', 'tensorflow'); "
         "i.dlc_framework('763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:1'); "
         "print(any(m == 'sagemaker' or m.startswith('sagemaker.') for m in sys.modules))"
     )
@@ -229,7 +229,7 @@ def test_the_ray_dockerfile_builds_on_the_pytorch_image_with_the_pinned_ray():
 
 
 def test_one_ray_version_in_the_pins_the_image_its_manifest_and_the_docs():
-    """pipeline/images.py RAY_VERSION is the one the pins, the Dockerfile's commands, the image's manifest and the docs name."""
+    """pipeline/sagemaker/images.py RAY_VERSION is the one the pins, the Dockerfile's commands, the image's manifest and the docs name."""
     assert re.findall(r'"ray\[data,train\]==([^"]+)"', (ROOT / "pyproject.toml").read_text()) == [RAY_VERSION]
     assert re.findall(r"^ray==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M) == [RAY_VERSION]
     manifest = json.loads((ROOT / "pipeline" / "manifests" / "ray-gpu.json").read_text())

@@ -17,7 +17,7 @@ from pipeline.emulator import EmulatedJob
 from pipeline.isolation import s3_fetches
 from pipeline.processing import run_processing_job
 from pipeline.sagemaker.settings import TRAINING_BOOTSTRAP
-from pipeline.validation import validate_request
+from pipeline.sagemaker.validation import validate_request
 from steps.common.errors import UserError
 from steps.contract import DATA_GROUP, DNN_GROUP, SHARDED
 from tests.support.harness import isolate, s3_channel, secret_channel, training_request

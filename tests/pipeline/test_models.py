@@ -10,7 +10,7 @@ import boto3
 import pytest
 
 from pipeline.cli import main
-from pipeline.validation import validate_request
+from pipeline.sagemaker.validation import validate_request
 from steps.evaluate.registry import APPROVED, PENDING, REJECTED, LocalRegistry, open_registry
 from tests.support.aws_endpoint import JsonHandler, aws_endpoint
 

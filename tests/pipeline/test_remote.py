@@ -10,10 +10,10 @@ import boto3
 import pytest
 
 from pipeline.cli import main
-from pipeline.images import default_processing_image, default_training_image
-from pipeline.job_access import JobAccess
-from pipeline.remote import execution_id, list_executions, pipeline_parameters
-from pipeline.sagemaker import DeploySettings
+from pipeline.sagemaker.executions import execution_id, list_executions, pipeline_parameters
+from pipeline.sagemaker.images import default_processing_image, default_training_image
+from pipeline.sagemaker.job_access import JobAccess
+from pipeline.sagemaker.settings import DeploySettings
 from steps.common.errors import UserError
 from steps.contract import TUNABLES
 from steps.evaluate import evaluate as ev

@@ -18,8 +18,8 @@ pytest.importorskip("sagemaker.core", reason="the cloud extra (SageMaker SDK v3)
 
 from pipeline.cli import main  # noqa: E402
 from pipeline.graph import DATA_GROUP, DNN_GROUP, REPLICATED, build_graph  # noqa: E402
-from pipeline.images import default_processing_image, default_training_image  # noqa: E402
-from pipeline.sagemaker import DeploySettings, FsxSettings, all_steps, build_definition, definition_json  # noqa: E402
+from pipeline.sagemaker.definition import DeploySettings, FsxSettings, all_steps, build_definition, definition_json  # noqa: E402
+from pipeline.sagemaker.images import default_processing_image, default_training_image  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
 from steps.contract import (  # noqa: E402
     HYBRID_CHANNEL,
@@ -417,7 +417,7 @@ def test_the_price_file_reaches_evaluate_as_an_input_never_as_an_argument(steps,
 
 
 def test_a_refreshed_100_type_price_file_passes_every_request_check(tmp_path, compile_once):
-    from pipeline.validation import validate_execution
+    from pipeline.sagemaker.validation import validate_execution
     from tests.support.deploy import CONCRETE_SETTINGS
     from tests.support.prices import refreshed_price_file
 

@@ -14,8 +14,8 @@ pytest.importorskip("sagemaker.core", reason="the cloud extra (SageMaker SDK v3)
 
 from pipeline import expressions  # noqa: E402
 from pipeline.errors import RequestRejected  # noqa: E402
-from pipeline.sagemaker import FsxSettings, all_steps  # noqa: E402
-from pipeline.validation import validate_request  # noqa: E402
+from pipeline.sagemaker.definition import FsxSettings, all_steps  # noqa: E402
+from pipeline.sagemaker.validation import validate_request  # noqa: E402
 from tests.support.deploy import CONCRETE_SETTINGS as SETTINGS  # noqa: E402
 
 FSX = FsxSettings(
@@ -241,7 +241,7 @@ def test_processing_input_names_are_unique(processing):
 # -- every request of an execution, with its parameters, when it starts -----------------------------
 
 from pipeline.graph import resolve_parameters  # noqa: E402
-from pipeline.validation import validate_execution  # noqa: E402
+from pipeline.sagemaker.validation import validate_execution  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
 from steps.contract import TUNABLES  # noqa: E402
 

@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("sagemaker.core", reason="the cloud extra (SageMaker SDK v3) is not installed")
 
-from pipeline.sagemaker import all_steps  # noqa: E402
-from pipeline.validation import validate_dependencies  # noqa: E402
+from pipeline.sagemaker.definition import all_steps  # noqa: E402
+from pipeline.sagemaker.dependencies import validate_dependencies  # noqa: E402
 from steps.common.errors import InternalError  # noqa: E402
 from tests.support.deploy import CONCRETE_SETTINGS  # noqa: E402
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.sagemaker import DeploySettings, build_definition
+from pipeline.sagemaker.definition import DeploySettings, build_definition
 from tests.support.shared import key_of, shared_json
 
 CONCRETE_SETTINGS = DeploySettings(

@@ -13,7 +13,7 @@ from pipeline.emulator import SITE_PACKAGES
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner, local_registry
 from pipeline.plan_view import execution_report
-from pipeline.sagemaker import all_steps
+from pipeline.sagemaker.definition import all_steps
 from steps.evaluate.registration import metadata_value
 from tests.fixtures.wheels import write_wheel
 from tests.support.harness import listeners_on, own_listening_ports, tiny_pipeline

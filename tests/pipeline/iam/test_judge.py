@@ -14,7 +14,7 @@ from pipeline.cli import main
 from pipeline.iam.judge import Rebinding, judge
 from pipeline.iam.ledger import Binding, Ledger, Recorder
 from pipeline.iam.template import Deployed
-from pipeline.images import default_processing_image
+from pipeline.sagemaker.images import default_processing_image
 from tests.support.stacks import synthesised_once
 
 ACCOUNT, REGION = "000000000000", "us-east-1"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipeline.validation import validate_request
+from pipeline.sagemaker.validation import validate_request
 from steps.evaluate.registration import (
     MAX_METADATA_VALUE,
     STAND_IN,

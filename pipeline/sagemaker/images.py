@@ -5,7 +5,7 @@ variant of the framework's SageMaker training container, processing jobs its CPU
 variant. Both are looked up offline: the tags AWS's DLC release data lists
 (``DLC_TAGS``), the regions from the tables bundled with the SageMaker Python SDK
 (``sagemaker/core/image_uri_config/<framework>.json``, read as files) and AWS's list
-of DLC regions (``pipeline.dlc_regions``), the registry host from botocore's endpoint
+of DLC regions (``pipeline.sagemaker.dlc_regions``), the registry host from botocore's endpoint
 data: nothing here calls out. A region without the framework's image is refused,
 naming the regions that have it (``image_regions``).
 
@@ -27,7 +27,7 @@ import json
 import re
 from pathlib import Path
 
-from pipeline.dlc_regions import DLC_REGISTRIES
+from pipeline.sagemaker.dlc_regions import DLC_REGISTRIES
 from steps.common.errors import UserError
 from steps.frameworks import framework as framework_row
 

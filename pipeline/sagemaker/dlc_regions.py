@@ -5,7 +5,7 @@ Containers" table, last changed 2026-08-10): 36 regions. The SageMaker SDK's ima
 (sagemaker/core/image_uri_config/<framework>.json) list 9 more for the same images (us-gov-east-1,
 us-gov-west-1, the us-iso*/eu-isoe regions, eusc-de-east-1, me-west-1) that AWS's own list leaves
 out, and a newer version may list fewer (PyTorch 2.14: no China regions): an image is taken to exist
-in a region when both list it (`pipeline.images.image_regions`). Where both list a region they name
+in a region when both list it (`pipeline.sagemaker.images.image_regions`). Where both list a region they name
 the same account.
 """
 

@@ -10,8 +10,8 @@ its choices fails here, not minutes later in a SageMaker step. Parameters
 left out take the defaults compiled into the deployed definition. Before the
 execution starts, every job request of the deployed definition (DescribePipeline)
 is checked with these parameters as the service will check it when the step is
-reached (`pipeline.validation.validate_execution`: lengths and sizes included);
-an S3 URI the jobs' role may not read (``pipeline.job_access``, from the pipeline's
+reached (`pipeline.sagemaker.validation.validate_execution`: lengths and sizes included);
+an S3 URI the jobs' role may not read (``pipeline.sagemaker.job_access``, from the pipeline's
 description) and an AWS image in a region where AWS does not publish it are refused.
 
 PriceOverrides names a JSON price file: an s3:// URI (read and checked here), or a
@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from pipeline.graph import PIPELINE_NAME, parse_overrides
-from pipeline.images import dlc_framework, ecr_repository, require_image_region
-from pipeline.job_access import JobAccess
-from pipeline.validation import validate_execution
+from pipeline.sagemaker.images import dlc_framework, ecr_repository, require_image_region
+from pipeline.sagemaker.job_access import JobAccess
+from pipeline.sagemaker.validation import validate_execution
 from steps.common.errors import UserError
 from steps.contract import PRICE_PERFORMANCE_FILE, RESULTS_FOLDER
 from steps.evaluate.errors import DocumentNotFound
