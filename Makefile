@@ -43,7 +43,7 @@ node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
-# nft and iptables (nftables backend) for the network-fault tests and bench cells (pipeline/links.py): installed from
+# nft and iptables (nftables backend) for the network-fault tests and bench cells (pipeline/emulator/links.py): installed from
 # Debian once, as root; without them (or root) those tests skip, saying why
 NETWORK_TOOLS := nftables=1.0.6-2+deb12u2 iptables=1.8.9-2
 network-tools:

@@ -52,8 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline import storage  # noqa: E402
 from pipeline.code import STEPS_DIR, build_code_tarball  # noqa: E402
-from pipeline.emulator import HOST_NAME, STOP_WAIT_S, EmulatedJob  # noqa: E402
-from pipeline.links import LinkFault, unavailable  # noqa: E402
+from pipeline.emulator.hosts import HOST_NAME, STOP_WAIT_S  # noqa: E402
+from pipeline.emulator.job import EmulatedJob  # noqa: E402
+from pipeline.emulator.links import LinkFault, unavailable  # noqa: E402
 from pipeline.sample_data import generate  # noqa: E402
 from steps.frameworks import FRAMEWORKS, TABLE  # noqa: E402
 from steps.shard.shard import shard_dataset  # noqa: E402

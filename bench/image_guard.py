@@ -1,4 +1,4 @@
-"""What the import guard (pipeline.image_guard) adds to a host process's start: the launcher's imports with and
+"""What the import guard (pipeline.emulator.image_guard) adds to a host process's start: the launcher's imports with and
 without it, in alternation, in one run. Prints JSON.
 
     .venv/bin/python bench/image_guard.py [--repeats 5]
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline import image_guard  # noqa: E402
+from pipeline.emulator import image_guard  # noqa: E402
 from pipeline.sagemaker.images import default_training_image  # noqa: E402
 
 IMPORTS = {

@@ -12,7 +12,7 @@ GPU image plus ``ray[data,train]`` at the project's pin, resolved as the local e
     git clone https://github.com/aws/deep-learning-containers dlc   # or any snapshot of it
     .venv/bin/python images/manifests.py dlc                         # rewrites pipeline/manifests/*.json
 
-The emulator (`pipeline.image_guard`) lets each emulated host import exactly the packages of its image's manifest.
+The emulator (`pipeline.emulator.image_guard`) lets each emulated host import exactly the packages of its image's manifest.
 """
 
 from __future__ import annotations

@@ -27,12 +27,12 @@ import traceback
 from pathlib import Path
 
 from pipeline.code import CODE_DIRS_KEY, REQUIREMENTS, STEPS_DIR, shipped_files
-from pipeline.emulator import PROGRESS_TIMEOUT_S
+from pipeline.emulator.failures import PROGRESS_TIMEOUT_S
+from pipeline.emulator.links import LinkFault
+from pipeline.emulator.links import unavailable as links_unavailable
 from pipeline.errors import StepFailed
 from pipeline.graph import resolve_parameters
 from pipeline.iam import command as iam_command
-from pipeline.links import LinkFault
-from pipeline.links import unavailable as links_unavailable
 from pipeline.local import LocalOptions, LocalRunner
 from pipeline.models import DEPLOYED_EXAMPLE, REGISTRY_ENV, STATUS, change_status, default_registry, package_lines
 from pipeline.parameters_page import REGENERATE

@@ -4,8 +4,8 @@ It compiles the pipeline with the same compiler as the cloud (`pipeline.sagemake
 local storage (`pipeline.storage`: ``s3://local/<path>`` is that path), then runs the definition
 as the service would: parameters, conditions and fail steps evaluated from the JSON, every
 CreateTrainingJob / CreateProcessingJob request checked like the service (`pipeline.sagemaker.validation`)
-and then executed, training jobs on an emulated cluster (`pipeline.emulator`), processing jobs in
-a local container folder (`pipeline.processing`). Steps run one at a time, each once the steps it depends on have
+and then executed, training jobs on an emulated cluster (`pipeline.emulator.job`), processing jobs in
+a local container folder (`pipeline.emulator.processing`). Steps run one at a time, each once the steps it depends on have
 ended (the service runs independent steps side by side; here they would share the CPUs being measured): by default
 the first ready step in definition order, with ``LocalOptions.order="reversed"`` the last. The service may take any
 such order, so an order the code relies on is a dependency in the definition: CheckImprovement, whose failure ends
@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING
 
 from pipeline import expressions, storage
 from pipeline.code import build_code_tarball, requirements_file
-from pipeline.emulator import PROGRESS_TIMEOUT_S, EmulatedJob
+from pipeline.emulator.failures import PROGRESS_TIMEOUT_S
+from pipeline.emulator.job import EmulatedJob
+from pipeline.emulator.links import LinkFault
+from pipeline.emulator.processing import run_processing_job
 from pipeline.errors import StepFailed
 from pipeline.graph import PIPELINE_NAME, default_model_package_group
 from pipeline.iam.calls import LocalCalls
-from pipeline.links import LinkFault
-from pipeline.processing import run_processing_job
 from pipeline.requirements import image_python, refuse_networked
 from pipeline.sagemaker.images import RAY_REPOSITORY, RAY_VERSION, default_training_image
 from pipeline.sagemaker.validation import OPERATIONS, validate_execution, validate_request
@@ -88,10 +89,10 @@ class LocalOptions:
     spot: bool = False  # compile as deployed with managed spot (there is no spot market here: billable = training time)
     network_isolation: bool = False  # compile as deployed with network isolation: the emulator refuses s3:// fetched at run time
     interrupt_after_steps: int | None = None  # each training job is interrupted once, at this step, and restarted
-    link_fault: LinkFault | None = None  # each training job's first data host's link, from its start (pipeline.links)
+    link_fault: LinkFault | None = None  # each training job's first data host's link, from its start (pipeline.emulator.links)
     progress_timeout_s: float | None = PROGRESS_TIMEOUT_S  # a training job none of whose hosts reports progress this long fails
     code_dirs: tuple[Path, ...] = ()  # folders whose contents ship with steps/ (pipeline.code): the user's workload, requirements
-    volume_scale: float = 1.0  # a GB of an emulated host's volume is this many GiB (pipeline.volumes)
+    volume_scale: float = 1.0  # a GB of an emulated host's volume is this many GiB (pipeline.emulator.volumes)
     order: str = "definition"  # which ready step runs next: the first in definition order, or "reversed": the last
     echo: Callable[[str], None] = print
 

@@ -1,5 +1,5 @@
 """Whether the code's ``requirements.txt`` installs without the network, as a training job with no route to a package
-index must install it: under network isolation (`pipeline.isolation`), or in the subnets of the FSx for Lustre VPC the
+index must install it: under network isolation (`pipeline.emulator.isolation`), or in the subnets of the FSx for Lustre VPC the
 stack creates (isolated subnets, no NAT gateway). `Offline` names which.
 
 It does when pip, reading the file as the training toolkit runs it (``pip install -r requirements.txt`` in the
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.code import REQUIREMENTS
-from pipeline.image_guard import manifest_for
+from pipeline.emulator.image_guard import manifest_for
 from steps.common.errors import UserError
 
 _INDEX = ("-i", "--index-url", "--extra-index-url")

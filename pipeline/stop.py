@@ -1,6 +1,6 @@
 """The stop of `hetero run`: SIGINT (Ctrl-C), SIGTERM (a process manager's stop, ``timeout``) or SIGHUP (its terminal
 closed), at any instant of a run, ends it as Ctrl-C does: the step running stops every process it started on its way
-out (hosts, and all they started: `pipeline.sessions`) and the CLI exits 128 + the signal with one line.
+out (hosts, and all they started: `pipeline.emulator.sessions`) and the CLI exits 128 + the signal with one line.
 
 The first signal is recorded and raised in the main thread (`Signalled`). A raise can be lost: Python prints and drops
 an exception raised inside a finalizer (a ``__del__`` or weakref callback, which a garbage collection runs at any

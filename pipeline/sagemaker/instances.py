@@ -1,7 +1,7 @@
 """What SageMaker gives an instance type beyond its price: the NVMe instance store it mounts instead of an EBS volume.
 
 Read by the request checks (`pipeline.sagemaker.validation`: a processing job may not ask for more) and by the
-emulator, which sizes each host's volume as SageMaker does (`pipeline.emulator.volumes`).
+emulator, which sizes each host's volume as SageMaker does (`pipeline.emulator.job.volumes`).
 """
 
 from __future__ import annotations

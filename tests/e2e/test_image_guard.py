@@ -1,4 +1,4 @@
-"""Each emulated host, and each processing job, imports exactly its image's packages (pipeline.image_guard,
+"""Each emulated host, and each processing job, imports exactly its image's packages (pipeline.emulator.image_guard,
 pipeline/manifests/): what the image lacks fails the import, naming the image and its manifest."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import image_guard, storage
-from pipeline.emulator import EmulatedJob
+from pipeline import storage
+from pipeline.emulator import image_guard
+from pipeline.emulator.job import EmulatedJob
+from pipeline.emulator.processing import run_processing_job
 from pipeline.local import LOCAL_REGION
-from pipeline.processing import run_processing_job
 from pipeline.sagemaker.images import default_processing_image
 from tests.support.harness import training_request
 

@@ -1,4 +1,4 @@
-"""Network faults on the emulated cluster (`pipeline.links`), each framework: a whole pipeline run whose data host's
+"""Network faults on the emulated cluster (`pipeline.emulator.links`), each framework: a whole pipeline run whose data host's
 link loses 2% of its packets and adds 50 ms each way completes with every sample of every epoch trained on once; a
 data host cut off (every packet dropped, its processes alive) fails the job naming that host, every host ending by
 itself, nothing left. bench/faults.py measures the same cells against their bounds."""
@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from pipeline.emulator import HOST_NAME
-from pipeline.links import LinkFault, unavailable
+from pipeline.emulator.hosts import HOST_NAME
+from pipeline.emulator.links import LinkFault, unavailable
 from steps.contract import DATA_GROUP
 from steps.frameworks import FRAMEWORKS
 from tests.support.harness import by_role, listeners_on, start_training_job, tiny_pipeline

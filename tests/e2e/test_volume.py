@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.emulator.volumes import GIB
 from pipeline.errors import StepFailed
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner
-from pipeline.volumes import GIB
 
 pytestmark = pytest.mark.e2e
 

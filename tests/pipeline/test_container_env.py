@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import container_env as ce
-from pipeline.image_guard import manifests
+from pipeline.emulator import container_env as ce
+from pipeline.emulator.image_guard import manifests
 from steps.common.errors import UserError
 
 PYTORCH_GPU = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13.0-cu133-amzn2023-sagemaker"

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import emulator, storage
-from pipeline.container_env import SERVICE, TWIN, image_env
-from pipeline.emulator import EmulatedJob
+from pipeline import storage
+from pipeline.emulator import hosts
+from pipeline.emulator.container_env import SERVICE, TWIN, image_env
+from pipeline.emulator.job import EmulatedJob
 from pipeline.local import LOCAL_REGION
 from pipeline.stop import STOP, Signalled
 from steps.common.errors import UserError
@@ -364,7 +365,7 @@ def test_a_stop_of_the_run_whose_raise_was_lost_ends_the_job_at_its_next_wait(tm
 def test_a_second_signal_during_the_stop_kills_the_hosts_at_once(tmp_path, shards, monkeypatch, no_leftovers):
     """The stop gives each host STOP_WAIT_S to exit after SIGTERM; a second signal meanwhile ends that wait: the hosts
     that ignore SIGTERM are killed now (here the wait would be minutes)."""
-    monkeypatch.setattr(emulator, "STOP_WAIT_S", 120.0)
+    monkeypatch.setattr(hosts, "STOP_WAIT_S", 120.0)
     job = _script_job(tmp_path, shards, STUBBORN_HOST_SCRIPT)
     job.image_guard = False
     job.start()

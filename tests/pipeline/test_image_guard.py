@@ -1,4 +1,4 @@
-"""Each emulated host imports exactly its image's packages (pipeline.image_guard, pipeline/manifests/)."""
+"""Each emulated host imports exactly its image's packages (pipeline.emulator.image_guard, pipeline/manifests/)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pipeline import image_guard
+from pipeline.emulator import image_guard
 from pipeline.local import LOCAL_REGION, local_training_image
 from pipeline.sagemaker.images import default_processing_image, default_training_image
 from steps.contract import FRAMEWORKS

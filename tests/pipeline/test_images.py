@@ -47,8 +47,8 @@ def test_tensorflow_defaults_are_the_tags_the_dlc_release_data_lists_not_the_sdk
 
 @pytest.mark.parametrize("framework", sorted(IMAGES))
 def test_the_image_manifests_name_the_default_tags(framework):
-    """The emulator finds an image's packages by its tag (`pipeline.image_guard`): the default images have theirs."""
-    from pipeline.image_guard import manifest_for
+    """The emulator finds an image's packages by its tag (`pipeline.emulator.image_guard`): the default images have theirs."""
+    from pipeline.emulator.image_guard import manifest_for
 
     training, processing = default_training_image("us-east-1", framework), default_processing_image("us-east-1", framework)
     assert (manifest_for(training).name, manifest_for(processing).name) == (f"{framework}-gpu", f"{framework}-cpu")

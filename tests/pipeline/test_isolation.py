@@ -13,9 +13,9 @@ import pytest
 
 from pipeline import storage
 from pipeline.code import build_code_tarball
-from pipeline.emulator import EmulatedJob
-from pipeline.isolation import s3_fetches
-from pipeline.processing import run_processing_job
+from pipeline.emulator.isolation import s3_fetches
+from pipeline.emulator.job import EmulatedJob
+from pipeline.emulator.processing import run_processing_job
 from pipeline.sagemaker.settings import TRAINING_BOOTSTRAP
 from pipeline.sagemaker.validation import validate_request
 from steps.common.errors import UserError

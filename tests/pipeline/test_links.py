@@ -1,4 +1,4 @@
-"""Link faults on one emulated host (`pipeline.links`): what a fault spec reads as, and, where the machine allows
+"""Link faults on one emulated host (`pipeline.emulator.links`): what a fault spec reads as, and, where the machine allows
 it (root, nft, iptables, cgroup2), the rules themselves on real sockets: a delayed, lossy or cut link acts on the
 traffic of the host's cgroup alone, never on traffic inside the host, and leaves nothing when closed."""
 
@@ -12,8 +12,8 @@ import sys
 import psutil
 import pytest
 
+from pipeline.emulator.links import LinkFault, Links, unavailable
 from pipeline.errors import UserError
-from pipeline.links import LinkFault, Links, unavailable
 
 
 @pytest.mark.parametrize(
@@ -92,7 +92,9 @@ def host():
         chains = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
         assert links.table not in tables and links.chain not in chains
         assert not links.root.exists()
-        assert not [p for p in psutil.Process().children(recursive=True) if "pipeline.link_delay" in " ".join(p.cmdline())]
+        assert not [
+            p for p in psutil.Process().children(recursive=True) if "pipeline.emulator.link_delay" in " ".join(p.cmdline())
+        ]
 
 
 @e2e

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.container_env import TWIN, image_env
-from pipeline.processing import run_processing_job
+from pipeline.emulator.container_env import TWIN, image_env
+from pipeline.emulator.processing import run_processing_job
 from pipeline.sagemaker.images import default_processing_image
 from pipeline.stop import STOP, Signalled
 from tests.support.stop import run_stop, signal_when  # noqa: F401 - fixture

@@ -8,8 +8,9 @@ from __future__ import annotations
 import time
 
 from pipeline import storage
-from pipeline.emulator import PROGRESS_LINE, EmulatedJob
-from pipeline.sessions import session_members
+from pipeline.emulator.failures import PROGRESS_LINE
+from pipeline.emulator.job import EmulatedJob
+from pipeline.emulator.sessions import session_members
 from steps.contract import DATA_GROUP, DNN_GROUP
 from tests.support.harness import training_request
 

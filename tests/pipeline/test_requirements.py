@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import image_guard, storage
+from pipeline import storage
 from pipeline.code import build_code_tarball
-from pipeline.emulator import SITE_PACKAGES, EmulatedJob
+from pipeline.emulator import image_guard
+from pipeline.emulator.job import SITE_PACKAGES, EmulatedJob
 from pipeline.requirements import FSX_NO_NAT, NETWORK_ISOLATION, image_python, network_need, refuse_networked
 from steps.common.errors import UserError
 from tests.fixtures.wheels import write_wheel

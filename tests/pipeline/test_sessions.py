@@ -1,5 +1,5 @@
 """A host's session holds every process it started, also one that moved to a process group of its own (as each Ray
-worker does, renaming itself too): `pipeline.sessions` finds and ends them all."""
+worker does, renaming itself too): `pipeline.emulator.sessions` finds and ends them all."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from pipeline.sessions import kill_session, session_members
+from pipeline.emulator.sessions import kill_session, session_members
 
 # a host that starts a worker leading its own process group, as Ray's raylet starts its workers
 HOST = """

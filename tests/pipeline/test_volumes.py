@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import storage
-from pipeline.emulator import EmulatedJob
-from pipeline.volumes import GIB, plan
+from pipeline.emulator.job import EmulatedJob
+from pipeline.emulator.volumes import GIB, plan
 from steps.common.errors import UserError
 from tests.support.harness import s3_channel, training_request
 

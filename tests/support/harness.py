@@ -21,11 +21,13 @@ from pathlib import Path
 import psutil
 
 from pipeline import storage
-from pipeline.emulator import EmulatedJob, Host, JobResult
+from pipeline.emulator.hosts import Host
+from pipeline.emulator.job import EmulatedJob
+from pipeline.emulator.results import JobResult
+from pipeline.emulator.sessions import kill_session, session_members
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner, local_training_image
 from pipeline.sagemaker.settings import CODE_CHANNEL_DIR, TRAINING_ENTRYPOINT
-from pipeline.sessions import kill_session, session_members
 from steps.contract import (
     CHECKPOINT_LOCAL_PATH,
     CODE_CHANNEL,

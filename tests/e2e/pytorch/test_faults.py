@@ -8,7 +8,8 @@ import signal
 
 import pytest
 
-from pipeline.emulator import HOST_NAME, EmulatedJob
+from pipeline.emulator.hosts import HOST_NAME
+from pipeline.emulator.job import EmulatedJob
 from steps.contract import DNN_GROUP
 from tests.support.harness import by_role, fault, start_training_job, two_group_request
 

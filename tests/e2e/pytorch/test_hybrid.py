@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from pipeline.emulator import EmulatedJob
+from pipeline.emulator.job import EmulatedJob
 from tests.support.harness import by_role, listeners_on, start_training_job, tiny_pipeline, two_group_request
 
 pytestmark = pytest.mark.e2e

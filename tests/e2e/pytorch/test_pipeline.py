@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pipeline import cli, storage
-from pipeline.emulator import SITE_PACKAGES
+from pipeline.emulator.job import SITE_PACKAGES
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner, local_registry
 from pipeline.plan_view import execution_report

@@ -19,7 +19,8 @@ import threading
 import psutil
 import pytest
 
-from pipeline.emulator import HOST_NAME, EmulatedJob
+from pipeline.emulator.hosts import HOST_NAME
+from pipeline.emulator.job import EmulatedJob
 from tests.support.harness import (
     by_role,
     confinement_breaches,

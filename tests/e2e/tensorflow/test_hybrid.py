@@ -10,7 +10,7 @@ import signal
 import psutil
 import pytest
 
-from pipeline.emulator import EmulatedJob
+from pipeline.emulator.job import EmulatedJob
 from tests.support.harness import by_role, confinement_breaches, start_training_job, two_group_request
 
 pytest.importorskip("tensorflow")

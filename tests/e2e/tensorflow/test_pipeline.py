@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from pipeline.emulator import HOST_NAME, EmulatedJob
+from pipeline.emulator.hosts import HOST_NAME
+from pipeline.emulator.job import EmulatedJob
 from pipeline.errors import StepFailed
 from pipeline.graph import resolve_parameters
 from pipeline.local import LocalOptions, LocalRunner

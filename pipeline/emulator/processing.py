@@ -7,8 +7,8 @@ The container's ``/opt/ml`` is a folder of the job (``<job_dir>/opt/ml``): each
 and each output's ``LocalPath`` is uploaded to its ``S3Uri`` when the job succeeds
 (``S3UploadMode=EndOfJob``). A request with ``NetworkConfig.EnableNetworkIsolation`` whose
 entry point, arguments or environment name an s3:// location (which the script would fetch
-itself) is refused before the job starts (`pipeline.isolation`). The job's process starts with the environment its
-container would have and none of the caller's (`pipeline.container_env`: the image's ENV, the request's ``Environment``,
+itself) is refused before the job starts (`pipeline.emulator.isolation`). The job's process starts with the environment its
+container would have and none of the caller's (`pipeline.emulator.container_env`: the image's ENV, the request's ``Environment``,
 then the twin's own and ``extra_env``).
 """
 
@@ -25,10 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import image_guard, storage
-from pipeline.container_env import processing_env
-from pipeline.isolation import refuse_s3_fetches
-from pipeline.sessions import kill_session
+from pipeline import storage
+from pipeline.emulator import image_guard
+from pipeline.emulator.container_env import processing_env
+from pipeline.emulator.isolation import refuse_s3_fetches
+from pipeline.emulator.sessions import kill_session
 from pipeline.stop import STOP
 from steps.contract import FAILURE_FILE
 

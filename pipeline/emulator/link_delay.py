@@ -1,8 +1,8 @@
 """The delay half of a degraded link: hold every packet nf_tables queues here for a fixed time, then let it go.
 
-    python -m pipeline.link_delay --queue N --delay-ms 50
+    python -m pipeline.emulator.link_delay --queue N --delay-ms 50
 
-`pipeline.links` sends each packet to or from a degraded host to queue N (``queue flags bypass to N``: with no
+`pipeline.emulator.links` sends each packet to or from a degraded host to queue N (``queue flags bypass to N``: with no
 reader bound the packets pass undelayed); this process binds that queue over netlink (NFQUEUE, copy mode "meta":
 no payload crosses to user space) and, once a packet has waited ``delay_ms``, accepts it and every packet queued
 before it with one batch verdict (``NFQNL_MSG_VERDICT_BATCH``: ids are sequential per queue and the delay is the

@@ -1,6 +1,6 @@
 """Network faults on one emulated host's link: packets lost, packets delayed, or the host cut off.
 
-The hosts of a job share the machine's loopback, each with an address of its own (`pipeline.emulator`), but the
+The hosts of a job share the machine's loopback, each with an address of its own (`pipeline.emulator.job`), but the
 address alone does not tell a host's packets apart: its outbound connections leave from 127.0.0.1. So every host
 of a job opened with ``network_faults`` starts in a cgroup (v2) of its own, and every process it starts (DataLoader
 workers, Ray's workers, tf.data's servers) stays there; nf_tables tells the host's packets by the cgroup of the
@@ -10,7 +10,7 @@ that is not yet a full one). A packet is judged once, where it arrives (the inpu
 
 - dropped, for a host cut off: its processes live, its peers hear nothing from it and it from them;
 - dropped with probability ``loss`` (``numgen random``);
-- held ``delay_ms`` by `pipeline.link_delay` (NFQUEUE; an ``iptables`` rule on the mark, as this kernel's nf_tables
+- held ``delay_ms`` by `pipeline.emulator.link_delay` (NFQUEUE; an ``iptables`` rule on the mark, as this kernel's nf_tables
   has no queue expression of its own), then let through.
 
 So a degraded link adds ``delay_ms`` each way (``delay_ms`` x 2 to a round trip) and loses ``loss`` of the packets
@@ -263,12 +263,12 @@ class Links:
 
 
 def _start_delayer(delay_ms: float) -> tuple[subprocess.Popen, int, float]:
-    """A `pipeline.link_delay` process on a queue no other process holds."""
+    """A `pipeline.emulator.link_delay` process on a queue no other process holds."""
     for _ in range(20):
         queue = random.randrange(1024, 65536)
         process = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.link_delay", "--queue", str(queue), "--delay-ms", str(delay_ms)],
-            cwd=Path(__file__).resolve().parents[1],
+            [sys.executable, "-m", "pipeline.emulator.link_delay", "--queue", str(queue), "--delay-ms", str(delay_ms)],
+            cwd=Path(__file__).resolve().parents[2],  # the folder that holds pipeline/
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,

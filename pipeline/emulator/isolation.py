@@ -4,7 +4,7 @@ Under ``EnableNetworkIsolation`` a container reaches nothing but its cluster pee
 package index. SageMaker itself still provisions input channels and processing inputs (and syncs
 checkpoints) from outside the container, so everything a job reads must arrive that way: the
 code as the ``code`` channel, shards and the job secret as channels. The training emulator
-(`pipeline.emulator`) and the processing emulator (`pipeline.processing`) refuse an isolated
+(`pipeline.emulator.job`) and the processing emulator (`pipeline.emulator.processing`) refuse an isolated
 request that names an ``s3://`` location the step code would fetch itself at run time, as the
 job would fail (or hang) in SageMaker.
 """
@@ -12,6 +12,7 @@ job would fail (or hang) in SageMaker.
 from __future__ import annotations
 
 from steps.common.errors import UserError
+from steps.contract import CODE_CHANNEL
 
 S3 = "s3://"
 
@@ -36,3 +37,22 @@ def refuse_s3_fetches(*, step: str, job: str, fields: dict[str, object], fix: st
             f"peers (no S3, no package index), yet it would fetch at run time: {'; '.join(found)}. {fix}",
             headline="isolated job needs the network",
         )
+
+
+def refuse_training_fetches(request: dict, *, step: str) -> None:
+    """`refuse_s3_fetches` for an isolated CreateTrainingJob request: its hyperparameters, environment and entry point."""
+    from pipeline.emulator.hosts import CONTAINER_ROOT
+
+    spec = request.get("AlgorithmSpecification", {})
+    refuse_s3_fetches(
+        step=step,
+        job="training job",
+        fields={
+            **{f"HyperParameters.{k}": v for k, v in request.get("HyperParameters", {}).items()},
+            **{f"Environment.{k}": v for k, v in request.get("Environment", {}).items()},
+            **{f"AlgorithmSpecification.{k}": spec[k] for k in ("ContainerEntrypoint", "ContainerArguments") if k in spec},
+        },
+        fix=f"Give the container what it reads as input channels: the code as a {CODE_CHANNEL!r} channel on every instance "
+        f"group with sagemaker_submit_directory={CONTAINER_ROOT}input/data/{CODE_CHANNEL}/<file>.tar.gz (what "
+        "`hetero run --network-isolation` and hetero:networkIsolation compile), anything else as a channel of its own",
+    )

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-MANIFESTS = Path(__file__).resolve().parent / "manifests"
+MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"  # pipeline/manifests/
 GUARD_MODULE = "sitecustomize"
 SHIPPED = "steps"  # the project's package that ships with the code; its other top-level packages do not
 # a distribution of this machine that stands for one of the image's: same import name, another build
@@ -202,7 +202,7 @@ def explain(failure: str, folder: str | Path) -> str:
 # the finders already in sys.meta_path (the path finder, the editable-install finder) so that a refused module is not
 # found at all: `import x` raises the interpreter's own ModuleNotFoundError and `importlib.util.find_spec("x")` returns
 # None, as in a container without the package; importlib.metadata finds no distribution of it either.
-_GUARD_SOURCE = '''"""Import guard of an emulated host: the packages of its image only (pipeline.image_guard)."""
+_GUARD_SOURCE = '''"""Import guard of an emulated host: the packages of its image only (pipeline.emulator.image_guard)."""
 import json as _json
 import os as _os
 import re as _re
@@ -214,7 +214,7 @@ def _install():
     with open(_os.path.join(_os.path.dirname(__file__), "image_guard.json")) as f:
         spec = _json.load(f)
     refused, absent = frozenset(spec["refused"]), frozenset(spec["refused_distributions"])
-    # the job's own: its code and what its pip installed (the guard's own module, pipeline.image_guard, says why)
+    # the job's own: its code and what its pip installed (the guard's own module, pipeline.emulator.image_guard, says why)
     base = _os.environ.get("SAGEMAKER_BASE_DIR")
     own = [_os.path.realpath(p) for p in (_os.environ.get(spec["target_env"]), base and _os.path.join(base, "code")) if p]
     owned = {}

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.image_guard import manifest_for, pip_into
+from pipeline.emulator.image_guard import manifest_for, pip_into
 from steps.common.errors import UserError
 from steps.contract import EMULATED_HOST_ENV, HOSTS_FILE_ENV
 
@@ -235,7 +235,7 @@ TWIN = (
         "PYTHONPATH",
         "{image guard}:{code}:{host's site-packages}; a processing job: {image guard}",
         _BOTH,
-        "a process imports what its container would: the image's packages (pipeline/image_guard.py), the code, what its "
+        "a process imports what its container would: the image's packages (pipeline/emulator/image_guard.py), the code, what its "
         "requirements.txt installed",
     ),
     Addition("PIP_TARGET", "{host's site-packages}", _HOST, "a host's pip installs into its own folder (image_guard.pip_into)"),
