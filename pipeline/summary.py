@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from steps.common.metrics_json import precision_label
 from steps.evaluate.prices import price_lines
-from steps.train.core.precision import precision_label
 
 
 def _cluster(run: dict) -> str:

@@ -5,7 +5,7 @@ and by the step code (which runs inside them). Nothing here imports a framework.
   flag and hyperparameter name. The pipeline graph, the CLI, the CDK settings and the training
   config all read these declarations.
 * Names: environment variables, files, instance groups, entry points, frameworks, metric
-  definitions and the metrics.json schema version.
+  definitions (the metrics.json schema: steps/common/metrics_json.py).
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ BIND_ADDRESS_ENV = (
 
 # -- files -----------------------------------------------------------------------------------------
 METRICS_FILE = "metrics.json"  # written by trainers into model/ and output/data/
-METRICS_SCHEMA_VERSION = 2  # 2: data_hosts (each data host's own measurements) and bytes_received_per_sample
-METRICS_READABLE_VERSIONS = (1, 2)  # Evaluate reads runs trained by the previous release too
 MANIFEST_FILE = "manifest.json"  # written by the Shard step
 SHARD_REPORT_FILE = (
     "report.json"  # written by the Shard step beside the manifest: per-class counts, quarantined and skipped files

@@ -9,12 +9,12 @@ the file and the field, and say what to pass instead.
 from __future__ import annotations
 
 import json
-import math
 import tarfile
 from pathlib import Path, PurePosixPath
 
 from steps.common.errors import UserError
-from steps.contract import METRICS_FILE, METRICS_READABLE_VERSIONS
+from steps.common.metrics_json import check
+from steps.contract import METRICS_FILE
 
 _MAX_METRICS_BYTES = 16 * 1024 * 1024  # metrics are a few KB; refuse to slurp a mislabelled blob
 
@@ -84,42 +84,9 @@ def _scan_tar(tar_path: Path) -> tuple[bytes, str] | None:
 
 
 def validate_metrics(doc: object, source: str) -> dict:
-    """Check the fields this step reads; errors name the field and the file."""
-    if not isinstance(doc, dict):
-        raise UserError(f"{source}: top level must be a JSON object")
-    version = _field(doc, "schema_version", int, source)
-    if version not in METRICS_READABLE_VERSIONS:
-        readable = " and ".join(map(str, METRICS_READABLE_VERSIONS))
-        raise UserError(
-            f"{source}: field 'schema_version' is {version}; this evaluator reads versions {readable}: "
-            "evaluate with the release that trained it, or retrain"
-        )
-    mode = _field(doc, "mode", str, source)
-    if mode not in ("heterogeneous", "homogeneous"):
-        raise UserError(f"{source}: field 'mode' must be 'heterogeneous' or 'homogeneous', got {mode!r}")
-    groups = _field(doc, "instance_groups", list, source)
-    if not groups:
-        raise UserError(f"{source}: field 'instance_groups' must list at least one group")
-    for i, group in enumerate(groups):
-        _check_group(group, f"instance_groups[{i}]", source)
-    step_time = _field(doc, "step_time_s", dict, source)
-    _field(step_time, "mean", float, source, label="step_time_s.mean", low=0, low_open=True)
-    _field(doc, "samples_per_second", float, source, low=0, low_open=True)
-    _field(doc, "data_wait_share", float, source, low=0, high=1)
-    # Null accuracy is allowed: a throughput-only benchmark run need not evaluate.
-    if doc.get("accuracy", 0) is not None:
-        _field(doc, "accuracy", float, source, low=0, high=1)
-    if "config" in doc:
-        _field(doc, "config", dict, source)
-    if doc.get("isolated_costs") is not None:  # decode alone and step alone, per batch (steps/train/frameworks/pytorch/step.py)
-        costs = _field(doc, "isolated_costs", dict, source)
-        for name in ("decode_s_per_batch", "step_s_per_batch"):
-            _field(costs, name, float, source, label=f"isolated_costs.{name}", low=0, low_open=True)
-    if version >= 2:
-        _field(doc, "bytes_received_per_sample", float, source, low=0)
-        for i, host in enumerate(_field(doc, "data_hosts", list, source)):
-            _check_data_host(host, f"data_hosts[{i}]", source)
-    return doc
+    """``doc`` held against the declaration of metrics.json (`steps.common.metrics_json.check`); errors name the field
+    and the file."""
+    return check(doc, source)
 
 
 def per_sample(hosts: list[dict], *keys: str) -> float | None:
@@ -129,40 +96,3 @@ def per_sample(hosts: list[dict], *keys: str) -> float | None:
     if not sent:
         return None
     return sum(sum(h[k] for k in keys) * h["samples_sent"] for h in hosts) / sent
-
-
-def _check_data_host(host, label: str, source: str) -> None:
-    if not isinstance(host, dict):
-        raise UserError(f"{source}: field {label!r} must be an object, got {host!r}")
-    _field(host, "host", str, source, label=f"{label}.host")
-    _field(host, "cpus", int, source, label=f"{label}.cpus", low=1)
-    _field(host, "samples_sent", int, source, label=f"{label}.samples_sent", low=0)
-    for key in ("decode_cpu_s_per_sample", "service_cpu_s_per_sample", "busy_share", "bytes_sent_per_sample"):
-        _field(host, key, float, source, label=f"{label}.{key}", low=0)
-
-
-def _check_group(group, label: str, source: str) -> None:
-    if not isinstance(group, dict):
-        raise UserError(f"{source}: field {label!r} must be an object, got {group!r}")
-    for key in ("name", "instance_type", "role"):
-        _field(group, key, str, source, label=f"{label}.{key}")
-    _field(group, "count", int, source, label=f"{label}.count", low=1)
-
-
-_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", list: "a list", dict: "an object"}
-
-
-def _field(obj: dict, key: str, kind: type, source: str, *, label: str | None = None, low=None, high=None, low_open=False):
-    label = label or key
-    if key not in obj:
-        raise UserError(f"{source}: required field {label!r} is missing")
-    value = obj[key]
-    ok = isinstance(value, (int, float) if kind is float else kind) and not isinstance(value, bool)
-    if ok and kind in (int, float):
-        ok = math.isfinite(value) and (low is None or value > low or (value == low and not low_open))
-        ok = ok and (high is None or value <= high)
-    if not ok:
-        bounds = "" if low is None else f" {'>' if low_open else '>='} {low}"
-        bounds += "" if high is None else f" and <= {high}"
-        raise UserError(f"{source}: field {label!r} must be {_TYPE_NAMES[kind]}{bounds}, got {value!r}")
-    return value

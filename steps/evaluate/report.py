@@ -13,10 +13,10 @@ import base64
 import html
 import io
 
+from steps.common.metrics_json import precision_label
 from steps.evaluate.plan import bound_text, ran_on_text
 from steps.evaluate.planner import MEASURED, REAL_VCPUS
 from steps.evaluate.prices import price_lines
-from steps.train.core.precision import precision_label
 
 REPORT_FILE = "report.html"
 REPORT_CONTENT_TYPE = "text/html; charset=utf-8"

@@ -2,7 +2,9 @@
 step's tests and the CLI's, and the checks the end-to-end tests of every framework make on a job's metrics.json."""
 
 import json
+import os
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -174,3 +176,48 @@ def assert_labels_agree(plan: dict) -> None:
             assert row["measured_gap"] == pytest.approx(gap), row
             assert row["bottleneck"] == (slowest if abs(gap) <= plan["stage_match"] else "measured"), row
     assert {r["basis"] for r in rows if r not in plan["measured"]} == {"real_vcpus"}
+
+
+GOLDENS = Path(__file__).resolve().parents[1] / "steps" / "train" / "goldens"
+
+
+def shape(value):
+    """A metrics.json document's keys and JSON types, its values left out (timings differ from run to run): a list's
+    shape is its items' distinct shapes."""
+    if isinstance(value, dict):
+        return {key: shape(v) for key, v in sorted(value.items())}
+    if isinstance(value, list):
+        shapes = []
+        for item in value:
+            if (s := shape(item)) not in shapes:
+                shapes.append(s)
+        return shapes
+    if value is None:
+        return "null"
+    return {bool: "bool", str: "str"}.get(type(value), "number")
+
+
+def assert_metrics_match_golden(metrics: dict, framework: str) -> None:
+    """A real run's metrics.json has the keys and types of the framework's golden (tests/steps/train/goldens), which
+    ``HETERO_UPDATE_GOLDEN=1`` rewrites from this run."""
+    path = GOLDENS / f"metrics.{framework}.json"
+    if os.environ.get("HETERO_UPDATE_GOLDEN") == "1":
+        path.write_text(json.dumps(shape(metrics), indent=1) + "\n", encoding="utf-8")
+    if not path.exists():
+        pytest.skip(f"no golden for {framework} yet: run this test with HETERO_UPDATE_GOLDEN=1 to write {path.name}")
+    assert not (misfits := _misfits(shape(metrics), json.loads(path.read_text(encoding="utf-8")))), f"not as {path}: {misfits}"
+
+
+def _misfits(actual, golden, where: str = "") -> list[str]:
+    """Where ``actual`` (a shape) departs from ``golden``: an object's keys must be the same and each value fit; a list's
+    items must each fit one of the golden's (an empty list fits any list, as some lists, like a retune's changes, fill
+    up only in some runs)."""
+    if isinstance(golden, dict) and isinstance(actual, dict):
+        if actual.keys() != golden.keys():
+            return [f"{where or 'top level'}: keys {sorted(actual.keys() ^ golden.keys())} differ"]
+        return [m for key in golden for m in _misfits(actual[key], golden[key], f"{where}.{key}".lstrip("."))]
+    if isinstance(golden, list) and isinstance(actual, list):
+        if not golden or not actual:
+            return []
+        return [f"{where}[]: {item}" for item in actual if all(_misfits(item, g) for g in golden)]
+    return [] if actual == golden else [f"{where}: {actual} where the golden has {golden}"]

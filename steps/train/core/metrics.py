@@ -9,11 +9,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from steps.contract import METRICS_SCHEMA_VERSION
+from steps.common.metrics_json import (
+    VERSION,
+    CorruptSamples,
+    DataHost,
+    Gpus,
+    InstanceGroup,
+    Metrics,
+    Precision,
+    SampleLedger,
+    StepSeries,
+    StepTime,
+)
 
 if TYPE_CHECKING:
     from steps.train.core.cluster import Cluster
@@ -128,45 +139,61 @@ def training_metrics(
     data_hosts: list[dict],
     bytes_received: int,
     bytes_received_per_sample: float,
-    **extra: Any,
-) -> dict:
-    """The metrics.json document both trainers write (the Evaluate step reads it). ``data_hosts``: what each data
-    host measured of itself (`steps.train.dataplane.meter.data_host_metrics`), empty in a homogeneous run."""
+    isolated_costs: dict | None,
+    model_parameters: int,
+    sample_ledger: dict,
+    local_decode: list,
+    gpus: dict,
+    precision: dict,
+    checkpoints: dict | None = None,
+    epoch_accounting: list | None = None,
+) -> Metrics:
+    """The metrics.json document every trainer writes (`steps.common.metrics_json`; the Evaluate step reads it).
+    ``data_hosts``: what each data host measured of itself (`steps.train.dataplane.meter.data_host_metrics`), empty in a
+    homogeneous run."""
     elapsed = summary["elapsed_s"]
     measured = max(summary["measured_steps"], 1)
-    return {
-        "schema_version": METRICS_SCHEMA_VERSION,
-        "framework": framework,
-        "mode": "heterogeneous" if cluster.heterogeneous else "homogeneous",
-        "instance_groups": [g.as_metrics() for g in cluster.groups],
-        "global_batch_size": cfg.batch_size * cluster.world_size,
-        "steps": summary["steps"],
-        "warmup_steps": summary["warmup_steps_excluded"],
-        "measured_steps": summary["measured_steps"],
-        "step_time_s": summary["step_time_s"],
-        "data_wait_share": summary["data_wait_share"],
-        "data_wait_s_per_step": summary["data_wait_s"] / measured,
-        "compute_s_per_step": summary["compute_s"] / measured,
-        "samples_per_second": summary["global_samples"] / elapsed if elapsed else 0.0,
-        "accuracy": accuracy,
-        "epochs": cfg.epochs,
-        "samples_seen": summary["global_seen"],  # all trainer hosts, warm-up included: epochs x dataset when complete
-        "corrupt_samples": {"count": corrupt_count, "examples": [list(c) for c in corrupt[:20]]},
-        "classes": classes,
-        "step_series": summary.get("series"),
-        "data_hosts": data_hosts,
-        "bytes_received": bytes_received,
-        "bytes_received_per_sample": bytes_received_per_sample,
-        "compile": cfg.compile,
-        **extra,
-        "config": cfg.as_dict(),
-    }
+    series = summary.get("series")
+    return Metrics(
+        schema_version=VERSION,
+        framework=framework,
+        mode="heterogeneous" if cluster.heterogeneous else "homogeneous",
+        instance_groups=[InstanceGroup(**g.as_metrics()) for g in cluster.groups],
+        global_batch_size=cfg.batch_size * cluster.world_size,
+        steps=summary["steps"],
+        warmup_steps=summary["warmup_steps_excluded"],
+        measured_steps=summary["measured_steps"],
+        step_time_s=StepTime(**summary["step_time_s"]),
+        data_wait_share=summary["data_wait_share"],
+        data_wait_s_per_step=summary["data_wait_s"] / measured,
+        compute_s_per_step=summary["compute_s"] / measured,
+        samples_per_second=summary["global_samples"] / elapsed if elapsed else 0.0,
+        accuracy=accuracy,
+        epochs=cfg.epochs,
+        samples_seen=summary["global_seen"],
+        corrupt_samples=CorruptSamples(count=corrupt_count, examples=[list(c) for c in corrupt[:20]]),
+        classes=classes,
+        step_series=StepSeries(**series) if series else None,
+        data_hosts=[DataHost.from_dict(h) for h in data_hosts],
+        bytes_received=bytes_received,
+        bytes_received_per_sample=bytes_received_per_sample,
+        compile=cfg.compile,
+        isolated_costs=isolated_costs,
+        model_parameters=model_parameters,
+        sample_ledger=SampleLedger.from_dict(sample_ledger),
+        local_decode=local_decode,
+        gpus=Gpus.from_dict(gpus),
+        precision=Precision.from_dict(precision),
+        checkpoints=checkpoints,
+        epoch_accounting=epoch_accounting,
+        config=cfg.as_dict(),
+    )
 
 
-def final_line(metrics: dict) -> str:
+def final_line(metrics: Metrics) -> str:
     return metric_line(
         final=1,
-        step_time_ms=metrics["step_time_s"]["mean"] * 1e3,
-        samples_per_sec=metrics["samples_per_second"],
-        data_wait_pct=100 * metrics["data_wait_share"],
+        step_time_ms=metrics.step_time_s.mean * 1e3,
+        samples_per_sec=metrics.samples_per_second,
+        data_wait_pct=100 * metrics.data_wait_share,
     )

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from steps.common.files import write_json_atomic
+from steps.common.metrics_json import Metrics
 from steps.contract import METRICS_FILE
 from steps.train.core.cluster import Cluster
 from steps.train.core.metrics import final_line
@@ -18,12 +19,12 @@ from steps.train.core.metrics import final_line
 SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
-def write_outputs(cluster: Cluster, metrics: dict, save_model: Callable[[Path], None]) -> dict[str, bytes]:
+def write_outputs(cluster: Cluster, metrics: Metrics, save_model: Callable[[Path], None]) -> dict[str, bytes]:
     """``save_model(folder)`` writes the model into the model folder; returns the model folder's files by name."""
     cluster.model_dir.mkdir(parents=True, exist_ok=True)
     save_model(cluster.model_dir)
     for directory in (cluster.model_dir, cluster.output_data_dir):
-        write_json_atomic(directory / METRICS_FILE, metrics)
+        write_json_atomic(directory / METRICS_FILE, metrics.as_dict())
     print(final_line(metrics), flush=True)
     return {p.name: p.read_bytes() for p in sorted(cluster.model_dir.iterdir()) if p.is_file()}
 

@@ -9,6 +9,7 @@ says what its host has (`choose`); the trainer prints the result at its start an
 
 from __future__ import annotations
 
+from steps.common.metrics_json import Precision
 from steps.contract import PRECISIONS
 
 AUTO = PRECISIONS[0]
@@ -24,17 +25,8 @@ def choose(requested: str, *, gpu: bool, gpu_bf16: bool) -> str:
 
 
 def precision_document(requested: str, used: str) -> dict:
-    """metrics.json ``precision``."""
-    return {"requested": requested, "used": used}
-
-
-def precision_label(document: dict | None) -> str:
-    """A run's precision in a summary: the one used, and what was asked where it differs (auto); ``-`` for a run
-    whose metrics.json predates the record."""
-    if not document:
-        return "-"
-    used, requested = document["used"], document["requested"]
-    return used if requested == used else f"{used} ({requested})"
+    """metrics.json ``precision`` (`steps.common.metrics_json.Precision`, whose ``label`` the report and summary show)."""
+    return Precision(requested=requested, used=used).as_dict()
 
 
 def precision_line(host: str, requested: str, used: str, device: str) -> str:

@@ -105,7 +105,7 @@ def test_missing_field_names_field_and_file(tmp_path, dotted, label):
 @pytest.mark.parametrize(
     ("overrides", "label"),
     [
-        ({"schema_version": 3}, "schema_version"),
+        ({"schema_version": 4}, "schema_version"),
         ({"schema_version": "1"}, "schema_version"),
         ({"mode": "mixed"}, "mode"),
         ({"instance_groups": []}, "instance_groups"),
@@ -146,6 +146,6 @@ def test_a_version_1_document_is_still_read(tmp_path):
 
 
 def test_an_unknown_version_names_the_versions_read_and_the_fix(tmp_path):
-    path = write_json(tmp_path / "metrics.json", metrics(schema_version=3))
-    with pytest.raises(UserError, match="reads versions 1 and 2: evaluate with the release that trained it, or retrain"):
+    path = write_json(tmp_path / "metrics.json", metrics(schema_version=4))
+    with pytest.raises(UserError, match="reads versions 1, 2 and 3: evaluate with the release that trained it, or retrain"):
         load_metrics(path)

@@ -176,7 +176,7 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
             epoch_accounting=accounting,
             isolated_costs=costs,
             model_parameters=int(model.count_params()),  # the planner's all-reduce model
-            resumes=checkpoints.resumes,
+            sample_ledger={"epochs": [], "resumes": checkpoints.resumes, "partial_epoch": None},  # the epochs: accounting
             gpus=gpu_use(gpus, gpus, "tensorflow"),  # MirroredStrategy: every GPU
             precision=precision_document(cfg.precision, precision),
             **source.measurements(summary["seen"], stats.bytes_per_sample),

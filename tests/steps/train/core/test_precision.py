@@ -2,7 +2,8 @@
 
 import pytest
 
-from steps.train.core.precision import choose, precision_document, precision_label, precision_line
+from steps.common.metrics_json import precision_label
+from steps.train.core.precision import choose, precision_document, precision_line
 
 
 @pytest.mark.parametrize(
