@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from pipeline.emulator import EmulatedJob
+from pipeline.emulator.job import EmulatedJob
 from steps.train.frameworks.ray.trainer import RAY_CHECKPOINT
 from tests.support.harness import listeners_on, tiny_pipeline, two_group_request
 
