@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.sample_data import generate
+from pipeline.local.sample_data import generate
 from steps.formats.webdataset import count_samples, list_shards, write_shard
 from steps.train.core.config import TrainConfig
 from steps.train.core.spare_cpus import Spare, kept_for_loop, sample_pixels

@@ -55,7 +55,7 @@ from pipeline.code import STEPS_DIR, build_code_tarball  # noqa: E402
 from pipeline.emulator.hosts import HOST_NAME, STOP_WAIT_S  # noqa: E402
 from pipeline.emulator.job import EmulatedJob  # noqa: E402
 from pipeline.emulator.links import LinkFault, unavailable  # noqa: E402
-from pipeline.sample_data import generate  # noqa: E402
+from pipeline.local.sample_data import generate  # noqa: E402
 from steps.frameworks import FRAMEWORKS, TABLE  # noqa: E402
 from steps.shard.shard import shard_dataset  # noqa: E402
 from tests.support.harness import by_role, fault, job_processes, listeners_on, start_training_job, temp_left, two_group_request  # noqa: E402

@@ -41,8 +41,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.graph import resolve_parameters  # noqa: E402
-from pipeline.local import LocalOptions, LocalRunner  # noqa: E402
-from pipeline.sample_data import generate  # noqa: E402
+from pipeline.local.runner import LocalRunner  # noqa: E402
+from pipeline.local.sample_data import generate  # noqa: E402
+from pipeline.local.settings import LocalOptions  # noqa: E402
 from steps.contract import FRAMEWORKS  # noqa: E402
 
 TARGET_EFFICIENCY = 0.9

@@ -35,7 +35,7 @@ from infra.retrain_schedule import RetrainSchedule
 from infra.sagemaker_pipeline import SageMakerPipeline
 from infra.settings import StackSettings
 from infra.training_code import TrainingCode
-from pipeline.requirements import FSX_NO_NAT, NETWORK_ISOLATION
+from pipeline.local.requirements import FSX_NO_NAT, NETWORK_ISOLATION
 from pipeline.sagemaker.images import pipeline_images
 from pipeline.sagemaker.settings import FsxSettings
 from steps.contract import RESULTS_FOLDER

@@ -11,7 +11,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from pipeline.code import STEPS_DIR, build_code_tarball, requirements_file
-from pipeline.requirements import Offline, image_python, refuse_networked
+from pipeline.local.requirements import Offline, image_python, refuse_networked
 
 
 class TrainingCode(Construct):

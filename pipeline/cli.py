@@ -33,7 +33,8 @@ from pipeline.emulator.links import unavailable as links_unavailable
 from pipeline.errors import StepFailed
 from pipeline.graph import resolve_parameters
 from pipeline.iam import command as iam_command
-from pipeline.local import LocalOptions, LocalRunner
+from pipeline.local.runner import LocalRunner
+from pipeline.local.settings import LocalOptions
 from pipeline.models import DEPLOYED_EXAMPLE, REGISTRY_ENV, STATUS, change_status, default_registry, package_lines
 from pipeline.parameters_page import REGENERATE
 from pipeline.parameters_page import markdown as parameters_markdown

@@ -1,6 +1,6 @@
 """The one logical pipeline graph: parameters, steps, inputs and outputs.
 
-Nothing here knows how a step runs. The local runner (`pipeline.local`)
+Nothing here knows how a step runs. The local runner (`pipeline.local.runner`)
 executes this graph on an emulated cluster; a SageMaker compiler turns the
 same graph into a pipeline definition. Step fields are literals, `Param`
 references to pipeline parameters, or `Output` references to what an

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.graph import PIPELINE_NAME, default_model_package_group
-from pipeline.local import local_registry
+from pipeline.local.settings import local_registry
 from steps.evaluate.registry import APPROVED, EXECUTION_KEY, REJECTED, Registry, metric
 
 REGISTRY_ENV = "HETERO_MODEL_REGISTRY"

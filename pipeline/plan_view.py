@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.local import local_registry
+from pipeline.local.settings import local_registry
 from steps.common.errors import UserError
 from steps.contract import BASELINE_METRICS_FILE, HETEROGENEOUS_METRICS_FILE, PLAN_FILE, PRICE_PERFORMANCE_FILE
 from steps.evaluate.catalogue import load_catalogue

@@ -1,6 +1,6 @@
 """A local run's call ledger: the runner tells it what each step did, and it writes ``aws_calls.json`` at the end.
 
-The run's binding: this machine's account and region (`pipeline.local`), the bucket ``local`` and the work folder
+The run's binding: this machine's account and region (`pipeline.local.settings`), the bucket ``local`` and the work folder
 as the artifact prefix (`pipeline.storage`). Each anchor names one deployable location as the run binds it; the
 judge puts the template's own in its place (`pipeline.iam.judge`). Step code notes its own calls into one file per
 step (``$HETERO_AWS_CALLS``, `steps.common.aws_calls`), read back when the step ends.
@@ -19,7 +19,7 @@ from steps.common.aws_calls import AWS_CALLS_ENV
 from steps.contract import PLAN_FILE, RESULTS_FOLDER
 from steps.evaluate.registry import APPROVED, PENDING
 
-PARTITION, REGION, ACCOUNT = "aws", "us-east-1", "000000000000"  # pipeline.local's LOCAL_REGION and LOCAL_ACCOUNT
+PARTITION, REGION, ACCOUNT = "aws", "us-east-1", "000000000000"  # pipeline.local.runner's LOCAL_REGION and LOCAL_ACCOUNT
 
 NOTES_FOLDER = "aws-calls"  # <run>/aws-calls/<step>.jsonl: what step code noted
 # the names this machine gives what only a deployment has (the notification topic, its key, the rules, the function)

@@ -40,7 +40,7 @@ def test_more_data_hosts_than_samples_fails_in_the_shard_step(tmp_path, capsys, 
 def test_a_data_set_error_in_the_shard_step_names_the_users_input_folder(tmp_path, capsys, no_leftovers):
     """The step reads its container copy (<job>/opt/ml/processing/input/input); the message names the folder the user
     passed, handed to the step as data (--input-source, the InputData parameter), never the copy."""
-    from pipeline.sample_data import generate
+    from pipeline.local.sample_data import generate
 
     one_class = tmp_path / "my_images"
     generated = generate(tmp_path / "all", samples=16, image_size=32)

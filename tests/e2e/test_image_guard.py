@@ -12,7 +12,7 @@ from pipeline import storage
 from pipeline.emulator import image_guard
 from pipeline.emulator.job import EmulatedJob
 from pipeline.emulator.processing import run_processing_job
-from pipeline.local import LOCAL_REGION
+from pipeline.local.settings import LOCAL_REGION
 from pipeline.sagemaker.images import default_processing_image
 from tests.support.harness import training_request
 

@@ -33,7 +33,7 @@ from pipeline.cli import main
 from pipeline.graph import resolve_parameters
 from pipeline.iam.judge import deployed_for, judge_files
 from pipeline.iam.permissions import BEGIN, END, markdown
-from pipeline.local import local_training_image
+from pipeline.local.settings import local_training_image
 from steps.frameworks import framework as framework_row
 from tests.support.harness import marked_processes
 from tests.support.metrics import (

@@ -8,7 +8,8 @@ import pytest
 from pipeline.emulator.volumes import GIB
 from pipeline.errors import StepFailed
 from pipeline.graph import resolve_parameters
-from pipeline.local import LocalOptions, LocalRunner
+from pipeline.local.runner import LocalRunner
+from pipeline.local.settings import LocalOptions
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ from pipeline import storage
 from pipeline.emulator import hosts
 from pipeline.emulator.container_env import SERVICE, TWIN, image_env
 from pipeline.emulator.job import EmulatedJob
-from pipeline.local import LOCAL_REGION
+from pipeline.local.settings import LOCAL_REGION
 from pipeline.stop import STOP, Signalled
 from steps.common.errors import UserError
 from steps.contract import SHARDED

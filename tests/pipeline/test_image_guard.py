@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline.emulator import image_guard
-from pipeline.local import LOCAL_REGION, local_training_image
+from pipeline.local.settings import LOCAL_REGION, local_training_image
 from pipeline.sagemaker.images import default_processing_image, default_training_image
 from steps.contract import FRAMEWORKS
 

@@ -7,7 +7,8 @@ import pytest
 
 pytest.importorskip("sagemaker.core", reason="the cloud extra (SageMaker SDK v3) is not installed")
 
-from pipeline.local import LocalOptions, _flatten, _ready, _upstream, next_ready  # noqa: E402
+from pipeline.local.runner import _flatten, _ready, _upstream, next_ready  # noqa: E402
+from pipeline.local.settings import LocalOptions  # noqa: E402
 from pipeline.sagemaker.definition import all_steps  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
 from tests.support.deploy import CONCRETE_SETTINGS  # noqa: E402

@@ -1,5 +1,5 @@
 """The code's requirements.txt: installed on every emulated host into a folder of its own, as the training toolkit
-installs it in the container, and refused under network isolation when it would need the network (pipeline.requirements)."""
+installs it in the container, and refused under network isolation when it would need the network (pipeline.local.requirements)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pipeline import storage
 from pipeline.code import build_code_tarball
 from pipeline.emulator import image_guard
 from pipeline.emulator.job import SITE_PACKAGES, EmulatedJob
-from pipeline.requirements import FSX_NO_NAT, NETWORK_ISOLATION, image_python, network_need, refuse_networked
+from pipeline.local.requirements import FSX_NO_NAT, NETWORK_ISOLATION, image_python, network_need, refuse_networked
 from steps.common.errors import UserError
 from tests.fixtures.wheels import write_wheel
 from tests.support.harness import training_request

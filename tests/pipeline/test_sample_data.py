@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.sample_data import STAMP, class_names, draw_sample, generate
+from pipeline.local.sample_data import STAMP, class_names, draw_sample, generate
 from steps.common.errors import UserError
 
 

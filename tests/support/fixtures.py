@@ -9,7 +9,7 @@ import pytest
 
 from pipeline import storage
 from pipeline.code import STEPS_DIR, build_code_tarball
-from pipeline.sample_data import generate
+from pipeline.local.sample_data import generate
 from tests.support.harness import children
 
 

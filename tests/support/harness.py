@@ -26,7 +26,8 @@ from pipeline.emulator.job import EmulatedJob
 from pipeline.emulator.results import JobResult
 from pipeline.emulator.sessions import kill_session, session_members
 from pipeline.graph import resolve_parameters
-from pipeline.local import LocalOptions, LocalRunner, local_training_image
+from pipeline.local.runner import LocalRunner
+from pipeline.local.settings import LocalOptions, local_training_image
 from pipeline.sagemaker.settings import CODE_CHANNEL_DIR, TRAINING_ENTRYPOINT
 from steps.contract import (
     CHECKPOINT_LOCAL_PATH,

@@ -11,7 +11,8 @@ import torch
 from pipeline import cli, storage
 from pipeline.emulator.job import SITE_PACKAGES
 from pipeline.graph import resolve_parameters
-from pipeline.local import LocalOptions, LocalRunner, local_registry
+from pipeline.local.runner import LocalRunner
+from pipeline.local.settings import LocalOptions, local_registry
 from pipeline.plan_view import execution_report
 from pipeline.sagemaker.definition import all_steps
 from steps.evaluate.registration import metadata_value

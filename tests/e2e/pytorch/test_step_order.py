@@ -8,7 +8,8 @@ import json
 import pytest
 
 from pipeline.graph import resolve_parameters
-from pipeline.local import LocalOptions, LocalRunner, local_registry
+from pipeline.local.runner import LocalRunner
+from pipeline.local.settings import LocalOptions, local_registry
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,8 @@ from pipeline.emulator.hosts import HOST_NAME
 from pipeline.emulator.job import EmulatedJob
 from pipeline.errors import StepFailed
 from pipeline.graph import resolve_parameters
-from pipeline.local import LocalOptions, LocalRunner
+from pipeline.local.runner import LocalRunner
+from pipeline.local.settings import LocalOptions
 from tests.support.harness import (
     by_role,
     confinement_breaches,

@@ -7,9 +7,9 @@ learnt first, shape next), so a local end-to-end run shows the loss going down.
 Shapes are centred in the middle fifth of the image, so every 64x64 crop of a
 96x96 image still shows most of the shape.
 
-    python -m pipeline.sample_data runs/data/raw --samples 3000
+    python -m pipeline.local.sample_data runs/data/raw --samples 3000
 
-    from pipeline.sample_data import generate
+    from pipeline.local.sample_data import generate
     raw = generate("runs/data/raw", samples=3000)    # reused when already there
 
 Output: ``<dir>/<class>/<class>_00042.jpg`` plus a ``.sample_data.json`` stamp
