@@ -45,6 +45,22 @@ from steps.train.workload import Workload
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def pick_device() -> torch.device:
+    """The device this host trains on: its first GPU where torch sees one, else its CPUs."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def all_objects(value) -> list:
+    """``value`` of every trainer, by rank (the trainers' process group: the PyTorch path's, or Ray Train's)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [value]
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
 def resolve_precision(requested: str, device: torch.device) -> str:
     """The precision this host trains in (`steps.train.core.precision.choose`): bf16 on a GPU that has it natively
     (not emulated: a pre-Ampere GPU emulates bfloat16 slower than it runs float16)."""

@@ -48,8 +48,10 @@ from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_lo
 from steps.train.frameworks.pytorch.local_decode import LocalDecoder, spare_workers
 from steps.train.frameworks.pytorch.step import (
     TrainStep,
+    all_objects,
     bare,
     isolated_costs,
+    pick_device,
     require_compiler,
     resolve_precision,
     to_device,
@@ -97,7 +99,7 @@ class LocalSource:
 
 
 def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = pick_device()
     require_usable_gpus(
         cluster.current_host,
         cluster.instance_type,
@@ -137,13 +139,23 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
             source.resume(progress.epoch, progress.consumed)
         if dist.is_initialized():
             model = DistributedDataParallel(model)
-        train_epochs(cfg, workload, model, source, device, optimizer=optimizer, progress=progress, checkpoints=checkpoints)
+        train_epochs(
+            cfg,
+            workload,
+            model,
+            source,
+            device,
+            optimizer=optimizer,
+            progress=progress,
+            checkpoints=checkpoints,
+            precision=precision,
+        )
         stats, corrupt = progress.stats, progress.corrupt
         validation = _validation_shards(cluster) if cluster.rank == 0 else []
         accuracy = _validate(cfg, cluster, workload, model, device, validation, precision) if cluster.rank == 0 else None
         summary = _gather(stats.summary(), len(corrupt))
         measured = source.measurements()
-        local = [m for m in _all_objects(measured.pop("local_decode", None)) if m]
+        local = [m for m in all_objects(measured.pop("local_decode", None)) if m]
         files = {}
         if cluster.rank == 0:
             costs = _isolated_costs(cfg, cluster, workload, model, device, validation, precision)
@@ -292,16 +304,7 @@ def _hybrid_source(
 
 def _all_ints(value: int) -> list[int]:
     """``value`` of every trainer host, by rank."""
-    return [int(v) for v in _all_objects(value)]
-
-
-def _all_objects(value) -> list:
-    """``value`` of every trainer host, by rank."""
-    if not dist.is_initialized():
-        return [value]
-    gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, value)
-    return gathered
+    return [int(v) for v in all_objects(value)]
 
 
 def process_group_backend(device: torch.device) -> str:
@@ -335,6 +338,7 @@ def train_epochs(
     optimizer: torch.optim.Optimizer | None = None,
     progress: Progress | None = None,
     checkpoints: Checkpoints | None = None,
+    precision: str | None = None,
 ) -> Progress:
     """Every epoch from where ``progress`` stands (None: from the start, with the workload's optimizer), saving checkpoints
     as `steps.train.frameworks.pytorch.checkpoint.Checkpoints` says (None: none); returns the run so far. The trainer's
@@ -342,10 +346,11 @@ def train_epochs(
     optimizer = optimizer if optimizer is not None else workload.optimizer(model.parameters(), cfg.learning_rate)
     progress = progress if progress is not None else Progress.fresh(cfg)
     checkpoints = checkpoints if checkpoints is not None else Checkpoints(None)
+    precision = precision or resolve_precision(cfg.precision, device)  # the trainer hands the one it resolved at its start
     world = dist.get_world_size() if dist.is_initialized() else 1
     budget = CorruptBudget(cfg.max_corrupt_share, source.samples_per_epoch // world)  # this trainer's share of an epoch
     budget.restore(progress.epoch, progress.budget_seen)
-    step = TrainStep(workload, model, optimizer, device, resolve_precision(cfg.precision, device), cfg.compile)
+    step = TrainStep(workload, model, optimizer, device, precision, cfg.compile)
     if progress.scaler is not None and step.scaler.is_enabled():
         step.scaler.load_state_dict(progress.scaler)
     TERMINATE.armed = True
@@ -468,7 +473,7 @@ def _interrupted(progress: Progress, checkpoints: Checkpoints) -> Interrupted:
 
 def _all_ids(ids: np.ndarray) -> np.ndarray:
     """Every trainer host's sample ids of the epoch just ended."""
-    return np.concatenate(_all_objects(ids))
+    return np.concatenate(all_objects(ids))
 
 
 def _copy_done(device: torch.device):

@@ -205,15 +205,14 @@ def _kept_cpus(cfg: TrainConfig, shards: list, classes: int, workers: int) -> tu
     PyTorch path measures it (`steps.train.frameworks.pytorch.step.loop_cpus`), its busy vCPUs plus one for the data plane; never so
     many that Ray Data is left no CPU (`leave_room_for_data`)."""
     import ray
-    import torch
 
     from steps.train.core.spare_cpus import kept_for_loop, sample_pixels
-    from steps.train.frameworks.pytorch.step import loop_cpus, resolve_precision
+    from steps.train.frameworks.pytorch.step import loop_cpus, pick_device, resolve_precision
     from steps.train.workload import load_workload
 
     def measure() -> float:
         workload = load_workload(cfg.workload, cfg.workload_options)
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = pick_device()
         return loop_cpus(
             workload,
             workload.build_model(classes).to(device),

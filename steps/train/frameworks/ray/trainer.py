@@ -149,7 +149,9 @@ def train_loop(config: dict) -> None:
     from steps.train.core.precision import precision_document, precision_line
     from steps.train.frameworks.pytorch.step import (
         TrainStep,
+        all_objects,
         isolated_costs,
+        pick_device,
         require_compiler,
         resolve_precision,
         to_device,
@@ -160,7 +162,7 @@ def train_loop(config: dict) -> None:
     workload = _workload(cfg.workload, cfg.workload_options)
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = pick_device()
     require_compiler(cfg.compile, device)
     precision = resolve_precision(cfg.precision, device)
     print(precision_line(f"Ray Train worker {rank}", cfg.precision, precision, device.type), flush=True)
@@ -219,12 +221,12 @@ def train_loop(config: dict) -> None:
                 if cfg.max_steps and stats.steps >= cfg.max_steps:
                     stopped = True
                     break
-        everyone = _all_objects(ledger.ids, world)
+        everyone = all_objects(ledger.ids)
         ledger.close_epoch(epoch, np.concatenate(everyone))
         if stopped:
             break
         _checkpoint(config["results"], rank, world, net, step, epoch + 1, stats, corrupt, ledger, resumes)
-    summaries = _all_objects({"summary": stats.summary(), "corrupt": corrupt, "sources": sources}, world)
+    summaries = all_objects({"summary": stats.summary(), "corrupt": corrupt, "sources": sources})
     report = {}
     if rank == 0:
         validation = list_shards(config["validation"]) if config.get("validation") else []
@@ -263,7 +265,9 @@ def _checkpoint(results: str, rank: int, world: int, net, step, epoch: int, stat
     import ray
     import torch
 
-    ranks = _all_objects({"stats": stats.state(), "corrupt": [list(c) for c in corrupt]}, world)
+    from steps.train.frameworks.pytorch.step import all_objects
+
+    ranks = all_objects({"stats": stats.state(), "corrupt": [list(c) for c in corrupt]})
     if rank == 0:
         buffer = io.BytesIO()
         torch.save(
@@ -302,13 +306,3 @@ def _resumed(ref, world: int) -> dict | None:
             headline="checkpoint does not fit",
         )
     return state
-
-
-def _all_objects(value, world: int) -> list:
-    import torch.distributed as dist
-
-    if world == 1 or not dist.is_initialized():
-        return [value]
-    gathered = [None] * world
-    dist.all_gather_object(gathered, value)
-    return gathered
