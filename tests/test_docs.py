@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from pipeline.cli import main
-from pipeline.parameters_page import REGENERATE
+from pipeline.commands.params import REGENERATE
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

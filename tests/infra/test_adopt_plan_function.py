@@ -10,7 +10,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from pipeline import plan_view
+from pipeline.commands import plan_view
 from steps.common.errors import UserError
 from steps.contract import TUNABLES
 

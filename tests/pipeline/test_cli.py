@@ -9,8 +9,12 @@ from pathlib import Path
 import pytest
 
 from pipeline import cli
-from pipeline.cli import main, validate_run
+from pipeline.cli import main
+from pipeline.commands.parameters import parameter_layers
+from pipeline.commands.run import validate_run
+from pipeline.commands.workload import check_workload, deployed_code_dirs
 from pipeline.graph import resolve_parameters
+from pipeline.local.runner import LocalRunner
 from steps.common.errors import UserError
 
 
@@ -81,7 +85,7 @@ def test_a_prices_file_makes_a_new_instance_type_known(tmp_path):
     with pytest.raises(UserError, match="ml.p9.mega"):
         validate_run(params)
     args = cli.build_parser().parse_args(["run", "--prices", str(prices), "--dnn-instance-type", "ml.p9.mega"])
-    params = resolve_parameters(*cli.parameter_layers(args))
+    params = resolve_parameters(*parameter_layers(args))
     assert params["PriceOverrides"] == str(prices)  # the file, which the Evaluate step reads as an input
     validate_run(params)  # known now: no error
 
@@ -103,7 +107,7 @@ def test_a_refreshed_100_type_price_file_is_taken_by_run_and_plan(tmp_path, caps
     prices = refreshed_price_file(tmp_path / "prices-override.json", prices={"ml.p9.mega": 99.0})
     assert len(prices.read_text()) > 2048  # over any request member's limit: it travels as a file
     args = cli.build_parser().parse_args(["run", "--prices", str(prices), "--dnn-instance-type", "ml.p9.mega"])
-    validate_run(resolve_parameters(*cli.parameter_layers(args)))
+    validate_run(resolve_parameters(*parameter_layers(args)))
     hetero = write_json(tmp_path / "h" / "metrics.json", input_bound_run())
     assert main(["plan", "--metrics", str(hetero), "--prices", str(prices), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
@@ -157,17 +161,17 @@ def test_a_workload_in_a_folder_not_named_is_refused_before_any_work_naming_the_
     ), err
     assert f"ship it with --code-dir DIR, DIR being the folder that holds my_workloads/ (here: {folder})" in err
     assert not (tmp_path / "w").exists()
-    cli.check_workload("my_workloads.tiny", code_dirs=(folder,))  # named: it ships
-    cli.check_workload("steps.train.workloads.shapes")  # the project's own always ships
+    check_workload("my_workloads.tiny", code_dirs=(folder,))  # named: it ships
+    check_workload("steps.train.workloads.shapes")  # the project's own always ships
     with pytest.raises(UserError, match=r"not in the code the hosts get.*deploy it with -c hetero:codeDirs='\[\"DIR\"\]'"):
-        cli.check_workload("my_workloads.tiny", deployed=True)
+        check_workload("my_workloads.tiny", deployed=True)
     with pytest.raises(UserError, match=r"\(.*usercode/my_workloads/__init__.py\) defines no WORKLOAD"):
-        cli.check_workload("my_workloads", code_dirs=(folder,))
+        check_workload("my_workloads", code_dirs=(folder,))
     # hetero start: what `cdk deploy` from this folder ships, its cdk.json's hetero:codeDirs (relative to it)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cdk.json").write_text(json.dumps({"context": {"hetero:codeDirs": ["usercode"]}}))
-    assert cli.deployed_code_dirs() == (Path("usercode"),)
-    cli.check_workload("my_workloads.tiny", code_dirs=cli.deployed_code_dirs(), deployed=True)
+    assert deployed_code_dirs() == (Path("usercode"),)
+    check_workload("my_workloads.tiny", code_dirs=deployed_code_dirs(), deployed=True)
 
 
 @pytest.mark.parametrize(
@@ -308,7 +312,7 @@ def test_a_read_only_work_folder_is_one_line_and_exit_2(tmp_path, capsys, monkey
     def read_only(self):
         raise OSError(errno.EROFS, "Read-only file system", str(tmp_path / "runs" / "local-1"))
 
-    monkeypatch.setattr(cli.LocalRunner, "run", read_only)
+    monkeypatch.setattr(LocalRunner, "run", read_only)
     # ten sample images, not the default 3,000 (seconds of drawing): what fails is the run that follows them
     assert main(["run", "--work-dir", str(tmp_path / "runs"), "--sample-images", "10"]) == 2
     err = capsys.readouterr().err
@@ -323,7 +327,7 @@ def test_run_network_isolation_runs_the_pipeline_compiled_as_deployed_isolated(m
         seen.append(options)
         raise UserError("captured", headline="test")
 
-    monkeypatch.setattr(cli.LocalRunner, "__init__", capture)
+    monkeypatch.setattr(LocalRunner, "__init__", capture)
     assert main(["run", "--network-isolation"]) == 2 and main(["run"]) == 2
     assert [o.network_isolation for o in seen] == [True, False]
 

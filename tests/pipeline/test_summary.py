@@ -1,6 +1,6 @@
 """The table `hetero run` ends with."""
 
-from pipeline.summary import render
+from pipeline.commands.summary import render
 from steps.evaluate import evaluate as ev
 from steps.evaluate.prices import load_prices
 from steps.train.core.precision import precision_document

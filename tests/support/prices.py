@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from pipeline.code import STEPS_DIR
-from pipeline.price_refresh import refresh
+from pipeline.commands.prices import refresh
 
 
 def price_list_row(

@@ -9,11 +9,13 @@ import pytest
 import torch
 
 from pipeline import cli, storage
+from pipeline.commands.parameters import parameter_layers
+from pipeline.commands.plan_view import execution_report
+from pipeline.commands.run import validate_run
 from pipeline.emulator.job import SITE_PACKAGES
 from pipeline.graph import resolve_parameters
 from pipeline.local.runner import LocalRunner
 from pipeline.local.settings import LocalOptions, local_registry
-from pipeline.plan_view import execution_report
 from pipeline.sagemaker.definition import all_steps
 from steps.evaluate.registration import metadata_value
 from tests.fixtures.wheels import write_wheel
@@ -124,8 +126,8 @@ def test_no_input_no_baseline_a_user_workload_and_a_price_file_in_one_run(tmp_pa
             "0.5",
         ]
     )
-    params = resolve_parameters(*cli.parameter_layers(args))  # the parameters `hetero run` takes from these options
-    cli.validate_run(params, (user,))
+    params = resolve_parameters(*parameter_layers(args))  # the parameters `hetero run` takes from these options
+    validate_run(params, (user,))
     assert params["InputData"] == ""
     result = LocalRunner(
         params,

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pipeline.plan_view import render_plan
+from pipeline.commands.plan_view import render_plan
 from steps.evaluate.catalogue import load_catalogue
 from steps.evaluate.plan import bound_text, plan_document
 from steps.evaluate.prices import load_prices

@@ -10,6 +10,7 @@ Price List API answers in us-east-1 (and a few other regions) whatever region it
 
 from __future__ import annotations
 
+import argparse
 import json
 from datetime import date
 from pathlib import Path
@@ -81,3 +82,18 @@ def refresh(*, region: str, output: Path, client: BaseClient | None = None) -> d
     }
     output.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return doc
+
+
+def add_parser(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
+    prices = sub.add_parser("prices", help="price tables: `hetero prices refresh` fetches current SageMaker training prices")
+    prices_sub = prices.add_subparsers(dest="prices_command", required=True)
+    refresh = prices_sub.add_parser("refresh", help="write an override file from the AWS Price List API (pricing:GetProducts)")
+    refresh.add_argument("--region", default="us-east-1", help="the region whose prices to fetch (default %(default)s)")
+    refresh.add_argument("--output", type=Path, default=Path("prices-override.json"), help="(default %(default)s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    doc = refresh(region=args.region, output=args.output)
+    print(f"{len(doc['prices'])} training instance types priced for {doc['region']} as of {doc['as_of']}: {args.output}")
+    print(f"use it with --prices {args.output} (hetero run, hetero start, hetero plan)")
+    return 0

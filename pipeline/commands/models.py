@@ -11,11 +11,14 @@ the commands call ListModelPackages, DescribeModelPackage and UpdateModelPackage
 
 from __future__ import annotations
 
+import argparse
+import os
 from pathlib import Path
 
 from pipeline.graph import PIPELINE_NAME, default_model_package_group
 from pipeline.local.settings import local_registry
-from steps.evaluate.registry import APPROVED, EXECUTION_KEY, REJECTED, Registry, metric
+from steps.common.errors import UserError
+from steps.evaluate.registry import APPROVED, EXECUTION_KEY, REJECTED, Registry, metric, open_registry
 
 REGISTRY_ENV = "HETERO_MODEL_REGISTRY"
 STATUS = {"approve": APPROVED, "reject": REJECTED}
@@ -46,3 +49,33 @@ def package_lines(registry: Registry) -> list[str]:
 def change_status(registry: Registry, ref: str, action: str) -> str:
     package = registry.set_status(ref, STATUS[action])
     return f"model package {package.get('ModelPackageVersion')} of {registry.group}: {package['ModelApprovalStatus']}"
+
+
+def add_parser(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
+    models = sub.add_parser("models", help="registered model packages with their metrics and status; approve or reject one")
+    models.add_argument("action", nargs="?", choices=("list", *STATUS), default="list", help="(default %(default)s)")
+    models.add_argument("package", nargs="?", metavar="VERSION_OR_ARN", help="the package to approve or reject")
+    models.add_argument(
+        "--registry",
+        default=os.environ.get(REGISTRY_ENV) or default_registry(),
+        help=f"a local registry folder, or sagemaker://<model package group> for the deployed one (e.g. {DEPLOYED_EXAMPLE}) "
+        f"(default: env {REGISTRY_ENV}, else the local runs' group under runs/registry/)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    registry = open_registry(args.registry)
+    if args.action == "list":
+        if args.package:
+            raise UserError(
+                f"`hetero models {args.package}`: write `hetero models approve|reject {args.package}`", headline="bad arguments"
+            )
+        print("\n".join(package_lines(registry)))
+        return 0
+    if not args.package:
+        raise UserError(
+            f"`hetero models {args.action}` needs the package: its version or ARN (`hetero models` lists them)",
+            headline="bad arguments",
+        )
+    print(change_status(registry, args.package, args.action))
+    return 0

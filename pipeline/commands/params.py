@@ -7,7 +7,11 @@ The page is never edited by hand: tests/test_docs.py fails when it differs from 
 
 from __future__ import annotations
 
-from steps.contract import MAX_PARAMETER_CHARS, Tunable
+import argparse
+import sys
+
+from pipeline.commands.parameters import ENV_PREFIX
+from steps.contract import MAX_PARAMETER_CHARS, TUNABLES, Tunable
 
 REGENERATE = "hetero params --markdown > docs/parameters.md"
 
@@ -65,3 +69,18 @@ def _allowed(p: Tunable) -> str:
     if p.type is bool:
         return "`true`, `false`"
     return "any"
+
+
+def add_parser(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
+    params = sub.add_parser("params", help="list pipeline parameters")
+    params.add_argument("--markdown", action="store_true", help=f"print docs/parameters.md instead ({REGENERATE})")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.markdown:
+        sys.stdout.write(markdown(TUNABLES, env_prefix=ENV_PREFIX))
+        return 0
+    for p in TUNABLES:
+        extra = f" (one of {', '.join(map(str, p.choices))})" if p.choices else ""
+        print(f"{p.name:<22} {p.default!r:<32} {p.help}{extra}")
+    return 0
