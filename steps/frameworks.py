@@ -49,8 +49,8 @@ _TABLE = (
         "tensorflow",
         "tf.data.service: a dispatcher on the trainer host, a worker on every data host",
         shard_format="tfrecord",
-        trainer="steps.train.frameworks.tensorflow.trainer:run_tf_trainer",
-        data_host="steps.train.frameworks.tensorflow.data_host:run_tf_data_host",
+        trainer="steps.train.frameworks.tensorflow.trainer:run_trainer",
+        data_host="steps.train.frameworks.tensorflow.data_host:run_data_service",
         max_trainer_hosts=1,  # one trainer host, every GPU of it (MirroredStrategy)
         unguarded_listeners="tf.data.service listens on every interface without authentication",
         quiet_env={"TF_CPP_MIN_LOG_LEVEL": "1"},

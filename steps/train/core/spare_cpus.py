@@ -5,7 +5,7 @@ data plane's receivers); the rest sit idle while the data hosts decode. How many
 the loop keeps is ``trainer_cpus``. ``auto`` measures it: a few training steps on
 a synthetic batch of the workload's shape, before training, timing this
 process's CPU use against the wall clock (``measure``: the framework's probe,
-`steps.train.frameworks.pytorch.step.loop_cpus` or `steps.train.frameworks.tensorflow.local_decode.tf_loop_cpus`).
+`steps.train.frameworks.pytorch.step.loop_cpus` or `steps.train.frameworks.tensorflow.local_decode.loop_cpus`).
 A step on a GPU keeps about one vCPU busy (the launching thread), a step on the
 CPU every vCPU the framework uses; one more is kept for the data plane. The rest
 decode the samples `steps.train.core.split` gives this trainer, from the trainer

@@ -25,7 +25,7 @@ POINTER = "tf_checkpoint.json"
 VERSION = 1
 
 
-class TfCheckpoints:
+class Checkpoints:
     def __init__(self, folder: Path, *, writer: bool = True) -> None:
         self.folder = folder
         self.writer = writer

@@ -23,7 +23,7 @@ from steps.train.frameworks.tensorflow.dataset import training_dataset
 from steps.train.workload import Workload
 
 
-def tf_isolated_costs(
+def isolated_costs(
     cfg: TrainConfig,
     workload: Workload,
     model: keras.Model,

@@ -10,7 +10,7 @@ fails, naming the host, when a data host does; if TensorFlow keeps the
 training loop blocked on that host's data, a watchdog ends the process the
 same way.
 
-Not run directly: `steps.train.frameworks.tensorflow.trainer` starts a `TfDataService` when the
+Not run directly: `steps.train.frameworks.tensorflow.trainer` starts a `DataService` when the
 job is heterogeneous (entry point: `steps/train/launcher.py`).
 """
 
@@ -44,7 +44,7 @@ COMPRESSION = {"none": None, "auto": "AUTO"}
 WATCHDOG_GRACE_S = 5.0  # how long a training loop blocked in TensorFlow gets to notice a lost data host itself
 
 
-class TfDataService:
+class DataService:
     """The trainer's side: dispatcher, control links to every data host, and the watch over them."""
 
     def __init__(self, cfg: TrainConfig, cluster: Cluster) -> None:
@@ -81,7 +81,7 @@ class TfDataService:
     def samples_per_epoch(self) -> int:
         return sum(self.samples_per_host.values())
 
-    def start(self, trainer_workers: int = 0) -> TfDataService:
+    def start(self, trainer_workers: int = 0) -> DataService:
         """The dispatcher, and every data host told where it is and which samples it serves: all but the share
         ``trainer_workers`` decode vCPUs of this host take beside the data hosts' (their HELLOs say how many they have)."""
         import tensorflow as tf

@@ -13,7 +13,7 @@ address over it (START), both sides heartbeat, and the trainer ends the job
 with STOP carrying its results. A data host exits non-zero when the trainer
 goes silent or disconnects without STOP.
 
-Not run directly: `steps/train/launcher.py` calls `run_tf_data_host` on every
+Not run directly: `steps/train/launcher.py` calls `run_data_service` on every
 host of the data instance group when the ``framework`` hyperparameter is
 ``tensorflow`` (in SageMaker, and locally under ``hetero run``).
 """
@@ -39,7 +39,7 @@ from steps.train.frameworks.tensorflow.cluster import check_single_trainer, loca
 from steps.train.frameworks.tensorflow.servers import end_server
 
 
-def run_tf_data_host(cfg: TrainConfig, cluster: Cluster, workload=None) -> None:
+def run_data_service(cfg: TrainConfig, cluster: Cluster, workload=None) -> None:
     """``workload`` is not used here: the dataset graph, the workload's decode in it, comes from the trainer."""
     import tensorflow as tf
 

@@ -43,7 +43,7 @@ CODE_ROOT = Path(__file__).resolve().parents[4]  # the folder holding steps/: th
 READY = "hetero-tf-local-worker-ready"
 
 
-def tf_spare_workers(
+def spare_workers(
     cfg: TrainConfig, cluster: Cluster, workload: Workload, model: keras.Model, strategy: tf.distribute.Strategy
 ) -> Spare:
     """This trainer host's decode vCPUs beside its loop (a `steps.train.core.spare_cpus.Spare`); ``auto`` probes the
@@ -53,14 +53,14 @@ def tf_spare_workers(
 
     def measure(shards: list[Path]) -> float | str:
         try:
-            return tf_loop_cpus(cfg, workload, model, strategy, [str(s) for s in shards[:1]])
+            return loop_cpus(cfg, workload, model, strategy, [str(s) for s in shards[:1]])
         except (ValueError, TypeError) as exc:  # a subclassed Keras model that clone_model cannot copy
             return f"the model cannot be cloned: {exc}"[:300]
 
     return spare(cfg, cluster, measure, list_shards=list_tfrecord_shards)
 
 
-def tf_loop_cpus(
+def loop_cpus(
     cfg: TrainConfig, workload: Workload, model: keras.Model, strategy: tf.distribute.Strategy, files: list[str]
 ) -> float:
     """vCPUs this process keeps busy while training: CPU seconds over wall seconds of a few train steps on one

@@ -32,12 +32,12 @@ from steps.train.core.precision import precision_document, precision_line
 from steps.train.core.terminate import TERMINATE
 from steps.train.dataplane.meter import arrived
 from steps.train.dataplane.watch import failure_reason
-from steps.train.frameworks.tensorflow.checkpoint import TfCheckpoints
+from steps.train.frameworks.tensorflow.checkpoint import Checkpoints
 from steps.train.frameworks.tensorflow.cluster import check_single_trainer, local_shards, shard_counts
-from steps.train.frameworks.tensorflow.data import TfDataService
+from steps.train.frameworks.tensorflow.data import DataService
 from steps.train.frameworks.tensorflow.dataset import SERVE_PATTERN, TAKE_FILE, sample_ids, training_dataset, validation_dataset
 from steps.train.frameworks.tensorflow.errors import DuplicateSamples
-from steps.train.frameworks.tensorflow.local_decode import LocalWorker, tf_spare_workers
+from steps.train.frameworks.tensorflow.local_decode import LocalWorker, spare_workers
 from steps.train.frameworks.tensorflow.step import (
     device_strategy,
     distribute,
@@ -86,7 +86,7 @@ class ServiceSource:
 
     def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload, spare: Spare) -> None:
         self.cfg, self.workload = cfg, workload
-        self.service = TfDataService(cfg, cluster).start(trainer_workers=spare.workers)
+        self.service = DataService(cfg, cluster).start(trainer_workers=spare.workers)
         self.samples_per_epoch = self.service.samples_per_epoch
         if spare.workers:
             take = self.service.split.trainer(0)
@@ -121,7 +121,7 @@ class ServiceSource:
         self.service.close(status, reason, files)
 
 
-def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
+def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     check_single_trainer(cluster)
     require_usable_gpus(
         cluster.current_host,
@@ -147,7 +147,7 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
             model = workload.build_keras_model(len(classes))
             optimizer = step_optimizer(workload, cfg.learning_rate)
         if cluster.heterogeneous:
-            spare = tf_spare_workers(cfg, cluster, workload, model, strategy)
+            spare = spare_workers(cfg, cluster, workload, model, strategy)
             print(
                 f"[trainer] {cluster.current_host}: a tf.data.service worker on {spare.workers} of {spare.cpus} vCPU(s), "
                 f"{spare.kept} kept for the training loop ({spare.why})",
@@ -156,7 +156,7 @@ def run_tf_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> No
             source = ServiceSource(cfg, cluster, workload, spare)
         else:
             source = InProcessSource(cfg, cluster, workload)
-        checkpoints = TfCheckpoints(cluster.checkpoint_dir)
+        checkpoints = Checkpoints(cluster.checkpoint_dir)
         stats, accounting, corrupt = train_epochs(cfg, workload, model, optimizer, source, strategy, checkpoints)
         validation = _validation_files(cluster)
         accuracy = _validate(cfg, cluster, workload, model, validation)
@@ -196,7 +196,7 @@ def train_epochs(
     optimizer: keras.optimizers.Optimizer,
     source: InProcessSource | ServiceSource,
     strategy: tf.distribute.Strategy,
-    checkpoints: TfCheckpoints,
+    checkpoints: Checkpoints,
 ) -> tuple[StepStats, list[dict], list]:
     """Every epoch from the last checkpoint's (`steps.train.frameworks.tensorflow.checkpoint`: saved at each epoch end; a SIGTERM ends
     the job at the next step, and the restarted job redoes that epoch)."""
@@ -259,7 +259,7 @@ def train_epochs(
     return stats, accounting, corrupt
 
 
-def _save(checkpoints: TfCheckpoints, model, optimizer, epoch: int, stats: StepStats, accounting, corrupt) -> None:
+def _save(checkpoints: Checkpoints, model, optimizer, epoch: int, stats: StepStats, accounting, corrupt) -> None:
     started = time.perf_counter()
     path = checkpoints.save(
         model,
@@ -282,7 +282,7 @@ def _save(checkpoints: TfCheckpoints, model, optimizer, epoch: int, stats: StepS
         )
 
 
-def _interrupted(checkpoints: TfCheckpoints, epoch: int, steps_lost: int) -> Interrupted:
+def _interrupted(checkpoints: Checkpoints, epoch: int, steps_lost: int) -> Interrupted:
     where = f"checkpoint at epoch {checkpoints.saved_epoch}" if checkpoints.saved_epoch >= 0 else "no checkpoint yet"
     redo = f"; the {steps_lost} step(s) of epoch {epoch} done so far are redone" if steps_lost else ""
     return Interrupted(
@@ -292,7 +292,7 @@ def _interrupted(checkpoints: TfCheckpoints, epoch: int, steps_lost: int) -> Int
 
 
 def _epoch(
-    cfg, source, batches, open_next, train_step, stats: StepStats, epoch: int, strategy, checkpoints: TfCheckpoints
+    cfg, source, batches, open_next, train_step, stats: StepStats, epoch: int, strategy, checkpoints: Checkpoints
 ) -> tuple[list, bool]:
     ids: list[np.ndarray] = []
     received = 0
@@ -380,9 +380,9 @@ def _validate(cfg: TrainConfig, cluster: Cluster, workload: Workload, model, fil
 def _isolated_costs(cfg: TrainConfig, cluster: Cluster, workload: Workload, model, strategy, files: list[str]) -> dict | None:
     """Decode alone and the step alone on this host (`steps.train.frameworks.tensorflow.costs`), on the validation shards."""
     from steps.train.core.cost_document import cost_line
-    from steps.train.frameworks.tensorflow.costs import tf_isolated_costs
+    from steps.train.frameworks.tensorflow.costs import isolated_costs
 
-    costs = tf_isolated_costs(cfg, workload, model, strategy, files)
+    costs = isolated_costs(cfg, workload, model, strategy, files)
     if costs:
         print(cost_line(cluster.current_host, costs), flush=True)
     return costs

@@ -123,9 +123,9 @@ from types import SimpleNamespace
 import tensorflow as tf
 tf.config.list_physical_devices = lambda kind=None: []
 from steps.common.errors import UserError
-from steps.train.frameworks.tensorflow.trainer import run_tf_trainer
+from steps.train.frameworks.tensorflow.trainer import run_trainer
 try:
-    run_tf_trainer(None, SimpleNamespace(current_host="algo-2", instance_type="ml.g5.xlarge", trainer_hosts=("algo-2",)), None)
+    run_trainer(None, SimpleNamespace(current_host="algo-2", instance_type="ml.g5.xlarge", trainer_hosts=("algo-2",)), None)
 except UserError as exc:
     print(exc.message)
 print("torch" in sys.modules)

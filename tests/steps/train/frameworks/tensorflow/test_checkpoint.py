@@ -10,7 +10,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from steps.common.errors import UserError  # noqa: E402
-from steps.train.frameworks.tensorflow.checkpoint import POINTER, TfCheckpoints  # noqa: E402
+from steps.train.frameworks.tensorflow.checkpoint import POINTER, Checkpoints  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 
 
@@ -23,14 +23,14 @@ def _built():
 
 def test_variables_and_state_come_back_and_only_the_newest_epoch_is_kept(tmp_path):
     model, optimizer = _built()
-    saver = TfCheckpoints(tmp_path)
+    saver = Checkpoints(tmp_path)
     saver.save(model, optimizer, {"epoch": 1, "steps": 10, "accounting": []})
     optimizer.iterations.assign(7)
     saver.save(model, optimizer, {"epoch": 2, "steps": 20, "accounting": [{"epoch": 1}]})
     assert {p.name for p in tmp_path.iterdir()} == {POINTER, "tf-epoch-2"}
 
     restored_model, restored_optimizer = _built()
-    reader = TfCheckpoints(tmp_path)
+    reader = Checkpoints(tmp_path)
     state = reader.load(restored_model, restored_optimizer)
     assert reader.saved_epoch == 2  # what an interruption before the next save falls back to
     assert state["epoch"] == 2 and state["steps"] == 20 and state["accounting"] == [{"epoch": 1}]
@@ -40,7 +40,7 @@ def test_variables_and_state_come_back_and_only_the_newest_epoch_is_kept(tmp_pat
 
 def test_no_checkpoint_is_a_fresh_start_and_a_broken_one_says_how_to_start_over(tmp_path):
     model, optimizer = _built()
-    assert TfCheckpoints(tmp_path).load(model, optimizer) is None
+    assert Checkpoints(tmp_path).load(model, optimizer) is None
     (tmp_path / POINTER).write_text(json.dumps({"version": 1, "variables": "tf-epoch-3/variables", "epoch": 3}))
     with pytest.raises(UserError, match=r"cannot be restored .* delete the checkpoint folder"):
-        TfCheckpoints(tmp_path).load(model, optimizer)
+        Checkpoints(tmp_path).load(model, optimizer)

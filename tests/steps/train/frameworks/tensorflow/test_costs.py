@@ -8,7 +8,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from steps.train.core.config import TrainConfig  # noqa: E402
-from steps.train.frameworks.tensorflow.costs import tf_isolated_costs  # noqa: E402
+from steps.train.frameworks.tensorflow.costs import isolated_costs  # noqa: E402
 from steps.train.workloads.shapes import Shapes  # noqa: E402
 from tests.support.tfrecords import write_shards  # noqa: E402
 
@@ -18,9 +18,9 @@ def test_isolated_costs_leave_the_trained_model_untouched(tmp_path):
     workload = Shapes({"blur_passes": 0})
     model = workload.build_keras_model(3)
     before = [w.copy() for w in model.get_weights()]
-    costs = tf_isolated_costs(TrainConfig(batch_size=4), workload, model, tf.distribute.get_strategy(), files, batches=3)
+    costs = isolated_costs(TrainConfig(batch_size=4), workload, model, tf.distribute.get_strategy(), files, batches=3)
     assert costs["batches"] == 3 and costs["batch_size"] == 4 and costs["device"] == "cpu"
     assert 0 < costs["decode_s_per_batch"] <= costs["decode_s_per_batch_median"]
     assert 0 < costs["step_s_per_batch"] <= costs["step_s_per_batch_median"]
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
-    assert tf_isolated_costs(TrainConfig(batch_size=4), workload, model, tf.distribute.get_strategy(), []) is None
+    assert isolated_costs(TrainConfig(batch_size=4), workload, model, tf.distribute.get_strategy(), []) is None

@@ -21,7 +21,7 @@ def test_the_watchdog_ends_a_trainer_that_tensorflow_keeps_blocked(tmp_path, mon
     monkeypatch.setattr(tf_data_client.os, "_exit", lambda code: (codes.append(code), exited.set()))
     monkeypatch.setattr(auth, "_loaded", b"s" * 32)  # as the launcher loads it from the secret channel
     cluster = SimpleNamespace(trainer_hosts=("algo-1",), data_hosts=(), current_host="algo-1", output_dir=tmp_path / "output")
-    service = tf_data_client.TfDataService(TrainConfig(silence_timeout_s=1.0), cluster)
+    service = tf_data_client.DataService(TrainConfig(silence_timeout_s=1.0), cluster)
     service._fail(DataHostLost("data host algo-2 was lost: connection closed"))
     if handled:  # the training loop saw the failure and closed the service: the watchdog stands down
         service.close("failed", "data host lost")
@@ -45,7 +45,7 @@ def test_a_watchdog_firing_while_the_job_is_being_stopped_reports_the_interrupti
     monkeypatch.setattr(TERMINATE, "event", threading.Event())
     TERMINATE.event.set()  # SIGTERM reached this trainer too: its data host's loss is the stop, not a fault
     cluster = SimpleNamespace(trainer_hosts=("algo-1",), data_hosts=(), current_host="algo-1", output_dir=tmp_path / "output")
-    service = tf_data_client.TfDataService(TrainConfig(silence_timeout_s=1.0), cluster)
+    service = tf_data_client.DataService(TrainConfig(silence_timeout_s=1.0), cluster)
     service._fail(DataHostLost("data host algo-2 failed: data host algo-2: terminated: SIGTERM"))
     assert exited.wait(3)
     assert codes == [143]

@@ -8,7 +8,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from steps.common.errors import UserError  # noqa: E402
-from steps.train.frameworks.tensorflow.checkpoint import TfCheckpoints  # noqa: E402
+from steps.train.frameworks.tensorflow.checkpoint import Checkpoints  # noqa: E402
 from steps.train.frameworks.tensorflow.step import (  # noqa: E402
     make_train_step,
     resolve_tf_precision,
@@ -69,10 +69,10 @@ def test_an_fp16_checkpoint_restores_the_loss_scale(tmp_path):
     model, optimizer = _built(workload, "fp16")
     make_train_step(workload, model, optimizer, tf.distribute.get_strategy())(_batch())
     optimizer.dynamic_scale.assign(512.0)
-    TfCheckpoints(tmp_path).save(model, optimizer, {"epoch": 1})
+    Checkpoints(tmp_path).save(model, optimizer, {"epoch": 1})
     fresh, fresh_optimizer = _built(workload, "fp16")
     fresh_optimizer.build(fresh.trainable_variables)
-    TfCheckpoints(tmp_path).load(fresh, fresh_optimizer)
+    Checkpoints(tmp_path).load(fresh, fresh_optimizer)
     assert float(fresh_optimizer.dynamic_scale) == 512.0
     assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), fresh.get_weights()))
 
@@ -82,11 +82,11 @@ def test_a_checkpoint_across_the_loss_scaling_boundary_is_refused_naming_the_pre
     workload = Dense()
     model, optimizer = _built(workload, saved)
     make_train_step(workload, model, optimizer, tf.distribute.get_strategy())(_batch())
-    TfCheckpoints(tmp_path).save(model, optimizer, {"epoch": 1})
+    Checkpoints(tmp_path).save(model, optimizer, {"epoch": 1})
     fresh, fresh_optimizer = _built(workload, now)
     fresh_optimizer.build(fresh.trainable_variables)
     with pytest.raises(UserError, match="resume with Precision=") as refused:
-        TfCheckpoints(tmp_path).load(fresh, fresh_optimizer)
+        Checkpoints(tmp_path).load(fresh, fresh_optimizer)
     assert refused.value.headline == "checkpoint does not fit"
 
 

@@ -34,7 +34,7 @@ MIRRORED = textwrap.dedent("""
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from steps.train.core.config import TrainConfig
     from steps.train.frameworks.tensorflow.dataset import training_dataset
-    from steps.train.frameworks.tensorflow.checkpoint import TfCheckpoints
+    from steps.train.frameworks.tensorflow.checkpoint import Checkpoints
     from steps.train.frameworks.tensorflow.trainer import train_epochs
     from steps.train.workloads.shapes import Shapes
 
@@ -50,7 +50,7 @@ MIRRORED = textwrap.dedent("""
     with strategy.scope():
         model = workload.build_keras_model(3)
         optimizer = workload.keras_optimizer(0.003)
-    checkpoints = TfCheckpoints(pathlib.Path(sys.argv[1]).parent / "checkpoints")
+    checkpoints = Checkpoints(pathlib.Path(sys.argv[1]).parent / "checkpoints")
     cfg = TrainConfig(epochs=2, batch_size=8, warmup_steps=1)
     stats, accounting, _ = train_epochs(cfg, workload, model, optimizer, Source(), strategy, checkpoints)
     assert checkpoints.saved_epoch == 2  # saved at each epoch end
