@@ -121,17 +121,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     try:
         model = to_device(workload.build_model(len(classes)), device)
         optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
-        checkpoints = Checkpoints(
-            cluster.checkpoint_dir,
-            rank=cluster.rank,
-            world=cluster.world_size,
-            every_steps=cfg.checkpoint_every_steps,
-            every_s=cfg.checkpoint_every_s,
-        )
-        progress = Progress.fresh(cfg)
-        resumed = checkpoints.load()
-        if resumed is not None:
-            progress = Progress.resume(*resumed, cluster, model, optimizer, checkpoints.folder)
+        checkpoints, progress = _checkpoints_and_progress(cfg, cluster, model, optimizer)
         if cluster.heterogeneous:
             source = _hybrid_source(cfg, cluster, workload, model, device, progress, precision)
         else:
@@ -183,6 +173,21 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _checkpoints_and_progress(cfg: TrainConfig, cluster: Cluster, model, optimizer) -> tuple[Checkpoints, Progress]:
+    """This trainer's checkpoints, and its run so far: from the newest checkpoint where the job left one, else fresh."""
+    checkpoints = Checkpoints(
+        cluster.checkpoint_dir,
+        rank=cluster.rank,
+        world=cluster.world_size,
+        every_steps=cfg.checkpoint_every_steps,
+        every_s=cfg.checkpoint_every_s,
+    )
+    resumed = checkpoints.load()
+    if resumed is None:
+        return checkpoints, Progress.fresh(cfg)
+    return checkpoints, Progress.resume(*resumed, cluster, model, optimizer, checkpoints.folder)
 
 
 @dataclass
