@@ -194,9 +194,27 @@ def build_graph(framework: str = "pytorch") -> Graph:
     the data group reads the training shards, the dnn group the validation split, both the manifest and
     the job secret Shard draws for the execution (a file: never in a job's Environment)."""
     fw = framework_row(framework)  # an unknown name is refused here
-    dnn = Group(DNN_GROUP, Param("DnnInstanceType"), Param("DnnInstanceCount"))
-    data = Group(DATA_GROUP, Param("DataInstanceType"), Param("DataInstanceCount"))
-    shard = ProcessingStep(
+    baseline, hetero = _training_steps(framework, fw.every_host_reads_every_shard)
+    register = RegisterStep(
+        "RegisterModel", Output("TrainHeterogeneous", "model"), Output("Evaluate", "evaluation"), MODEL_METRICS_FILE
+    )
+    check = CheckStep(
+        "CheckImprovement",
+        Output("Evaluate", "evaluation"),
+        PRICE_PERFORMANCE_FILE,
+        "improvement",
+        Param("ImprovementThreshold"),
+        "price-performance improvement of the heterogeneous cluster is below ImprovementThreshold",
+        # a failing check ends the execution: a model whose improvement falls short must be registered (left pending
+        # approval) by then, and nothing the check reads says so
+        depends_on=(register.name,),
+    )
+    steps = (_shard_step(fw.shard_format), baseline, hetero, _evaluate_step(), register, check)
+    return Graph(PIPELINE_NAME, TUNABLES, steps, framework)
+
+
+def _shard_step(shard_format: str) -> ProcessingStep:
+    return ProcessingStep(
         "Shard",
         SHARD_SCRIPT,
         inputs={"input": Param("InputData")},
@@ -205,10 +223,16 @@ def build_graph(framework: str = "pytorch") -> Graph:
         arguments={
             "--target-shard-mb": Param("ShardSizeMB"),
             "--data-hosts": Param("DataInstanceCount"),
-            "--format": fw.shard_format,
+            "--format": shard_format,
             "--input-source": Param("InputData"),
         },
     )
+
+
+def _training_steps(framework: str, every_host_reads_every_shard: bool) -> tuple[TrainingStep, TrainingStep]:
+    """The homogeneous baseline (skippable) and the heterogeneous run, each channel naming its instance groups."""
+    dnn = Group(DNN_GROUP, Param("DnnInstanceType"), Param("DnnInstanceCount"))
+    data = Group(DATA_GROUP, Param("DataInstanceType"), Param("DataInstanceCount"))
     train = Output("Shard", "train")
     validation = TrainChannel("validation", Output("Shard", "validation"), REPLICATED, (DNN_GROUP,))
     baseline = TrainingStep(
@@ -224,7 +248,7 @@ def build_graph(framework: str = "pytorch") -> Graph:
         hyperparameters=_hyperparameters(framework),
         condition=Param("RunBaseline"),
     )
-    if fw.every_host_reads_every_shard:
+    if every_host_reads_every_shard:
         # Ray Data's read tasks run on any node and open the files the driver listed: every host sees every shard
         shards = (TrainChannel("train", train, REPLICATED, (DATA_GROUP, DNN_GROUP), Param("InputMode"), file_system=True),)
     else:
@@ -247,7 +271,11 @@ def build_graph(framework: str = "pytorch") -> Graph:
         ),
         hyperparameters=_hyperparameters(framework),
     )
-    evaluate = ProcessingStep(
+    return baseline, hetero
+
+
+def _evaluate_step() -> ProcessingStep:
+    return ProcessingStep(
         "Evaluate",
         EVALUATE_SCRIPT,
         # the price file is an input, never an argument: a refreshed table is several KB, an argument at most 256 characters
@@ -269,18 +297,3 @@ def build_graph(framework: str = "pytorch") -> Graph:
         results_store=True,
         registry=True,
     )
-    register = RegisterStep(
-        "RegisterModel", Output("TrainHeterogeneous", "model"), Output("Evaluate", "evaluation"), MODEL_METRICS_FILE
-    )
-    check = CheckStep(
-        "CheckImprovement",
-        Output("Evaluate", "evaluation"),
-        PRICE_PERFORMANCE_FILE,
-        "improvement",
-        Param("ImprovementThreshold"),
-        "price-performance improvement of the heterogeneous cluster is below ImprovementThreshold",
-        # a failing check ends the execution: a model whose improvement falls short must be registered (left pending
-        # approval) by then, and nothing the check reads says so
-        depends_on=(register.name,),
-    )
-    return Graph(PIPELINE_NAME, TUNABLES, (shard, baseline, hetero, evaluate, register, check), framework)

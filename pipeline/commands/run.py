@@ -64,6 +64,11 @@ def add_parser(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     )
     run.add_argument("--sample-images", type=int, default=3000, help="size of the generated dataset when no --input is given")
     run.add_argument("--no-pin", action="store_true", help="do not pin hosts to CPU sets")
+    _emulation_options(run)
+
+
+def _emulation_options(run) -> None:  # noqa: ANN001 - the run subparser
+    """How the emulated cluster runs: as deployed with spot or isolation, faults, watchdog, volumes, prices."""
     run.add_argument(
         "--spot",
         action="store_true",
