@@ -193,6 +193,8 @@ def open_link(
     sock = dial(host, address, cfg.data_port, deadline, cfg.connect_timeout_s)
     sock.settimeout(max(10.0, cfg.heartbeat_s))  # the handshake's own bound; the Link sets the kernel's
     hello = client_handshake(sock, secret, host=me)
-    return Link(
+    link = Link(
         sock, peer, inbound=FROM_DATA_HOST, heartbeat_s=cfg.heartbeat_s, silence_timeout_s=cfg.silence_timeout_s, **link_options
-    ), hello
+    )
+    link.give_up_unacknowledged()  # a host cut off is heard by the heartbeat, not after its queued batches
+    return link, hello

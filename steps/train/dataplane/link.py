@@ -9,6 +9,7 @@ first batch still pings. A peer silent for ``silence_timeout_s`` raises
 
 from __future__ import annotations
 
+import errno
 import socket
 import struct
 import threading
@@ -71,7 +72,26 @@ class Link:
     def send(self, message: Message) -> None:
         kind, meta, arrays = message.encode()
         with self._send_lock:
-            self.bytes_sent += send_frame(self.sock, kind, meta, arrays, on_stall=self._on_stall)
+            try:
+                self.bytes_sent += send_frame(self.sock, kind, meta, arrays, on_stall=self._on_stall)
+            except TimeoutError as exc:
+                self._unreachable(exc)
+                raise
+
+    def _unreachable(self, exc: OSError) -> None:
+        """The kernel ended the connection (`give_up_unacknowledged`): the peer, by name."""
+        if exc.errno == errno.ETIMEDOUT:
+            raise PeerSilent(
+                f"{self.peer} acknowledged nothing it was sent for {self.silence_timeout_s:g} s "
+                f"(silence_timeout_s={self.silence_timeout_s:g}): unreachable"
+            ) from None
+
+    def give_up_unacknowledged(self) -> None:
+        """End the connection once what this side sent has gone unacknowledged for ``silence_timeout_s``
+        (TCP_USER_TIMEOUT): a peer cut off or gone without a FIN then fails the next send at once, even while this side's
+        reader is blocked behind what the peer sent before. Only for a side that sends small frames (a trainer's PINGs
+        and requests): one whose sends may wait on a busy peer's closed window longer than that would be cut too."""
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, round(self.silence_timeout_s * 1000)))
 
     @property
     def bytes_read(self) -> int:
@@ -81,7 +101,8 @@ class Link:
         """The next message, or None when the peer was idle for one heartbeat. A malformed frame is a `WireError`."""
         try:
             frame = self._reader.read()
-        except TIMEOUTS:
+        except TIMEOUTS as exc:
+            self._unreachable(exc)
             self._on_stall()
             return None
         self.touch()

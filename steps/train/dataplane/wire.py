@@ -18,6 +18,7 @@ allocation or a hang.
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 import struct
@@ -161,8 +162,8 @@ def send_buffers(sock: socket.socket, buffers: list, on_stall: Stall | None = No
     while views:
         try:
             sent = sock.sendmsg(views)
-        except TIMEOUTS:
-            if on_stall is None:
+        except TIMEOUTS as exc:
+            if on_stall is None or exc.errno == errno.ETIMEDOUT:  # the kernel gave the connection up (TCP_USER_TIMEOUT)
                 raise
             on_stall()
             continue
@@ -197,8 +198,8 @@ def recv_exact_into(
     while got < total:
         try:
             n = sock.recv_into(view[got:], total - got)
-        except TIMEOUTS:
-            if (frame_start and got == 0) or on_stall is None:
+        except TIMEOUTS as exc:
+            if (frame_start and got == 0) or on_stall is None or exc.errno == errno.ETIMEDOUT:
                 raise
             on_stall()
             continue
