@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import ctypes
 import errno
 import os
 import select
@@ -42,6 +43,7 @@ NLA_TYPE_MASK = 0x3FFF  # without the nested / byte-order flags
 HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port id
 QUEUE_MAXLEN = 65536
 RECEIVE_BUFFER = 8 << 20
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _attribute(kind: int, payload: bytes) -> bytes:
@@ -164,6 +166,10 @@ def main(argv: list[str] | None = None) -> None:
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     signal.signal(signal.SIGINT, lambda *_: stop.append(True))
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # the emulator killed: this ends too
+    if os.getppid() != parent:  # it died before that took hold
+        return
     try:
         queue = Queue(args.queue)
     except OSError as e:

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -152,3 +153,31 @@ def test_links_left_by_a_killed_run_are_removed_by_the_next(host):
     tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
     assert stale.table not in tables and not stale.root.exists()
     assert stale.chain not in subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
+
+
+PARENT = """
+import subprocess, sys, time
+delayer = subprocess.Popen([sys.executable, "-m", "pipeline.emulator.link_delay", "--queue", sys.argv[1], "--delay-ms", "10"],
+                           stdout=subprocess.PIPE, text=True)
+assert delayer.stdout.readline().strip() == "ready"
+print(delayer.pid, flush=True)
+time.sleep(60)
+"""
+
+
+@e2e
+def test_a_delay_process_ends_with_the_emulator_that_started_it_even_when_killed():
+    reason = unavailable()
+    if reason:
+        pytest.skip(f"link faults cannot be emulated on this machine: {reason}")
+    root = str(Path(__file__).resolve().parents[2])
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, "4099"], cwd=root, stdout=subprocess.PIPE, text=True)
+    delayer = psutil.Process(int(parent.stdout.readline()))
+    parent.kill()  # no close, no cleanup: as a SIGKILL of the run
+    parent.wait()
+    parent.stdout.close()
+    try:
+        delayer.wait(timeout=10)
+    except psutil.TimeoutExpired:
+        delayer.kill()
+        pytest.fail("the delay process outlived the process that started it")
