@@ -268,12 +268,12 @@ import resource, socket, sys, json, time
 sys.path.insert(0, {root!r})
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 from steps.train.dataplane import admission
-from steps.train.core.config import TrainConfig
+from steps.train.dataplane.settings import DataPlaneSettings
 server = socket.create_server(("127.0.0.1", 0), backlog=2048)
 print(server.getsockname()[1], flush=True)
-cfg = TrainConfig(heartbeat_s=0.5, silence_timeout_s=10, connect_timeout_s=60)
+settings = DataPlaneSettings(data_port=9400, heartbeat_s=0.5, silence_timeout_s=10, connect_timeout_s=60)
 started = time.monotonic()
-trainers = admission.accept_trainers(server, cfg, "127.0.0.1", ("trainer-a",), {secret!r}, {{}})
+trainers = admission.accept_trainers(server, settings, "127.0.0.1", ("trainer-a",), {secret!r}, {{}})
 print(json.dumps({{"accepted": [t.host for t in trainers], "seconds": round(time.monotonic() - started, 2)}}), flush=True)
 """
 

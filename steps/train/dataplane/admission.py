@@ -16,11 +16,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from steps.train.core.config import TrainConfig
 from steps.train.dataplane.auth import client_handshake, serve_handshake
 from steps.train.dataplane.errors import AuthError, DataHostUnreachable, TrainerGone, WireError
 from steps.train.dataplane.link import Link
 from steps.train.dataplane.messages import FROM_DATA_HOST, FROM_TRAINER, Hello
+from steps.train.dataplane.settings import DataPlaneSettings
 
 HANDSHAKE_TIMEOUT_S = 10.0  # in all, for a connection to prove the job secret
 MAX_PENDING = 32  # connections at once that have not proved it yet
@@ -42,7 +42,7 @@ class Trainer:
 
 def accept_trainers(
     server: socket.socket,
-    cfg: TrainConfig,
+    settings: DataPlaneSettings,
     me: str,
     trainer_hosts: tuple[str, ...],
     secret: bytes,
@@ -80,8 +80,8 @@ def accept_trainers(
                         sock,
                         f"trainer {peer}",
                         inbound=FROM_TRAINER,
-                        heartbeat_s=cfg.heartbeat_s,
-                        silence_timeout_s=cfg.silence_timeout_s,
+                        heartbeat_s=settings.heartbeat_s,
+                        silence_timeout_s=settings.silence_timeout_s,
                     ),
                     stream=key[1],
                 )
@@ -89,7 +89,7 @@ def accept_trainers(
         sock.close()
 
     threads = []
-    deadline = time.monotonic() + cfg.connect_timeout_s
+    deadline = time.monotonic() + settings.connect_timeout_s
     try:
         while True:
             now = time.monotonic()
@@ -102,7 +102,9 @@ def accept_trainers(
             remaining = deadline - now
             if remaining <= 0:
                 missing = ", ".join(sorted({host for host, _ in expected - set(trainers)}))
-                raise TrainerGone(f"trainer host(s) {missing} did not connect within connect_timeout_s={cfg.connect_timeout_s:g}")
+                raise TrainerGone(
+                    f"trainer host(s) {missing} did not connect within connect_timeout_s={settings.connect_timeout_s:g}"
+                )
             log.flush()
             server.settimeout(min(remaining, 0.2))
             try:
@@ -186,15 +188,20 @@ def dial(host: str, address: str, port: int, deadline: float, connect_timeout_s:
 
 
 def open_link(
-    cfg: TrainConfig, host: str, address: str, me: str, secret: bytes, deadline: float, peer: str, **link_options
+    settings: DataPlaneSettings, host: str, address: str, me: str, secret: bytes, deadline: float, peer: str, **link_options
 ) -> tuple[Link, Hello]:
     """A trainer's link to ``host``: dial it (retrying until ``deadline``), prove the job secret, and hand the socket to a
     heartbeat-checked `Link` named ``peer``. Returns the link and the host's HELLO."""
-    sock = dial(host, address, cfg.data_port, deadline, cfg.connect_timeout_s)
-    sock.settimeout(max(10.0, cfg.heartbeat_s))  # the handshake's own bound; the Link sets the kernel's
+    sock = dial(host, address, settings.data_port, deadline, settings.connect_timeout_s)
+    sock.settimeout(max(10.0, settings.heartbeat_s))  # the handshake's own bound; the Link sets the kernel's
     hello = client_handshake(sock, secret, host=me)
     link = Link(
-        sock, peer, inbound=FROM_DATA_HOST, heartbeat_s=cfg.heartbeat_s, silence_timeout_s=cfg.silence_timeout_s, **link_options
+        sock,
+        peer,
+        inbound=FROM_DATA_HOST,
+        heartbeat_s=settings.heartbeat_s,
+        silence_timeout_s=settings.silence_timeout_s,
+        **link_options,
     )
     link.give_up_unacknowledged()  # a host cut off is heard by the heartbeat, not after its queued batches
     return link, hello

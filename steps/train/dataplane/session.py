@@ -20,12 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from steps.common.errors import describe
-from steps.train.core.config import TrainConfig
 from steps.train.core.outputs import keep_results
 from steps.train.dataplane.admission import Trainer, accept_trainers
 from steps.train.dataplane.errors import AllStopped, JobStopped, PeerSilent, Stopped, TrainerGone, WireError
 from steps.train.dataplane.link import Heartbeat
 from steps.train.dataplane.messages import Error, Message, Other, Ping, Stop
+from steps.train.dataplane.settings import DataPlaneSettings
 
 OnMessage = Callable[[Trainer, Message | Other], None]
 
@@ -43,7 +43,7 @@ class HostSession:
 
     def __init__(
         self,
-        cfg: TrainConfig,
+        settings: DataPlaneSettings,
         trainers: list[Trainer],
         *,
         who: str,
@@ -51,7 +51,7 @@ class HostSession:
         on_message: OnMessage | None = None,
         heartbeat: bool = True,
     ) -> None:
-        self.cfg = cfg
+        self.settings = settings
         self.trainers = trainers
         self.who = who
         self.results_dir = results_dir
@@ -67,7 +67,7 @@ class HostSession:
     @classmethod
     def admit(
         cls,
-        cfg: TrainConfig,
+        settings: DataPlaneSettings,
         server: socket.socket,
         *,
         me: str,
@@ -79,7 +79,7 @@ class HostSession:
     ) -> HostSession:
         """Accept every expected trainer on ``server``, on ``streams`` connections each (``info``: the rest of this
         host's HELLO). Each connection is a `Trainer` of its own: read, pinged and lost on its own."""
-        return cls(cfg, accept_trainers(server, cfg, me, trainer_hosts, secret, info, streams), **options)
+        return cls(settings, accept_trainers(server, settings, me, trainer_hosts, secret, info, streams), **options)
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> HostSession:
@@ -87,7 +87,7 @@ class HostSession:
         if self._heartbeat:
             # No on_error here (the trainer's side has one, `PeerWatch`): each trainer's reader below reads that trainer's
             # frames straight off its socket, never from behind a queue, so it hears a trainer's socket go at once.
-            self._beat = Heartbeat([t.link for t in self.trainers], self.cfg.heartbeat_s)
+            self._beat = Heartbeat([t.link for t in self.trainers], self.settings.heartbeat_s)
         for t in self.trainers:
             self.spawn(self._control, t)
         return self
@@ -143,7 +143,7 @@ class HostSession:
                 raise self.failure
             if ready():
                 return
-            self._changed.wait(self.cfg.heartbeat_s)
+            self._changed.wait(self.settings.heartbeat_s)
 
     def fail(self, error: Exception) -> None:
         """End the session on ``error``; the first one counts, and none once every trainer said STOP."""

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from steps.common.errors import HeteroError, describe
-from steps.train.core.config import TrainConfig
 from steps.train.dataplane.admission import open_link
 from steps.train.dataplane.errors import DataHostLost, Stopped, WireError
 from steps.train.dataplane.link import Heartbeat, Link
 from steps.train.dataplane.messages import Error, Hello, Message, Other, Ping, Stop
+from steps.train.dataplane.settings import DataPlaneSettings
 
 
 def failure_reason(trainer: str, exc: BaseException) -> str:
@@ -68,7 +68,7 @@ class PeerWatch:
 
     def __init__(
         self,
-        cfg: TrainConfig,
+        settings: DataPlaneSettings,
         peers: list[Peer],
         *,
         me: str,
@@ -80,7 +80,7 @@ class PeerWatch:
         lost: Callable[[Peer, Exception], HeteroError] | None = None,
         **link_options,
     ) -> None:
-        self.cfg, self.peers, self.me, self.secret = cfg, peers, me, secret
+        self.settings, self.peers, self.me, self.secret = settings, peers, me, secret
         self.label, self.error = label, error
         self.on_message, self.on_failure = on_message, on_failure
         self._lost = lost or (lambda peer, exc: error(f"{label} {peer.name} was lost: {exc}"))
@@ -100,7 +100,7 @@ class PeerWatch:
     def connect(self) -> list[Hello]:
         """Dial every peer (each may still be starting: until connect_timeout_s in all) and prove the secret, on as many
         connections as its HELLO asks for."""
-        deadline = time.monotonic() + self.cfg.connect_timeout_s
+        deadline = time.monotonic() + self.settings.connect_timeout_s
         for peer in self.peers:
             peer.link, peer.hello = self._dial(peer, deadline)
             peer.streams = [peer.link]
@@ -110,7 +110,7 @@ class PeerWatch:
 
     def _dial(self, peer: Peer, deadline: float) -> tuple[Link, Hello]:
         return open_link(
-            self.cfg,
+            self.settings,
             peer.name,
             peer.address,
             self.me,
@@ -127,7 +127,7 @@ class PeerWatch:
     def heartbeat(self) -> None:
         """PING every link from now on, while the owner is busy elsewhere."""
         if self._beat is None:
-            self._beat = Heartbeat(self.links, self.cfg.heartbeat_s, on_error=self._send_failed)
+            self._beat = Heartbeat(self.links, self.settings.heartbeat_s, on_error=self._send_failed)
 
     def watch(self) -> PeerWatch:
         """Read every link in a thread of its own from now on (and heartbeat, if not yet)."""
@@ -166,7 +166,7 @@ class PeerWatch:
             self._beat.stop()
         firsts = [p.link for p in self.peers if p.link is not None]
         send_stop(firsts, status, reason, files, extra=[link for p in self.peers for link in p.streams[1:]])
-        deadline = time.monotonic() + self.cfg.silence_timeout_s
+        deadline = time.monotonic() + self.settings.silence_timeout_s
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self.closing.set()

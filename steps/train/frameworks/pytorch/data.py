@@ -29,6 +29,7 @@ from steps.train.core.split import Split
 from steps.train.dataplane import messages
 from steps.train.dataplane.errors import DataHostLost, LocalDecodeFailed
 from steps.train.dataplane.meter import arrived, data_host_metrics
+from steps.train.dataplane.settings import DataPlaneSettings
 from steps.train.dataplane.watch import Peer, PeerWatch
 from steps.train.dataplane.wire import Segment
 from steps.train.frameworks.pytorch.dataset import Batch
@@ -98,7 +99,7 @@ class DataServiceClient:
         self._epoch = 0
         self._gate = threading.Condition()
         self.watch = PeerWatch(
-            cfg,
+            DataPlaneSettings.of(cfg),
             self.hosts,
             me=me,
             secret=secret,

@@ -38,6 +38,7 @@ from steps.train.dataplane.auth import job_secret
 from steps.train.dataplane.errors import TrainerGone, WireError
 from steps.train.dataplane.meter import ServiceMeter
 from steps.train.dataplane.session import HostSession, trainer_lost
+from steps.train.dataplane.settings import DataPlaneSettings
 from steps.train.dataplane.streams import streams_per_flow
 from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader, worker_start_method
 from steps.train.frameworks.pytorch.throttle import Throttle, retuner, workers_report
@@ -131,7 +132,7 @@ def serve(
     while it serves (`steps.train.core.retune`).
     """
     session = HostSession.admit(
-        cfg,
+        DataPlaneSettings.of(cfg),
         server,
         me=me,
         trainer_hosts=trainer_hosts,
@@ -148,7 +149,7 @@ def serve(
     if start is not None:
         start(first, consumed, split)
     with session:
-        feed = BatchFeed(session, throttle)
+        feed = BatchFeed(session, cfg, throttle)
         try:
             for epoch in range(first, cfg.epochs):
                 for batch in epoch_batches(epoch):
@@ -202,9 +203,9 @@ class BatchFeed:
     samples sent on it. Each sender pings its connection when it has nothing to send, never waiting on another link:
     heartbeats are per stream."""
 
-    def __init__(self, session: HostSession, throttle: Throttle | None = None) -> None:
+    def __init__(self, session: HostSession, cfg: TrainConfig, throttle: Throttle | None = None) -> None:
         self.session = session
-        self.cfg = session.cfg
+        self.cfg = cfg
         self.queue: queue.Queue = queue.Queue(maxsize=2 * len(session.trainers))
         self.meter = ServiceMeter()
         self.waited_s = 0.0  # the senders' time waiting on an empty queue: the trainers wait for this host's decode

@@ -45,6 +45,7 @@ from steps.train.dataplane.auth import job_secret
 from steps.train.dataplane.errors import HostLost
 from steps.train.dataplane.meter import arrived, data_host_metrics
 from steps.train.dataplane.session import HostSession
+from steps.train.dataplane.settings import DataPlaneSettings
 from steps.train.dataplane.watch import Peer, PeerWatch, failure_reason
 from steps.train.frameworks.ray.errors import RayNodeFailed
 from steps.train.frameworks.ray.node import TRAINER_RESOURCE, RayNode
@@ -363,7 +364,7 @@ def _results_actor(head_ip: str, checkpoint_folder: Path):
 def _followers(cfg: TrainConfig, cluster: Cluster, hosts: tuple[str, ...]) -> PeerWatch:
     """The head's control links to every other host: dial, prove the secret, heartbeat, watch, STOP."""
     return PeerWatch(
-        cfg,
+        DataPlaneSettings.of(cfg),
         [Peer(h, resolve(h)) for h in hosts],
         me=cluster.current_host,
         secret=job_secret(),
@@ -394,7 +395,7 @@ def _follow(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
 
     with socket.create_server((resolve(me), cfg.data_port), backlog=16) as server:
         session = HostSession.admit(
-            cfg,
+            DataPlaneSettings.of(cfg),
             server,
             me=me,
             trainer_hosts=(head,),

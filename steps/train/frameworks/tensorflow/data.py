@@ -34,6 +34,7 @@ from steps.train.dataplane.auth import job_secret
 from steps.train.dataplane.errors import DataHostLost, LocalDecodeFailed, WireError
 from steps.train.dataplane.link import Link
 from steps.train.dataplane.meter import arrived, data_host_metrics
+from steps.train.dataplane.settings import DataPlaneSettings
 from steps.train.dataplane.watch import Peer, PeerWatch
 from steps.train.frameworks.tensorflow.servers import end_server
 
@@ -51,7 +52,7 @@ class DataService:
         self.cfg = cfg
         self.cluster = cluster
         self.watch = PeerWatch(
-            cfg,
+            DataPlaneSettings.of(cfg),
             [Peer(h, resolve(h)) for h in cluster.data_hosts],
             me=cluster.current_host,
             secret=job_secret(),

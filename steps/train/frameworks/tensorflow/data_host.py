@@ -35,6 +35,7 @@ from steps.train.dataplane.admission import Trainer
 from steps.train.dataplane.auth import job_secret
 from steps.train.dataplane.meter import ProcessMeter
 from steps.train.dataplane.session import HostSession
+from steps.train.dataplane.settings import DataPlaneSettings
 from steps.train.frameworks.tensorflow.cluster import check_single_trainer, local_shards
 from steps.train.frameworks.tensorflow.servers import end_server
 
@@ -62,7 +63,7 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload=None) -> None:
     try:
         with socket.create_server((address, cfg.data_port), backlog=16) as server:
             session = HostSession.admit(
-                cfg,
+                DataPlaneSettings.of(cfg),
                 server,
                 me=me,
                 trainer_hosts=cluster.trainer_hosts,

@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from steps.train.core.config import TrainConfig
 from steps.train.dataplane import admission
 from steps.train.dataplane.auth import client_handshake
+from steps.train.dataplane.settings import DataPlaneSettings
 from tests.support.threads import SECRET
 
-CFG = TrainConfig(heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=20.0)
+CFG = DataPlaneSettings(data_port=9400, heartbeat_s=0.1, silence_timeout_s=5.0, connect_timeout_s=20.0)
 
 
 class Acceptor(threading.Thread):

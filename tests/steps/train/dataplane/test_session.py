@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 
 from steps.common.errors import UserError
-from steps.train.core.config import TrainConfig
 from steps.train.dataplane import messages
 from steps.train.dataplane.auth import client_handshake
 from steps.train.dataplane.errors import JobStopped, PeerClosed, TrainerGone
 from steps.train.dataplane.link import Link
 from steps.train.dataplane.session import HostSession
+from steps.train.dataplane.settings import DataPlaneSettings
 from tests.support.threads import SECRET, Side, no_leaked_threads  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("no_leaked_threads")
 
-CFG = TrainConfig(heartbeat_s=0.1, silence_timeout_s=1.0, connect_timeout_s=10.0)
+CFG = DataPlaneSettings(data_port=9400, heartbeat_s=0.1, silence_timeout_s=1.0, connect_timeout_s=10.0)
 
 
 @pytest.fixture

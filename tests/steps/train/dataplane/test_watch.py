@@ -8,19 +8,19 @@ from contextlib import closing
 
 import pytest
 
-from steps.train.core.config import TrainConfig
 from steps.train.dataplane import messages
 from steps.train.dataplane.admission import Trainer, accept_trainers
 from steps.train.dataplane.errors import DataHostLost, HostLost, PeerClosed
 from steps.train.dataplane.session import HostSession
+from steps.train.dataplane.settings import DataPlaneSettings
 from steps.train.dataplane.watch import Peer, PeerWatch
 from tests.support.threads import SECRET, Side, no_leaked_threads  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("no_leaked_threads")
 
 
-def _cfg(port: int) -> TrainConfig:
-    return TrainConfig(heartbeat_s=0.1, silence_timeout_s=1.0, connect_timeout_s=10.0, data_port=port)
+def _cfg(port: int) -> DataPlaneSettings:
+    return DataPlaneSettings(heartbeat_s=0.1, silence_timeout_s=1.0, connect_timeout_s=10.0, data_port=port)
 
 
 class Watched:
