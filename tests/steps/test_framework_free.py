@@ -10,20 +10,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FRAMEWORK_FREE = ["tests/steps/common", "tests/steps/train/core", "tests/steps/train/dataplane"]
 FRAMEWORKS = ("torch", "tensorflow", "ray")
-# these still exercise framework-free code through the PyTorch path; each is to move beside the framework it needs
-STILL_LOAD_TORCH = {
-    "tests/steps/train/core/test_corrupt.py",
-    "tests/steps/train/core/test_gpus.py",
-    "tests/steps/train/core/test_split.py",
-    "tests/steps/train/dataplane/test_auth.py",
-    "tests/steps/train/dataplane/test_meter.py",
-}
 
 
 @pytest.mark.parametrize("folder", FRAMEWORK_FREE)
 def test_collecting_a_framework_free_folder_loads_no_framework(folder):
     tests = [p.relative_to(ROOT) for p in sorted((ROOT / folder).rglob("test_*.py"))]
-    modules = [".".join(p.with_suffix("").parts) for p in tests if str(p) not in STILL_LOAD_TORCH]
+    modules = [".".join(p.with_suffix("").parts) for p in tests]
     code = (
         "import importlib, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"

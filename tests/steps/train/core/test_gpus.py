@@ -1,19 +1,14 @@
 """How many of a trainer host's GPUs the training uses, the warning when some sit idle, and the failure when a GPU
 instance type has none usable."""
 
-import os
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
-import torch
-from torch.distributed import BackendConfig
 
 from steps.common.errors import UserError
 from steps.contract import EMULATED_HOST_ENV
 from steps.train.core.gpus import gpu_use, gpus_of, idle_gpus_line, require_usable_gpus
-from steps.train.frameworks.pytorch.trainer import process_group_backend
 
 
 def test_one_process_on_a_multi_gpu_host_says_how_many_sit_idle_and_the_fix():
@@ -27,12 +22,6 @@ def test_every_gpu_used_or_none_there_is_no_warning():
     for used, per_host in ((1, 1), (4, 4), (0, 0)):
         use = gpu_use(used, per_host, "tensorflow")
         assert use["idle"] is None and idle_gpus_line("algo-1", use) is None
-
-
-def test_on_gpus_host_memory_collectives_go_over_gloo_and_gradients_over_nccl():
-    # the summaries the trainers all_reduce at the end are CPU tensors, which NCCL alone refuses
-    assert BackendConfig(process_group_backend(torch.device("cuda"))).get_device_backend_map() == {"cpu": "gloo", "cuda": "nccl"}
-    assert process_group_backend(torch.device("cpu")) == "gloo"
 
 
 # -- a GPU instance type without a usable GPU ---------------------------------------------------------------------------
@@ -92,47 +81,3 @@ def test_the_check_imports_no_framework():
         check=True,
     )
     assert out.stdout.strip() == "[]"
-
-
-def _gpu_host(role="trainer"):
-    return SimpleNamespace(current_host="algo-2", instance_type="ml.g5.xlarge", trainer_hosts=("algo-2",), role=role)
-
-
-def test_the_pytorch_trainer_checks_before_it_trains(real_host, monkeypatch):
-    from steps.train.frameworks.pytorch.trainer import run_trainer
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(UserError, match=r"ml\.g5\.xlarge.*PyTorch finds no usable GPU \(torch.cuda.is_available\(\) is false\)"):
-        run_trainer(None, _gpu_host(), None)
-
-
-def test_the_ray_path_checks_trainer_hosts_with_torch_before_its_ray_node_starts(real_host, monkeypatch):
-    from steps.train.frameworks.ray import job as ray_job
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(ray_job, "RayNode", lambda *a: pytest.fail("the Ray node started"))
-    with pytest.raises(UserError, match=r"PyTorch \(Ray Train\) finds no usable GPU"):
-        ray_job.run_ray_host(None, _gpu_host(), None)
-
-
-def test_the_tensorflow_trainer_checks_with_tensorflows_device_list(real_host):
-    # in a fresh process: what it imports is the point (TensorFlow's own device list, no torch)
-    code = """
-import sys
-from types import SimpleNamespace
-import tensorflow as tf
-tf.config.list_physical_devices = lambda kind=None: []
-from steps.common.errors import UserError
-from steps.train.frameworks.tensorflow.trainer import run_trainer
-try:
-    run_trainer(None, SimpleNamespace(current_host="algo-2", instance_type="ml.g5.xlarge", trainer_hosts=("algo-2",)), None)
-except UserError as exc:
-    print(exc.message)
-print("torch" in sys.modules)
-"""
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    )
-    message, torch_imported = out.stdout.strip().splitlines()[-2:]
-    assert 'TensorFlow finds no usable GPU (tf.config.list_physical_devices("GPU") is empty)' in message
-    assert "CUDA 12.9" in message and torch_imported == "False"
