@@ -59,34 +59,16 @@ class JobRole(Construct):
         inputs = bucket.arn_for_objects(f"{input_prefix}*")
         log_groups = stack.format_arn(service="logs", resource="log-group:/aws/sagemaker/*")
         statements = [
-            # listing (S3Prefix channels and inputs list their prefix first) only under the two prefixes: key names
-            # elsewhere in the bucket are not the jobs' to read
-            iam.PolicyStatement(
-                sid="ListArtifacts",
-                actions=["s3:ListBucket"],
-                resources=[bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{prefix.strip('/')}/*", f"{prefix.strip('/')}", f"{input_prefix}*"]}},
+            *_storage_statements(
+                bucket,
+                prefix=prefix,
+                input_prefix=input_prefix,
+                artifacts=artifacts,
+                inputs=inputs,
+                code=code,
+                price_overrides=price_overrides,
+                partition=stack.partition,
             ),
-            iam.PolicyStatement(sid="LocateBucket", actions=["s3:GetBucketLocation"], resources=[bucket.bucket_arn]),
-            iam.PolicyStatement(sid="ReadWriteArtifacts", actions=["s3:GetObject", *OBJECT_WRITES], resources=[artifacts]),
-            iam.PolicyStatement(sid="ReadInputs", actions=["s3:GetObject"], resources=[inputs]),
-            # workload code must not change or delete what it trains on, though the artifact prefix may hold it
-            iam.PolicyStatement(
-                sid="KeepInputs", effect=iam.Effect.DENY, actions=[*OBJECT_WRITES, "s3:DeleteObjectVersion"], resources=[inputs]
-            ),
-            iam.PolicyStatement(
-                sid="ReadTrainingCode",
-                actions=["s3:GetObject"],
-                resources=[f"arn:{stack.partition}:s3:::{code.s3_bucket_name}/{code.s3_object_key}"],
-            ),
-            # processing jobs download the code as an S3Prefix input, which lists the key first
-            iam.PolicyStatement(
-                sid="ListTrainingCode",
-                actions=["s3:ListBucket"],
-                resources=[f"arn:{stack.partition}:s3:::{code.s3_bucket_name}"],
-                conditions={"StringEquals": {"s3:prefix": code.s3_object_key}},
-            ),
-            *(_read_one_object("DefaultPriceOverrides", price_overrides, stack.partition) if price_overrides else []),
             iam.PolicyStatement(
                 sid="JobLogs",
                 actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
@@ -164,6 +146,50 @@ class JobRole(Construct):
                 "known in advance (creation is limited to this stack's subnet and security groups)."
             },
         )
+
+
+def _storage_statements(
+    bucket: s3.IBucket,
+    *,
+    prefix: str,
+    input_prefix: str,
+    artifacts: str,
+    inputs: str,
+    code: s3_assets.Asset,
+    price_overrides: s3_assets.Asset | None,
+    partition: str,
+) -> list[iam.PolicyStatement]:
+    """S3: list and read-write the artifacts, read and never change the inputs, read the code and the default price file."""
+    return [
+        # listing (S3Prefix channels and inputs list their prefix first) only under the two prefixes: key names
+        # elsewhere in the bucket are not the jobs' to read
+        iam.PolicyStatement(
+            sid="ListArtifacts",
+            actions=["s3:ListBucket"],
+            resources=[bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{prefix.strip('/')}/*", f"{prefix.strip('/')}", f"{input_prefix}*"]}},
+        ),
+        iam.PolicyStatement(sid="LocateBucket", actions=["s3:GetBucketLocation"], resources=[bucket.bucket_arn]),
+        iam.PolicyStatement(sid="ReadWriteArtifacts", actions=["s3:GetObject", *OBJECT_WRITES], resources=[artifacts]),
+        iam.PolicyStatement(sid="ReadInputs", actions=["s3:GetObject"], resources=[inputs]),
+        # workload code must not change or delete what it trains on, though the artifact prefix may hold it
+        iam.PolicyStatement(
+            sid="KeepInputs", effect=iam.Effect.DENY, actions=[*OBJECT_WRITES, "s3:DeleteObjectVersion"], resources=[inputs]
+        ),
+        iam.PolicyStatement(
+            sid="ReadTrainingCode",
+            actions=["s3:GetObject"],
+            resources=[f"arn:{partition}:s3:::{code.s3_bucket_name}/{code.s3_object_key}"],
+        ),
+        # processing jobs download the code as an S3Prefix input, which lists the key first
+        iam.PolicyStatement(
+            sid="ListTrainingCode",
+            actions=["s3:ListBucket"],
+            resources=[f"arn:{partition}:s3:::{code.s3_bucket_name}"],
+            conditions={"StringEquals": {"s3:prefix": code.s3_object_key}},
+        ),
+        *(_read_one_object("DefaultPriceOverrides", price_overrides, partition) if price_overrides else []),
+    ]
 
 
 def _read_one_object(name: str, asset: s3_assets.Asset, partition: str) -> list[iam.PolicyStatement]:

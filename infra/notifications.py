@@ -35,15 +35,30 @@ class Notifications(Construct):
         email: str = "",
     ) -> None:
         super().__init__(scope, construct_id)
-        self.key = kms.Key(
+        self.key, self.topic = self._encrypted_topic(pipeline_name=pipeline_name, email=email)
+        self.execution_rule = self._execution_rule(pipeline_name=pipeline_name, pipeline_arn=pipeline_arn)
+        self.model_rule = self._model_rule(model_package_group_name=model_package_group_name)
+        # EventBridge publishes under the topic's policy (a target of SNS takes no role: EventBridge User Guide,
+        # "Using resource-based policies for Amazon EventBridge", Amazon SNS permissions), scoped to these two rules
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions={"ArnEquals": {"aws:SourceArn": [self.execution_rule.rule_arn, self.model_rule.rule_arn]}},
+            )
+        )
+
+    def _encrypted_topic(self, *, pipeline_name: str, email: str) -> tuple[kms.Key, sns.Topic]:
+        key = kms.Key(
             self, "Key", enable_key_rotation=True, description=f"Encrypts the notifications of pipeline {pipeline_name}"
         )
-        self.topic = sns.Topic(
+        topic = sns.Topic(
             self,
             "Topic",
             # the mail sender's name: at most 100 characters (SNS CreateTopic, DisplayName); a pipeline name may have 256
             display_name=f"{pipeline_name} pipeline"[:100],
-            master_key=self.key,
+            master_key=key,
             enforce_ssl=True,
         )
         # EventBridge encrypts each message with the topic's key: without these the publish fails silently. No
@@ -52,7 +67,7 @@ class Notifications(Construct):
         # encrypted-topic delivery, and with one every notification is dropped (awslabs/landing-zone-accelerator-on-aws
         # issue 407, awslabs/aws-deployment-framework issue 769). The key encrypts this topic and nothing else; which
         # rules may publish is scoped by the topic's policy below.
-        self.key.add_to_resource_policy(
+        key.add_to_resource_policy(
             iam.PolicyStatement(
                 principals=[iam.ServicePrincipal("events.amazonaws.com")],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
@@ -60,11 +75,13 @@ class Notifications(Construct):
             )
         )
         if email:
-            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+            topic.add_subscription(subscriptions.EmailSubscription(email))
+        return key, topic
 
+    def _execution_rule(self, *, pipeline_name: str, pipeline_arn: str) -> events.Rule:
         status = events.EventField.from_path("$.detail.currentPipelineExecutionStatus")
         execution = events.EventField.from_path("$.detail.pipelineExecutionArn")
-        self.execution_rule = events.Rule(
+        return events.Rule(
             self,
             "ExecutionEnded",
             description=f"Tell the topic when an execution of {pipeline_name} fails or is stopped",
@@ -89,7 +106,9 @@ class Notifications(Construct):
                 )
             ],
         )
-        self.model_rule = events.Rule(
+
+    def _model_rule(self, *, model_package_group_name: str) -> events.Rule:
+        return events.Rule(
             self,
             "ModelRegistered",
             description=f"Tell the topic when a model version in {model_package_group_name} is registered or changes approval",
@@ -110,16 +129,6 @@ class Notifications(Construct):
                     ),
                 )
             ],
-        )
-        # EventBridge publishes under the topic's policy (a target of SNS takes no role: EventBridge User Guide,
-        # "Using resource-based policies for Amazon EventBridge", Amazon SNS permissions), scoped to these two rules
-        self.topic.add_to_resource_policy(
-            iam.PolicyStatement(
-                principals=[iam.ServicePrincipal("events.amazonaws.com")],
-                actions=["sns:Publish"],
-                resources=[self.topic.topic_arn],
-                conditions={"ArnEquals": {"aws:SourceArn": [self.execution_rule.rule_arn, self.model_rule.rule_arn]}},
-            )
         )
 
 

@@ -41,7 +41,7 @@ class PlanAdoption(Construct):
         # one pair of bounds for the data and the trainer counts a candidate may set: those both parameters accept
         counts = [TUNABLES_BY_NAME[name] for name in ("DataInstanceCount", "DnnInstanceCount")]
         low, high = max(c.minimum for c in counts), min(c.maximum for c in counts)
-        executions = f"{pipeline_arn}/execution/*"
+        executions = _executions(pipeline_arn)
         log = self.log_group = logs.LogGroup(self, "Log", retention=logs.RetentionDays.ONE_YEAR)
         role = iam.Role(
             self,
@@ -53,27 +53,7 @@ class PlanAdoption(Construct):
             self,
             "Policy",
             roles=[role],
-            statements=[
-                iam.PolicyStatement(
-                    sid="ListResults",
-                    actions=["s3:ListBucket"],
-                    resources=[bucket.bucket_arn],
-                    conditions={"StringLike": {"s3:prefix": [f"{results_prefix}/*"]}},
-                ),
-                iam.PolicyStatement(
-                    sid="ReadResults", actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{results_prefix}/*")]
-                ),
-                iam.PolicyStatement(sid="StartPipeline", actions=["sagemaker:StartPipelineExecution"], resources=[pipeline_arn]),
-                iam.PolicyStatement(sid="ListExecutions", actions=["sagemaker:ListPipelineExecutions"], resources=[pipeline_arn]),
-                iam.PolicyStatement(
-                    sid="ReadExecutions",
-                    actions=["sagemaker:ListPipelineExecutionSteps", "sagemaker:ListPipelineParametersForExecution"],
-                    resources=[executions],
-                ),
-                iam.PolicyStatement(
-                    sid="Log", actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[f"{log.log_group_arn}:*"]
-                ),
-            ],
+            statements=_statements(bucket, results_prefix=results_prefix, pipeline_arn=pipeline_arn, log=log),
         )
         self.function = lambda_.Function(
             self,
@@ -107,3 +87,32 @@ class PlanAdoption(Construct):
                 "the function and its qualifiers)",
             },
         )
+
+
+def _statements(bucket: s3.IBucket, *, results_prefix: str, pipeline_arn: str, log: logs.LogGroup) -> list[iam.PolicyStatement]:
+    """Read the results store, start this pipeline, read its executions, write the function's own log group."""
+    return [
+        iam.PolicyStatement(
+            sid="ListResults",
+            actions=["s3:ListBucket"],
+            resources=[bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{results_prefix}/*"]}},
+        ),
+        iam.PolicyStatement(
+            sid="ReadResults", actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{results_prefix}/*")]
+        ),
+        iam.PolicyStatement(sid="StartPipeline", actions=["sagemaker:StartPipelineExecution"], resources=[pipeline_arn]),
+        iam.PolicyStatement(sid="ListExecutions", actions=["sagemaker:ListPipelineExecutions"], resources=[pipeline_arn]),
+        iam.PolicyStatement(
+            sid="ReadExecutions",
+            actions=["sagemaker:ListPipelineExecutionSteps", "sagemaker:ListPipelineParametersForExecution"],
+            resources=[_executions(pipeline_arn)],
+        ),
+        iam.PolicyStatement(
+            sid="Log", actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[f"{log.log_group_arn}:*"]
+        ),
+    ]
+
+
+def _executions(pipeline_arn: str) -> str:
+    return f"{pipeline_arn}/execution/*"

@@ -60,16 +60,63 @@ class HeteroStack(Stack):
             # no route to a package index: isolated containers, or FSx's subnets (no NAT gateway, infra/lustre.py)
             offline=tuple(why for why, on in ((NETWORK_ISOLATION, settings.network_isolation), (FSX_NO_NAT, settings.fsx)) if on),
         )
+        jobs, runner, models = self._roles(
+            settings, store=store, code=code, price_overrides=no_price_overrides, images=(training_image, processing_image)
+        )
+        fsx = self._lustre(settings, store=store, jobs=jobs) if settings.fsx else None
+        pipeline = self._pipeline(
+            settings,
+            store=store,
+            code=code,
+            price_overrides=no_price_overrides,
+            images=(training_image, processing_image),
+            jobs=jobs,
+            runner=runner,
+            models=models,
+            fsx=fsx,
+        )
+        adoption = self._starters(settings, store=store, pipeline=pipeline)
+        notifications = Notifications(
+            self,
+            "Notifications",
+            pipeline_name=settings.pipeline_name,
+            pipeline_arn=pipeline.pipeline_arn,
+            model_package_group_name=models.group_name,
+            email=settings.notify_email,
+        )
+        dashboard = PipelineDashboard(self, "Dashboard", pipeline_name=settings.pipeline_name)
+        self._declare_iam_anchors(
+            settings,
+            store=store,
+            code=code,
+            price_overrides=no_price_overrides,
+            jobs=jobs,
+            models=models,
+            notifications=notifications,
+            adoption=adoption,
+        )
+        self._outputs(settings, store=store, models=models, notifications=notifications, dashboard=dashboard)
+
+    def _roles(
+        self,
+        settings: StackSettings,
+        *,
+        store: ArtifactBucket,
+        code: TrainingCode,
+        price_overrides: DefaultPriceOverrides,
+        images: tuple[str, str],
+    ) -> tuple[JobRole, PipelineRole, ModelRegistry]:
+        """The jobs' role, the pipeline's role (which alone passes the jobs' role) and the model registry both reach."""
         jobs = JobRole(
             self,
             "JobRole",
             pipeline_name=settings.pipeline_name,
             bucket=store.bucket,
             code=code.asset,
-            price_overrides=no_price_overrides.asset,
+            price_overrides=price_overrides.asset,
             prefix=settings.prefix,
             input_prefix=settings.input_prefix,
-            images=(training_image, processing_image),
+            images=images,
         )
         runner = PipelineRole(self, "PipelineRole", pipeline_name=settings.pipeline_name, job_role=jobs.role)
         models = ModelRegistry(
@@ -77,26 +124,42 @@ class HeteroStack(Stack):
         )
         models.grant_register(runner.policy)
         models.grant_read(jobs.policy)
+        return jobs, runner, models
 
-        fsx = None
-        if settings.fsx:
-            lustre = LustreDataset(
-                self,
-                "Lustre",
-                bucket=store.bucket,
-                dataset_prefix=settings.prefix,
-                log_bucket=store.log_bucket,
-                storage_gib=settings.fsx_storage_gib,
-                throughput_per_tib=settings.fsx_throughput_per_tib,
-            )
-            jobs.allow_vpc_jobs(subnet_arns=lustre.subnet_arns, security_group_arns=lustre.security_group_arns)
-            fsx = FsxSettings(
-                file_system_id=lustre.file_system_id,
-                directory_path=lustre.directory_path,
-                subnets=lustre.subnet_ids,
-                security_group_ids=lustre.security_group_ids,
-            )
+    def _lustre(self, settings: StackSettings, *, store: ArtifactBucket, jobs: JobRole) -> FsxSettings:
+        """The VPC and the FSx for Lustre file system over the dataset prefix; the jobs may run in its subnets."""
+        lustre = LustreDataset(
+            self,
+            "Lustre",
+            bucket=store.bucket,
+            dataset_prefix=settings.prefix,
+            log_bucket=store.log_bucket,
+            storage_gib=settings.fsx_storage_gib,
+            throughput_per_tib=settings.fsx_throughput_per_tib,
+        )
+        jobs.allow_vpc_jobs(subnet_arns=lustre.subnet_arns, security_group_arns=lustre.security_group_arns)
+        return FsxSettings(
+            file_system_id=lustre.file_system_id,
+            directory_path=lustre.directory_path,
+            subnets=lustre.subnet_ids,
+            security_group_ids=lustre.security_group_ids,
+        )
 
+    def _pipeline(
+        self,
+        settings: StackSettings,
+        *,
+        store: ArtifactBucket,
+        code: TrainingCode,
+        price_overrides: DefaultPriceOverrides,
+        images: tuple[str, str],
+        jobs: JobRole,
+        runner: PipelineRole,
+        models: ModelRegistry,
+        fsx: FsxSettings | None,
+    ) -> SageMakerPipeline:
+        """The SageMaker pipeline, run by the pipeline role once both roles hold their permissions."""
+        training_image, processing_image = images
         pipeline = SageMakerPipeline(
             self,
             "Pipeline",
@@ -105,7 +168,7 @@ class HeteroStack(Stack):
             job_role=jobs.role,
             bucket=store.bucket,
             code_url=code.s3_url,
-            price_overrides_url=no_price_overrides.s3_url,
+            price_overrides_url=price_overrides.s3_url,
             prefix=settings.prefix,
             input_prefix=settings.input_prefix,
             framework=settings.framework,
@@ -120,7 +183,11 @@ class HeteroStack(Stack):
         runner.read_property_files(bucket=store.bucket, keys=pipeline.property_file_keys)
         # both roles hold their permissions before the first execution can start
         pipeline.node.add_dependency(runner.policy, jobs.policy, models.group)
+        return pipeline
 
+    def _starters(self, settings: StackSettings, *, store: ArtifactBucket, pipeline: SageMakerPipeline) -> PlanAdoption | None:
+        """What starts executions besides a person: the retraining schedule (adopting the latest plan, optionally) and
+        the new-data trigger. Returns the plan-adoption function, if any."""
         parameters = settings.scheduled_parameters(bucket=store.bucket.bucket_name)
         adoption = None
         if settings.schedule:
@@ -155,35 +222,45 @@ class HeteroStack(Stack):
                 parameters=parameters,
             )
             trigger.node.add_dependency(pipeline.pipeline)
+        return adoption
 
-        notifications = Notifications(
+    def _declare_iam_anchors(
+        self,
+        settings: StackSettings,
+        *,
+        store: ArtifactBucket,
+        code: TrainingCode,
+        price_overrides: DefaultPriceOverrides,
+        jobs: JobRole,
+        models: ModelRegistry,
+        notifications: Notifications,
+        adoption: PlanAdoption | None,
+    ) -> None:
+        """Where the pipeline's calls land in this deployment, for `hetero iam` (pipeline/iam/template.py)."""
+        anchors = iam_anchors(
             self,
-            "Notifications",
+            bucket_arn=store.bucket.bucket_arn,
+            prefix=settings.prefix,
+            input_prefix=settings.input_prefix,
+            code=(code.asset.s3_bucket_name, code.asset.s3_object_key),
+            prices=(price_overrides.asset.s3_bucket_name, price_overrides.asset.s3_object_key),
+            job_role_arn=jobs.role.role_arn,
             pipeline_name=settings.pipeline_name,
-            pipeline_arn=pipeline.pipeline_arn,
-            model_package_group_name=models.group_name,
-            email=settings.notify_email,
+            model_package_group=models.group_name,
+            notifications=notifications,
+            plan_adoption=(adoption.function.function_arn, adoption.log_group.log_group_name) if adoption else None,
         )
-        dashboard = PipelineDashboard(self, "Dashboard", pipeline_name=settings.pipeline_name)
-        # where the pipeline's calls land in this deployment, for `hetero iam` (pipeline/iam/template.py)
-        self.template_options.metadata = {
-            IAM_METADATA_KEY: {
-                "anchors": iam_anchors(
-                    self,
-                    bucket_arn=store.bucket.bucket_arn,
-                    prefix=settings.prefix,
-                    input_prefix=settings.input_prefix,
-                    code=(code.asset.s3_bucket_name, code.asset.s3_object_key),
-                    prices=(no_price_overrides.asset.s3_bucket_name, no_price_overrides.asset.s3_object_key),
-                    job_role_arn=jobs.role.role_arn,
-                    pipeline_name=settings.pipeline_name,
-                    model_package_group=models.group_name,
-                    notifications=notifications,
-                    plan_adoption=(adoption.function.function_arn, adoption.log_group.log_group_name) if adoption else None,
-                )
-            }
-        }
+        self.template_options.metadata = {IAM_METADATA_KEY: {"anchors": anchors}}
 
+    def _outputs(
+        self,
+        settings: StackSettings,
+        *,
+        store: ArtifactBucket,
+        models: ModelRegistry,
+        notifications: Notifications,
+        dashboard: PipelineDashboard,
+    ) -> None:
         CfnOutput(self, "PipelineName", value=settings.pipeline_name, description="SageMaker pipeline name")
         CfnOutput(
             self,
