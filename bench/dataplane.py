@@ -162,7 +162,7 @@ def local_decode(trainer_cpus: str, options: dict, model, device: torch.device, 
 
 
 class TrainerOnly:
-    """A homogeneous trainer's source, as `steps.train.frameworks.pytorch.trainer.LocalSource` builds it from a cluster:
+    """A homogeneous trainer's source, as `steps.train.frameworks.pytorch.data.LocalSource` builds it from a cluster:
     one DataLoader over every shard, its workers (``spare``'s) on the CPUs the loop leaves."""
 
     def __init__(self, workload: Shapes, spare: Spare, device: torch.device) -> None:

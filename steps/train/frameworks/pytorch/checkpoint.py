@@ -22,11 +22,21 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from steps.common.errors import UserError
+from steps.common.errors import UserError, describe
 from steps.common.files import write_atomic
+from steps.train.core.errors import Interrupted
+from steps.train.core.ledger import Ledger
+from steps.train.core.metrics import StepStats
+from steps.train.core.progress import Progress
+
+if TYPE_CHECKING:
+    import torch
+
+    from steps.train.frameworks.pytorch.step import TrainStep
 
 CHECKPOINT_VERSION = 2
 
@@ -158,3 +168,105 @@ def restore_rng(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
+
+
+# -- the PyTorch trainer's run so far in its checkpoints -------------------------------------------------------
+
+
+def resume_progress(
+    tag: tuple[int, int],
+    parts: list[dict],
+    rank: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    folder: Path | None,
+) -> Progress:
+    """The run so far from every trainer's part at ``tag`` (`Checkpoints.load`): this trainer's (``rank``) own, the
+    model and optimizer from the first's."""
+    mine, first = parts[rank], parts[0]
+    model.load_state_dict(first["model"])
+    optimizer.load_state_dict(first["optimizer"])
+    restore_rng(mine["rng"])
+    stats = StepStats(first["warmup_steps"])
+    stats.restore(mine["stats"])
+    ledger = Ledger.from_state(mine["ledger"])
+    consumed = np.unique(np.concatenate([np.asarray(p["ledger"]["ids"], dtype=np.int64) for p in parts]))
+    progress = Progress(stats, list(mine["corrupt"]), ledger, list(mine["budget_seen"]), consumed, tag[1], first["resumes"] + 1)
+    progress.scaler = first.get("scaler")
+    print(
+        f"[checkpoint] resuming from {folder}: epoch {tag[0]}, iteration {tag[1]} of it, step {stats.steps}, "
+        f"{consumed.size} sample(s) of the epoch already consumed by {len(parts)} trainer(s) (resume {progress.resumes})",
+        flush=True,
+    )
+    return progress
+
+
+def checkpoint_part(progress: Progress, step: TrainStep, *, first: bool) -> dict:
+    """This trainer's part of a checkpoint; the first trainer's also holds the model and optimizer (and with fp16
+    the loss scaler: a resumed run starts from the scale it had found, not from the first step's guess)."""
+    from steps.train.frameworks.pytorch.step import bare
+
+    part = {
+        "stats": progress.stats.state(),
+        "corrupt": progress.corrupt,
+        "ledger": progress.ledger.state(),
+        "rng": rng_state(),
+        "budget_seen": progress.budget_seen,
+        "resumes": progress.resumes,
+    }
+    if first:
+        part.update(
+            model=bare(step.model).state_dict(),
+            optimizer=step.optimizer.state_dict(),
+            warmup_steps=progress.stats.warmup_steps,
+            scaler=step.scaler.state_dict() if step.scaler.is_enabled() else None,
+        )
+    return part
+
+
+def save_checkpoint(
+    checkpoints: Checkpoints,
+    progress: Progress,
+    step: TrainStep,
+    why: str,
+    *,
+    end_of_epoch: bool = False,
+    quiet_failure: bool = False,
+) -> None:
+    """Save this trainer's part. ``quiet_failure``: a save that itself fails is reported, not raised, so the error
+    that led here stays the one the job ends with."""
+    started = time.perf_counter()
+    try:
+        path = checkpoints.save(
+            progress.tag,
+            checkpoint_part(progress, step, first=checkpoints.writer),
+            steps=progress.stats.steps,
+            end_of_epoch=end_of_epoch,
+        )
+    except Exception as exc:  # noqa: BLE001
+        if not quiet_failure:
+            raise
+        print(f"[checkpoint] could not save ({why}): {describe(exc)}", flush=True)
+        return
+    finally:
+        checkpoints.seconds += time.perf_counter() - started
+    if path is not None:
+        print(
+            f"[checkpoint] saved ({why}): epoch {progress.epoch}, step {progress.stats.steps}, "
+            f"{progress.ledger.ids.size} sample(s) of the epoch consumed, in {time.perf_counter() - started:.2f} s -> {path}",
+            flush=True,
+        )
+
+
+def interrupted(progress: Progress, checkpoints: Checkpoints) -> Interrupted:
+    if checkpoints.saved_tag is None:
+        where = "no checkpoint written yet"
+    else:
+        epoch, iteration = checkpoints.saved_tag
+        where = f"checkpoint at epoch {epoch}, iteration {iteration} (step {checkpoints.saved_step}) in {checkpoints.folder}"
+        if progress.stats.steps > checkpoints.saved_step:
+            where += f"; the {progress.stats.steps - checkpoints.saved_step} step(s) since are redone"
+    return Interrupted(
+        f"SIGTERM (a stop or a spot interruption) during training: {where}; a job restarted on the same "
+        "checkpoint location resumes there"
+    )

@@ -15,15 +15,18 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import SupportsInt
 
 import numpy as np
 import torch
 
-from steps.common.errors import HeteroError, describe
-from steps.train.core.cluster import resolve
+from steps.common.errors import HeteroError, UserError, describe
+from steps.formats.webdataset import count_samples, list_shards
+from steps.train.core.cluster import Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
+from steps.train.core.manifest import train_channel
 from steps.train.core.split import NONE as NO_SPLIT
 from steps.train.core.split import Split
 from steps.train.dataplane import messages
@@ -32,8 +35,9 @@ from steps.train.dataplane.meter import arrived, data_host_metrics
 from steps.train.dataplane.settings import DataPlaneSettings
 from steps.train.dataplane.watch import Peer, PeerWatch
 from steps.train.dataplane.wire import Segment
-from steps.train.frameworks.pytorch.dataset import Batch
+from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
 from steps.train.frameworks.pytorch.throttle import retuner, workers_report
+from steps.train.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -327,3 +331,41 @@ class DataServiceClient:
             f"data host {host.name} ({host.address}) was lost in epoch {epoch}: {exc}. It had delivered {got} of its "
             f"{total} samples for this epoch to this trainer; up to {max(total - got, 0)} samples of the epoch are lost"
         )
+
+
+class LocalSource:
+    """Homogeneous: this host's shards through its own DataLoader workers."""
+
+    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload, *, pinned: bool) -> None:
+        shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
+        if not shards:
+            raise UserError(
+                f"trainer {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards"
+            )
+        self.dataset = dataset = ShardDataset(
+            shards, workload, train=True, seed=cfg.seed, stream=cluster.rank, part=cluster.part("train", cluster.trainer_hosts)
+        )
+        # One CPU: decode in this process between steps, back to back as the one core runs them anyway. A worker
+        # process on the same core would add the cost of two processes contending for it (measured 20-30% on
+        # the default workload), and the data host would then seem to remove more than the decode itself.
+        self.loader = batch_loader(
+            dataset,
+            batch_size=cfg.batch_size,
+            num_workers=cfg.num_workers,
+            pin_memory=pinned,
+            in_process=cfg.num_workers == 0 and available_cpus() == 1,
+        )
+        part = cluster.part("train", cluster.trainer_hosts)
+        self.samples_per_epoch = sum(count_samples(s) for s in shards) // part[1]
+
+    def resume(self, epoch: int, consumed: Iterable[SupportsInt]) -> None:
+        self.dataset.resume(epoch, consumed)
+
+    def batches(self, epoch: int) -> Iterator[Batch]:
+        yield from self.loader
+
+    def measurements(self) -> dict:
+        return arrived([], 0, 0)
+
+    def close(self, status: str = "completed", reason: str = "", files: dict | None = None) -> None:
+        pass

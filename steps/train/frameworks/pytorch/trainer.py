@@ -14,37 +14,30 @@ import contextlib
 import datetime
 import os
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import SupportsInt
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 
-from steps.common.errors import UserError, describe
-from steps.formats.webdataset import count_samples, list_shards
+from steps.common.errors import UserError
+from steps.formats.webdataset import list_shards
 from steps.train.core.cluster import Cluster, available_cpus, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.core.corrupt import CorruptBudget
 from steps.train.core.cost_document import cost_line
 from steps.train.core.errors import Interrupted
 from steps.train.core.gpus import gpu_use, idle_gpus_line, require_usable_gpus
-from steps.train.core.ledger import Ledger
-from steps.train.core.manifest import read_classes, train_channel
-from steps.train.core.metrics import StepStats, metric_line, training_metrics
+from steps.train.core.manifest import read_classes
+from steps.train.core.metrics import metric_line, training_metrics
 from steps.train.core.outputs import write_outputs
 from steps.train.core.precision import precision_document, precision_line
+from steps.train.core.progress import Progress
 from steps.train.core.terminate import TERMINATE
 from steps.train.dataplane.auth import job_secret
-from steps.train.dataplane.meter import arrived
 from steps.train.dataplane.watch import failure_reason
-from steps.train.frameworks.pytorch.checkpoint import Checkpoints, restore_rng, rng_state
-from steps.train.frameworks.pytorch.data import DataServiceClient
-from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
+from steps.train.frameworks.pytorch.checkpoint import Checkpoints, interrupted, resume_progress, save_checkpoint
+from steps.train.frameworks.pytorch.data import DataServiceClient, LocalSource
 from steps.train.frameworks.pytorch.local_decode import LocalDecoder, spare_workers
 from steps.train.frameworks.pytorch.step import (
     TrainStep,
@@ -58,44 +51,6 @@ from steps.train.frameworks.pytorch.step import (
     validate,
 )
 from steps.train.workload import Workload
-
-
-class LocalSource:
-    """Homogeneous: this host's shards through its own DataLoader workers."""
-
-    def __init__(self, cfg: TrainConfig, cluster: Cluster, workload: Workload, *, pinned: bool) -> None:
-        shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
-        if not shards:
-            raise UserError(
-                f"trainer {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards"
-            )
-        self.dataset = dataset = ShardDataset(
-            shards, workload, train=True, seed=cfg.seed, stream=cluster.rank, part=cluster.part("train", cluster.trainer_hosts)
-        )
-        # One CPU: decode in this process between steps, back to back as the one core runs them anyway. A worker
-        # process on the same core would add the cost of two processes contending for it (measured 20-30% on
-        # the default workload), and the data host would then seem to remove more than the decode itself.
-        self.loader = batch_loader(
-            dataset,
-            batch_size=cfg.batch_size,
-            num_workers=cfg.num_workers,
-            pin_memory=pinned,
-            in_process=cfg.num_workers == 0 and available_cpus() == 1,
-        )
-        part = cluster.part("train", cluster.trainer_hosts)
-        self.samples_per_epoch = sum(count_samples(s) for s in shards) // part[1]
-
-    def resume(self, epoch: int, consumed: Iterable[SupportsInt]) -> None:
-        self.dataset.resume(epoch, consumed)
-
-    def batches(self, epoch: int) -> Iterator[Batch]:
-        yield from self.loader
-
-    def measurements(self) -> dict:
-        return arrived([], 0, 0)
-
-    def close(self, status: str = "completed", reason: str = "", files: dict | None = None) -> None:
-        pass
 
 
 def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
@@ -187,90 +142,7 @@ def _checkpoints_and_progress(cfg: TrainConfig, cluster: Cluster, model, optimiz
     resumed = checkpoints.load()
     if resumed is None:
         return checkpoints, Progress.fresh(cfg)
-    return checkpoints, Progress.resume(*resumed, cluster, model, optimizer, checkpoints.folder)
-
-
-@dataclass
-class Progress:
-    """Everything a checkpoint restores besides the model and optimizer: one trainer's run so far."""
-
-    stats: StepStats
-    corrupt: list
-    ledger: Ledger
-    budget_seen: list = field(default_factory=list)  # corrupt samples of the current epoch, for the budget
-    consumed: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # every trainer's ids of the epoch
-    iteration: int = 0  # steps trained in the current epoch: DistributedDataParallel's lockstep count
-    resumes: int = 0
-    in_step: bool = False
-    scaler: dict | None = None  # the fp16 loss scaler's state a checkpoint held, for the step to resume with
-
-    @property
-    def epoch(self) -> int:
-        return self.ledger.epoch
-
-    @property
-    def tag(self) -> tuple[int, int]:
-        return self.ledger.epoch, self.iteration
-
-    @classmethod
-    def fresh(cls, cfg: TrainConfig) -> Progress:
-        return cls(StepStats(cfg.warmup_steps), [], Ledger())
-
-    @classmethod
-    def resume(
-        cls,
-        tag: tuple[int, int],
-        parts: list[dict],
-        cluster: Cluster,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        folder: Path | None,
-    ) -> Progress:
-        """From every trainer's part at ``tag`` (`Checkpoints.load`): this host's own, the model from the first's."""
-        mine, first = parts[cluster.rank], parts[0]
-        model.load_state_dict(first["model"])
-        optimizer.load_state_dict(first["optimizer"])
-        restore_rng(mine["rng"])
-        stats = StepStats(first["warmup_steps"])
-        stats.restore(mine["stats"])
-        ledger = Ledger.from_state(mine["ledger"])
-        consumed = np.unique(np.concatenate([np.asarray(p["ledger"]["ids"], dtype=np.int64) for p in parts]))
-        progress = cls(stats, list(mine["corrupt"]), ledger, list(mine["budget_seen"]), consumed, tag[1], first["resumes"] + 1)
-        progress.scaler = first.get("scaler")
-        print(
-            f"[checkpoint] resuming from {folder}: epoch {tag[0]}, iteration {tag[1]} of it, step {stats.steps}, "
-            f"{consumed.size} sample(s) of the epoch already consumed by {len(parts)} trainer(s) (resume {progress.resumes})",
-            flush=True,
-        )
-        return progress
-
-    def part(self, step: TrainStep, *, first: bool) -> dict:
-        """This trainer's part of a checkpoint; the first trainer's also holds the model and optimizer (and with fp16
-        the loss scaler: a resumed run starts from the scale it had found, not from the first step's guess)."""
-        part = {
-            "stats": self.stats.state(),
-            "corrupt": self.corrupt,
-            "ledger": self.ledger.state(),
-            "rng": rng_state(),
-            "budget_seen": self.budget_seen,
-            "resumes": self.resumes,
-        }
-        if first:
-            part.update(
-                model=bare(step.model).state_dict(),
-                optimizer=step.optimizer.state_dict(),
-                warmup_steps=self.stats.warmup_steps,
-                scaler=step.scaler.state_dict() if step.scaler.is_enabled() else None,
-            )
-        return part
-
-    def ledger_report(self) -> dict:
-        partial = self.ledger.ids
-        return {
-            "epochs": self.ledger.epochs,
-            "resumes": self.resumes,
-            "partial_epoch": {"epoch": self.ledger.epoch, "samples": int(partial.size)} if partial.size else None,
-        }
+    return checkpoints, resume_progress(*resumed, cluster.rank, model, optimizer, checkpoints.folder)
 
 
 def _hybrid_source(
@@ -360,7 +232,7 @@ def train_epochs(
         step.scaler.load_state_dict(progress.scaler)
     TERMINATE.armed = True
     try:
-        if cfg.max_steps and progress.stats.steps >= cfg.max_steps:
+        if progress.reached(cfg.max_steps):
             return progress
         for epoch in range(progress.epoch, cfg.epochs):
             join = Join([model]) if dist.is_initialized() else contextlib.nullcontext()
@@ -368,11 +240,10 @@ def train_epochs(
                 stopped = _epoch(cfg, step, source, progress, epoch, budget, checkpoints)
             if stopped:
                 break
-            progress.ledger.close_epoch(epoch, _all_ids(progress.ledger.ids))
-            progress.budget_seen, progress.iteration = [], 0
-            _checkpoint(checkpoints, progress, step, "end of epoch", end_of_epoch=True)
+            progress.close_epoch(epoch, all_objects)
+            save_checkpoint(checkpoints, progress, step, "end of epoch", end_of_epoch=True)
             if TERMINATE.requested:
-                raise _interrupted(progress, checkpoints)
+                raise interrupted(progress, checkpoints)
     except Interrupted:
         raise
     except BaseException as exc:
@@ -380,10 +251,10 @@ def train_epochs(
         whole = world == 1 and not progress.in_step
         if TERMINATE.requested:  # the data hosts got SIGTERM too, and one said so first: still an interruption
             if whole:
-                _checkpoint(checkpoints, progress, step, "SIGTERM", quiet_failure=True)
-            raise _interrupted(progress, checkpoints) from exc
+                save_checkpoint(checkpoints, progress, step, "SIGTERM", quiet_failure=True)
+            raise interrupted(progress, checkpoints) from exc
         if whole and not isinstance(exc, UserError):
-            _checkpoint(checkpoints, progress, step, f"after {type(exc).__name__}", quiet_failure=True)
+            save_checkpoint(checkpoints, progress, step, f"after {type(exc).__name__}", quiet_failure=True)
         raise
     finally:
         TERMINATE.armed = False
@@ -391,7 +262,6 @@ def train_epochs(
 
 
 def _epoch(cfg, step: TrainStep, source, progress: Progress, epoch, budget, checkpoints) -> bool:
-    stats = progress.stats
     last = time.perf_counter()
     for batch in source.batches(epoch):
         ready = time.perf_counter()
@@ -405,8 +275,7 @@ def _epoch(cfg, step: TrainStep, source, progress: Progress, epoch, budget, chec
             batch.release(_copy_done(step.device))
             loss_value = step.update(x, y)
             done = time.perf_counter()
-            stats.record(wait=ready - last, compute=done - ready, samples=len(batch))
-            progress.iteration += 1
+            progress.stepped(cfg, epoch=epoch, wait=ready - last, compute=done - ready, samples=len(batch), loss=loss_value)
         else:
             ids = []
             batch.release()
@@ -414,71 +283,16 @@ def _epoch(cfg, step: TrainStep, source, progress: Progress, epoch, budget, chec
         progress.in_step = False
         if not len(batch):
             continue
-        if stats.steps % cfg.log_every == 0:
-            print(stats.last_step_line(epoch=epoch, loss=loss_value), flush=True)
         sigterm = TERMINATE.requested and checkpoints.world == 1  # with several trainers only at points they all reach
-        if sigterm or checkpoints.due(progress.iteration, stats.steps):
-            _checkpoint(checkpoints, progress, step, "SIGTERM" if sigterm else "interval")
+        if sigterm or checkpoints.due(progress.iteration, progress.stats.steps):
+            save_checkpoint(checkpoints, progress, step, "SIGTERM" if sigterm else "interval")
             done = time.perf_counter()  # saving is not waiting for data: the next step's wait starts now
         if TERMINATE.requested:
-            raise _interrupted(progress, checkpoints)
+            raise interrupted(progress, checkpoints)
         last = done
-        if cfg.max_steps and stats.steps >= cfg.max_steps:
+        if progress.reached(cfg.max_steps):
             return True
     return False
-
-
-def _checkpoint(
-    checkpoints: Checkpoints,
-    progress: Progress,
-    step: TrainStep,
-    why: str,
-    *,
-    end_of_epoch: bool = False,
-    quiet_failure: bool = False,
-) -> None:
-    """Save this trainer's part. ``quiet_failure``: a save that itself fails is reported, not raised, so the error
-    that led here stays the one the job ends with."""
-    started = time.perf_counter()
-    try:
-        path = checkpoints.save(
-            progress.tag,
-            progress.part(step, first=checkpoints.writer),
-            steps=progress.stats.steps,
-            end_of_epoch=end_of_epoch,
-        )
-    except Exception as exc:  # noqa: BLE001
-        if not quiet_failure:
-            raise
-        print(f"[checkpoint] could not save ({why}): {describe(exc)}", flush=True)
-        return
-    finally:
-        checkpoints.seconds += time.perf_counter() - started
-    if path is not None:
-        print(
-            f"[checkpoint] saved ({why}): epoch {progress.epoch}, step {progress.stats.steps}, "
-            f"{progress.ledger.ids.size} sample(s) of the epoch consumed, in {time.perf_counter() - started:.2f} s -> {path}",
-            flush=True,
-        )
-
-
-def _interrupted(progress: Progress, checkpoints: Checkpoints) -> Interrupted:
-    if checkpoints.saved_tag is None:
-        where = "no checkpoint written yet"
-    else:
-        epoch, iteration = checkpoints.saved_tag
-        where = f"checkpoint at epoch {epoch}, iteration {iteration} (step {checkpoints.saved_step}) in {checkpoints.folder}"
-        if progress.stats.steps > checkpoints.saved_step:
-            where += f"; the {progress.stats.steps - checkpoints.saved_step} step(s) since are redone"
-    return Interrupted(
-        f"SIGTERM (a stop or a spot interruption) during training: {where}; a job restarted on the same "
-        "checkpoint location resumes there"
-    )
-
-
-def _all_ids(ids: np.ndarray) -> np.ndarray:
-    """Every trainer host's sample ids of the epoch just ended."""
-    return np.concatenate(all_objects(ids))
 
 
 def _copy_done(device: torch.device):

@@ -7,10 +7,11 @@ import torch
 
 from steps.train.core.config import TrainConfig
 from steps.train.core.errors import Interrupted
+from steps.train.core.progress import Progress
 from steps.train.core.terminate import TERMINATE
-from steps.train.frameworks.pytorch.checkpoint import Checkpoints
+from steps.train.frameworks.pytorch.checkpoint import Checkpoints, resume_progress
 from steps.train.frameworks.pytorch.dataset import Batch
-from steps.train.frameworks.pytorch.trainer import Progress, train_epochs
+from steps.train.frameworks.pytorch.trainer import train_epochs
 from steps.train.workloads.shapes import Shapes
 
 SAMPLES = 48
@@ -57,16 +58,12 @@ def _run(cfg, folder, source):
     progress = Progress.fresh(cfg)
     saved = checkpoints.load()
     if saved is not None:
-        progress = Progress.resume(*saved, _OneTrainer(), model, optimizer, folder)
+        progress = resume_progress(*saved, 0, model, optimizer, folder)
         source.resume(progress.epoch, progress.consumed)
     train_epochs(
         cfg, workload, model, source, torch.device("cpu"), optimizer=optimizer, progress=progress, checkpoints=checkpoints
     )
     return progress, model
-
-
-class _OneTrainer:
-    world_size, rank = 1, 0
 
 
 @pytest.fixture(autouse=True)
