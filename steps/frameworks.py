@@ -59,7 +59,7 @@ _TABLE = (
         "ray",
         "Ray Data decodes on every CPU of the cluster, Ray Train's TorchTrainer trains on the GPUs",
         shard_format="webdataset",
-        trainer="steps.train.frameworks.ray.job:run_ray_host",
+        trainer="steps.train.frameworks.ray.trainer:run_trainer",
         data_host=None,
         unguarded_listeners="Ray listens on every interface (its token still applies)",
         aws_image=False,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pipeline.emulator.job import EmulatedJob
-from steps.train.frameworks.ray.trainer import RAY_CHECKPOINT
+from steps.train.frameworks.ray.checkpoint import RAY_CHECKPOINT
 from tests.support.harness import listeners_on, tiny_pipeline, two_group_request
 
 pytestmark = pytest.mark.e2e

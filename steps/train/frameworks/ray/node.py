@@ -49,6 +49,18 @@ LOOPBACK = "127.0.0.1"  # where Ray's node-local servers (the job API's dashboar
 STOP_WAIT_S = 15.0  # for ray start to stop its processes, then for the last of them to go
 
 
+def per_trainer_host(resource: str) -> int:
+    """How much of ``resource`` (CPU, GPU) the smallest trainer host of the Ray cluster has (0: none)."""
+    import ray
+
+    return int(
+        min(
+            (n["Resources"].get(resource, 0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get(TRAINER_RESOURCE)),
+            default=0,
+        )
+    )
+
+
 def ray_token(secret: bytes) -> str:
     """The cluster's Ray auth token: the job secret, bound to this use."""
     return hmac.new(secret, b"hetero/ray-auth-token", hashlib.sha256).hexdigest()
@@ -61,7 +73,7 @@ class RayNode:
         self.cfg, self.cluster = cfg, cluster
         self.head_host = cluster.trainer_hosts[0]
         self.is_head = cluster.current_host == self.head_host
-        self.address = ""  # the head's GCS, host:port: the head picks it, the others learn it (steps.train.frameworks.ray.job)
+        self.address = ""  # the head's GCS, host:port: the head picks it, the others learn it from its START
         self.folder = _node_folder()
         self.process: subprocess.Popen | None = None
 

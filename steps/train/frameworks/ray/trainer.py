@@ -1,308 +1,283 @@
-"""The Ray path's data pipeline and training loop: Ray Data decodes on every CPU, Ray Train trains on the trainer hosts.
+"""The Ray path (``framework=ray``): a Ray cluster over the job's hosts, Ray Data decoding on every CPU, Ray Train on the GPUs.
 
-The pipeline reads the WebDataset shards (`ray.data.read_webdataset`, the raw
-bytes: the workload decodes) and runs the workload's decode as map tasks,
-which Ray schedules on any node with a free CPU: the data hosts' and the
-trainer hosts' own spare ones alike. A sample that fails to decode travels
-as a row marked not ``ok`` with its error, so the trainer counts and names
-it, as on the other paths.
+Every host starts its Ray node (`steps.train.frameworks.ray.node`: the first trainer host
+is the head). The head's process is the driver: it waits for every host's
+node, builds the Ray Data pipeline over the training shards
+(`steps.train.frameworks.ray.dataset`), trains with a ``TorchTrainer`` (one worker per
+trainer host, each running `steps.train.frameworks.ray.step`), writes the same ``metrics.json`` as the other paths and ends
+the job. Ray decides where each decode task runs, so the trainer hosts' spare
+CPUs decode beside the data hosts' (hybrid by construction); ``trainer_cpus``
+is what each Ray Train worker reserves (auto: the step's busy vCPUs, measured,
+plus one, as on the PyTorch path: `steps.train.frameworks.ray.local_decode`).
 
-The loop runs in one Ray Train worker per trainer host (the hosts'
-`steps.train.frameworks.ray.node.TRAINER_RESOURCE`): the same train step and validation
-(`steps.train.frameworks.pytorch.step`, in the precision the worker's device resolves), per-step timing and sample-id ledger as
-`steps.train.frameworks.pytorch.trainer`, DistributedDataParallel with
-`Join` (each worker's share of an epoch is whatever it pulled, not an
-equal count: Ray Train's default split drops rows to make counts equal,
-`ExactSplit` does not).
+Ray has no notion of "the job is over" for the nodes that joined it, so the
+head also keeps the project's authenticated control link to every other host
+(`steps.train.dataplane.watch` on the head, `steps.train.frameworks.ray.data_host` on the others), as the
+TensorFlow trainer does with its data hosts:
+both sides heartbeat, the head ends the job with STOP carrying its results (or
+the reason it failed), and a host whose head goes silent or drops the link
+without STOP exits non-zero naming it. Every host stops its Ray node, and
+every process Ray started for it, before it exits.
+
+The training shards must be at the same path on every host: the train channel
+is replicated to both groups (or on FSx), which is how Ray Data's read tasks,
+placed on any node, open the files the driver listed.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
+import threading
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
 
-import numpy as np
+from steps.common.errors import UserError, describe
+from steps.common.metrics_json import Metrics
+from steps.formats.webdataset import count_samples, list_shards
+from steps.train.core.cluster import TRAINER, Cluster, resolve
+from steps.train.core.config import TrainConfig
+from steps.train.core.gpus import gpu_use, idle_gpus_line, require_usable_gpus
+from steps.train.core.manifest import read_classes, train_channel
+from steps.train.core.metrics import training_metrics
+from steps.train.core.outputs import write_outputs
+from steps.train.dataplane import messages
+from steps.train.dataplane.auth import job_secret
+from steps.train.dataplane.errors import HostLost
+from steps.train.dataplane.meter import arrived
+from steps.train.dataplane.settings import DataPlaneSettings
+from steps.train.dataplane.watch import Peer, PeerWatch, failure_reason
+from steps.train.frameworks.ray.checkpoint import saved_checkpoint, write_checkpoint
+from steps.train.frameworks.ray.data_host import follow
+from steps.train.frameworks.ray.errors import RayNodeFailed
+from steps.train.frameworks.ray.local_decode import decoded_where, kept_cpus
+from steps.train.frameworks.ray.node import TRAINER_RESOURCE, RayNode, per_trainer_host
 
-from steps.formats.webdataset import IMAGE_EXTS, LABEL_EXT
-from steps.train.core.constants import SHUFFLE_BUFFER
-
-if TYPE_CHECKING:  # ray is imported where used, as the functions below do
-    import ray.data
-    from ray.train import DataConfig
-
-RAY_CHECKPOINT = "ray_checkpoint.pt"  # in the head's checkpoint folder: model, optimizer and the run so far, per epoch
-_WORKLOADS: dict = {}
+RESULTS_ACTOR = "hetero-results"
 
 
-def _workload(name: str, options: dict):
-    from steps.train.workload import load_workload
+def run_trainer(cfg: TrainConfig, cluster: Cluster, workload) -> None:
+    """What every host of a Ray job runs: its Ray node, then the head's driver on the first trainer host, on every other
+    host the follower (`steps.train.frameworks.ray.data_host`)."""
+    if cluster.role == TRAINER:  # before its Ray node offers the host's GPUs (none) to Ray Train
+        import torch
 
-    key = (name, repr(sorted(options.items())))
-    if key not in _WORKLOADS:
-        _WORKLOADS[key] = load_workload(name, options)
-    return _WORKLOADS[key]
-
-
-def decode_batch(batch: dict, *, workload: str, options: dict) -> dict:
-    """Rows of ``read_webdataset`` (key, image bytes, label bytes) -> decoded uint8 pixels, label, id, and per row
-    whether it decoded (``ok``, ``error``), the CPU seconds it took and the node it ran on."""
-    import ray
-
-    w = _workload(workload, options)
-    started = time.thread_time()
-    keys = batch["__key__"]
-    images = [
-        next((batch[ext][i] for ext in IMAGE_EXTS if ext in batch and batch[ext][i] is not None), None) for i in range(len(keys))
-    ]
-    rng = np.random.default_rng()  # augmentation differs per epoch; the Ray path does not replay it bit for bit
-    pixels, labels, ids, ok, errors = [], [], [], [], []
-    for key, raw, label in zip(keys, images, batch[LABEL_EXT] if LABEL_EXT in batch else [None] * len(keys)):
-        ids.append(int(key))
-        try:
-            if raw is None or label is None:
-                raise ValueError("an image or a label file is missing")
-            value = int(bytes(label).decode())
-            decoded = w.decode(bytes(raw), train=True, rng=rng)
-        except Exception as exc:  # noqa: BLE001 - a bad sample is counted and named, never the end of the epoch
-            value, decoded, error = 0, np.zeros((w.image_size, w.image_size, 3), np.uint8), f"{type(exc).__name__}: {exc}"[:200]
+        require_usable_gpus(
+            cluster.current_host,
+            cluster.instance_type,
+            torch.cuda.device_count() if torch.cuda.is_available() else 0,
+            "ray",
+            how="torch.cuda.is_available() is false",
+        )
+    node = RayNode(cfg, cluster)
+    completed = False
+    try:
+        if node.is_head:
+            _run_head(cfg, cluster, node)
         else:
-            error = ""
-        pixels.append(decoded)
-        labels.append(value)
-        ok.append(not error)
-        errors.append(error)
-    cpu = (time.thread_time() - started) / max(len(keys), 1)
-    node = ray.util.get_node_ip_address()
-    return {
-        "pixels": np.stack(pixels),
-        "labels": np.asarray(labels, np.int64),
-        "ids": np.asarray(ids, np.int64),
-        "ok": np.asarray(ok),
-        "error": np.asarray(errors, dtype=object),
-        "cpu_s": np.full(len(keys), cpu),
-        "node": np.asarray([node] * len(keys), dtype=object),
-    }
+            follow(cfg, cluster, node)
+        completed = True
+    finally:
+        _end(node, completed)
 
 
-def training_dataset(files: list[str], workload: str, options: dict, batch_size: int) -> ray.data.Dataset:
-    """Every shard's samples, decoded by Ray Data map tasks on whichever node has a CPU free."""
+def _end(node: RayNode, completed: bool) -> None:
+    """This host's Ray node, gone: after a completed job the driver disconnects and the node stops in order; after a
+    failure (a lost host, SIGTERM) the node is killed at once, since the job's other hosts exit as soon as they learn
+    of it and SageMaker bills until the last one has."""
+    try:
+        import ray
+
+        if completed and ray.is_initialized():
+            ray.shutdown()
+    finally:
+        node.stop(graceful=completed)
+
+
+# -- the head: driver, trainer of record, end of the job -------------------------------------------------------
+
+
+def _run_head(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
+    others = tuple(h for g in cluster.groups for h in g.hosts if h != cluster.current_host)
+    links = _followers(cfg, cluster, others)
+    try:
+        links.connect()
+        links.watch()
+        node.start()
+        links.send_all(messages.Start(ray=node.address))  # where to join: the head picked its port
+        node.connect()
+        _await_nodes(cfg, len(others) + 1, node, links)
+        files = _train(cfg, cluster, links)
+        links.close("completed", files=files)
+    except BaseException as exc:  # a lost host by its own name (the others' failures lead with it), else the head's
+        links.close("failed", describe(exc) if isinstance(exc, HostLost) else failure_reason(cluster.current_host, exc))
+        raise
+
+
+def _await_nodes(cfg: TrainConfig, count: int, node: RayNode, links: PeerWatch) -> None:
     import ray
 
-    ds = ray.data.read_webdataset(files, decoder=None, override_num_blocks=max(len(files), 1))
-    return ds.randomize_block_order().map_batches(
-        decode_batch,
-        fn_kwargs={"workload": workload, "options": options},
-        batch_size=batch_size,
-        batch_format="numpy",
-        num_cpus=1,
-    )
-
-
-def host_batch(batch: dict, *, pinned: bool) -> tuple:
-    """A Ray Data batch's rows that decoded (``ok``) as host tensors for `TrainStep` (uint8 NHWC pixels, int64 labels:
-    it copies them to the device and normalises them there). ``pinned`` (a GPU trainer): the rows are gathered
-    straight into page-locked memory, so the step's non-blocking copy is asynchronous (from pageable memory it waits);
-    torch's caching host allocator keeps each block until its copy is done and reuses it. Either way one copy on the
-    CPU, the one that drops the rows that did not decode (Ray's own arrays may be read-only views of its object store)."""
-    import torch
-
-    ok = batch["ok"]
-    tensors = []
-    for rows in (batch["pixels"], batch["labels"]):
-        out = torch.empty((int(ok.sum()), *rows.shape[1:]), dtype=getattr(torch, rows.dtype.name), pin_memory=pinned)
-        np.compress(ok, rows, axis=0, out=out.numpy())
-        tensors.append(out)
-    return tuple(tensors)
-
-
-def exact_split() -> DataConfig:
-    """Ray Train's DataConfig, splitting every dataset among the workers without dropping rows (``equal=False``)."""
-    from ray.train import DataConfig
-
-    class ExactSplit(DataConfig):
-        def configure(self, datasets, world_size, worker_handles, worker_node_ids, **kwargs):
-            output = [{} for _ in range(world_size)]
-            for name, ds in datasets.items():
-                ds = ds.copy(ds)
-                ds.context.execution_options = self._resolve_execution_options(name)
-                for i, split in enumerate(ds.streaming_split(world_size, equal=False, locality_hints=worker_node_ids)):
-                    output[i][name] = split
-            return output
-
-    return ExactSplit()
-
-
-def train_loop(config: dict) -> None:
-    """One Ray Train worker: every epoch of its share, timed and accounted; rank 0 reports the run."""
-    import ray.train
-    import torch
-    import torch.distributed as dist
-    from ray.train.torch import prepare_model
-    from torch.distributed.algorithms.join import Join
-
-    from steps.formats.webdataset import list_shards
-    from steps.train.core.config import TrainConfig
-    from steps.train.core.ledger import Ledger
-    from steps.train.core.metrics import StepStats
-    from steps.train.core.precision import precision_document, precision_line
-    from steps.train.frameworks.pytorch.step import (
-        TrainStep,
-        all_objects,
-        isolated_costs,
-        pick_device,
-        require_compiler,
-        resolve_precision,
-        to_device,
-        validate,
-    )
-
-    cfg = TrainConfig(**config["cfg"])
-    workload = _workload(cfg.workload, cfg.workload_options)
-    context = ray.train.get_context()
-    rank, world = context.get_world_rank(), context.get_world_size()
-    device = pick_device()
-    require_compiler(cfg.compile, device)
-    precision = resolve_precision(cfg.precision, device)
-    print(precision_line(f"Ray Train worker {rank}", cfg.precision, precision, device.type), flush=True)
-    torch.manual_seed(cfg.seed)
-    saved = _resumed(config.get("resume"), world)
-    net = to_device(workload.build_model(config["classes"]), device)  # its layout before prepare_model wraps it in DDP
-    if saved:
-        net.load_state_dict(saved["model"])
-    model = prepare_model(net)
-    optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
-    shard = ray.train.get_dataset_shard("train")
-    stats, ledger, corrupt, sources = StepStats(cfg.warmup_steps), Ledger(), [], {}
-    start, resumes = 0, 0
-    if saved:
-        optimizer.load_state_dict(saved["optimizer"])
-        mine = saved["ranks"][rank]
-        stats.restore(mine["stats"])
-        # what each node decoded (sources) counts this attempt, as the data hosts' own figures do on the other paths:
-        # nodes and their addresses change with a restart
-        corrupt = [tuple(c) for c in mine["corrupt"]]
-        start, resumes = saved["epoch"], saved["resumes"] + 1
-        ledger = Ledger(saved["ledger"], start)
-        if rank == 0:
+    deadline = time.monotonic() + cfg.connect_timeout_s
+    while True:
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        if len(alive) >= count:
             print(
-                f"[checkpoint] resuming from {config['checkpoint_folder']}: epoch {start}, step {stats.steps} (resume "
-                f"{resumes}); an interrupted epoch is redone whole",
+                f"[ray] head: {len(alive)} node(s), {int(ray.cluster_resources().get('CPU', 0))} CPU(s) in the cluster",
                 flush=True,
             )
-    step = TrainStep(workload, model, optimizer, device, precision, cfg.compile)
-    if saved and saved.get("scaler") is not None and step.scaler.is_enabled():
-        step.scaler.load_state_dict(saved["scaler"])
-    stopped = False
-    done = bool(cfg.max_steps and stats.steps >= cfg.max_steps)  # a resumed run that had reached max_steps
-    for epoch in range(start, start if done else cfg.epochs):
-        last = time.perf_counter()
-        with Join([model]) if world > 1 else contextlib.nullcontext():
-            for batch in shard.iter_batches(
-                batch_size=cfg.batch_size, batch_format="numpy", local_shuffle_buffer_size=SHUFFLE_BUFFER
-            ):
-                ready = time.perf_counter()
-                ok = batch["ok"]
-                corrupt += [(int(i), str(e)) for i, e in zip(batch["ids"][~ok], batch["error"][~ok])]
-                for node, cpu_s in zip(batch["node"], batch["cpu_s"]):
-                    seen = sources.setdefault(str(node), [0, 0.0])
-                    seen[0] += 1
-                    seen[1] += float(cpu_s)
-                ledger.add(epoch, batch["ids"].tolist())
-                if not ok.any():
-                    continue
-                loss_value = step(*host_batch(batch, pinned=device.type == "cuda"))
-                done = time.perf_counter()
-                stats.record(wait=ready - last, compute=done - ready, samples=int(ok.sum()))
-                if stats.steps % cfg.log_every == 0:
-                    print(stats.last_step_line(epoch=epoch, loss=loss_value), flush=True)
-                last = time.perf_counter()
-                if cfg.max_steps and stats.steps >= cfg.max_steps:
-                    stopped = True
-                    break
-        everyone = all_objects(ledger.ids)
-        ledger.close_epoch(epoch, np.concatenate(everyone))
-        if stopped:
-            break
-        _checkpoint(config["results"], rank, world, net, step, epoch + 1, stats, corrupt, ledger, resumes)
-    summaries = all_objects({"summary": stats.summary(), "corrupt": corrupt, "sources": sources})
-    report = {}
-    if rank == 0:
-        validation = list_shards(config["validation"]) if config.get("validation") else []
-        report = {
-            "ranks": summaries,
-            "ledger": ledger.epochs,
-            "resumes": resumes,
-            "precision": precision_document(cfg.precision, precision),
-            "model_parameters": sum(p.numel() for p in net.parameters()),  # the planner's all-reduce model
-            "accuracy": validate(
-                workload, net, device, validation, batch_size=cfg.batch_size, num_workers=0, precision=precision
-            )[0],
-            "isolated_costs": isolated_costs(
-                workload,
-                net,
-                device,
-                validation,
-                batch_size=cfg.batch_size,
-                learning_rate=cfg.learning_rate,
-                precision=precision,
-            )
-            if validation
-            else None,
-        }
-        buffer = io.BytesIO()
-        torch.save(net.state_dict(), buffer)
-        ray.get(ray.get_actor(config["results"]).put.remote(report, buffer.getvalue()))
-    if dist.is_initialized():
-        dist.barrier()
+            return
+        links.check()
+        if not node.alive():
+            raise RayNodeFailed("the Ray head node stopped before every host joined; its log is above")
+        if time.monotonic() > deadline:
+            raise RayNodeFailed(f"{len(alive)} of {count} Ray nodes joined within connect_timeout_s={cfg.connect_timeout_s:g}")
+        time.sleep(0.5)
 
 
-def _checkpoint(results: str, rank: int, world: int, net, step, epoch: int, stats, corrupt, ledger, resumes: int) -> None:
-    """At an epoch's end: every worker's run so far, with rank 0's model, optimizer and (fp16) loss scaler, to the
-    results actor, which
-    writes it into the head's checkpoint folder before the next epoch starts. ``epoch``: the next one to run."""
+def _train(cfg: TrainConfig, cluster: Cluster, links: PeerWatch) -> dict[str, bytes]:
     import ray
-    import torch
+    from ray.data import DataContext
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
 
-    from steps.train.frameworks.pytorch.step import all_objects
+    from steps.train.frameworks.ray.dataset import exact_split, training_dataset
+    from steps.train.frameworks.ray.step import train_loop
 
-    ranks = all_objects({"stats": stats.state(), "corrupt": [list(c) for c in corrupt]})
-    if rank == 0:
-        buffer = io.BytesIO()
-        torch.save(
-            {
-                "version": 1,
-                "epoch": epoch,
-                "world": world,
-                "model": net.state_dict(),
-                "optimizer": step.optimizer.state_dict(),
-                "scaler": step.scaler.state_dict() if step.scaler.is_enabled() else None,
-                "ranks": ranks,
-                "ledger": ledger.epochs,
-                "resumes": resumes,
-            },
-            buffer,
-        )
-        ray.get(ray.get_actor(results).checkpoint.remote(buffer.getvalue(), epoch, stats.steps))
-
-
-def _resumed(ref, world: int) -> dict | None:
-    """The checkpoint the driver found (an object reference to its bytes), or None. A checkpoint of another number of
-    trainer hosts is refused: each worker restores its own part."""
-    if ref is None:
-        return None
-    import ray
-    import torch
-
-    from steps.common.errors import UserError
-
-    state = torch.load(io.BytesIO(ray.get(ref)), map_location="cpu", weights_only=False)
-    if state.get("version") != 1 or state.get("world") != world:
+    shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
+    if not shards:
         raise UserError(
-            f"the Ray checkpoint {RAY_CHECKPOINT} was written by {state.get('world')} trainer host(s) (version "
-            f"{state.get('version')}), this job has {world}: restart with the same instance groups, or remove "
-            "the checkpoint to start over",
-            headline="checkpoint does not fit",
+            f"the Ray head {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards"
         )
-    return state
+    samples = sum(count_samples(s) for s in shards)
+    classes = read_classes(cluster.channel("manifest"))
+    validation = cluster.channel("validation", required=False)
+    head_ip = resolve(cluster.current_host)
+    box = _results_actor(head_ip, cluster.checkpoint_dir)
+    saved = saved_checkpoint(cluster.checkpoint_dir)
+    per_host = per_trainer_host("GPU")
+    gpus = gpu_use(min(per_host, 1), per_host, "ray")  # a Ray Train worker per trainer host, on one GPU
+    gpu = bool(per_host)
+    if warning := idle_gpus_line(cluster.current_host, gpus):
+        print(warning, flush=True)
+    kept, why = kept_cpus(cfg, shards, len(classes), cluster.world_size)
+    print(
+        f"[ray] head: {len(shards)} shard(s), {samples} samples; {cluster.world_size} Ray Train worker(s), {kept} CPU(s) "
+        f"each{' and a GPU' if gpu else ''} ({why}); decode on every other CPU",
+        flush=True,
+    )
+    DataContext.get_current().enable_progress_bars = False  # Ray Train hands the driver's context to the ingest
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={
+            "cfg": cfg.as_dict(),
+            "classes": len(classes),
+            "results": RESULTS_ACTOR,
+            "validation": str(validation) if validation else None,
+            "resume": ray.put(saved) if saved else None,
+            "checkpoint_folder": str(cluster.checkpoint_dir),
+        },
+        scaling_config=ScalingConfig(
+            num_workers=cluster.world_size, use_gpu=gpu, resources_per_worker={"CPU": kept, TRAINER_RESOURCE: 1}
+        ),
+        datasets={"train": training_dataset([str(s) for s in shards], cfg.workload, cfg.workload_options, cfg.batch_size)},
+        dataset_config=exact_split(),
+        run_config=RunConfig(
+            name="train", storage_path=str(cluster.output_data_dir / "ray"), failure_config=FailureConfig(max_failures=0)
+        ),
+    )
+    started = time.perf_counter()
+    _fit(trainer, cfg, links)
+    wall = time.perf_counter() - started
+    report, model = ray.get(box.get.remote())
+    metrics = _metrics(cfg, cluster, report, classes, wall, kept, why, gpus)
+    return write_outputs(cluster, metrics, lambda folder: (folder / "model.pt").write_bytes(model))
+
+
+def _fit(trainer, cfg: TrainConfig, links: PeerWatch) -> None:
+    """``trainer.fit()``, ended early when another host of the job is lost: SageMaker fails a job whose host fails
+    anyway, so riding it out on Ray's retries would only keep the rest billing. The head's process then exits (its
+    Ray node and workers with it) with the lost host's name."""
+    outcome: list = []
+
+    def fit() -> None:
+        try:
+            trainer.fit()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the driver's thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=fit, name="ray-train-fit", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(timeout=cfg.heartbeat_s)
+        links.check()
+    if outcome and outcome[0] is not None:
+        raise outcome[0]
+
+
+def _metrics(
+    cfg: TrainConfig, cluster: Cluster, report: dict, classes: list[str], wall: float, kept: int, why: str, gpus: dict
+) -> Metrics:
+    """metrics.json from every worker's summary: sums over workers, the slowest sets the time; per node, what its
+    decode tasks produced (data hosts as ``data_hosts``, trainer hosts as ``local_decode``)."""
+    ranks = report["ranks"]
+    summary = dict(ranks[0]["summary"])
+    summary.update(
+        global_samples=sum(r["summary"]["samples"] for r in ranks),
+        global_seen=sum(r["summary"]["seen"] for r in ranks),
+        elapsed_s=max(r["summary"]["elapsed_s"] for r in ranks),
+    )
+    corrupt = [c for r in ranks for c in r["corrupt"]]
+    data_hosts, local = decoded_where(cluster, ranks, summary["global_seen"], wall, kept, why)
+    return training_metrics(
+        cfg=cfg,
+        cluster=cluster,
+        framework="ray",
+        summary=summary,
+        accuracy=report["accuracy"],
+        corrupt=corrupt,
+        corrupt_count=len(corrupt),
+        classes=classes,
+        isolated_costs=report["isolated_costs"],
+        model_parameters=report["model_parameters"],
+        local_decode=local,
+        gpus=gpus,
+        precision=report["precision"],
+        sample_ledger=report["sample_ledger"],
+        **arrived(data_hosts, 0, 0),
+    )  # Ray moves blocks through its object store: no bytes measured
+
+
+def _results_actor(head_ip: str, checkpoint_folder: Path):
+    """Where rank 0 leaves the run's report and model for the driver, and each epoch's checkpoint in the head's
+    checkpoint folder (synced to S3 by SageMaker): an actor on the head node."""
+    import ray
+
+    @ray.remote
+    class Results:
+        def __init__(self) -> None:
+            self.value = None
+
+        def put(self, report: dict, model: bytes) -> None:
+            self.value = (report, model)
+
+        def checkpoint(self, data: bytes, epoch: int, step: int) -> None:
+            write_checkpoint(checkpoint_folder, data, epoch, step)
+
+        def get(self):
+            if self.value is None:
+                raise RuntimeError("the training workers ended without reporting")
+            return self.value
+
+    return Results.options(name=RESULTS_ACTOR, resources={f"node:{head_ip}": 0.001}, num_cpus=0).remote()
+
+
+def _followers(cfg: TrainConfig, cluster: Cluster, hosts: tuple[str, ...]) -> PeerWatch:
+    """The head's control links to every other host: dial, prove the secret, heartbeat, watch, STOP."""
+    return PeerWatch(
+        DataPlaneSettings.of(cfg),
+        [Peer(h, resolve(h)) for h in hosts],
+        me=cluster.current_host,
+        secret=job_secret(),
+        label="host",
+        error=HostLost,
+        on_failure=lambda error: print(f"[ray] {error.one_line()}", flush=True),
+    )

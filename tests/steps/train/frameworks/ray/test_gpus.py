@@ -20,9 +20,9 @@ def _gpu_host(role="trainer"):
 
 
 def test_the_ray_path_checks_trainer_hosts_with_torch_before_its_ray_node_starts(real_host, monkeypatch):
-    from steps.train.frameworks.ray import job as ray_job
+    from steps.train.frameworks.ray import trainer
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(ray_job, "RayNode", lambda *a: pytest.fail("the Ray node started"))
+    monkeypatch.setattr(trainer, "RayNode", lambda *a: pytest.fail("the Ray node started"))
     with pytest.raises(UserError, match=r"PyTorch \(Ray Train\) finds no usable GPU"):
-        ray_job.run_ray_host(None, _gpu_host(), None)
+        trainer.run_trainer(None, _gpu_host(), None)

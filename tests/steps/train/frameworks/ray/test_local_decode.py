@@ -1,8 +1,8 @@
-"""The Ray head's decisions that need no Ray cluster."""
+"""What a Ray Train worker reserves of its trainer host, decided without a Ray cluster."""
 
 from __future__ import annotations
 
-from steps.train.frameworks.ray.job import leave_room_for_data
+from steps.train.frameworks.ray.local_decode import leave_room_for_data
 
 
 def test_the_ray_train_workers_reservation_always_leaves_ray_data_a_cpu():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from steps.train.frameworks.ray.trainer import host_batch
+from steps.train.frameworks.ray.step import host_batch
 
 
 def _ray_batch(ok: list[bool]) -> dict:
