@@ -74,17 +74,14 @@ def accept_trainers(
             pending.pop(sock, None)
             key = (peer, sum(1 for host, _ in trainers if host == peer))  # its next stream
             if key in expected:
-                trainers[key] = Trainer(
-                    peer,
-                    Link(
-                        sock,
-                        f"trainer {peer}",
-                        inbound=FROM_TRAINER,
-                        heartbeat_s=settings.heartbeat_s,
-                        silence_timeout_s=settings.silence_timeout_s,
-                    ),
-                    stream=key[1],
+                link = Link(
+                    sock,
+                    f"trainer {peer}",
+                    inbound=FROM_TRAINER,
+                    heartbeat_s=settings.heartbeat_s,
+                    silence_timeout_s=settings.silence_timeout_s,
                 )
+                trainers[key] = Trainer(peer, link, stream=key[1])
                 return
         sock.close()
 
@@ -106,37 +103,57 @@ def accept_trainers(
                     f"trainer host(s) {missing} did not connect within connect_timeout_s={settings.connect_timeout_s:g}"
                 )
             log.flush()
-            server.settimeout(min(remaining, 0.2))
-            try:
-                sock, address = server.accept()
-            except TimeoutError:
+            accepted = _accept(server, min(remaining, 0.2), log)
+            if accepted is None:
                 continue
-            except OSError as exc:
-                if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    raise
-                log.refused(f"cannot accept: {os.strerror(exc.errno)}")  # the connection waits in the backlog
-                time.sleep(0.1)
-                continue
+            sock, address = accepted
             with lock:
-                waiting = [s for s, due in pending.items() if due != float("inf")]
-                if len(waiting) >= MAX_PENDING:  # the oldest goes: a real trainer proves the secret within a round trip
-                    oldest = min(waiting, key=pending.__getitem__)
-                    _cut(oldest)
-                    pending[oldest] = float("inf")
-                    log.refused(f"{MAX_PENDING} connections were waiting to prove the secret; cut the oldest", address[0])
-                pending[sock] = time.monotonic() + HANDSHAKE_TIMEOUT_S
+                _hold(pending, sock, address, log)
             sock.settimeout(HANDSHAKE_TIMEOUT_S)
             thread = threading.Thread(target=handshake, args=(sock, address), name="handshake", daemon=True)
             thread.start()
             threads.append(thread)
             threads = [t for t in threads if t.is_alive()]
     finally:
-        with lock:
-            for sock in pending:  # strangers still mid-handshake: cut them off (shutdown wakes their recv)
-                _cut(sock)
-        for thread in threads:
-            thread.join(timeout=HANDSHAKE_TIMEOUT_S)
-        log.flush(force=True)
+        _let_go(lock, pending, threads, log)
+
+
+def _let_go(lock: threading.Lock, pending: dict[socket.socket, float], threads: list[threading.Thread], log: _RefusalLog) -> None:
+    """Admission is over: strangers still mid-handshake are cut off (shutdown wakes their recv), their threads end."""
+    with lock:
+        for sock in pending:
+            _cut(sock)
+    for thread in threads:
+        thread.join(timeout=HANDSHAKE_TIMEOUT_S)
+    log.flush(force=True)
+
+
+def _accept(server: socket.socket, timeout: float, log: _RefusalLog) -> tuple[socket.socket, tuple] | None:
+    """The next connection on ``server`` within ``timeout``, or None. Running out of descriptors (EMFILE and the like)
+    is waited out: the connection waits in the backlog."""
+    server.settimeout(timeout)
+    try:
+        return server.accept()
+    except TimeoutError:
+        return None
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+            raise
+        log.refused(f"cannot accept: {os.strerror(exc.errno)}")
+        time.sleep(0.1)
+        return None
+
+
+def _hold(pending: dict[socket.socket, float], sock: socket.socket, address: tuple, log: _RefusalLog) -> None:
+    """``sock`` joins the connections that have yet to prove the secret, by when they must. At `MAX_PENDING` the
+    oldest goes: a real trainer proves the secret within a round trip."""
+    waiting = [s for s, due in pending.items() if due != float("inf")]
+    if len(waiting) >= MAX_PENDING:
+        oldest = min(waiting, key=pending.__getitem__)
+        _cut(oldest)
+        pending[oldest] = float("inf")  # its thread closes it
+        log.refused(f"{MAX_PENDING} connections were waiting to prove the secret; cut the oldest", address[0])
+    pending[sock] = time.monotonic() + HANDSHAKE_TIMEOUT_S
 
 
 def _cut(sock: socket.socket) -> None:
