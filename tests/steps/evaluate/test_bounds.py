@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from steps.evaluate.bounds import speedup_bound
-from steps.evaluate.evaluate import price_performance, summary_line
 from steps.evaluate.prices import load_prices
+from steps.evaluate.pricing import price_performance, summary_line
 from tests.support.metrics import metrics
 
 

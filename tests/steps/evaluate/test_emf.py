@@ -8,6 +8,7 @@ import botocore.session
 import pytest
 
 from steps.evaluate import evaluate as ev
+from steps.evaluate import pricing
 from steps.evaluate.emf import DIMENSION, METRICS_NAMESPACE, PIPELINE_METRICS, emf_document
 from steps.evaluate.prices import load_prices
 from tests.support.metrics import metrics, write_json
@@ -38,7 +39,7 @@ def check_emf(doc: dict) -> list[dict]:
 
 
 def test_a_run_with_a_baseline_publishes_every_figure():
-    doc = ev.price_performance(metrics("pt_heterogeneous"), metrics("pt_homogeneous"), load_prices(), execution_id="e1")
+    doc = pricing.price_performance(metrics("pt_heterogeneous"), metrics("pt_homogeneous"), load_prices(), execution_id="e1")
     emf = emf_document(doc, pipeline_name="HeteroTraining", timestamp_ms=1_764_115_200_000)
     published = check_emf(emf)
     assert [m["Name"] for m in published] == [m.name for m in PIPELINE_METRICS]
@@ -52,7 +53,7 @@ def test_a_run_with_a_baseline_publishes_every_figure():
 
 
 def test_figures_an_execution_has_none_of_are_left_out():
-    doc = ev.price_performance(metrics(accuracy=None), None, load_prices())
+    doc = pricing.price_performance(metrics(accuracy=None), None, load_prices())
     emf = emf_document(doc, pipeline_name="p", timestamp_ms=1)
     names = [m["Name"] for m in check_emf(emf)]
     assert "ImprovementPercent" not in names and "Accuracy" not in names and "SamplesPerDollar" in names

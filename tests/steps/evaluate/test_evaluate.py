@@ -10,6 +10,7 @@ import pytest
 
 from steps.common.errors import UserError
 from steps.evaluate import evaluate as ev
+from steps.evaluate import pricing
 from steps.evaluate.prices import load_prices
 from tests.support.metrics import BLOG, C5_18, make_model_tar, metrics, write_json
 
@@ -24,8 +25,8 @@ def test_cluster_price_and_cost_per_100_steps_match_blog(case):
     groups, step_s, usd_per_hour, cost = BLOG[case]
     prices = load_prices()
     doc_groups = metrics(case)["instance_groups"]
-    assert ev.cluster_price_per_hour(doc_groups, prices) == usd_per_hour
-    assert round(ev.cost_per_100_steps(usd_per_hour, step_s), 3) == cost
+    assert pricing.cluster_price_per_hour(doc_groups, prices) == usd_per_hour
+    assert round(pricing.cost_per_100_steps(usd_per_hour, step_s), 3) == cost
 
 
 @pytest.mark.parametrize(
@@ -36,7 +37,7 @@ def test_cluster_price_and_cost_per_100_steps_match_blog(case):
     ],
 )
 def test_price_performance_reproduces_blog_improvement(base, hetero, costs, improvement):
-    doc = ev.price_performance(metrics(hetero), metrics(base), load_prices(), execution_id="e1")
+    doc = pricing.price_performance(metrics(hetero), metrics(base), load_prices(), execution_id="e1")
     runs = doc["runs"]
     assert round(runs["baseline"]["cost_per_100_steps"], 3) == costs[0]
     assert round(runs["heterogeneous"]["cost_per_100_steps"], 3) == costs[1]
@@ -45,14 +46,14 @@ def test_price_performance_reproduces_blog_improvement(base, hetero, costs, impr
 
 
 def test_samples_per_dollar():
-    assert ev.samples_per_dollar(2976.7, 45.032) == pytest.approx(2976.7 * 3600 / 45.032)
-    doc = ev.price_performance(metrics(), None, load_prices())
+    assert pricing.samples_per_dollar(2976.7, 45.032) == pytest.approx(2976.7 * 3600 / 45.032)
+    doc = pricing.price_performance(metrics(), None, load_prices())
     run = doc["runs"]["heterogeneous"]
     assert run["samples_per_dollar"] == pytest.approx(run["samples_per_second"] * 3600 / 45.032)
 
 
 def test_output_schema():
-    doc = ev.price_performance(metrics(), metrics("tf_homogeneous"), load_prices(), execution_id="e1")
+    doc = pricing.price_performance(metrics(), metrics("tf_homogeneous"), load_prices(), execution_id="e1")
     assert set(doc) == {"schema_version", "execution_id", "evaluated_at", "prices", "runs", "speedup", "improvement", "bound"}
     assert doc["bound"] is None  # no isolated_costs in these metrics
     assert doc["schema_version"] == 2 and doc["execution_id"] == "e1"
@@ -94,35 +95,35 @@ def test_output_schema():
 
 def test_a_spot_run_is_priced_from_its_billable_time():
     billing = {
-        "heterogeneous": ev.parse_billing("1200/4000", "heterogeneous"),
-        "baseline": ev.parse_billing("4000/4000", "baseline"),
+        "heterogeneous": pricing.parse_billing("1200/4000", "heterogeneous"),
+        "baseline": pricing.parse_billing("4000/4000", "baseline"),
     }
-    on_demand = ev.price_performance(metrics(), metrics("tf_homogeneous"), load_prices())
-    spot = ev.price_performance(metrics(), metrics("tf_homogeneous"), load_prices(), billing=billing)
+    on_demand = pricing.price_performance(metrics(), metrics("tf_homogeneous"), load_prices())
+    spot = pricing.price_performance(metrics(), metrics("tf_homogeneous"), load_prices(), billing=billing)
     hetero, baseline = spot["runs"]["heterogeneous"], spot["runs"]["baseline"]
     assert hetero["billing"] == {"billable_s": 1200, "training_s": 4000, "billed_share": 0.3, "spot_saving": 0.7}
     assert hetero["cluster_usd_per_hour"] == pytest.approx(0.3 * on_demand["runs"]["heterogeneous"]["cluster_usd_per_hour"])
     assert hetero["samples_per_dollar"] == pytest.approx(on_demand["runs"]["heterogeneous"]["samples_per_dollar"] / 0.3)
     assert baseline["cluster_usd_per_hour"] == on_demand["runs"]["baseline"]["cluster_usd_per_hour"]  # billed in full
     assert spot["improvement"] > on_demand["improvement"] and spot["speedup"] == on_demand["speedup"]
-    assert "(billed 30% of on-demand: spot)" in ev.summary_line(spot)
+    assert "(billed 30% of on-demand: spot)" in pricing.summary_line(spot)
 
 
 @pytest.mark.parametrize("text", ["1200", "a/b", "10/0", "-1/10"])
 def test_billing_that_is_not_two_second_counts_is_refused_naming_it(text):
     with pytest.raises(UserError, match=r"--billing-heterogeneous"):
-        ev.parse_billing(text, "heterogeneous")
+        pricing.parse_billing(text, "heterogeneous")
 
 
 def test_without_baseline_comparisons_are_null():
-    doc = ev.price_performance(metrics(), None, load_prices())
+    doc = pricing.price_performance(metrics(), None, load_prices())
     assert doc["runs"]["baseline"] is None and doc["speedup"] is None and doc["improvement"] is None
     assert doc["execution_id"] is None
-    assert ev.summary_line(doc).endswith("no baseline")
+    assert pricing.summary_line(doc).endswith("no baseline")
 
 
 def test_summary_is_one_line():
-    line = ev.summary_line(ev.price_performance(metrics(), metrics("tf_homogeneous"), load_prices()))
+    line = pricing.summary_line(pricing.price_performance(metrics(), metrics("tf_homogeneous"), load_prices()))
     assert "\n" not in line
     assert "$45.032/h" in line and "$0.108/100 steps" in line and "46% lower" in line
 
@@ -131,7 +132,7 @@ def test_unknown_instance_type_names_run_and_type():
     doc = metrics()
     doc["instance_groups"][0]["instance_type"] = "ml.c5.19xlarge"
     with pytest.raises(UserError, match="heterogeneous run: .*'ml.c5.19xlarge'.*ml.c5.18xlarge"):
-        ev.price_performance(doc, None, load_prices())
+        pricing.price_performance(doc, None, load_prices())
 
 
 # --- the step, in process ---

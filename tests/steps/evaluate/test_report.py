@@ -4,6 +4,7 @@ import base64
 import re
 
 from steps.evaluate import evaluate as ev
+from steps.evaluate import pricing
 from steps.evaluate.catalogue import load_catalogue
 from steps.evaluate.plan import plan_document
 from steps.evaluate.prices import load_prices
@@ -23,7 +24,7 @@ def _images(page: str) -> dict[str, bytes]:
 def test_the_page_holds_every_chart_inline_and_escapes_what_it_quotes():
     hetero = input_bound_run(step_series=SERIES)
     baseline = metrics(case="tf_homogeneous", step_series=SERIES)
-    doc = ev.price_performance(hetero, baseline, load_prices(), execution_id="<e1>")
+    doc = pricing.price_performance(hetero, baseline, load_prices(), execution_id="<e1>")
     plan = plan_document(hetero, load_prices(), load_catalogue(), baseline=baseline)
     page = report_html(
         execution_id="<e1>", price_performance=doc, plan=plan, heterogeneous=hetero, baseline=baseline, history=[doc, doc]
@@ -44,14 +45,14 @@ def test_the_page_holds_every_chart_inline_and_escapes_what_it_quotes():
 
 
 def test_a_run_without_a_plan_or_series_still_reports_what_it_has():
-    doc = ev.price_performance(metrics(), None, load_prices(), execution_id="e1")
+    doc = pricing.price_performance(metrics(), None, load_prices(), execution_id="e1")
     plan = plan_document(metrics(), load_prices(), load_catalogue())
     page = report_html(execution_id="e1", price_performance=doc, plan=plan, heterogeneous=metrics(), baseline=None, history=[])
     assert "No plan: " in page and set(_images(page)) == {"Step time over training", "Data-wait share"}
 
 
 def test_gpus_a_run_left_idle_are_said_with_the_fix():
-    doc = ev.price_performance(
+    doc = pricing.price_performance(
         input_bound_run(gpus=gpu_use(1, 8, "pytorch")), metrics(gpus=gpu_use(8, 8, "tensorflow")), load_prices()
     )
     assert doc["runs"]["heterogeneous"]["gpus"]["used_per_host"] == 1
@@ -83,13 +84,13 @@ def test_evaluate_writes_the_report_beside_the_json_and_into_the_store(tmp_path)
 
 def test_each_runs_precision_is_in_the_table():
     hetero = input_bound_run(precision=precision_document("auto", "fp32"))
-    doc = ev.price_performance(hetero, metrics(precision=precision_document("bf16", "bf16")), load_prices())
+    doc = pricing.price_performance(hetero, metrics(precision=precision_document("bf16", "bf16")), load_prices())
     page = report_html(execution_id="e1", price_performance=doc, plan=None, heterogeneous=hetero, baseline=None, history=[])
     assert "<tr><th>precision</th><td>bf16</td><td>fp32 (auto)</td></tr>" in page  # baseline, heterogeneous
 
 
 def test_whether_each_run_compiled_its_step_is_in_the_table():
-    doc = ev.price_performance(input_bound_run(compile="on"), metrics(compile="off"), load_prices())
+    doc = pricing.price_performance(input_bound_run(compile="on"), metrics(compile="off"), load_prices())
     page = report_html(execution_id="e1", price_performance=doc, plan=None, heterogeneous=None, baseline=None, history=[])
     assert "<tr><th>compile</th><td>off</td><td>on</td></tr>" in page  # baseline, heterogeneous
 
@@ -99,7 +100,7 @@ def test_each_decoding_hosts_retune_is_one_line():
     host = {**input_bound_run()["data_hosts"][0], "host": "algo-1", "decode_workers": retuned}
     local = {"host": "algo-2", "workers": 1, "decode_workers": {"start": 1, "end": 1, "changed": 0, "changes": [], "off": "x"}}
     hetero = input_bound_run(host=host, local_decode=[local])
-    doc = ev.price_performance(hetero, None, load_prices())
+    doc = pricing.price_performance(hetero, None, load_prices())
     assert doc["runs"]["heterogeneous"]["decode_workers"] == [
         {"host": "algo-1", "start": 4, "end": 2, "changed": 3, "off": None},
         {"host": "algo-2", "start": 1, "end": 1, "changed": 0, "off": "x"},
@@ -109,7 +110,7 @@ def test_each_decoding_hosts_retune_is_one_line():
 
 
 def test_each_executions_registered_package_is_linked():
-    doc = ev.price_performance(metrics(), None, load_prices(), execution_id="e2")
+    doc = pricing.price_performance(metrics(), None, load_prices(), execution_id="e2")
     history = [{**doc, "execution_id": "e1"}, doc]
     arn = "arn:aws:sagemaker:us-east-1:1:model-package/g/1"
     packages = {
@@ -135,7 +136,7 @@ def test_the_report_states_the_plans_basis_and_shows_each_run_as_it_ran_apart_fr
     the run as it ran only in its own table, with its prices' date and the warning that they are old."""
     host = {"host": "algo-2", "cpus": 1, "decode_cpu_s_per_sample": 0.0024, "service_cpu_s_per_sample": 0.0001}
     hetero = input_bound_run(rate=300.0, host={**input_bound_run()["data_hosts"][0], **host}, step_series=SERIES)
-    doc = ev.price_performance(hetero, None, load_prices(), execution_id="e1")
+    doc = pricing.price_performance(hetero, None, load_prices(), execution_id="e1")
     plan = plan_document(hetero, load_prices(), load_catalogue(), execution_id="e1")
     page = report_html(execution_id="e1", price_performance=doc, plan=plan, heterogeneous=hetero, baseline=None, history=[])
     assert "basis: every row at the instance types&#x27; own vCPUs, predicted: e1 ran emulated" in page
