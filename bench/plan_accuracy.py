@@ -69,15 +69,14 @@ from bench.dataplane import (  # noqa: E402
     siblings,
 )
 from steps.evaluate.catalogue import load_catalogue  # noqa: E402
+from steps.evaluate.choice import ENOUGH_THROUGHPUT, recommend  # noqa: E402
 from steps.evaluate.planner import (  # noqa: E402
-    ENOUGH_THROUGHPUT,
     Inputs,
     InstanceType,
     Prediction,
     Profile,
     predict,
     profile_from_metrics,
-    recommend,
 )
 from steps.evaluate.prices import load_prices  # noqa: E402
 from steps.evaluate.space import trainer_sizes  # noqa: E402

@@ -25,17 +25,13 @@ from dataclasses import asdict
 
 from steps.common.errors import UserError
 from steps.evaluate.catalogue import Catalogue
+from steps.evaluate.choice import ENOUGH_THROUGHPUT, TIE_SHARE, fallbacks, frontier, recommend
 from steps.evaluate.planner import (
-    ENOUGH_THROUGHPUT,
     MEASURED,
     REAL_VCPUS,
     STAGE_MATCH,
-    TIE_SHARE,
     Inputs,
-    fallbacks,
-    frontier,
     profile_from_metrics,
-    recommend,
 )
 from steps.evaluate.prices import PriceTable
 from steps.evaluate.space import Run, check_one_workload, plan_space

@@ -30,13 +30,11 @@ Prices turn rates into $/h, cost per epoch and samples per dollar. Every row is 
 vCPUs (`REAL_VCPUS`); a run emulated on fewer CPUs is also predicted at the CPUs it ran on (`EMULATED_CPUS`), to be
 judged against its measurement, never to be compared with the candidates. A measured rate replaces a prediction only
 for a cloud run's own cluster; it keeps its stage's label within `STAGE_MATCH` of the slowest predicted stage and is
-labelled `MEASURED` otherwise, with the gap. The pick is the cheapest per epoch, ties (`TIE_SHARE`) going to the
-smaller cluster.
+labelled `MEASURED` otherwise, with the gap. The pick among the candidates: `steps.evaluate.choice`.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import asdict, dataclass
 
 from steps.common.errors import UserError
@@ -44,7 +42,6 @@ from steps.contract import METRICS_FILE
 from steps.evaluate.diagnosis import WAIT_SHARE
 from steps.evaluate.metrics import per_sample
 
-ENOUGH_THROUGHPUT = 0.95  # the planner picks the cheapest candidate within this share of the best rate
 # One TCP flow between two instances outside a cluster placement group: 5 Gbps (10 Gbps inside one); AWS EC2 User
 # Guide, "Amazon EC2 instance network bandwidth". The outside figure, conservative: CreateTrainingJob (botocore's model)
 # names no EC2 placement group, only UltraServer placement (InstancePlacementConfig).
@@ -55,9 +52,6 @@ S3_GETS_PER_PREFIX = 5500
 S3_MB_S_PER_CONNECTION = 85.0
 GRADIENT_BYTES_PER_PARAMETER = 4  # fp32 gradients: what DDP and MirroredStrategy all-reduce, whatever the precision
 ALLREDUCE_MODEL = "predicted (all-reduce model)"
-# Costs per epoch this close count as equal: the model's own error is larger (docs/performance.md#planner-accuracy), so
-# the smaller cluster (fewer hosts, then lower $/h) wins: fewer hosts to start, to find capacity for, to fail.
-TIE_SHARE = 0.02
 # A measured rate this close to the slowest predicted stage is that stage's; further off, no stage sets it: `MEASURED`.
 STAGE_MATCH = 0.05
 MEASURED = "measured"  # the label of a measured rate that no predicted stage explains
@@ -333,10 +327,6 @@ def measured(p: Prediction, rate: float) -> tuple[str, float]:
     return (slowest if abs(gap) <= STAGE_MATCH else MEASURED), gap
 
 
-def hosts(p: Prediction) -> int:
-    return p.trainers + p.data_count
-
-
 def candidates(
     profile: Profile,
     trainer: InstanceType,
@@ -358,55 +348,3 @@ def candidates(
                 break
             found.append(p)
     return found
-
-
-def frontier(predictions: list[Prediction]) -> list[Prediction]:
-    """The candidates no other beats on both rate and cost per epoch, fastest last."""
-    ordered = sorted(predictions, key=lambda p: (p.cost_per_epoch, -p.samples_per_second))
-    best: list[Prediction] = []
-    for p in ordered:
-        if not best or p.samples_per_second > best[-1].samples_per_second:
-            best.append(p)
-    return best
-
-
-def recommend(predictions: list[Prediction], target: float | None = None) -> Prediction:
-    """The cheapest per epoch among the candidates that reach ``target`` samples/s (None: `ENOUGH_THROUGHPUT` of
-    the best predicted rate); a tie (`TIE_SHARE`) goes to the smaller cluster."""
-    return adequate(predictions, target)[0]
-
-
-def adequate(predictions: list[Prediction], target: float | None = None) -> list[Prediction]:
-    """The candidates that reach ``target`` (None: `ENOUGH_THROUGHPUT` of the best rate), cheapest per epoch first:
-    each next one the smallest cluster (fewer hosts, then lower $/h) among those left within `TIE_SHARE` of the
-    cheapest left."""
-    if target is None:
-        target = ENOUGH_THROUGHPUT * max(p.samples_per_second for p in predictions)
-    left = sorted(
-        (p for p in predictions if p.samples_per_second >= target * (1 - 1e-9)),
-        key=lambda p: (p.cost_per_epoch, -p.samples_per_second),
-    )
-    costs = [p.cost_per_epoch for p in left]
-    ordered = []
-    while left:
-        tied = range(bisect_right(costs, costs[0] * (1 + TIE_SHARE)))
-        i = min(tied, key=lambda i: (hosts(left[i]), left[i].cluster_price_per_hour, left[i].cost_per_epoch))
-        ordered.append(left.pop(i))
-        del costs[i]
-    return ordered
-
-
-def fallbacks(predictions: list[Prediction], target: float | None = None, size: int = 3) -> list[Prediction]:
-    """The recommendation, then the next cheapest adequate candidates on a trainer type none before uses (a data type
-    none before uses when the trainer types run out; then the rest by cost per epoch): what to start when a type has
-    no capacity."""
-    ordered = adequate(predictions, target)
-    chosen = {id(p) for p in ordered}
-    rest = sorted((p for p in predictions if id(p) not in chosen), key=lambda p: (p.cost_per_epoch, -p.samples_per_second))
-    picked = [ordered[0]]
-    for pool in (ordered, rest):
-        for key in (lambda p: p.trainer, lambda p: (p.trainer, p.data)):
-            for p in pool:
-                if len(picked) < size and key(p) not in {key(q) for q in picked}:
-                    picked.append(p)
-    return picked

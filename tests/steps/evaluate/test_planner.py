@@ -6,24 +6,20 @@ import pytest
 
 from steps.common.errors import UserError
 from steps.evaluate.catalogue import load_catalogue
+from steps.evaluate.choice import TIE_SHARE, adequate, fallbacks, frontier, recommend
 from steps.evaluate.planner import (
     ALLREDUCE_MODEL,
     FLOW_GBPS,
     S3_GETS_PER_PREFIX,
     S3_MB_S_PER_CONNECTION,
-    TIE_SHARE,
     Inputs,
     InstanceType,
     Prediction,
     Profile,
-    adequate,
     candidates,
-    fallbacks,
-    frontier,
     measured,
     predict,
     profile_from_metrics,
-    recommend,
 )
 from steps.evaluate.space import Run, measured_allreduce
 from tests.support.metrics import DATA_HOST, input_bound_run, metrics
