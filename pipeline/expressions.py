@@ -23,7 +23,7 @@ class Scope:
     execution: dict  # PipelineExecutionId, PipelineExecutionArn, PipelineName
     steps: dict = field(default_factory=dict)  # step name -> its Describe* response (properties)
     property_files: dict = field(default_factory=dict)  # step name -> {file name: {"OutputName", "FilePath"}}
-    read_json: Callable[[str], Any] = None  # S3 URI -> parsed JSON
+    read_json: Callable[[str], Any] | None = None  # S3 URI -> parsed JSON (who evaluates Std:JsonGet sets it)
 
 
 def evaluate(node: Any, scope: Scope) -> Any:  # JSON in, JSON out
@@ -95,6 +95,7 @@ def _json_get(spec: dict, scope: Scope):
     _, step, _, name = ref.split(".", 3)
     prop = scope.property_files[step][name]
     output = lookup(scope.steps[step], f"ProcessingOutputConfig.Outputs['{prop['OutputName']}'].S3Output.S3Uri", what=ref)
+    assert scope.read_json is not None, f"{ref}: a scope that reads property files needs read_json"
     document = scope.read_json(f"{output.rstrip('/')}/{prop['FilePath']}")
     try:
         return lookup(document, spec["Path"], what=f"{ref} {spec['Path']}")

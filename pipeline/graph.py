@@ -250,7 +250,9 @@ def _training_steps(framework: str, every_host_reads_every_shard: bool) -> tuple
     )
     if every_host_reads_every_shard:
         # Ray Data's read tasks run on any node and open the files the driver listed: every host sees every shard
-        shards = (TrainChannel("train", train, REPLICATED, (DATA_GROUP, DNN_GROUP), Param("InputMode"), file_system=True),)
+        shards: tuple[TrainChannel, ...] = (
+            TrainChannel("train", train, REPLICATED, (DATA_GROUP, DNN_GROUP), Param("InputMode"), file_system=True),
+        )
     else:
         shards = (
             TrainChannel("train", train, Param("DataDistribution"), (DATA_GROUP,), Param("InputMode"), file_system=True),

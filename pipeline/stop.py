@@ -18,7 +18,7 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -35,7 +35,7 @@ class Stop:
         self.signals: list[int] = []
         self._deferring = 0
         self._lost = False  # the last raise was dropped by a finalizer: the next signal raises again
-        self._hook = None  # the unraisable hook before ours
+        self._hook: Callable[[sys.UnraisableHookArgs], object] | None = None  # the unraisable hook before ours
 
     def install(self) -> None:
         """Handle the stop signals here (main thread only); installing twice changes nothing."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.local.settings import local_registry
@@ -31,7 +32,7 @@ def plan_for(
     *,
     execution_ids: list[str],
     results: str,
-    metrics_paths: list[str] = (),
+    metrics_paths: Sequence[str] = (),
     baseline_path: str | None = None,
     prices_file: str | Path | None = None,
     inputs: Inputs | None = None,
@@ -165,11 +166,11 @@ def render_plan(plan: dict) -> str:
         return "\n".join([f"no plan: {plan['reason']}", *_unpriced_lines(plan)])
     shown = sorted(plan["frontier"], key=lambda p: -p["samples_per_dollar"])
     dated = len({p.get("price_as_of") for p in shown}) > 1
-    head = ("cluster", "samples/s", "rate", "bound by", "GPU busy", "$/h", "$/epoch", "samples per $")
+    head: tuple[str, ...] = ("cluster", "samples/s", "rate", "bound by", "GPU busy", "$/h", "$/epoch", "samples per $")
     rows = []
     for p in shown:
         rate = f"{p.get('rate_source', 'predicted')} ({p['run']})" if p.get("run") else p.get("rate_source", "predicted")
-        row = (_cluster(p), f"{p['samples_per_second']:,.0f}", rate, bound_text(p), f"{p['gpu_busy_share']:.0%}")
+        row: tuple[str, ...] = (_cluster(p), f"{p['samples_per_second']:,.0f}", rate, bound_text(p), f"{p['gpu_busy_share']:.0%}")
         row += (f"{p['cluster_price_per_hour']:.3f}", f"{p['cost_per_epoch']:.4f}", f"{p['samples_per_dollar']:,.0f}")
         rows.append(row + ((p.get("price_as_of") or "undated",) if dated else ()))
     lines = [
@@ -286,7 +287,9 @@ def registered_packages(results: str, registry: str | None) -> dict[str, dict] |
         href = None
         if isinstance(opened, LocalRegistry):
             href = (opened.folder / f"{package['ModelPackageVersion']}.json").as_uri()
-        found[metric(package, EXECUTION_KEY)] = {**package, "href": href}
+        execution = metric(package, EXECUTION_KEY)
+        if execution is not None:  # a package registered by other means names no execution: no row shows it
+            found[execution] = {**package, "href": href}
     return found
 
 

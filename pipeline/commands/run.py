@@ -32,7 +32,9 @@ from steps.evaluate.report import REPORT_FILE
 
 def add_parser(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     run = sub.add_parser("run", help="run the whole pipeline on an emulated local cluster")
-    for param in (p for p in TUNABLES if p.flag):
+    for param in TUNABLES:
+        if not param.flag:
+            continue
         run.add_argument(
             f"--{param.flag}",
             dest=param.flag.replace("-", "_"),
@@ -151,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
     )
     result = LocalRunner(params, options).run()
     STOP.check()  # one came as the run ended, and its raise was lost
+    assert result.price_performance is not None and result.evaluation_dir is not None  # a finished run ran Evaluate
     print()
     print(render(result.price_performance))
     print(textwrap.fill(EMULATED, width=110))

@@ -55,7 +55,7 @@ def stuck(hosts: list[Host], now: float, *, timeout_s: float, step: str) -> str 
     silent = "; ".join(
         f"host {h.name} ({h.group.name}, {h.role}) "
         + (
-            f"silent {now - h.progress_at:.0f} s since {h.progress_line[:200]!r}"
+            f"silent {now - (h.progress_at or now):.0f} s since {h.progress_line[:200]!r}"
             if h.progress_line
             else "reported nothing since it started"
         )
@@ -71,12 +71,14 @@ def stuck(hosts: list[Host], now: float, *, timeout_s: float, step: str) -> str 
 def describe(host: Host, hosts: list[Host], *, step: str, job_dir: Path, volume_plan: list, volume_scale: float | None) -> str:
     """The job's failure as ``host``'s: how it ended, its reason, and the host it blames first."""
     code = host.exit_code
+    assert code is not None, f"host {host.name}: described before it exited"
     how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
     log = host.base_dir / "output" / "host.log"
     reason = host.failure or _last_error(log) or "no failure file; see its log"
     image = image_guard.explain(reason if host.failure else _tail(log), job_dir / ".image")
     volume = next((v for v in volume_plan if v.host == host.name), None)
-    full = f" {volumes.full_volume(volume, volume_scale)}" if volume and "ENOSPC" in reason else ""
+    # a volume plan is made for a volume scale (`EmulatedJob.prepare`)
+    full = f" {volumes.full_volume(volume, volume_scale)}" if volume and volume_scale is not None and "ENOSPC" in reason else ""
     who, tail = (
         f"host {host.name} ({host.group.name}, {host.role})",
         f"{reason}{full}{' ' + image if image else ''} [log: {log}]",

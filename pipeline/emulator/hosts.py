@@ -80,6 +80,13 @@ class Host:
     temp_dir: Path | None = None  # its TMPDIR, removed with the job
 
     @property
+    def popen(self) -> subprocess.Popen:
+        """Its process, once started (`EmulatedJob.start`)."""
+        if self.process is None:
+            raise RuntimeError(f"host {self.name}: not started")
+        return self.process
+
+    @property
     def failure(self) -> str:
         path = (self.view or self.base_dir) / "output" / FAILURE_FILE
         return path.read_text().strip() if path.is_file() else ""
@@ -126,14 +133,14 @@ def stop_hosts(hosts: list[Host]) -> None:
     """SIGTERM to each host still running, SIGKILL to all of them `STOP_WAIT_S` later (at once after a second stop
     signal of the run: `pipeline.stop`)."""
     for host in hosts:
-        if host.process.poll() is None:
+        if host.popen.poll() is None:
             host.stopped_by_emulator = True
-            signal_group(host.process, signal.SIGTERM)
+            signal_group(host.popen, signal.SIGTERM)
     deadline = time.monotonic() + STOP_WAIT_S
-    while time.monotonic() < deadline and not STOP.hurried and any(h.process.poll() is None for h in hosts):
+    while time.monotonic() < deadline and not STOP.hurried and any(h.popen.poll() is None for h in hosts):
         time.sleep(0.05)  # a second stop signal of the run (`pipeline.stop`) cuts this wait short
     for host in hosts:
-        signal_group(host.process, signal.SIGKILL)
+        signal_group(host.popen, signal.SIGKILL)
 
 
 def send_signal(process: subprocess.Popen, sig: int) -> None:

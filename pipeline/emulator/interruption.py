@@ -21,15 +21,15 @@ def signal_and_wait(live: list[Host], *, grace_s: float, signals_reach_entry_poi
     signalled = time.monotonic()
     for host in live:
         if signals_reach_entry_point:
-            send_signal(host.process, signal.SIGTERM)
+            send_signal(host.popen, signal.SIGTERM)
         else:  # script mode: the toolkit holds the signal, and the instance goes when the notice runs out
-            signal_group(host.process, signal.SIGKILL)
+            signal_group(host.popen, signal.SIGKILL)
     deadline = signalled + grace_s
     exited: dict[str, float] = {}
     while time.monotonic() < deadline and len(exited) < len(live):
         STOP.check()
         for host in live:
-            if host.name not in exited and host.process.poll() is not None:
+            if host.name not in exited and host.popen.poll() is not None:
                 exited[host.name] = round(time.monotonic() - signalled, 2)
         time.sleep(0.05)
     return exited

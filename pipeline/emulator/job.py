@@ -205,18 +205,17 @@ class EmulatedJob:
                 reader.start()
                 self._readers.append(reader)
         if self.late_hostnames_s:
-            self._publish_names_late()
+            self._publish_names_late(self.late_hostnames_s)
 
     def degrade(self, host: Host, fault: links.LinkFault | None) -> None:
         """``host``'s link from now on: ``fault`` (`pipeline.emulator.links`), or healthy again (None); the job must have been
         started with ``network_faults``."""
         if not self.network_faults:
             raise RuntimeError(f"job {self.name}: give it network_faults=True to fault a host's link")
-        self._open_links()
-        self._links.set(host.name, fault)
+        self._open_links().set(host.name, fault)
         self.echo(f"network: {host.name} ({host.group.name}, {host.role}) {fault or links.LinkFault()}")
 
-    def _open_links(self) -> None:
+    def _open_links(self) -> links.Links:
         """The job's links (`pipeline.emulator.links`), with a cgroup for each host: a fault may be set before the hosts start."""
         if not self.hosts:
             self.prepare()
@@ -225,6 +224,7 @@ class EmulatedJob:
                 self._links = links.Links.open()
         for host in self.hosts:
             self._links.cgroup_procs(host.name, host.address)
+        return self._links
 
     def link_counters(self) -> dict[str, dict[str, int]]:
         """Packets each faulted host's link rules dropped, lost or delayed so far, or until the job was closed
@@ -233,7 +233,7 @@ class EmulatedJob:
 
     def _mount_volumes(self) -> None:
         """Each host's volume (`pipeline.emulator.volumes`), said once per job: its size per group, or why it is not enforced."""
-        if not self._volume_plan:
+        if not self._volume_plan or self.volume_scale is None:  # a plan is made for a volume scale (`prepare`)
             return
         self._volumes = volumes.Volumes.mount(self._volume_plan, self.hosts, self.volume_scale)
         for host in self.hosts:
@@ -242,9 +242,9 @@ class EmulatedJob:
         enforced = "" if self._volumes.enforced else f"; not enforced: {self._volumes.reason}"
         self.echo(f"volume per host: {', '.join(f'{g} {d}' for g, d in sizes.items())}{enforced}")
 
-    def _publish_names_late(self) -> None:
+    def _publish_names_late(self, after_s: float) -> None:
         rng = random.Random(None if self.seed is None else self.seed + self.interruptions)
-        self._names_stop, thread = layout.publish_names_late(self.hosts, self.job_dir / "hosts", rng, self.late_hostnames_s)
+        self._names_stop, thread = layout.publish_names_late(self.hosts, self.job_dir / "hosts", rng, after_s)
         self._readers.append(thread)
 
     def _image_guard(self) -> str:
@@ -275,7 +275,7 @@ class EmulatedJob:
         log = (host.base_dir / "output" / "host.log").open("w", buffering=1)  # line by line: readable while the job runs
         host.progress_at = time.monotonic()
         with log:
-            for raw in host.process.stdout:
+            for raw in host.popen.stdout or ():  # stdout=PIPE: always a stream
                 line = raw.decode(errors="replace").rstrip("\n")
                 log.write(line + "\n")
                 if PROGRESS_LINE.match(line):
@@ -300,9 +300,9 @@ class EmulatedJob:
                 self._interrupt.clear()
                 self._interrupt_and_restart()
             now = time.monotonic()
-            exited = [h for h in self.hosts if h.exit_code is None and h.process.poll() is not None]
+            exited = [h for h in self.hosts if h.exit_code is None and h.popen.poll() is not None]
             for host in exited:
-                host.exit_code, host.ended_at = host.process.returncode, now
+                host.exit_code, host.ended_at = host.popen.returncode, now
             failed = [h for h in exited if h.exit_code != 0]
             if failed and failure is None:
                 # hosts that ended together (a killed host and the peer that saw it go): the one whose failure blames
@@ -318,7 +318,7 @@ class EmulatedJob:
             if self.timeout_s is not None and now - started > self.timeout_s and failure is None:
                 failure, failed_at = f"step {self.step}: still running after {self.timeout_s:g} s; stopped", now
                 stop_hosts(running)
-            if self.progress_timeout_s and failure is None and (stuck := self._stuck(now)):
+            if self.progress_timeout_s and failure is None and (stuck := self._stuck(now, self.progress_timeout_s)):
                 failure, failed_at = stuck, now
                 stop_hosts(running)
             time.sleep(0.05)
@@ -328,13 +328,13 @@ class EmulatedJob:
         self._save_checkpoints()
         return self._result(failure, time.monotonic() - started)
 
-    def _stuck(self, now: float) -> str | None:
-        return failures.stuck(self.hosts, now, timeout_s=self.progress_timeout_s, step=self.step)
+    def _stuck(self, now: float, timeout_s: float) -> str | None:
+        return failures.stuck(self.hosts, now, timeout_s=timeout_s, step=self.step)
 
     def _interrupt_and_restart(self) -> None:
         """A spot interruption (`pipeline.emulator.interruption`), then the same job again on fresh hosts (names dealt
         anew) that find the checkpoints where the first ones left them."""
-        live = [h for h in self.hosts if h.process.poll() is None]
+        live = [h for h in self.hosts if h.popen.poll() is None]
         if not live:  # the job ended before the interruption came: nothing to interrupt
             return
         self.interruptions += 1
@@ -357,12 +357,12 @@ class EmulatedJob:
         """Stop every process of the job (and its children). Safe to call twice."""
         self._names_stop.set()
         live = [h for h in self.hosts if h.process is not None]
-        stop_hosts([h for h in live if h.process.poll() is None])
+        stop_hosts([h for h in live if h.popen.poll() is None])
         for host in live:
-            signal_group(host.process, signal.SIGKILL)  # orphaned workers of hosts that did exit
-            host.process.wait()
+            signal_group(host.popen, signal.SIGKILL)  # orphaned workers of hosts that did exit
+            host.popen.wait()
             if host.exit_code is None:
-                host.exit_code = host.process.returncode
+                host.exit_code = host.popen.returncode
         self._volumes.unmount(self.hosts)
         if self._links is not None:
             self._link_counts = self._links.counters()

@@ -112,7 +112,7 @@ class Queue:
 
     def received(self) -> list[int]:
         """The ids of the packets queued since the last call (none: nothing waiting)."""
-        ids = []
+        ids: list[int] = []
         while True:
             try:
                 data = self.sock.recv(RECEIVE_BUFFER)

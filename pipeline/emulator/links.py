@@ -130,7 +130,11 @@ class Links:
         self.tag = tag
         self.table = f"{PREFIX}_{tag}"
         self.chain = f"{PREFIX.upper()}_{tag}"
-        self.root = _cgroup2_root() / _own_cgroup().lstrip("/") / f"{PREFIX}-{tag}"
+        cgroup2 = _cgroup2_root()
+        if cgroup2 is None:  # Links.open checks unavailable() first
+            raise RuntimeError(f"no cgroup2 hierarchy under {CGROUP_FS}")
+        self.cgroup2 = cgroup2
+        self.root = cgroup2 / _own_cgroup().lstrip("/") / f"{PREFIX}-{tag}"
         self.faults: dict[str, LinkFault] = {}
         self._addresses: dict[str, str] = {}
         self._slots: dict[str, int] = {}
@@ -198,7 +202,7 @@ class Links:
 
     def _match(self, host: str) -> str:
         path = self.root / host
-        level = len(path.relative_to(_cgroup2_root()).parts)
+        level = len(path.relative_to(self.cgroup2).parts)
         return f'socket cgroupv2 level {level} "{path.relative_to(CGROUP_FS)}"'
 
     def _ruleset(self) -> str:
@@ -273,6 +277,7 @@ def _start_delayer(delay_ms: float) -> tuple[subprocess.Popen, int, float]:
             stdin=subprocess.DEVNULL,
             text=True,
         )
+        assert process.stdout is not None  # stdout=PIPE
         line = process.stdout.readline().strip()
         if line == "ready":
             return process, queue, delay_ms

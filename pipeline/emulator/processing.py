@@ -139,7 +139,8 @@ def _run(command: list[str], *, cwd: Path, env: dict, log: Path, echo, timeout_s
                 proc.wait()
                 if reader is not None:
                     reader.join(timeout=5)  # the job's last lines, read before its log closes
-                proc.stdout.close()
+                if proc.stdout:
+                    proc.stdout.close()
         return proc.returncode if ended else None
 
 

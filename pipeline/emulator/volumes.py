@@ -54,7 +54,8 @@ class Volume:
             if self.instance_store
             else "VolumeSizeInGB"
         )
-        emulated = "" if scale == 1 else f"; {_mb(self.size_bytes(scale))} here at volume scale {scale:g}"
+        size = self.size_bytes(scale)
+        emulated = "" if scale == 1 or size is None else f"; {_mb(size)} here at volume scale {scale:g}"
         return f"{self.gb:g} GB ({source}{emulated})"
 
 
@@ -133,7 +134,8 @@ class Volumes:
         """A tmpfs over each host's base folder, sized to its volume less its downloaded channels, holding what the
         folder holds."""
         dirs = {h.name: str(h.base_dir) for h in hosts}
-        mounts = [[dirs[v.host], max(4096, v.size_bytes(scale) - v.channel_bytes)] for v in volumes if v.gb is not None]
+        # a volume the request sizes (VolumeSizeInGB) is mounted; one it does not is not enforced
+        mounts = [[dirs[v.host], max(4096, size - v.channel_bytes)] for v in volumes if (size := v.size_bytes(scale)) is not None]
         if not mounts:
             return cls(None, [], "no volume size in the request")
         holder = None
@@ -146,6 +148,7 @@ class Volumes:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
+            assert holder.stdin is not None and holder.stdout is not None  # both PIPE
             holder.stdin.write((json.dumps({"uid": os.getuid(), "gid": os.getgid(), "mounts": mounts}) + "\n").encode())
             holder.stdin.flush()
             answer = holder.stdout.readline().decode()
@@ -178,7 +181,7 @@ class Volumes:
 
     def live_dir(self, base_dir: Path) -> Path:
         """Where the emulator sees a host's folder as the host does."""
-        return Path(f"/proc/{self.holder.pid}/root{base_dir}") if self.enforced else base_dir
+        return Path(f"/proc/{self.holder.pid}/root{base_dir}") if self.holder is not None else base_dir
 
     def enter(self, cwd: str) -> None:
         """In a host's process, after fork and before exec: join the volumes' namespaces (user first: it owns the mount
@@ -191,7 +194,8 @@ class Volumes:
 
     def unmount(self, hosts: list) -> None:
         """Make each host's folder what its volume holds (the emulator's own files kept), then end the namespace."""
-        if not self.enforced:
+        holder = self.holder
+        if holder is None:  # not enforced
             return
         try:
             for host in hosts:
@@ -200,7 +204,7 @@ class Volumes:
             for fd in self._namespaces:
                 os.close(fd)
             self._namespaces = []
-            _end(self.holder)
+            _end(holder)
             self.holder = None
 
 
@@ -217,13 +221,15 @@ def _replace(folder: Path, volume: Path) -> None:
 
 
 def _end(holder: subprocess.Popen) -> None:
-    holder.stdin.close()
+    if holder.stdin:
+        holder.stdin.close()
     try:
         holder.wait(timeout=10)
     except subprocess.TimeoutExpired:
         holder.kill()
         holder.wait()
-    holder.stdout.close()
+    if holder.stdout:
+        holder.stdout.close()
 
 
 def _check(rc: int, what: str) -> None:

@@ -23,6 +23,7 @@ The ARNs are this machine's binding (account 000000000000, bucket ``local``, the
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -302,7 +303,7 @@ class Recorder:
             for uri in objects(output["S3Output"]["S3Uri"]):
                 self.put(uri, step, f"output {output['OutputName']}")
 
-    def step_code(self, notes: list[dict], step: str, to_uri) -> None:  # noqa: ANN001 - a local path -> its s3:// URI
+    def step_code(self, notes: Iterable[dict], step: str, to_uri) -> None:  # noqa: ANN001 - a local path -> its s3:// URI
         """The calls step code noted (`steps.common.aws_calls`), made as the job role."""
         for note in notes:
             operation = note["operation"]
@@ -323,7 +324,9 @@ def job_conditions(request: dict) -> dict:
     Reference, Amazon SageMaker AI: the actions' condition keys), as IAM sees them: lists, "true"/"false", numbers."""
     resources = request.get("ResourceConfig") or request.get("ProcessingResources", {}).get("ClusterConfig", {})
     groups = resources.get("InstanceGroups") or [resources]
-    conditions = {"sagemaker:InstanceTypes": sorted({g["InstanceType"] for g in groups if "InstanceType" in g})}
+    conditions: dict[str, str | list[str]] = {
+        "sagemaker:InstanceTypes": sorted({g["InstanceType"] for g in groups if "InstanceType" in g})
+    }
     isolated = request.get("EnableNetworkIsolation", request.get("NetworkConfig", {}).get("EnableNetworkIsolation", False))
     conditions["sagemaker:NetworkIsolation"] = str(bool(isolated)).lower()
     encrypted = request.get(

@@ -238,7 +238,7 @@ class LocalRunner:
         self.result.jobs[name] = result
         if result.interruptions:
             self.options.echo(f"[{name}] interrupted {result.interruptions} time(s) and resumed from its checkpoints")
-        if not result.ok:
+        if result.failure is not None:
             raise StepFailed(result.failure, user_error=any(h.exit_code == EXIT_USER_ERROR for h in result.hosts))
         seconds = max(1, round(result.wall_s))  # no spot market here: billable time is the training time
         self.scope.steps[name] = {
@@ -282,7 +282,7 @@ class LocalRunner:
             )
         finally:
             self.calls.processing_job(request, job_name, name)
-        if not result.ok:
+        if result.failure is not None:
             raise StepFailed(result.failure, user_error=result.exit_code == EXIT_USER_ERROR)
         self.scope.steps[name] = {"ProcessingJobName": job_name, "ProcessingJobStatus": "Completed", **request}
         self.scope.property_files[name] = {f["PropertyFileName"]: f for f in step.get("PropertyFiles", [])}

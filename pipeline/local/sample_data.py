@@ -125,7 +125,7 @@ def _background(size: int, rng: np.random.Generator) -> Image.Image:
     ramp = np.linspace(-1, 1, size, dtype=np.float32)
     gradient = rng.uniform(-30, 30) * ramp[None, :] + rng.uniform(-30, 30) * ramp[:, None]
     coarse = Image.fromarray(rng.normal(0, 25, size=(size // 8, size // 8)).astype(np.float32))
-    blobs = np.asarray(coarse.resize((size, size), Image.BILINEAR))  # upsampled: soft blobs
+    blobs = np.asarray(coarse.resize((size, size), Image.Resampling.BILINEAR))  # upsampled: soft blobs
     noise = rng.standard_normal((size, size, 3), dtype=np.float32) * 8
     pixels = base + (gradient + blobs)[:, :, None] + noise
     return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGB")

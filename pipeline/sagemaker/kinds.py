@@ -118,8 +118,16 @@ class StepCompiler:
         if isinstance(graph_step, TrainingStep):
             return compiled.properties.ModelArtifacts.S3ModelArtifacts
         base = compiled.properties.ProcessingOutputConfig.Outputs["output"].S3Output.S3Uri
-        rel = graph_step.outputs[ref.name]
+        rel = self._processing_outputs(step or ref.step)[ref.name]
         return base if rel in (".", "") else join("/", base, rel)
+
+    def _processing_outputs(self, step: str) -> dict:
+        """Output name -> path of graph step ``step``: what besides a model is referred to is a processing step's."""
+        graph_step = self.graph.step(step)
+        assert isinstance(graph_step, ProcessingStep), (
+            f"step {step}: its outputs are read by path, but it is a {type(graph_step).__name__}"
+        )
+        return graph_step.outputs
 
     # -- steps by kind -------------------------------------------------------
     def processing(
@@ -199,22 +207,23 @@ class StepCompiler:
         isolation the code is one more channel, on every group."""
         from sagemaker.core.shapes import Channel, DataSource, FileSystemDataSource, S3DataSource
 
-        on_fsx = {c.name for c in step.channels if c.file_system and self.s.fsx}
+        fsx = self.s.fsx
+        on_fsx = {c.name for c in step.channels if c.file_system and fsx}
         code = (TrainChannel(CODE_CHANNEL, self.s.code_uri, REPLICATED, tuple(g.name for g in step.groups)),)
         channels = []
         for c in (*step.channels, *(code if self.s.network_isolation else ())):
-            if c.name in on_fsx:
+            if fsx and c.name in on_fsx:
                 source = DataSource(
                     file_system_data_source=FileSystemDataSource(
-                        file_system_id=self.s.fsx.file_system_id,
+                        file_system_id=fsx.file_system_id,
                         file_system_type="FSxLustre",
                         file_system_access_mode="ro",
                         directory_path=join(
                             "",
-                            self.s.fsx.directory_path,
+                            fsx.directory_path,
                             "/",
                             self.exec_id,
-                            f"/{c.source.step}/{self.graph.step(c.source.step).outputs[c.source.name]}",
+                            f"/{c.source.step}/{self._processing_outputs(c.source.step)[c.source.name]}",
                         ),
                     )
                 )
@@ -291,7 +300,7 @@ class StepCompiler:
 
     def networking(self, networking_class: type[Networking]) -> Networking | None:
         """The training jobs' VPC (with FSx) and the deploy options on traffic between and out of their hosts."""
-        options = {}
+        options: dict[str, Any] = {}
         if self.s.fsx:
             options.update(subnets=list(self.s.fsx.subnets), security_group_ids=list(self.s.fsx.security_group_ids))
         if self.s.inter_container_encryption:

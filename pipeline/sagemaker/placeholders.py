@@ -47,7 +47,7 @@ def substitutions(real: DeploySettings, fake: DeploySettings) -> list[tuple[str,
         pairs.append((fake.region, real.region))
     if real.network_isolation:  # the code's file name in sagemaker_submit_directory (the whole URI is replaced first)
         pairs.append((f"{CODE_CHANNEL_DIR}/{_CODE_FILE}", f"{CODE_CHANNEL_DIR}/{code_file(real.code_uri)}"))
-    if real.fsx:
+    if real.fsx and fake.fsx:  # the stand-in settings carry stand-in FSx settings where the real ones have FSx
         pairs += [(fake.fsx.file_system_id, real.fsx.file_system_id), (fake.fsx.directory_path, real.fsx.directory_path)]
         pairs += list(zip(fake.fsx.subnets, real.fsx.subnets)) + list(
             zip(fake.fsx.security_group_ids, real.fsx.security_group_ids)

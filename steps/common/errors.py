@@ -83,7 +83,7 @@ _STORAGE_CAUSES = {
 }
 
 
-def storage_error(exc: BaseException) -> UserError | None:
+def storage_error(exc: BaseException | None) -> UserError | None:
     """A full disk or a read-only or forbidden folder anywhere in ``exc``'s chain, as one line naming the path
     and the cause; None for anything else."""
     seen = set()

@@ -8,7 +8,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 
 @contextlib.contextmanager
@@ -44,7 +44,7 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
         with writing(path), os.fdopen(fd, "wb") as fh:
             sink = _Sink(fh)
             try:
-                write(sink)
+                write(cast(BinaryIO, sink))  # a proxy of the file: what it does not define is the file's (__getattr__)
             except Exception as exc:
                 if sink.error is None or sink.error is exc:
                     raise

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import typing
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import Field, dataclass, field, fields, is_dataclass
 from functools import cache
 from types import NoneType, UnionType
 
@@ -37,6 +37,8 @@ ABSENT_IF_NONE = {**OPTIONAL, "omit_none": True}  # written only by the framewor
 class Section:
     """A declared object of metrics.json: `as_dict` writes it, `check` holds a read one against the declaration."""
 
+    __dataclass_fields__: typing.ClassVar[dict[str, Field[typing.Any]]]  # every section is a dataclass
+
     def as_dict(self) -> dict:
         doc = {}
         for f in fields(self):
@@ -52,7 +54,8 @@ class Section:
         this class does not declare, or one it lacks, is a TypeError."""
         values = {}
         for name, value in doc.items():
-            nested = _section_of(cls, name) if name in _types(cls) else None
+            # a class is hashable; mypy takes type[X] for an instance of X here (python/mypy#11470)
+            nested = _section_of(cls, name) if name in _types(cls) else None  # type: ignore[arg-type]
             if nested and isinstance(value, dict):
                 value = nested.from_dict(value)
             elif nested and isinstance(value, list):
@@ -207,8 +210,9 @@ def check(doc: object, source: str) -> dict:
         raise UserError(f"{source}: field 'instance_groups' must list at least one group")
     check_section(Metrics, doc, source, "", version=version)
     costs = doc.get("isolated_costs")
-    for name in ("decode_s_per_batch", "step_s_per_batch") if costs else ():
-        _value(costs, name, (float, int), source, f"isolated_costs.{name}", _bounds(0, low_open=True))
+    if costs:
+        for name in ("decode_s_per_batch", "step_s_per_batch"):
+            _value(costs, name, (float, int), source, f"isolated_costs.{name}", _bounds(0, low_open=True))
     return doc
 
 
@@ -277,7 +281,7 @@ def _types(cls: type) -> dict[str, tuple[type, ...]]:
 
 
 @cache
-def _section_of(cls: type, name: str) -> type | None:
+def _section_of(cls: type, name: str) -> type[Section] | None:
     """The `Section` a field holds, alone or as a list's items, else None."""
     hint = typing.get_type_hints(cls)[name]
     for option in typing.get_args(hint) if isinstance(hint, UnionType) else (hint,):

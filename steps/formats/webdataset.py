@@ -26,7 +26,7 @@ import os
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from steps.common.errors import UserError
 from steps.common.files import writing
@@ -149,7 +149,7 @@ def sha256_file(path: str | os.PathLike) -> str:
 class _OpenShard:
     """``tarfile.open`` whose errors (also those raised while iterating) become UserErrors."""
 
-    def __init__(self, path: Path, mode: str) -> None:
+    def __init__(self, path: Path, mode: Literal["r|", "r:"]) -> None:
         self.path, self.mode = path, mode
 
     def __enter__(self) -> tarfile.TarFile:
@@ -178,7 +178,8 @@ def _groups(path: Path, tar: tarfile.TarFile, *, read: Callable[[tarfile.TarInfo
 
     Members of one sample must be adjacent (that is what lets a reader stream).
     """
-    key, group = None, {}
+    key: str | None = None
+    group: dict[str, tuple[str, bytes]] = {}
     for member in tar:
         if not member.isfile():
             raise _malformed(path, member.name, "is not a regular file")

@@ -42,7 +42,7 @@ if not __package__:
 
 from steps.common.cli import StepArgumentParser, run_step_cli  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
-from steps.contract import MANIFEST_FILE, SECRET_CHANNEL, SHARD_REPORT_FILE, TUNABLES_BY_NAME  # noqa: E402
+from steps.contract import MANIFEST_FILE, SECRET_CHANNEL, SHARD_REPORT_FILE, TUNABLES_BY_NAME, Tunable  # noqa: E402
 from steps.formats.registry import FORMATS  # noqa: E402
 from steps.formats.tfrecord import check_tensorflow  # noqa: E402
 from steps.shard.job_secret import write_job_secret  # noqa: E402
@@ -53,7 +53,14 @@ from steps.shard.write import clear_previous_output, report, write_json, write_s
 DEFAULT_INPUT = "/opt/ml/processing/input/raw"
 DEFAULT_OUTPUT = "/opt/ml/processing/output"
 SHARD_SIZE = TUNABLES_BY_NAME["ShardSizeMB"]  # --target-shard-mb is that pipeline parameter: its default and bounds
-MIN_SHARD_MB, MAX_SHARD_MB = SHARD_SIZE.minimum, SHARD_SIZE.maximum
+
+
+def _bounds(tunable: Tunable) -> tuple[float, float]:
+    assert tunable.minimum is not None and tunable.maximum is not None, f"{tunable.name} is declared with both bounds"
+    return tunable.minimum, tunable.maximum
+
+
+MIN_SHARD_MB, MAX_SHARD_MB = _bounds(SHARD_SIZE)
 MB = 1024 * 1024
 
 

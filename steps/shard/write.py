@@ -52,7 +52,7 @@ def write_split(output_dir: Path, split_name: str, groups: list[list[Item]], sha
 
 
 def report(
-    input_dir: Path,
+    source: str,
     classes: list[str],
     candidates: list[Candidate],
     train: list[Item],
@@ -60,7 +60,8 @@ def report(
     quarantined: list[dict],
     skipped: list[dict],
 ) -> dict:
-    """report.json: per-class counts, and every quarantined and skipped file with its reason."""
+    """report.json: per-class counts, and every quarantined and skipped file with its reason. ``source``: the input as
+    the user named it."""
     per_class = {
         name: {"label": label, "images": 0, "train": 0, "validation": 0, "quarantined": 0} for label, name in enumerate(classes)
     }
@@ -71,7 +72,7 @@ def report(
             per_class[classes[item.label]][split_name] += 1
     for entry in quarantined:
         per_class[entry["path"].split("/", 1)[0]]["quarantined"] += 1
-    return {"input": str(input_dir), "classes": per_class, "quarantined": quarantined, "skipped": skipped}
+    return {"input": source, "classes": per_class, "quarantined": quarantined, "skipped": skipped}
 
 
 def write_json(path: Path, data: dict) -> None:

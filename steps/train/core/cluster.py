@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 from steps.common.errors import UserError
 from steps.contract import CHECKPOINT_FOLDER, HOSTS_FILE_ENV
@@ -77,6 +77,10 @@ class Cluster:
     def world_size(self) -> int:
         return len(self.trainer_hosts)
 
+    @overload
+    def channel(self, name: str, *, required: Literal[True] = True) -> Path: ...
+    @overload
+    def channel(self, name: str, *, required: Literal[False]) -> Path | None: ...
     def channel(self, name: str, *, required: bool = True) -> Path | None:
         path = self.channel_dirs.get(name)
         if path is None and required:

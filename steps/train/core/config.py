@@ -157,7 +157,7 @@ def _coerce(f: dataclasses.Field, raw: Any) -> Any:
             f"hyperparameter {f.name}={raw!r} is not a {want.__name__}: {f.metadata['help']}",
             headline="bad hyperparameter",
         )
-    if want is float and not math.isfinite(value):  # NaN slips past every bound; inf overflows socket timeouts
+    if isinstance(value, float) and not math.isfinite(value):  # NaN slips past every bound; inf overflows socket timeouts
         raise UserError(
             f"hyperparameter {f.name}={raw!r} must be a finite number: {f.metadata['help']}", headline="bad hyperparameter"
         )

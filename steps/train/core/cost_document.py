@@ -50,7 +50,7 @@ def timed_decode(
     decode_s, decoded = [], []
     for _ in range(batches + 1):
         started = time.perf_counter()
-        items = []
+        items: list[tuple[int, int, np.ndarray | None, str | None]] = []
         for sample in islice(samples, batch_size):
             try:
                 items.append((sample.sample_id, sample.label, workload.decode(sample.raw, train=True, rng=rng), None))

@@ -75,7 +75,7 @@ def require_usable_gpus(
 
 def gpu_use(used: int, per_host: int, framework: str) -> dict:
     """metrics.json's ``gpus``: the GPUs each trainer host has and uses; ``idle`` says why some sit idle."""
-    doc = {"per_host": per_host, "used_per_host": used, "idle": None}
+    doc: dict[str, int | str | None] = {"per_host": per_host, "used_per_host": used, "idle": None}
     if used < per_host:
         doc["idle"] = (
             f"framework={framework} trains one process per trainer host, on {used} of its {per_host} GPUs: "

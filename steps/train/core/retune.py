@@ -84,7 +84,7 @@ class Controller:
             self._settling = False
             return None
         if self._trial is not None:
-            return self._judge(interval, t)
+            return self._judge(self._trial, interval, t)
         share = interval.wait_share
         self._idle = self._idle + 1 if share <= IDLE else 0
         if share > WAITING and self.workers < min(self.hi, self._cap):
@@ -98,8 +98,8 @@ class Controller:
         self._trial = (direction, before)
         return self._move(direction, t, why)
 
-    def _judge(self, after: Interval, t: float) -> Change | None:
-        direction, before = self._trial
+    def _judge(self, trial: tuple[int, Interval], after: Interval, t: float) -> Change | None:
+        direction, before = trial
         self._trial = None
         if direction > 0:
             helped = after.rate >= before.rate * (1 + GAIN) or after.wait_share <= before.wait_share / 2

@@ -43,7 +43,7 @@ class Bottleneck(nn.Module):
             nn.Conv2d(width, cout, 1, bias=False),
             nn.BatchNorm2d(cout),
         )
-        self.shortcut = nn.Identity()
+        self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or cin != cout:
             self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
         self.relu = nn.ReLU(inplace=True)

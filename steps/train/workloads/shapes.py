@@ -47,7 +47,7 @@ class Shapes(Workload):
         self.blur_radius = float(self.options.get("blur_radius", 1.0))
 
     def decode(self, raw: bytes, *, train: bool, rng: np.random.Generator) -> np.ndarray:
-        image = Image.open(io.BytesIO(raw))
+        image: Image.Image = Image.open(io.BytesIO(raw))
         image = image.convert("RGB")
         size = self.image_size
         if train:
@@ -55,11 +55,11 @@ class Shapes(Workload):
             scale = rng.uniform(0.6, 1.0)
             cw, ch = max(1, int(w * scale)), max(1, int(h * scale))
             x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-            image = image.resize((size, size), Image.BILINEAR, box=(x0, y0, x0 + cw, y0 + ch))
+            image = image.resize((size, size), Image.Resampling.BILINEAR, box=(x0, y0, x0 + cw, y0 + ch))
             if rng.random() < 0.5:
-                image = image.transpose(Image.FLIP_LEFT_RIGHT)
+                image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         else:
-            image = image.resize((size, size), Image.BILINEAR)
+            image = image.resize((size, size), Image.Resampling.BILINEAR)
         for _ in range(self.blur_passes):  # part of preprocessing, so validation sees it too
             image = image.filter(ImageFilter.GaussianBlur(self.blur_radius))
         return np.asarray(image, dtype=np.uint8)
