@@ -19,7 +19,7 @@ from steps.train.core.metrics import final_line
 SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
-def write_outputs(cluster: Cluster, metrics: Metrics, save_model: Callable[[Path], None]) -> dict[str, bytes]:
+def write_outputs(cluster: Cluster, metrics: Metrics, save_model: Callable[[Path], object]) -> dict[str, bytes]:
     """``save_model(folder)`` writes the model into the model folder; returns the model folder's files by name."""
     cluster.model_dir.mkdir(parents=True, exist_ok=True)
     save_model(cluster.model_dir)

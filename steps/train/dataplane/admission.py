@@ -73,7 +73,7 @@ def accept_trainers(
         with lock:
             pending.pop(sock, None)
             key = (peer, sum(1 for host, _ in trainers if host == peer))  # its next stream
-            if key in expected:
+            if peer is not None and key in expected:
                 link = Link(
                     sock,
                     f"trainer {peer}",

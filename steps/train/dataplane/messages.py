@@ -14,7 +14,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields
 from functools import cache
 from types import NoneType, UnionType
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -33,7 +33,8 @@ class Message:
     def encode(self) -> tuple[Kind, dict, list[tuple[str, np.ndarray]]]:
         """Kind, metadata and named arrays, for `wire.send_frame`; fields left None are not sent."""
         meta, arrays = {}, []
-        for name, types in _fields(type(self)).items():
+        # a class is hashable; mypy takes type[X] for an instance of X here (python/mypy#11470)
+        for name, types in _fields(type(self)).items():  # type: ignore[arg-type]
             value = getattr(self, name)
             if value is None:
                 continue
@@ -46,7 +47,7 @@ class Message:
     @classmethod
     def decode(cls, meta: dict, arrays: dict[str, np.ndarray]) -> Self:
         values = {}
-        for name, types in _fields(cls).items():
+        for name, types in _fields(cls).items():  # type: ignore[arg-type]  # as in encode (python/mypy#11470)
             source = arrays if np.ndarray in types else meta
             if name not in source:
                 if _required(cls, name):
@@ -184,7 +185,7 @@ class Start(Message):
     split: dict | None = None
     ray: str | None = None
 
-    def require(self, name: str) -> object:
+    def require(self, name: str) -> Any:  # the field's value, of its declared type
         value = getattr(self, name)
         if value is None:
             raise WireError(f"a START frame lacks its field {name!r}: run the same code on every host")
@@ -248,8 +249,8 @@ class Other:
     kind: Kind
 
 
-FROM_TRAINER = {m.KIND: m for m in (Auth, Ping, Stop, Error, Start, IdsQuery, ReportQuery, Resume)}
-FROM_DATA_HOST = {m.KIND: m for m in (Hello, Auth, Batch, End, Ping, Error, WorkerUp, Ids, Report)}
+FROM_TRAINER: dict[Kind, type[Message]] = {m.KIND: m for m in (Auth, Ping, Stop, Error, Start, IdsQuery, ReportQuery, Resume)}
+FROM_DATA_HOST: dict[Kind, type[Message]] = {m.KIND: m for m in (Hello, Auth, Batch, End, Ping, Error, WorkerUp, Ids, Report)}
 Inbound = dict[Kind, type[Message]]
 
 

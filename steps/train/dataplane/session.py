@@ -197,13 +197,13 @@ class HostSession:
                 t.lost = True
                 self.fail(TrainerGone(f"trainer {t.host} failed: {message.reason}"))
             elif self._on_message is not None:
-                self._handle(t, message)
+                self._handle(self._on_message, t, message)
             self._changed.set()
 
-    def _handle(self, t: Trainer, message: Message | Other) -> None:
+    def _handle(self, on_message: OnMessage, t: Trainer, message: Message | Other) -> None:
         """The framework's part; what it raises ends the session (a broken link: ``t`` lost)."""
         try:
-            self._on_message(t, message)
+            on_message(t, message)
         except Stopped:
             pass
         except (WireError, OSError) as exc:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from steps.common.errors import HeteroError, describe
 from steps.train.dataplane.admission import open_link
@@ -32,7 +33,7 @@ def failure_reason(trainer: str, exc: BaseException) -> str:
     return describe(exc) if isinstance(exc, DataHostLost) else f"trainer {trainer}: {describe(exc)}"
 
 
-def send_stop(links: list[Link], status: str, reason: str, files: dict[str, bytes] | None, extra: list[Link] = ()) -> None:
+def send_stop(links: list[Link], status: str, reason: str, files: dict[str, bytes] | None, extra: Sequence[Link] = ()) -> None:
     """The trainer's STOP, carrying ``files`` (its outputs), to every link, each then half-closed; ``extra`` (a host's
     further streams) get the STOP without the files, which one copy per host is enough of.
 
@@ -62,22 +63,25 @@ class Peer:
     streams: list[Link] = field(default_factory=list)
 
 
-class PeerWatch:
+PeerT = TypeVar("PeerT", bound=Peer)  # a framework's peers may carry its own bookkeeping
+
+
+class PeerWatch(Generic[PeerT]):
     """``label`` names a peer in every line ("data host algo-2"); ``error`` is the class of its loss. ``lost(peer, exc)``
     words a broken link (default: "<label> <name> was lost: <exc>"); ``on_failure(error)`` hears the first failure."""
 
     def __init__(
         self,
         settings: DataPlaneSettings,
-        peers: list[Peer],
+        peers: list[PeerT],
         *,
         me: str,
         secret: bytes,
         label: str = "data host",
         error: type[HeteroError] = DataHostLost,
-        on_message: Callable[[Peer, Message | Other], None] | None = None,
+        on_message: Callable[[PeerT, Message | Other], None] | None = None,
         on_failure: Callable[[HeteroError], None] | None = None,
-        lost: Callable[[Peer, Exception], HeteroError] | None = None,
+        lost: Callable[[PeerT, Exception], HeteroError] | None = None,
         **link_options,
     ) -> None:
         self.settings, self.peers, self.me, self.secret = settings, peers, me, secret
@@ -101,14 +105,16 @@ class PeerWatch:
         """Dial every peer (each may still be starting: until connect_timeout_s in all) and prove the secret, on as many
         connections as its HELLO asks for."""
         deadline = time.monotonic() + self.settings.connect_timeout_s
+        hellos = []
         for peer in self.peers:
-            peer.link, peer.hello = self._dial(peer, deadline)
-            peer.streams = [peer.link]
-            for _ in range(peer.hello.streams - 1):
+            peer.link, peer.hello = link, hello = self._dial(peer, deadline)
+            peer.streams = [link]
+            for _ in range(hello.streams - 1):
                 peer.streams.append(self._dial(peer, deadline)[0])
-        return [p.hello for p in self.peers]
+            hellos.append(hello)
+        return hellos
 
-    def _dial(self, peer: Peer, deadline: float) -> tuple[Link, Hello]:
+    def _dial(self, peer: PeerT, deadline: float) -> tuple[Link, Hello]:
         return open_link(
             self.settings,
             peer.name,
@@ -181,7 +187,7 @@ class PeerWatch:
         if peer is not None and not self.stopping.is_set():
             self.fail(self._lost(peer, exc))
 
-    def _watch(self, peer: Peer, link: Link) -> None:
+    def _watch(self, peer: PeerT, link: Link) -> None:
         """One link of ``peer`` (one of its streams)."""
         while not self.closing.is_set():
             try:

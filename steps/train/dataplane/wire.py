@@ -125,7 +125,8 @@ def byte_view(array: np.ndarray) -> memoryview:
     """A flat byte view of a C-contiguous array, no copy. memoryview refuses to cast
     an empty multi-dimensional array (a batch whose samples were all corrupt), so
     those get an empty view of their own."""
-    return memoryview(array).cast("B") if array.size else memoryview(b"")
+    # an ndarray exports the buffer protocol; NumPy's stubs declare __buffer__ for Python 3.12+ only
+    return memoryview(array).cast("B") if array.size else memoryview(b"")  # type: ignore[arg-type]
 
 
 def encode_frame(kind: Kind, meta: dict | None = None, arrays: Sequence[tuple[str, np.ndarray]] = ()) -> list:

@@ -59,7 +59,7 @@ class Checkpoints:
         self.every_steps = every_steps
         self.every_s = every_s
         self.saved_at = time.monotonic()
-        self.saved_tag: tuple[int, int] | None = None  # (epoch, iteration) of this host's last save
+        self.saved_tag: tuple[int, ...] | None = None  # (epoch, iteration) of this host's last save
         self.saved_step = -1
         self.saves = 0
         self.seconds = 0.0  # spent saving, left out of the step times

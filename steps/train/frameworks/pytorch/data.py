@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import SupportsInt
+from typing import TYPE_CHECKING, SupportsInt
 
 import numpy as np
 import torch
@@ -38,6 +38,10 @@ from steps.train.dataplane.wire import Segment
 from steps.train.frameworks.pytorch.dataset import Batch, ShardDataset, batch_loader
 from steps.train.frameworks.pytorch.throttle import retuner, workers_report
 from steps.train.workload import Workload
+
+if TYPE_CHECKING:
+    from steps.train.core.retune import Retuner
+    from steps.train.frameworks.pytorch.local_decode import LocalDecoder
 
 
 @dataclass(frozen=True)
@@ -115,11 +119,11 @@ class DataServiceClient:
         self._stopping = self.watch.stopping  # STOP sent: drain until each data host hangs up
         self._threads: list[threading.Thread] = []
         self.split: Split = NO_SPLIT
-        self.local = None  # this host's own decode workers (`add_local`), a source beside the data hosts
+        self.local: LocalDecoder | None = None  # this host's own decode workers (`add_local`), a source beside the data hosts
         self._local: _Host | None = None
         self._local_cpu_s = 0.0
         self.waited_s = 0.0  # the loop's time waiting on an empty merge: what retunes this host's decode workers
-        self._retuner = None
+        self._retuner: Retuner | None = None
 
     # -- lifecycle ---------------------------------------------------------
     def connect(
@@ -130,10 +134,10 @@ class DataServiceClient:
         ``trainer_workers`` (every trainer's local decode workers, by rank) against the data hosts' decode workers
         (their HELLOs) settle the `Split` every trainer computes alike."""
         consumed = np.empty(0, dtype=np.int64) if consumed is None else np.asarray(consumed, dtype=np.int64)
-        self.watch.connect()
-        for host in self.hosts:
-            host.samples_per_epoch = host.hello.samples_per_epoch
-        self.split = Split.weighted(list(trainer_workers or [0]), sum(max(h.hello.decode_workers, 1) for h in self.hosts))
+        hellos = self.watch.connect()  # one per data host, in order
+        for host, hello in zip(self.hosts, hellos):
+            host.samples_per_epoch = hello.samples_per_epoch
+        self.split = Split.weighted(list(trainer_workers or [0]), sum(max(hello.decode_workers, 1) for hello in hellos))
         self.watch.send_all(messages.Resume(epoch=epoch, split=self.split.as_meta(), consumed=consumed))
         self._epoch = epoch
         for host in self.hosts:
@@ -146,12 +150,12 @@ class DataServiceClient:
         """The first lost host: raised before any batch still queued."""
         return self.watch.failure
 
-    def add_local(self, local) -> None:
+    def add_local(self, local: LocalDecoder) -> None:
         """Merge ``local``'s batches (a `steps.train.frameworks.pytorch.local_decode.LocalDecoder`: this host's side of the split) with
         the data hosts' streams; before the first `batches` call. Its epochs end, and are checked, like a data host's."""
         self.local = local
-        self._local = _Host(local.name, "local", samples_per_epoch=local.samples_per_epoch)
-        self._retuner = retuner(self.cfg, local.throttle, lambda: (self.waited_s, sum(self._local.received.values())))
+        host = self._local = _Host(local.name, "local", samples_per_epoch=local.samples_per_epoch)
+        self._retuner = retuner(self.cfg, local.throttle, lambda: (self.waited_s, sum(host.received.values())))
         self._spawn(self._decode_locally, self._local)
 
     def close(self, status: str = "completed", reason: str = "", files: dict[str, bytes] | None = None) -> None:
@@ -182,7 +186,7 @@ class DataServiceClient:
 
     def _local_metrics(self, remote: int) -> dict | None:
         """This host's own decode (hybrid): its workers, its share of the samples that reached the loop, its CPU cost."""
-        if self._local is None:
+        if self._local is None or self.local is None:  # both set by add_local
             return None
         samples = sum(self._local.received.values())
         return {
@@ -272,10 +276,11 @@ class DataServiceClient:
 
     def _decode_locally(self, host: _Host) -> None:
         """Feed this host's own batches into the merge, one epoch at a time, in step with the data hosts' streams."""
-        epoch = self._epoch
+        epoch, local = self._epoch, self.local
+        assert local is not None  # started by add_local
         try:
             while epoch < self.cfg.epochs and not self._stopping.is_set():
-                for batch in self.local.batches(epoch):
+                for batch in local.batches(epoch):
                     if self._stopping.is_set():
                         return
                     batch.epoch, batch.source = epoch, host.name

@@ -93,7 +93,8 @@ class ShardDataset(IterableDataset):
         self.stream = stream
         self._epoch = -1  # persistent workers keep their copy: counting calls tracks the epoch
         self._resumed: tuple[int, frozenset] = (-1, frozenset())
-        self.throttle = None  # how many of its DataLoader workers decode at once (`steps.train.frameworks.pytorch.throttle`)
+        # a Throttle: how many of its DataLoader workers decode at once (`steps.train.frameworks.pytorch.throttle`)
+        self.throttle: contextlib.AbstractContextManager | None = None
 
     def resume(self, epoch: int, consumed: Iterable[SupportsInt]) -> None:
         """Start at ``epoch``, leaving out of it the sample ids in ``consumed`` (a checkpoint's input position).
@@ -189,7 +190,8 @@ class BatchLoader(DataLoader):
     (a malformed shard, say) the last line of that text is what the user must read.
     """
 
-    def __iter__(self) -> Iterator[Batch]:
+    # a generator of batches where DataLoader declares its iterator class: what a caller does with either is iterate
+    def __iter__(self) -> Iterator[Batch]:  # type: ignore[override]
         try:
             yield from super().__iter__()
         except Exception as exc:  # not GeneratorExit: a loop that stops early keeps its workers
@@ -216,7 +218,7 @@ def batch_loader(
     in_process: bool = False,
     cpus: list[int] | None = None,
     start_method: str | None = None,
-) -> DataLoader:
+) -> BatchLoader:
     """A DataLoader of `Batch` over `dataset`, one worker per available CPU by default; ``in_process``: none,
     the caller's process decodes between its own steps; ``cpus``: the CPUs its workers may run on (all of the
     caller's by default); ``start_method``: how its workers start (`worker_start_method` by default)."""

@@ -93,7 +93,8 @@ def memory_format(model: torch.nn.Module, device_type: str) -> torch.memory_form
 def to_device(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     """``model`` on ``device`` in its `memory_format`: done where the model is built, before DistributedDataParallel
     wraps it (its gradient buckets take the parameters' layout then)."""
-    return model.to(device, memory_format=memory_format(model, device.type))
+    # Module.to takes memory_format (torch.nn.Module.to's documentation); torch's overloads of it leave the keyword out
+    return model.to(device, memory_format=memory_format(model, device.type))  # type: ignore[call-overload]
 
 
 def normalized(workload: Workload, pixels: torch.Tensor, layout: torch.memory_format) -> torch.Tensor:
@@ -143,7 +144,8 @@ class TrainStep:
         self.workload, self.model, self.optimizer, self.device = workload, model, optimizer, device
         self.precision = precision
         self.layout = memory_format(model, device.type)
-        bare(model).to(memory_format=self.layout)  # a no-op where the model was built with `to_device`
+        # a no-op where the model was built with `to_device` (memory_format: as in to_device, torch's overloads leave it out)
+        bare(model).to(memory_format=self.layout)  # type: ignore[call-overload]
         # the model itself stays self.model: its state_dict keeps its keys (a compiled wrapper prefixes them), and
         # DistributedDataParallel's Join hooks see it; compiling the DDP wrapper lets dynamo split the graph at its
         # gradient buckets

@@ -72,7 +72,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     gpus = gpu_use(int(device.type == "cuda"), torch.cuda.device_count(), "pytorch")
     if warning := idle_gpus_line(cluster.current_host, gpus):
         print(warning, flush=True)
-    source = None
+    source: LocalSource | DataServiceClient | None = None
     try:
         model = to_device(workload.build_model(len(classes)), device)
         optimizer = workload.optimizer(model.parameters(), cfg.learning_rate)
@@ -235,7 +235,8 @@ def train_epochs(
         if progress.reached(cfg.max_steps):
             return progress
         for epoch in range(progress.epoch, cfg.epochs):
-            join = Join([model]) if dist.is_initialized() else contextlib.nullcontext()
+            # under torch.distributed the model is DistributedDataParallel, a Joinable; its declared type is Module
+            join = Join([model]) if dist.is_initialized() else contextlib.nullcontext()  # type: ignore[list-item]
             with join:
                 stopped = _epoch(cfg, step, source, progress, epoch, budget, checkpoints)
             if stopped:

@@ -84,7 +84,8 @@ def training_dataset(files: list[str], workload: str, options: dict, batch_size:
 
     ds = ray.data.read_webdataset(files, decoder=None, override_num_blocks=max(len(files), 1))
     return ds.randomize_block_order().map_batches(
-        decode_batch,
+        # fn_kwargs gives decode_batch its keyword arguments; Ray's type of the function takes the batch alone
+        decode_batch,  # type: ignore[arg-type]
         fn_kwargs={"workload": workload, "options": options},
         batch_size=batch_size,
         batch_format="numpy",

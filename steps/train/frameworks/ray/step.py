@@ -86,7 +86,8 @@ def train_loop(config: dict) -> None:
     sources: dict[str, list] = {}  # node -> [samples, decode CPU seconds] this attempt: nodes change with a restart
     # a resumed run that had reached max_steps trains no more
     for epoch in range(progress.epoch, progress.epoch if progress.reached(cfg.max_steps) else cfg.epochs):
-        with Join([model]) if world > 1 else contextlib.nullcontext():
+        # with world > 1 the model is Ray Train's DistributedDataParallel, a Joinable; its declared type is Module
+        with Join([model]) if world > 1 else contextlib.nullcontext():  # type: ignore[list-item]
             stopped = _epoch(cfg, shard, step, progress, sources, epoch)
         progress.close_epoch(epoch, all_objects)
         if stopped:

@@ -254,7 +254,7 @@ def _results_actor(head_ip: str, checkpoint_folder: Path):
     @ray.remote
     class Results:
         def __init__(self) -> None:
-            self.value = None
+            self.value: tuple[dict, bytes] | None = None
 
         def put(self, report: dict, model: bytes) -> None:
             self.value = (report, model)
@@ -267,7 +267,9 @@ def _results_actor(head_ip: str, checkpoint_folder: Path):
                 raise RuntimeError("the training workers ended without reporting")
             return self.value
 
-    return Results.options(name=RESULTS_ACTOR, resources={f"node:{head_ip}": 0.001}, num_cpus=0).remote()
+    # ray.remote makes the class an ActorClass (options, remote); mypy keeps a decorated class's own type (python/mypy#3135)
+    actor = Results.options(name=RESULTS_ACTOR, resources={f"node:{head_ip}": 0.001}, num_cpus=0)  # type: ignore[attr-defined]
+    return actor.remote()
 
 
 def _followers(cfg: TrainConfig, cluster: Cluster, hosts: tuple[str, ...]) -> PeerWatch:

@@ -19,7 +19,8 @@ from steps.train.core.manifest import read_manifest, train_channel
 
 def check_single_trainer(cluster: Cluster) -> None:
     """The job-level twin of `pipeline.graph.Graph.check_parameters`, for jobs started outside the pipeline."""
-    if len(cluster.trainer_hosts) > framework("tensorflow").max_trainer_hosts:
+    limit = framework("tensorflow").max_trainer_hosts
+    if limit is not None and len(cluster.trainer_hosts) > limit:
         raise UserError(
             f"the TensorFlow path trains on one host ({len(cluster.trainer_hosts)} given: {', '.join(cluster.trainer_hosts)}); "
             "it uses every GPU of that host (MirroredStrategy). Set DnnInstanceCount=1 (--dnn-hosts 1), or use --framework pytorch "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -61,13 +61,13 @@ class DataService:
         )
         self._stopping = self.watch.stopping
         self.samples_per_host: dict[str, int] = {}
-        self.dispatcher = None
+        self.dispatcher: Any = None  # a tf.data.service DispatchServer, once serving
         self.address = ""
         self._ids: dict[str, np.ndarray] = {}
         self._reports: dict[str, dict] = {}
         self._answered = threading.Condition()  # IDS and REPORT answers
         self.split: Split = NO_SPLIT
-        self.local = None  # this host's own tf.data.service worker (`add_local`, hybrid decode)
+        self.local: Any = None  # this host's own tf.data.service worker (`add_local`, hybrid decode)
         self._local: dict = {}
 
     @property
@@ -144,18 +144,18 @@ class DataService:
 
     def _failed(self, error: HeteroError) -> None:
         print(f"[trainer] {error.one_line()}", flush=True)
-        threading.Thread(target=self._watchdog, name="watchdog", daemon=True).start()
+        threading.Thread(target=self._watchdog, args=(error,), name="watchdog", daemon=True).start()
         with self._answered:  # a sample_ids() call waiting on that host ends now
             self._answered.notify_all()
 
-    def _watchdog(self) -> None:
+    def _watchdog(self, failure: HeteroError) -> None:
         """The training loop checks for a lost host between batches, so it notices within a step; if TensorFlow
         keeps it blocked waiting for that host's data, end the process here, the same way it would have ended.
         The loss was already silence_timeout_s in the making: waiting that long again doubled the time to exit."""
         grace = min(WATCHDOG_GRACE_S, self.cfg.silence_timeout_s)
         if self._stopping.wait(grace):
             return
-        code, reason = EXIT_INTERNAL_ERROR, describe(self.failure)
+        code, reason = EXIT_INTERNAL_ERROR, describe(failure)
         if TERMINATE.requested:  # the data hosts went because the job is being stopped: an interruption, not their fault
             code, reason = (
                 EXIT_TERMINATED,

@@ -81,6 +81,7 @@ def run_data_service(cfg: TrainConfig, cluster: Cluster, workload=None) -> None:
         with session:
             session.wait_until(lambda: control.start is not None)
             (trainer,) = session.trainers
+            assert control.start is not None  # waited for above
             dispatcher, split = _started(trainer, control.start)
             write_take(serving, split.data())  # the samples the trainer host's own worker does not decode (hybrid decode)
             if split.hybrid:

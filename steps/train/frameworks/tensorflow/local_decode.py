@@ -112,11 +112,13 @@ class LocalWorker:
     def _await_ready(self, timeout_s: float) -> None:
         """The child prints READY once its worker is up, and nothing else on stdout."""
         deadline = time.monotonic() + timeout_s
+        stdout = self.process.stdout
+        assert stdout is not None  # stdout=PIPE
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            ready, _, _ = select.select([stdout], [], [], max(0.0, deadline - time.monotonic()))
             if not ready:
                 break
-            line = self.process.stdout.readline()
+            line = stdout.readline()
             if line.strip() == READY:
                 return
             if not line:  # it ended

@@ -39,7 +39,7 @@ def resolve_tf_precision(requested: str) -> str:
     8.0 or more."""
     gpus = tf.config.list_physical_devices("GPU")
     capability = tf.config.experimental.get_device_details(gpus[0]).get("compute_capability") if gpus else None
-    return choose(requested, gpu=bool(gpus), gpu_bf16=bool(capability) and tuple(capability) >= BF16_COMPUTE_CAPABILITY)
+    return choose(requested, gpu=bool(gpus), gpu_bf16=bool(capability and tuple(capability) >= BF16_COMPUTE_CAPABILITY))
 
 
 def set_precision(precision: str) -> None:

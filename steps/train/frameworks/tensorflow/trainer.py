@@ -139,7 +139,7 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(available_cpus())
     tf.config.threading.set_inter_op_parallelism_threads(available_cpus())
     classes = read_classes(cluster.channel("manifest"))
-    source = None
+    source: ServiceSource | InProcessSource | None = None
     try:
         strategy = device_strategy()
         gpus = len(tf.config.list_logical_devices("GPU"))
