@@ -15,7 +15,7 @@ import os
 AWS_CALLS_ENV = "HETERO_AWS_CALLS"
 
 
-def note(operation: str, **names: str | int) -> None:
+def note(operation: str, **names: object) -> None:
     """One call: ``operation`` as ``service:Operation`` (``s3:PutObject``), ``names`` what it acts on: ``path`` for a
     local file that stands for an S3 object, ``group`` and ``version`` for a model package."""
     ledger = os.environ.get(AWS_CALLS_ENV)

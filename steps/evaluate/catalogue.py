@@ -54,7 +54,9 @@ class Catalogue:
         price = prices.usd_per_hour.get(name)
         if price is None:
             return None
-        as_of = prices.origin(name).as_of
+        origin = prices.origin(name)
+        assert origin is not None  # a priced type has its price's source
+        as_of = origin.as_of
         return InstanceType(
             name,
             spec.vcpus,

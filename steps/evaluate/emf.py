@@ -37,7 +37,7 @@ def _hetero(key: str) -> Callable[[dict], float | None]:
 
 
 def _percent(read: Callable[[dict], float | None]) -> Callable[[dict], float | None]:
-    return lambda doc: None if read(doc) is None else 100 * read(doc)
+    return lambda doc: None if (value := read(doc)) is None else 100 * value
 
 
 PIPELINE_METRICS = (

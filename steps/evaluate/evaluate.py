@@ -112,6 +112,7 @@ def evaluate(
     if report is not None:
         (Path(output) / REPORT_FILE).write_text(report, encoding="utf-8")
     if store:
+        assert execution_id is not None  # --store needs --execution-id (checked above)
         # Metrics and config sit next to the verdict so a result can be audited later.
         store.put_json(execution_id, HETEROGENEOUS_METRICS_FILE, hetero_metrics)
         if baseline_metrics is not None:
@@ -129,7 +130,7 @@ def evaluate(
 
 def history(store: Store, current: dict) -> list[dict]:
     """Every execution's price_performance.json in ``store`` (``current`` in place of its own), oldest first."""
-    docs = {}
+    docs: dict[str | None, dict] = {}
     for execution in store.list_executions():
         try:
             docs[execution] = store.get_json(execution, PRICE_PERFORMANCE_FILE)

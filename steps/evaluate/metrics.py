@@ -52,17 +52,18 @@ def _find_in_dir(directory: Path) -> tuple[bytes, str]:
     # folders, so identical copies of one run are not an ambiguity.
     if files and len({_read_metrics_bytes(f)[0] for f in files}) == 1:
         return _read_metrics_bytes(files[0])
+    places: list[Path] | list[str] = files
     if not files:
         # A Processing input fed from a training job's S3 output holds model.tar.gz
         # (and output.tar.gz, with the same metrics) as is.
         found = [hit for t in sorted(directory.rglob("*.tar.gz")) if t.is_file() and (hit := _scan_tar(t))]
         if found and len({raw for raw, _ in found}) == 1:
             return found[0]
-        files = [where for _, where in found]
-    if not files:
+        places = [where for _, where in found]
+    if not places:
         raise UserError(f"metrics not found: no {METRICS_FILE} under {directory} (searched recursively, model.tar.gz included)")
-    listing = ", ".join(str(f) for f in files[:5])
-    raise UserError(f"{directory} holds {len(files)} {METRICS_FILE} files ({listing}); pass the one to evaluate")
+    listing = ", ".join(str(f) for f in places[:5])
+    raise UserError(f"{directory} holds {len(places)} {METRICS_FILE} files ({listing}); pass the one to evaluate")
 
 
 def _scan_tar(tar_path: Path) -> tuple[bytes, str] | None:
@@ -78,7 +79,9 @@ def _scan_tar(tar_path: Path) -> tuple[bytes, str] | None:
             if members[0].size > _MAX_METRICS_BYTES:
                 raise UserError(f"{tar_path}!{members[0].name} is too big to be a {METRICS_FILE}")
             # Read the member in place: extracting an untrusted archive invites path tricks.
-            return tar.extractfile(members[0]).read(), f"{tar_path}!{members[0].name}"
+            member = tar.extractfile(members[0])
+            assert member is not None  # members are regular files (chosen above)
+            return member.read(), f"{tar_path}!{members[0].name}"
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise UserError(f"{tar_path} is not a readable tar archive: {exc}") from None
 

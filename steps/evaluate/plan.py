@@ -21,6 +21,7 @@ compare an emulated measurement with real-vCPU predictions).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 
 from steps.common.errors import UserError
@@ -51,7 +52,7 @@ def plan_document(
     *,
     execution_id: str | None = None,
     baseline: dict | None = None,
-    others: list[Run] = (),
+    others: Sequence[Run] = (),
     inputs: Inputs | None = None,
     max_trainers: int = MAX_TRAINERS,
     source: str | None = None,

@@ -36,6 +36,7 @@ labelled `MEASURED` otherwise, with the gap. The pick among the candidates: `ste
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from steps.common.errors import UserError
 from steps.contract import METRICS_FILE
@@ -170,7 +171,7 @@ def profile_from_metrics(doc: dict, source: str = METRICS_FILE) -> Profile:
     decode = float(costs["decode_cpu_s_per_batch"]) / batch
     trainers = sum(g["count"] for g in doc.get("instance_groups", []) if g.get("role") == "trainer") or 1
     params = doc.get("model_parameters")
-    run = {"source": source, "trainers": trainers, "batch_per_trainer": int(batch), "model_parameters": params}
+    run: dict[str, Any] = {"source": source, "trainers": trainers, "batch_per_trainer": int(batch), "model_parameters": params}
     hosts = doc.get("data_hosts") or []
     if not hosts:
         step = float(costs.get("step_s_per_batch_median", costs["step_s_per_batch"])) / batch
@@ -280,15 +281,16 @@ def predict(
                 f"beside the data hosts (hybrid decode): {local:,.0f} samples/s"
             )
     rates.update(s3)
-    bottleneck = min(rates, key=rates.get)
+    bottleneck = min(rates, key=lambda stage: rates[stage])
     rate = rates[bottleneck]
-    if bottleneck == "network_instance" and narrowest.network_burst:
+    if bottleneck == "network_instance" and narrowest is not None and narrowest.network_burst:
         notes.append(
             f"network_instance uses {narrowest.name}'s 'up to' {narrowest.network_gbps:g} Gbps, a burst figure: "
             "sustained bandwidth is lower"
         )
     price = trainers * trainer.price_per_hour + (count * data.price_per_hour if data is not None else 0.0)
     dates = [t.price_as_of for t in (trainer, data if count else None) if t is not None]
+    known = [d for d in dates if d is not None]
     return Prediction(
         trainer=trainer.name,
         trainers=trainers,
@@ -305,7 +307,7 @@ def predict(
         streams=inputs.streams,
         s3=described,
         run=profile.source,
-        price_as_of=min(dates) if dates and None not in dates else None,
+        price_as_of=min(known) if dates and len(known) == len(dates) else None,
     )
 
 
@@ -322,7 +324,7 @@ def _trainer_cpu(profile: Profile, trainer: InstanceType, trainers: int, compute
 def measured(p: Prediction, rate: float) -> tuple[str, float]:
     """The label of ``p``'s cluster run at a measured ``rate``, and the rate over its slowest predicted stage, - 1: the
     stage's own name within `STAGE_MATCH` of it, else `MEASURED` (no stage of the model sets that rate)."""
-    slowest = min(p.stage_rates, key=p.stage_rates.get)
+    slowest = min(p.stage_rates, key=lambda stage: p.stage_rates[stage])
     gap = rate / p.stage_rates[slowest] - 1
     return (slowest if abs(gap) <= STAGE_MATCH else MEASURED), gap
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from types import MappingProxyType
+from typing import Literal, overload
 
 from steps.common.errors import UserError
 
@@ -193,6 +194,10 @@ def _override_file(path: Path) -> Path:
     return files[0]
 
 
+@overload
+def _read_table(path: Path, *, require_provenance: Literal[True]) -> PriceTable: ...
+@overload
+def _read_table(path: Path, *, require_provenance: bool) -> PriceTable | None: ...
 def _read_table(path: Path, *, require_provenance: bool) -> PriceTable | None:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))

@@ -112,7 +112,7 @@ def write_model_metrics(
         latest=latest,
     )
     doc = model_metrics_document(
-        price_performance, plan, status=status, reason=reason, compared_with=latest and latest.get("ModelPackageArn")
+        price_performance, plan, status=status, reason=reason, compared_with=latest.get("ModelPackageArn") if latest else None
     )
     write_json_atomic(Path(output) / MODEL_METRICS_FILE, doc)
     print(f"model approval: {status} ({reason})", flush=True)

@@ -287,7 +287,7 @@ def _frontier_table(plan: dict) -> str:
     for p in sorted(plan["frontier"], key=lambda p: -p["samples_per_dollar"]):
         cluster = _cluster(p)
         mark = "pick" if cluster == _cluster(plan["recommendation"]) else ("fallback" if cluster in fallbacks else "")
-        cells = (cluster, f"{p['samples_per_second']:,.0f}", bound_text(p), f"{p['cluster_price_per_hour']:.3f}")
+        cells: tuple[str, ...] = (cluster, f"{p['samples_per_second']:,.0f}", bound_text(p), f"{p['cluster_price_per_hour']:.3f}")
         cells += (f"{p['samples_per_dollar']:,.0f}", p.get("rate_source", "predicted"), mark)
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("cluster", "samples/s", "bound by", "$/h", "samples per $", "rate", ""))
@@ -302,7 +302,7 @@ def _as_ran_table(plan: dict) -> str:
         return ""
     rows = []
     for r in ran:
-        cells = (_cluster(r), r.get("run", ""), ran_on_text(r), f"{r['samples_per_second']:,.0f}")
+        cells: tuple[str, ...] = (_cluster(r), r.get("run", ""), ran_on_text(r), f"{r['samples_per_second']:,.0f}")
         cells += (r["bottleneck"], f"{r['measured_samples_per_second']:,.0f}", f"{r['model_error']:+.1%}")
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("cluster", "run", "on", "predicted", "bound by", "measured", "error"))

@@ -50,8 +50,16 @@ class Run:
         return next((g for g in self.metrics["instance_groups"] if g["role"] == role), None)
 
     @property
+    def trainer(self) -> dict:
+        """The trainer group, of a run that has one (`plan_document` refuses a first run without; the rest are grouped
+        by it)."""
+        group = self.group("trainer")
+        assert group is not None, f"{self.source}: no trainer group"
+        return group
+
+    @property
     def cluster(self) -> tuple:
-        trainer, data = self.group("trainer"), self.group("data")
+        trainer, data = self.trainer, self.group("data")
         return (trainer["instance_type"], trainer["count"], data and data["instance_type"], data["count"] if data else 0)
 
     def ran_on(self) -> dict[str, int | None]:
@@ -80,7 +88,9 @@ def emulation_text(run: Run, catalogue: Catalogue) -> str:
     parts = []
     for role, (cpus, vcpus) in run.emulated(catalogue).items():
         name = "the trainer" if role == "trainer" else "the data hosts"
-        parts.append(f"{name} on {cpus} CPU(s) where {run.group(role)['instance_type']} has {vcpus} vCPUs")
+        group = run.group(role)
+        assert group is not None  # an emulated role is one of the run's groups
+        parts.append(f"{name} on {cpus} CPU(s) where {group['instance_type']} has {vcpus} vCPUs")
     return ", ".join(parts)
 
 
@@ -125,14 +135,17 @@ def plan_space(
     cloud run's own cluster measured); a note for each GPU model whose runs cannot be profiled (a run of the first's
     model must be) and for each emulated run; and each run's cluster predicted as it ran (`as_ran`), by run."""
     donor = next(r for r in runs if r.metrics["mode"] == "heterogeneous")
-    data_family = donor.group("data")["instance_type"].split(".")[1]
+    donor_data = donor.group("data")
+    assert donor_data is not None  # a heterogeneous run has a data group
+    data_family = donor_data["instance_type"].split(".")[1]
     data_types = [t for t in (catalogue.priced(s.name, prices) for s in catalogue.cpu_types()) if t is not None]
     found: list[Prediction] = []
     groups: dict[str, list[Run]] = {}
     for run in runs:
         if run.group("trainer") is not None:
-            groups.setdefault(gpu_key(catalogue, run.group("trainer")["instance_type"]), []).append(run)
-    notes, ran = [], {}
+            groups.setdefault(gpu_key(catalogue, run.trainer["instance_type"]), []).append(run)
+    notes: list[str] = []
+    ran: dict[str, dict] = {}
     for key, members in groups.items():
         try:
             more, said, profile, allreduce = _group_candidates(
@@ -161,8 +174,8 @@ def plan_space(
 def _group_candidates(
     key, members, donor, catalogue, prices, data_types, data_family, epoch_samples, max_trainers, max_data, inputs
 ):
-    chosen = min(members, key=lambda r: (r.group("trainer")["count"] > 1, r.metrics["mode"] != "heterogeneous"))
-    measured_type = catalogue.priced(chosen.group("trainer")["instance_type"], prices)
+    chosen = min(members, key=lambda r: (r.trainer["count"] > 1, r.metrics["mode"] != "heterogeneous"))
+    measured_type = catalogue.priced(chosen.trainer["instance_type"], prices)
     if measured_type is None:
         raise UserError(f"no price for the trainer type {chosen.group('trainer')['instance_type']}: add it with a price override")
     profile = profile_from_metrics(chosen.metrics, chosen.source)
@@ -182,7 +195,7 @@ def _group_candidates(
     trainer_types = trainer_sizes(catalogue, prices, measured_type)
     counts = range(1, max_trainers + 1)
     if allreduce is None and not profile.model_parameters:
-        counts = [chosen.group("trainer")["count"]]
+        counts = [chosen.trainer["count"]]
         said.append(f"{chosen.source} records no model_parameters: only {counts[0]} trainer host(s) planned (all-reduce unknown)")
     found = []
     for trainer in trainer_types:
@@ -214,8 +227,8 @@ def trainer_sizes(catalogue: Catalogue, prices: PriceTable, measured: InstanceTy
 def measured_allreduce(members: list[Run], catalogue: Catalogue) -> AllReduce | None:
     """What an all-reduce added per step, from a multi-trainer run and a one-trainer run of the same GPU model: the
     per-sample step time each measured, the difference over the multi-trainer run's batch. None without both."""
-    one = [r for r in members if r.group("trainer")["count"] == 1 and r.metrics.get("isolated_costs")]
-    many = [r for r in members if r.group("trainer")["count"] > 1 and r.metrics.get("isolated_costs")]
+    one = [r for r in members if r.trainer["count"] == 1 and r.metrics.get("isolated_costs")]
+    many = [r for r in members if r.trainer["count"] > 1 and r.metrics.get("isolated_costs")]
     if not one or not many:
         return None
     single, multi = profile_from_metrics(one[0].metrics, one[0].source), profile_from_metrics(many[0].metrics, many[0].source)
@@ -253,7 +266,7 @@ def _measured(p: Prediction, runs: list[Run], catalogue: Catalogue) -> Predictio
     label, gap = measured(p, rate)
     notes = (run.note,) if run.note else (*p.notes, f"measured by {run.source}")
     if label == MEASURED:
-        slowest = min(p.stage_rates, key=p.stage_rates.get)
+        slowest = min(p.stage_rates, key=lambda stage: p.stage_rates[stage])
         notes += (
             f"measured {rate:,.0f} samples/s, {abs(gap):.0%} {'below' if gap < 0 else 'above'} its slowest predicted "
             f"stage ({slowest}, {p.stage_rates[slowest]:,.0f}): no stage of the model sets it",
@@ -285,16 +298,16 @@ def as_ran(
     """``run``'s cluster predicted at the CPUs its hosts had (an emulated run's, else its types' vCPUs) and with the
     decode workers its trainers ran beside their loop, beside what it measured: the model's error on a cluster it
     has seen. None when a type of it has no price."""
-    trainer_group, data_group = run.group("trainer"), run.group("data")
+    trainer_group, data_group = run.trainer, run.group("data")
     trainer = catalogue.priced(trainer_group["instance_type"], prices)
     data = catalogue.priced(data_group["instance_type"], prices) if data_group else None
     if trainer is None or (data_group is not None and data is None):
         return None
     emulated, cpus = run.emulated(catalogue), run.ran_on()
     if "trainer" in emulated:
-        trainer = replace(trainer, vcpus=cpus["trainer"])
-    if "data" in emulated:
-        data = replace(data, vcpus=cpus["data"])
+        trainer = replace(trainer, vcpus=emulated["trainer"][0])  # the CPUs it ran on (`Run.ran_on`)
+    if "data" in emulated and data is not None:
+        data = replace(data, vcpus=emulated["data"][0])
     spare = None
     if data is not None:
         local = sum(int(m["workers"]) for m in run.metrics.get("local_decode") or [] if m.get("workers"))
