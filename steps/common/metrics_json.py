@@ -183,7 +183,9 @@ class Metrics(Section):
     isolated_costs: dict | None = field(metadata=OPTIONAL)  # decode alone and the step alone (`steps.train.core.cost_document`)
     model_parameters: int = field(metadata=OPTIONAL)  # the planner's all-reduce model
     sample_ledger: SampleLedger = field(metadata=_bounds(since=3))
-    local_decode: list = field(metadata=OPTIONAL)  # each trainer host's own decode (hybrid): `spare_cpus`, its samples
+    local_decode: list | None = field(
+        metadata=ABSENT_IF_NONE
+    )  # each trainer host's own decode (hybrid); none in a homogeneous TensorFlow run
     gpus: Gpus = field(metadata=OPTIONAL)
     precision: Precision = field(metadata=OPTIONAL)
     checkpoints: dict | None = field(default=None, metadata=ABSENT_IF_NONE)  # PyTorch: saves and their seconds

@@ -142,7 +142,7 @@ def training_metrics(
     isolated_costs: dict | None,
     model_parameters: int,
     sample_ledger: dict,
-    local_decode: list,
+    local_decode: list | None = None,
     gpus: dict,
     precision: dict,
     checkpoints: dict | None = None,
