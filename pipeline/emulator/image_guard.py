@@ -22,8 +22,10 @@ installs into a folder of its own (``PIP_TARGET``, `pip_into`), never into this 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import re
+import site
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -89,16 +91,37 @@ def manifest_for(image_uri: str) -> Manifest | None:
     return None
 
 
+def _distributions() -> list[metadata.Distribution]:
+    """The environment's own distributions: those in its site-packages folders, whatever this process imported before.
+    A package may vendor others on a path it adds to sys.path when imported (Ray's ``thirdparty_files``: colorama,
+    psutil); in the image they come with that package, so they are not distributions of their own to allow or refuse."""
+    return list(metadata.distributions(path=[*site.getsitepackages(), site.getusersitepackages()]))
+
+
+def _top_level(distribution: metadata.Distribution) -> set[str]:
+    """The top-level names ``distribution`` provides: its top_level.txt, or else the first part of each file it installed
+    (as `importlib.metadata.packages_distributions` infers them)."""
+    declared = (distribution.read_text("top_level.txt") or "").split()
+    if declared:
+        return set(declared)
+    names = {f.parts[0] if len(f.parts) > 1 else inspect.getmodulename(str(f)) for f in distribution.files or ()}
+    return {name for name in names if name and "." not in name}
+
+
 @functools.cache
 def _module_owners() -> dict[str, tuple[str, ...]]:
     """Top-level importable name -> the distributions of this environment that provide it."""
-    return {name: tuple(canonical(d) for d in dists) for name, dists in metadata.packages_distributions().items()}
+    owners: dict[str, list[str]] = {}
+    for distribution in _distributions():
+        for name in _top_level(distribution):
+            owners.setdefault(name, []).append(canonical(distribution.metadata["Name"]))
+    return {name: tuple(found) for name, found in owners.items()}
 
 
 @functools.cache
 def _installed() -> frozenset[str]:
     """Every distribution of this environment (some provide no module: their metadata alone can be asked for)."""
-    return frozenset(canonical(d.metadata["Name"]) for d in metadata.distributions())
+    return frozenset(canonical(d.metadata["Name"]) for d in _distributions())
 
 
 def other_versions(manifest: Manifest) -> dict[str, tuple[str, str]]:

@@ -205,8 +205,7 @@ def assert_metrics_match_golden(metrics: dict, framework: str) -> None:
     path = GOLDENS / f"metrics.{framework}.json"
     if os.environ.get("HETERO_UPDATE_GOLDEN") == "1":
         path.write_text(json.dumps(shape(metrics), indent=1) + "\n", encoding="utf-8")
-    if not path.exists():
-        pytest.skip(f"no golden for {framework} yet: run this test with HETERO_UPDATE_GOLDEN=1 to write {path.name}")
+    assert path.exists(), f"no golden for {framework}: run this test with HETERO_UPDATE_GOLDEN=1 to write {path.name}"
     assert not (misfits := _misfits(shape(metrics), json.loads(path.read_text(encoding="utf-8")))), f"not as {path}: {misfits}"
 
 
