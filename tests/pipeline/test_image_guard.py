@@ -71,3 +71,22 @@ def test_the_guard_hides_what_the_image_lacks_from_every_finder(tmp_path):
     assert any(f.find_spec("numpy") is not None for f in wrapped)
     names = {d.metadata["Name"].lower() for f in wrapped for d in f.find_distributions()}
     assert "numpy" in names and "optree" not in names and "moto" not in names  # metadata as the image has it
+
+
+def test_what_a_package_vendors_is_neither_allowed_nor_refused_whatever_the_process_imported_before():
+    """Ray puts its vendored copies (colorama, psutil) on sys.path when imported: a guard made by a process that imported
+    Ray must not refuse them as distributions of their own, or every Ray host it starts fails at import ray."""
+    import subprocess
+
+    probe = (
+        "import ray, json\n"
+        "from pipeline.emulator import image_guard as g\n"
+        "manifest = g.manifest_for(g.manifests()[0].repository + ':' + sorted(g.manifests()[0].tags)[0])\n"
+        "ray_image = next(m for m in g.manifests() if 'ray' in m.repository)\n"
+        "print(json.dumps(sorted(g.refused(ray_image))))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    refused = json.loads(
+        subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True).stdout
+    )
+    assert "colorama" not in refused
