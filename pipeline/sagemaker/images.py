@@ -63,7 +63,7 @@ SDK_TABLES = {"pytorch": ("pytorch-amzn2023", "2.13"), "tensorflow": ("tensorflo
 # image the user builds from images/<framework>/Dockerfile (the DLC of its image family plus the framework, the version
 # pinned in pyproject.toml) and passes as the training image; its Shard and Evaluate steps run on that family's CPU image.
 # framework=ray's image: the repository and tag a user pushes it as, and the Ray it installs: images/ray/Dockerfile's
-# RAY_VERSION default, the pin in pyproject.toml and constraints.txt (tests/pipeline/test_images.py checks they agree)
+# RAY_VERSION default, the pin in pyproject.toml and constraints.txt (tests/pipeline/sagemaker/test_images.py checks they agree)
 RAY_REPOSITORY, RAY_VERSION = "hetero-ray", "2.60.0"
 
 REGION = re.compile(r"[a-z]{2,4}(-[a-z]+)+-\d+")  # us-east-1, eusc-de-east-1; not a CDK token

@@ -142,7 +142,7 @@ def _user_code(tmp_path, requirements: str | None = None):
     folder = tmp_path / "usercode"
     (folder / "my_workloads").mkdir(parents=True)
     (folder / "my_workloads" / "__init__.py").write_text("")
-    shutil.copy(Path(__file__).parents[1] / "fixtures" / "tiny_workload.py", folder / "my_workloads" / "tiny.py")
+    shutil.copy(Path(__file__).parents[2] / "fixtures" / "tiny_workload.py", folder / "my_workloads" / "tiny.py")
     if requirements is not None:
         (folder / "requirements.txt").write_text(requirements)
     return folder
@@ -339,7 +339,7 @@ def test_every_hetero_command_the_code_and_docs_name_exists():
     import re
     from pathlib import Path
 
-    root = Path(__file__).parents[2]
+    root = Path(__file__).parents[3]
     subparsers = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     options = {name: {o for a in p._actions for o in a.option_strings} for name, p in subparsers.choices.items()}
     prose = {"failed", "data"}  # the base error's headline "hetero failed"; "a hetero data service"

@@ -205,7 +205,7 @@ def test_importing_the_module_and_checking_regions_does_not_import_the_sdk():  #
         "print(any(m == 'sagemaker' or m.startswith('sagemaker.') for m in sys.modules))"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2]
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[3]
     )
     assert result.stdout.strip() == "False"
 
@@ -218,7 +218,7 @@ def test_ray_has_no_aws_training_image_and_shards_and_evaluates_on_the_pytorch_c
     assert pipeline_images("us-east-1", "ray", training_image=mine) == (mine, default_processing_image("us-east-1", "pytorch"))
 
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_ray_dockerfile_builds_on_the_pytorch_image_with_the_pinned_ray():

@@ -23,7 +23,7 @@ from steps.contract import SHARDED
 from tests.support.harness import s3_channel, training_request
 from tests.support.stop import run_stop, signal_when  # noqa: F401 - fixture
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 
 READ_ENVIRONMENT = """
 import json

@@ -1,7 +1,7 @@
 """The compiled definition, byte for byte, for every framework and option set: a refactor that changes what SageMaker
 would run fails here. A change meant to alter the definition regenerates the files and shows up in review:
 
-    HETERO_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/pipeline/test_definition_golden.py
+    HETERO_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/pipeline/sagemaker/test_definition_golden.py
 """
 
 from __future__ import annotations
@@ -49,6 +49,6 @@ def test_the_compiled_definition_is_the_reviewed_one(case, capsys, monkeypatch):
     assert golden.is_file(), f"no reviewed definition for {case}: run with HETERO_UPDATE_GOLDEN=1 and review the file"
     assert text == golden.read_text(), (
         f"the compiled {case} definition changed: if that is meant, run "
-        "HETERO_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/pipeline/test_definition_golden.py "
+        "HETERO_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/pipeline/sagemaker/test_definition_golden.py "
         "and review the diff"
     )

@@ -85,7 +85,7 @@ def test_what_a_package_vendors_is_neither_allowed_nor_refused_whatever_the_proc
         "ray_image = next(m for m in g.manifests() if 'ray' in m.repository)\n"
         "print(json.dumps(sorted(g.refused(ray_image))))\n"
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     refused = json.loads(
         subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True).stdout
     )

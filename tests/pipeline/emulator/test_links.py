@@ -170,7 +170,7 @@ def test_a_delay_process_ends_with_the_emulator_that_started_it_even_when_killed
     reason = unavailable()
     if reason:
         pytest.skip(f"link faults cannot be emulated on this machine: {reason}")
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     parent = subprocess.Popen([sys.executable, "-c", PARENT, "4099"], cwd=root, stdout=subprocess.PIPE, text=True)
     delayer = psutil.Process(int(parent.stdout.readline()))
     parent.kill()  # no close, no cleanup: as a SIGKILL of the run
