@@ -34,12 +34,14 @@ class TrainerGone(HeteroError):
 
 class DataHostLost(HeteroError):
     headline = "data host lost"
+    peer_end = True  # a data host's end, told by the trainer in one line: its own stack tells nothing
 
 
 class HostLost(HeteroError):
     """Another host of a Ray job, as the head watches it."""
 
     headline = "host lost"
+    peer_end = True
 
 
 class DataHostUnreachable(HeteroError):
