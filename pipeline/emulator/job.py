@@ -365,9 +365,11 @@ class EmulatedJob:
                 host.exit_code = host.popen.returncode
         self._volumes.unmount(self.hosts)
         if self._links is not None:
-            self._link_counts = self._links.counters()
-            self._links.close()
-            self._links = None
+            try:
+                self._link_counts = self._links.counters()
+            finally:  # the rules, cgroups and delay processes go even if the counters cannot be read
+                self._links.close()
+                self._links = None
             for name, counts in self._link_counts.items():
                 self.echo(f"network: {name}'s link {', '.join(f'{n} packets {kind}' for kind, n in sorted(counts.items()))}")
         for host in self.hosts:
