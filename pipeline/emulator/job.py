@@ -35,7 +35,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -50,6 +49,7 @@ from pipeline.emulator.failures import PROGRESS_LINE, PROGRESS_TIMEOUT_S, STEP_L
 from pipeline.emulator.hosts import CONTAINER_ROOT, Channel, Host, instance_groups, role, signal_group, stop_hosts, write_hosts
 from pipeline.emulator.isolation import refuse_training_fetches
 from pipeline.emulator.results import JobResult
+from pipeline.emulator.sessions import start_session
 from pipeline.stop import STOP
 from steps.common.errors import UserError
 from steps.contract import CHECKPOINT_LOCAL_PATH, DATA_GROUP
@@ -191,15 +191,8 @@ class EmulatedJob:
                 self._volumes.enter(cwd)
 
             with STOP.deferred():  # a stop now is raised once the host's process is kept: `close` stops it
-                host.process = subprocess.Popen(
-                    command,
-                    cwd=code,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    preexec_fn=enter if cpus or cgroup or self._volumes.enforced else None,
+                host.process = start_session(
+                    command, cwd=code, env=env, preexec_fn=enter if cpus or cgroup or self._volumes.enforced else None
                 )
                 reader = threading.Thread(target=self._pump, args=(host,), daemon=True)
                 reader.start()

@@ -29,7 +29,7 @@ from pipeline import storage
 from pipeline.emulator import image_guard
 from pipeline.emulator.container_env import processing_env
 from pipeline.emulator.isolation import refuse_s3_fetches
-from pipeline.emulator.sessions import kill_session
+from pipeline.emulator.sessions import kill_session, start_session
 from pipeline.stop import STOP
 from steps.contract import FAILURE_FILE
 
@@ -121,15 +121,7 @@ def _run(command: list[str], *, cwd: Path, env: dict, log: Path, echo, timeout_s
         proc, reader, ended = None, None, False
         try:
             with STOP.deferred():  # a stop now is raised once the job's handle is kept: the job goes with it below
-                proc = subprocess.Popen(
-                    command,
-                    cwd=cwd,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
+                proc = start_session(command, cwd=cwd, env=env)
                 reader = threading.Thread(target=_pump, args=(proc.stdout, out, echo), daemon=True)
                 reader.start()
             ended = _wait(proc, timeout_s)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -45,3 +47,18 @@ def kill_session(session: int, timeout_s: float = 5.0) -> list[int]:
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.02)
+
+
+def start_session(command: list[str], *, cwd: Path, env: dict, preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
+    """A container's first process, as the emulator starts every one (a training host, a processing job): a session of
+    its own, so whatever it starts goes with it (`kill_session`), its output and errors on one pipe, no stdin."""
+    return subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=preexec_fn,
+    )
