@@ -1,11 +1,16 @@
 # `make run`  : create the pinned environment (once, PyTorch; another framework when ARGS names it) and run the local pipeline.
 # `make test` : create the pinned environment with the cloud and test extras (once) and run the test suite.
 # `make test-fast`: the same without the tests that start long-lived processes (pytest marker e2e).
-# Every version, transitive ones included, is pinned in constraints.txt; re-running installs nothing new. --no-compile:
-# no .pyc for every module of every package at install (about 60 s of a clean `make run`); Python compiles what it imports.
+# Every version, transitive ones included, is pinned in constraints.txt; re-running installs nothing new. Bytecode: pip
+# installs with --no-compile and `compileall -j 0` then compiles the environment on every core at once (pip compiles one
+# file after another). Without .pyc files every process compiles each module it imports from source again: the emulated
+# hosts start from the DLC images' environment, which sets PYTHONDONTWRITEBYTECODE=1 (as many CI machines do), so nothing
+# they import is ever cached, and `import torch` took 6-7 s of CPU instead of 2-3 (the README's Ray run 529 s -> 236 s).
+# Files some packages ship that are not Python 3 (templates, test fixtures) fail to compile: that exit status is ignored.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 HASH   := $(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+COMPILE = $(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
 ARGS   ?=
 # pytest-xdist: one worker per core (at most 4); the tests that run emulated clusters go to one worker as one unit (tests/conftest.py pytest_xdist_make_scheduler), the rest spread. PARALLEL= runs serially.
 PARALLEL ?= -n auto --maxprocesses 4
@@ -20,18 +25,21 @@ setup-all: $(VENV)/.installed-all-$(HASH)
 $(VENV)/.installed-base-$(HASH): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e .
+	$(COMPILE)
 	rm -f $(VENV)/.installed-base-*
 	touch $@
 
 # one framework extra (tensorflow, ray) on top of the base set
 $(VENV)/.installed-%-$(HASH): $(VENV)/.installed-base-$(HASH)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e '.[$*]'
+	$(COMPILE)
 	rm -f $(VENV)/.installed-$*-*
 	touch $@
 
 $(VENV)/.installed-all-$(HASH): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e '.[tensorflow,ray,cloud,dev]'
+	$(COMPILE)
 	rm -f $(VENV)/.installed-*
 	touch $@ $(VENV)/.installed-base-$(HASH) $(VENV)/.installed-tensorflow-$(HASH) $(VENV)/.installed-ray-$(HASH)
 
