@@ -105,6 +105,9 @@ class RayNode:
             # raylet waits for leases nobody returns once the job is over), so every job ended 15 s (`STOP_WAIT_S`)
             # late, billed. The job's work is done when a node is stopped: no drain.
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+            # Ray Train's controller polls its workers this often (default 2 s): the end of training, and a worker's
+            # failure, are heard within it
+            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
         }
 
     @property
@@ -131,11 +134,14 @@ class RayNode:
             f"--temp-dir={self.folder / 'ray'}",
             f"--object-store-memory={OBJECT_STORE_BYTES}",
         ]
+        if self.cluster.role == DATA:  # its workers only decode: nothing of theirs to stream to the driver's log
+            command += ["--include-log-monitor=false"]
         if self.is_head:
             self.address = f"{ip}:{self.cfg.ray_port or _free_port(ip)}"
             # the job API's minimal dashboard listens on 127.0.0.1 even without the dashboard: a free port, not 8265
             command += [
                 "--head",
+                "--no-monitor",  # the autoscaler's monitor: a training job's instance groups are fixed, nothing scales
                 f"--port={self.address.rsplit(':', 1)[1]}",
                 "--include-dashboard=false",
                 f"--dashboard-port={_free_port(LOOPBACK)}",
