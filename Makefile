@@ -1,6 +1,6 @@
 # `make run`  : create the pinned environment (once, PyTorch; another framework when ARGS names it) and run the local pipeline.
 # `make test` : create the pinned environment with the cloud and test extras (once) and run the test suite.
-# `make test-fast`: the same without the tests that start long-lived processes (pytest marker e2e).
+# `make test-fast`: the same without the tests that start long-lived processes or take half a second or more (markers e2e, slow).
 # Every version, transitive ones included, is pinned in constraints.txt; re-running installs nothing new. Bytecode: pip
 # installs with --no-compile and `compileall -j 0` then compiles the environment on every core at once (pip compiles one
 # file after another). Without .pyc files every process compiles each module it imports from source again: the emulated
@@ -38,7 +38,7 @@ $(VENV)/.installed-%-$(HASH): $(VENV)/.installed-base-$(HASH)
 
 $(VENV)/.installed-all-$(HASH): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e '.[tensorflow,ray,cloud,dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e '.[tensorflow,ray,serve,cloud,dev]'
 	$(COMPILE)
 	rm -f $(VENV)/.installed-*
 	touch $@ $(VENV)/.installed-base-$(HASH) $(VENV)/.installed-tensorflow-$(HASH) $(VENV)/.installed-ray-$(HASH)
@@ -70,12 +70,19 @@ lint: setup-all
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-test: lint node_modules/.package-lock.json network-tools
-	$(VENV)/bin/python -m pytest $(PARALLEL) $(ARGS)
+# PYTHONDONTWRITEBYTECODE= (empty: unset for Python): pytest keeps each test module as it rewrote its asserts, and Python
+# the project's own modules, in __pycache__ (both skipped where the machine sets it, as many CI machines do: every
+# collection then parsed, rewrote and compiled all 190 test modules again, about 3 s of each worker's CPU). The emulated
+# hosts are unaffected: they start from their image's environment (pipeline/emulator/container_env.py)
+PYTEST := PYTHONDONTWRITEBYTECODE= $(VENV)/bin/python -m pytest
 
-# the inner loop: everything but the tests that start long-lived processes (marker e2e: clusters, pipelines, servers, the CDK CLI)
+test: lint node_modules/.package-lock.json network-tools
+	$(PYTEST) $(PARALLEL) $(ARGS)
+
+# the inner loop: everything but the tests that start long-lived processes (marker e2e: clusters, pipelines, servers, the
+# CDK CLI) and those that take half a second or more (marker slow: timeouts waited out, processes started, compiles)
 test-fast: lint node_modules/.package-lock.json
-	$(VENV)/bin/python -m pytest $(PARALLEL) -m "not e2e" $(ARGS)
+	$(PYTEST) $(PARALLEL) -m "not e2e and not slow" $(ARGS)
 
 bench: setup
 	$(PY) bench/transport.py

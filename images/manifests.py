@@ -7,7 +7,8 @@ image's platform (Linux x86_64, CPython 3.12): from the project's root, its depe
 each package's dependencies, extras and environment markers. The CUDA PyTorch image also installs packages built
 outside the lock (flash-attn, transformer-engine: the image config's ``build`` block). The Ray image is the PyTorch
 GPU image plus ``ray[data,train]`` at the project's pin, resolved as the local environment resolves it
-(``constraints.txt``).
+(``constraints.txt``). The PyTorch serving image (images/pytorch-serve/Dockerfile) is the PyTorch image of its variant
+plus the inference toolkit at the project's pin, resolved the same way.
 
     git clone https://github.com/aws/deep-learning-containers dlc   # or any snapshot of it
     .venv/bin/python images/manifests.py dlc                         # rewrites pipeline/manifests/*.json
@@ -72,6 +73,7 @@ PLATFORM = {
     "python_full_version": "3.12.11",
 }
 RAY_REQUIREMENT = "ray[data,train]"
+SERVE_REQUIREMENT = "sagemaker-inference"  # the `serve` extra of pyproject.toml
 
 
 def _applies(marker: str | None, extra: str = "") -> bool:
@@ -137,28 +139,43 @@ def _show(dlc: Path, path: str) -> str:
 
 def _ray_packages() -> dict[str, str]:
     """ray[data,train] and everything it requires, at the versions constraints.txt pins (read from this environment)."""
+    return _on_top({}, RAY_REQUIREMENT)
+
+
+def _on_top(image: dict[str, str], requirement: str, *, replace: tuple[str, ...] = ()) -> dict[str, str]:
+    """``image``'s packages after ``pip install <requirement>``: pip keeps a package the image has where its version
+    satisfies the requirement on it (and what that package requires is the image's already), installs the version
+    constraints.txt pins where not, and where the image lacks it, with what it requires in turn; those named in
+    ``replace`` it installs whatever the image has."""
     from importlib import metadata
 
-    pinned = {
-        canonical(line.split("==")[0]): line.split("==")[1].strip()
-        for line in (ROOT / "constraints.txt").read_text().splitlines()
-        if "==" in line and not line.startswith("#")
-    }
-    found: dict[str, str] = {}
-    queue = [Requirement(RAY_REQUIREMENT)]
+    pinned = _pins()
+    packages = dict(image)
+    installed: set[str] = set()
+    queue = [Requirement(requirement)]
     while queue:
-        requirement = queue.pop()
-        name = canonical(requirement.name)
-        if name in found:
+        wanted = queue.pop()
+        name = canonical(wanted.name)
+        have = packages.get(name)
+        if name in installed or (have is not None and name not in replace and wanted.specifier.contains(have, prereleases=True)):
             continue
-        found[name] = pinned.get(name) or metadata.version(name)
-        extras = {""} | set(requirement.extras)
+        packages[name] = pinned.get(name) or metadata.version(name)
+        installed.add(name)
+        extras = {""} | set(wanted.extras)
         queue += [
             child
             for child in map(Requirement, metadata.requires(name) or [])
             if child.marker is None or any(child.marker.evaluate({**PLATFORM, "extra": e}) for e in extras)
         ]
-    return found
+    return packages
+
+
+def _pins() -> dict[str, str]:
+    return {
+        canonical(line.split("==")[0]): line.split("==")[1].strip()
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
 
 
 def main(dlc: Path) -> int:
@@ -193,6 +210,16 @@ def main(dlc: Path) -> int:
         "python": "3.12",
         "packages": dict(sorted(ray.items())),
     }
+    for variant in ("cpu", "gpu"):
+        base = manifests[f"pytorch-{variant}"]
+        serve = _on_top(base["packages"], SERVE_REQUIREMENT, replace=(canonical(SERVE_REQUIREMENT),))
+        tag = f"{serve['torch'].split('+')[0]}-{variant}"
+        manifests[f"pytorch-serve-{variant}"] = {
+            "image": {"repository": "hetero-pytorch-serve", "tags": [tag], "dockerfile": "images/pytorch-serve/Dockerfile"},
+            "source": {**base["source"], "plus": f"pip install {SERVE_REQUIREMENT} at the version constraints.txt pins"},
+            "python": "3.12",
+            "packages": dict(sorted(serve.items())),
+        }
     for image, manifest in manifests.items():
         (OUT / f"{image}.json").write_text(json.dumps(manifest, indent=1) + "\n")
         print(f"{image}: {len(manifest['packages'])} packages")

@@ -106,6 +106,11 @@ class StackSettings:
     processing_image: str = _key(
         "", "Processing image, an ECR image URI ('' for the CPU variant of that DLC); the role may pull from its repository only."
     )
+    serving_image: str = _key(
+        "",
+        "Serving image the registered model packages name, an ECR image URI ('' for the framework's AWS inference DLC, "
+        "CPU variant, in the stack's region; docs/models.md: Serving). The jobs never pull it: an endpoint's role does.",
+    )
     notify_email: str = _key(
         "",
         "E-mail address subscribed to the stack's notification topic (failed or stopped executions, registered "
@@ -168,7 +173,7 @@ class StackSettings:
                 f"{cls.context_key('framework')}={settings.framework!r}: use one of {', '.join(FRAMEWORKS)}",
                 headline="bad cdk.json context",
             )
-        for name in ("training_image", "processing_image"):
+        for name in ("training_image", "processing_image", "serving_image"):
             if getattr(settings, name):
                 try:
                     ecr_repository(getattr(settings, name))  # the role's ECR pull permission is derived from it

@@ -174,6 +174,7 @@ class HeteroStack(Stack):
             framework=settings.framework,
             training_image=training_image,
             processing_image=processing_image,
+            serving_image=settings.serving_image,
             fsx=fsx,
             inter_container_encryption=settings.inter_container_encryption,
             network_isolation=settings.network_isolation,

@@ -26,6 +26,10 @@ BIND_ADDRESS_ENV = (
 
 # -- files -----------------------------------------------------------------------------------------
 METRICS_FILE = "metrics.json"  # written by trainers into model/ and output/data/
+# a served model package (steps/serve): the request bodies it takes (the encoded image as is) and the response it writes;
+# the model package's SupportedContentTypes and SupportedResponseMIMETypes (pipeline/sagemaker/serving.py)
+SERVING_CONTENT_TYPES = ("application/x-image", "image/jpeg", "image/png")
+SERVING_ACCEPT = "application/json"
 MANIFEST_FILE = "manifest.json"  # written by the Shard step
 SHARD_REPORT_FILE = (
     "report.json"  # written by the Shard step beside the manifest: per-class counts, quarantined and skipped files

@@ -30,6 +30,12 @@ class Framework:
     processing_images_of: str = ""  # whose CPU image runs Shard and Evaluate ("": its own)
     every_host_reads_every_shard: bool = False  # Ray Data's read tasks run on any node and open any shard
     measures_wire_bytes: bool = True  # its data hosts count bytes per sample (Ray moves blocks through its object store)
+    # the handler its model package is served by (steps/serve/<name>.py: every host writes code/ for it into its model
+    # folder, steps/train/core/model_package.py); "": none yet
+    serves_as: str = ""
+    # "module:function(model_dir, workload)" every host runs after code/ is written: the model's serving form where the
+    # host holds only what its trainer handed over (plain files), so whichever host's folder SageMaker packs serves
+    serving_model: str = ""
 
     @property
     def image_family(self) -> str:
@@ -44,6 +50,7 @@ _TABLE = (
         shard_format="webdataset",
         trainer="steps.train.frameworks.pytorch.trainer:run_trainer",
         data_host="steps.train.frameworks.pytorch.data_host:run_data_service",
+        serves_as="pytorch",
     ),
     Framework(
         "tensorflow",
@@ -53,8 +60,10 @@ _TABLE = (
         data_host="steps.train.frameworks.tensorflow.data_host:run_data_service",
         max_trainer_hosts=1,  # one trainer host, every GPU of it (MirroredStrategy)
         unguarded_listeners="tf.data.service listens on every interface without authentication",
-        quiet_env={"TF_CPP_MIN_LOG_LEVEL": "1"},
-    ),  # C++ INFO lines (CPU features, oneDNN); warnings still show
+        quiet_env={"TF_CPP_MIN_LOG_LEVEL": "1"},  # C++ INFO lines (CPU features, oneDNN); warnings still show
+        serves_as="tensorflow",  # TF Serving on the SavedModel in 1/ (steps/train/frameworks/tensorflow/serving.py)
+        serving_model="steps.train.frameworks.tensorflow.serving:ensure_serving_model",
+    ),
     Framework(
         "ray",
         "Ray Data decodes on every CPU of the cluster, Ray Train's TorchTrainer trains on the GPUs",
@@ -66,6 +75,7 @@ _TABLE = (
         processing_images_of="pytorch",
         every_host_reads_every_shard=True,
         measures_wire_bytes=False,
+        serves_as="pytorch",  # Ray Train trains the workload's PyTorch model: it serves as PyTorch's does
     ),
 )
 TABLE = {f.name: f for f in _TABLE}

@@ -22,7 +22,7 @@ pytest_plugins = ["tests.support.fixtures"]
 CLUSTER_TESTS = "tests/e2e/"  # where the tests that run emulated clusters and pipelines live
 # e2e tests there that start one single-host job or a Shard step at most: light enough to run beside a cluster, as the
 # unit tests do
-ONE_HOST_TESTS = ("tests/e2e/test_cli_runs.py", "tests/e2e/test_image_guard.py")
+ONE_HOST_TESTS = ("tests/e2e/test_cli_runs.py", "tests/e2e/test_image_guard.py", "tests/e2e/test_run_stops_early.py")
 # the tests that synthesise stacks: each worker that runs one starts a jsii kernel (a Node.js process that loads the CDK
 # library, seconds of CPU) and waits while another worker synthesises a stack it needs (tests/support/stacks.py)
 CDK_TESTS = "tests/infra/"

@@ -47,6 +47,7 @@ def test_cdk_synth_with_the_pinned_cli(tmp_path):
     print(f"cdk synth took {elapsed:.1f} s")  # the 60 s budget is checked by hand, not asserted: timings flake
 
 
+@pytest.mark.slow
 def test_a_bad_context_setting_is_one_line_naming_it_and_exit_2(tmp_path):
     """`cdk synth -c hetero:bogus=1` (the CLI hands app.py its context in CDK_CONTEXT_JSON): the one line that names the
     setting and the keys it may be, not a Python traceback."""

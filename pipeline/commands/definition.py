@@ -42,6 +42,10 @@ def add_parser(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
         "--training-image", help="training image URI (default: the AWS GPU training image of the framework in the region)"
     )
     d.add_argument("--processing-image", help="processing image URI (default: the CPU variant of that image)")
+    d.add_argument(
+        "--serving-image",
+        help="the image registered model packages name (default: the framework's AWS inference image, CPU variant, in the region)",
+    )
     d.add_argument("--fsx-file-system-id", help="read training shards from this FSx for Lustre file system (jobs run in its VPC)")
     d.add_argument(
         "--fsx-directory-path", default="/fsx/dataset", help="FSx path linked to s3://<bucket>/<prefix>/ (default %(default)s)"
@@ -76,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         framework=args.framework,
         training_image=args.training_image,
         processing_image=args.processing_image,
+        serving_image=args.serving_image,
         fsx=fsx,
         network_isolation=args.network_isolation,
     )

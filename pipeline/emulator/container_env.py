@@ -50,10 +50,12 @@ class Addition:
     reason: str
 
 
-# the images, by their manifests (pipeline/manifests/<name>.json); hetero-ray is FROM the PyTorch GPU image and its
-# Dockerfile (images/ray/Dockerfile) adds no ENV line
+# the images, by their manifests (pipeline/manifests/<name>.json); hetero-ray is FROM the PyTorch GPU image and
+# hetero-pytorch-serve FROM the PyTorch image of its variant, and their Dockerfiles (images/ray/Dockerfile,
+# images/pytorch-serve/Dockerfile) add no ENV line
 PT_GPU, PT_CPU, TF_GPU, TF_CPU, RAY = "pytorch-gpu", "pytorch-cpu", "tensorflow-gpu", "tensorflow-cpu", "ray-gpu"
-IMAGES = (PT_GPU, PT_CPU, TF_GPU, TF_CPU, RAY)
+SERVE_GPU, SERVE_CPU = "pytorch-serve-gpu", "pytorch-serve-cpu"
+IMAGES = (PT_GPU, PT_CPU, TF_GPU, TF_CPU, RAY, SERVE_GPU, SERVE_CPU)
 TRAINING, PROCESSING = "training job", "processing job"
 
 DOCKER_RUN = "Docker run reference, 'Environment variables' (docs.docker.com/engine/containers/run/#environment-variables)"
@@ -90,7 +92,7 @@ IMAGE = (
     Variable(
         "SAGEMAKER_TRAINING_MODULE",
         "sagemaker_pytorch_container.training:main",
-        (PT_GPU, PT_CPU, RAY),
+        (PT_GPU, PT_CPU, RAY, SERVE_GPU, SERVE_CPU),
         f"{DLC}{PT_FILES}: stage sagemaker",
     ),
     Variable(
@@ -102,7 +104,7 @@ IMAGE = (
     Variable(
         "CUDA_HOME",
         "/usr/local/cuda",
-        (PT_GPU, RAY, TF_GPU),
+        (PT_GPU, RAY, TF_GPU, SERVE_GPU),
         f"{DLC}docker/pytorch/Dockerfile.cuda, docker/tensorflow/2.21/Dockerfile.cuda: {BASE_STAGE}",
     ),
     *(
@@ -122,13 +124,13 @@ IMAGE = (
     Variable(
         "PATH",
         "/opt/venv/bin:/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:/usr/local/cuda/bin:${PATH}",
-        (PT_GPU, RAY, TF_GPU),
+        (PT_GPU, RAY, TF_GPU, SERVE_GPU),
         f"{DLC}docker/pytorch/Dockerfile.cuda (stage sagemaker), docker/tensorflow/2.21/Dockerfile.cuda ({BASE_STAGE})",
     ),
     Variable(
         "PATH",
         "/opt/venv/bin:/opt/amazon/openmpi/bin:${PATH}",
-        (PT_CPU, TF_CPU),
+        (PT_CPU, TF_CPU, SERVE_CPU),
         f"{DLC}docker/pytorch/Dockerfile.cpu (stage sagemaker), docker/tensorflow/2.21/Dockerfile.cpu ({BASE_STAGE})",
     ),
     Variable(
@@ -136,7 +138,7 @@ IMAGE = (
         "/opt/venv/lib/python3.12/site-packages/nvidia/cudnn/lib:/opt/venv/lib/python3.12/site-packages/nvidia/nccl/lib:"
         "/opt/amazon/ofi-nccl/lib64:/opt/amazon/openmpi/lib:/opt/amazon/openmpi/lib64:/opt/amazon/efa/lib:"
         "/opt/amazon/efa/lib64:/usr/local/cuda/lib64:/usr/local/lib:${LD_LIBRARY_PATH}",
-        (PT_GPU, RAY),
+        (PT_GPU, RAY, SERVE_GPU),
         f"{DLC}docker/pytorch/Dockerfile.cuda: stage sagemaker",
     ),
     Variable(
@@ -149,7 +151,7 @@ IMAGE = (
     Variable(
         "LD_LIBRARY_PATH",
         "/opt/amazon/openmpi/lib:/usr/local/lib:${LD_LIBRARY_PATH}",
-        (PT_CPU, TF_CPU),
+        (PT_CPU, TF_CPU, SERVE_CPU),
         f"{DLC}docker/pytorch/Dockerfile.cpu (stage sagemaker), docker/tensorflow/2.21/Dockerfile.cpu ({BASE_STAGE})",
     ),
 )
@@ -310,6 +312,16 @@ def processing_env(*, request: Mapping, bin_dir: Path, guard: str, extra_env: Ma
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     return {**env, **(extra_env or {})}
+
+
+def serving_env(*, container: Mapping, guard: str) -> dict[str, str]:
+    """The whole environment of an emulated model container (`pipeline.emulator.serving`): its image's, the container
+    definition's ``Environment``, the twin's, the guard first on PYTHONPATH."""
+    env = _twin({**image_env(container.get("Image", "")), **container.get("Environment", {})}, bin_dirs=[])
+    pythonpath = os.pathsep.join(filter(None, [guard, env.get("PYTHONPATH")]))
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    return env
 
 
 def _twin(container: Mapping[str, str], *, bin_dirs: list[str]) -> dict[str, str]:

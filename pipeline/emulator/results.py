@@ -42,13 +42,14 @@ def pack(*, name: str, request: dict, job_dir: Path, hosts: list[Host], failed: 
     artifacts = None
     if not failed and "OutputDataConfig" in request:
         prefix = f"{request['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{name}/output"
-        _pack(merged, storage.path(f"{prefix}/model.tar.gz"))
-        _pack(output, storage.path(f"{prefix}/output.tar.gz"))
+        pack_folder(merged, storage.path(f"{prefix}/model.tar.gz"))
+        pack_folder(output, storage.path(f"{prefix}/output.tar.gz"))
         artifacts = f"{prefix}/model.tar.gz"
     return merged, output, artifacts
 
 
-def _pack(folder: Path, destination: Path) -> None:
+def pack_folder(folder: Path, destination: Path) -> None:
+    """``folder`` as SageMaker packs a job's model or output folder: a tar.gz of every file under it, by relative path."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(destination, "w:gz") as tar:
         for path in sorted(folder.rglob("*")) if folder.is_dir() else []:

@@ -66,6 +66,25 @@ SDK_TABLES = {"pytorch": ("pytorch-amzn2023", "2.13"), "tensorflow": ("tensorflo
 # RAY_VERSION default, the pin in pyproject.toml and constraints.txt (tests/pipeline/sagemaker/test_images.py checks they agree)
 RAY_REPOSITORY, RAY_VERSION = "hetero-ray", "2.60.0"
 
+# Serving: the inference DLC a model package names (RegisterModel), by the handler a framework's model is served with
+# (steps/frameworks.py serves_as): handler -> (ECR repository, tag of the GPU variant, tag of the CPU variant), and the
+# SDK's table and version that list its regions. PyTorch, chosen 2026-12-02: the one SageMaker PyTorch inference DLC
+# AWS's release data lists is 2.6 (aws/deep-learning-containers: docs/src/data/pytorch-inference/2.6-{cpu,gpu}-
+# sagemaker.yml: GA 2025-01-29, end of patches 2026-06-30, Python 3.12, Ubuntu 22.04, CUDA 12.4; the SDK's `pytorch`
+# table, inference 2.6.0, 36 of the DLC regions, the same 36 as the training image above). Its PyTorch inference toolkit
+# loads the package's code/inference.py and calls the handler (steps/serve/pytorch.py), which needs nothing of torch
+# newer than 2.6; the weights are a state_dict of float tensors (expected to load in 2.6; no torch 2.6 here to test
+# it). Patches have ended for it: where that matters,
+# build images/pytorch-serve/Dockerfile (this project's training image, torch 2.13, plus the inference toolkit) and name it.
+SERVING_TAGS = {
+    "pytorch": ("pytorch-inference", "2.6.0-gpu-py312-cu124-ubuntu22.04-sagemaker", "2.6.0-cpu-py312-ubuntu22.04-sagemaker"),
+    # TF Serving 2.20, the newest TensorFlow inference DLC (aws/deep-learning-containers
+    # .github/config/image/tensorflow/2.20-inference-sagemaker-{cpu,cuda}.yml, prod_image); training runs TF 2.21:
+    # the SavedModel's ops (decode, resize, convolutions, a map) are all older than both
+    "tensorflow": ("tensorflow-inference", "2.20-gpu-py312-cu129-amzn2023-sagemaker-v1", "2.20-cpu-py312-amzn2023-sagemaker-v1"),
+}
+SERVING_TABLES = {"pytorch": ("pytorch", "2.6.0"), "tensorflow": ("tensorflow", "2.20.0")}
+
 REGION = re.compile(r"[a-z]{2,4}(-[a-z]+)+-\d+")  # us-east-1, eusc-de-east-1; not a CDK token
 # <account>.dkr.ecr.<region>.<DNS suffix of the partition>/<repository>[:tag|@digest]
 _ECR_IMAGE = re.compile(
@@ -102,6 +121,27 @@ def pipeline_images(region: str, framework: str, *, training_image: str = "", pr
         training_image or default_training_image(region, framework),
         processing_image or default_processing_image(region, framework),
     )
+
+
+def default_serving_image(region: str, framework: str, *, gpu: bool = False) -> str | None:
+    """The inference DLC a model package of ``framework`` names in ``region`` (CPU variant unless ``gpu``); None for a
+    framework whose model has no serving form yet (steps/frameworks.py serves_as), or where the region is not one AWS
+    lists (a CloudFormation token's placeholder: the package then names the training image unless a serving image is
+    given)."""
+    handler = framework_row(framework).serves_as
+    if not handler or not isinstance(region, str) or region not in DLC_REGISTRIES:  # a token's placeholder region
+        return None
+    table, version = SERVING_TABLES[handler]
+    listed = _sdk_table(table)["inference"]["versions"][version]["registries"]
+    regions = sorted(r for r in DLC_REGISTRIES if r in listed)
+    if region not in regions:
+        raise UserError(
+            f"region {region!r} has no AWS inference container for {handler} {version}: AWS publishes it in "
+            f"{len(regions)} regions ({', '.join(regions)}); use one of them",
+            headline="bad region",
+        )
+    repository, gpu_tag, cpu_tag = SERVING_TAGS[handler]
+    return f"{DLC_REGISTRIES[region]}.dkr.{_ecr_host(region)}/{repository}:{gpu_tag if gpu else cpu_tag}"
 
 
 def ecr_repository(image_uri: str) -> tuple[str, str, str]:

@@ -23,7 +23,7 @@ from pipeline.graph import (
     TrainingStep,
     Value,
 )
-from pipeline.sagemaker.images import default_processing_image, default_training_image
+from pipeline.sagemaker.images import default_processing_image, default_serving_image, default_training_image
 from pipeline.sagemaker.offline import session
 from pipeline.sagemaker.settings import (
     CODE_CHANNEL_DIR,
@@ -77,6 +77,8 @@ class StepCompiler:
         self.params = {p.name: kinds[p.type](name=p.name, default_value=self._default(p)) for p in graph.parameters}
         self.steps: dict = {}
         self.training_image = settings.training_image or default_training_image(settings.region, settings.framework)
+        # what a registered model package names to serve (None: the framework's model has no serving form yet)
+        self.serving_image = settings.serving_image or default_serving_image(settings.region, settings.framework)
         self.processing_image = settings.processing_image or default_processing_image(settings.region, settings.framework)
 
     def _default(self, p):
@@ -311,8 +313,10 @@ class StepCompiler:
 
     def register(self, step: RegisterStep, *, name: str | None = None, source: str | None = None) -> ModelStep:
         """CreateModelPackage through the SDK's own request builder (what ModelBuilder.register does under a
-        PipelineSession, without a ModelBuilder: that would package and upload inference code, and this model has
-        none). ``source``: the compiled name of the step whose output holds ``step.file``."""
+        PipelineSession, without a ModelBuilder: that would package and upload inference code again, and the model
+        folder of every training host already holds it: steps/train/core/model_package.py). The package names the
+        framework's inference image, the content types and instance types it serves (`pipeline.sagemaker.serving`).
+        ``source``: the compiled name of the step whose output holds ``step.file``."""
         from types import SimpleNamespace
 
         from sagemaker.core.model_registry import create_model_package_from_containers, get_model_package_args
@@ -321,6 +325,7 @@ class StepCompiler:
         from sagemaker.core.workflow.pipeline_context import _ModelStepArguments
         from sagemaker.mlops.workflow.model_step import ModelStep
 
+        from pipeline.sagemaker.serving import serving_arguments
         from steps.evaluate.registration import METADATA_KEYS
         from steps.evaluate.registry import EXECUTION_KEY
 
@@ -334,7 +339,8 @@ class StepCompiler:
         metadata[EXECUTION_KEY] = self.exec_id
         arguments = get_model_package_args(
             model_package_group_name=model_package_group(self.s),
-            image_uri=self.training_image,
+            image_uri=self.serving_image or self.training_image,
+            **(serving_arguments() if self.serving_image else {}),
             model_data=self.value(step.model),
             model_metrics=ModelMetrics(
                 model_quality=ModelQuality(statistics=MetricsSource(content_type="application/json", s3_uri=document))

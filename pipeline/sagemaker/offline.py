@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import warnings
@@ -23,37 +24,55 @@ def offline_sdk(region: str) -> Iterator[None]:
     * no IAM role lookups (``SAGEMAKER_VALIDATE_ROLE=false``; the role is a placeholder ARN anyway);
     * no instance-metadata probe: ProcessingStep builds a LocalSession on the default boto3
       session, whose credential chain would try 169.254.169.254;
-    * the SDK re-validates the session config against its JSON schema on every lookup (dozens
-      of times, ~0.3 s each): our config is a constant, validated once here, then skipped.
+    * the SDK re-validates the session config against its JSON schema on every lookup and every session it builds
+      (dozens of times a definition; jsonschema checks the schema itself each time, ~0.3 s): our config is a
+      constant, validated once per process (`_validated`), then skipped wherever the SDK calls the check from.
     """
     wanted = {"AWS_DEFAULT_REGION": region, "SAGEMAKER_VALIDATE_ROLE": "false", "AWS_EC2_METADATA_DISABLED": "true"}
     saved = {k: os.environ.get(k) for k in wanted}
     os.environ.update(wanted)
-    patched = None
+    patched: list[tuple[object, str, object]] = []
     try:
+        import sagemaker.core.config.config as config_module
+        import sagemaker.core.helper.session_helper as session_module
+        import sagemaker.core.local.local_session as local_module
         from sagemaker.core.config.config_manager import SageMakerConfig
 
-        validate = SageMakerConfig.__dict__["validate_sagemaker_config"]
-        validate.__func__(_SDK_CONFIG)
+        _validated()
+        validate = config_module.validate_sagemaker_config
 
         def validate_once(sagemaker_config=None):
             if sagemaker_config is not _SDK_CONFIG:
-                validate.__func__(sagemaker_config)
+                validate(sagemaker_config)
 
-        SageMakerConfig.validate_sagemaker_config = staticmethod(validate_once)
-        patched = (SageMakerConfig, validate)
+        # the method, and the module function under each name the SDK imported it by
+        name = "validate_sagemaker_config"
+        for owner, check in (
+            (SageMakerConfig, staticmethod(validate_once)),
+            *((module, validate_once) for module in (config_module, session_module, local_module)),
+        ):
+            patched.append((owner, name, vars(owner)[name]))
+            setattr(owner, name, check)
         with warnings.catch_warnings(), _quiet_sdk_logs():
             # "Running within a PipelineSession...", job names popped: expected while compiling
             warnings.simplefilter("ignore", UserWarning)
             yield
     finally:
-        if patched:
-            patched[0].validate_sagemaker_config = patched[1]
+        for owner, name, original in reversed(patched):
+            setattr(owner, name, original)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@functools.cache
+def _validated() -> None:
+    """`_SDK_CONFIG` checked against the SDK's schema, once per process."""
+    from sagemaker.core.config.config import validate_sagemaker_config
+
+    validate_sagemaker_config(_SDK_CONFIG)
 
 
 @contextmanager

@@ -57,6 +57,9 @@ class DeploySettings:
     framework: str = "pytorch"  # one of FRAMEWORKS: picks the graph and the default images
     training_image: str | None = None  # default: the AWS GPU training image of the framework in the region
     processing_image: str | None = None  # default: the CPU variant of the same image
+    # what a registered model package names to serve; default: the AWS inference image (CPU variant) of the framework's
+    # serving form in the region (pipeline/sagemaker/images.py SERVING_TAGS)
+    serving_image: str | None = None
     fsx: FsxSettings | None = None
     # training jobs only (Shard and Evaluate call S3 themselves): SageMaker encrypts traffic between the
     # cluster's hosts (slower steps, see docs/deploy.md), and gives the containers no network beyond the cluster

@@ -62,6 +62,13 @@ def dispatch(env: Environment) -> None:
     entry = fw.data_host if cluster.role == DATA and fw.data_host else fw.trainer
     module, _, function = entry.partition(":")
     getattr(importlib.import_module(module), function)(cfg, cluster, workload)
+    if fw.serves_as:  # whichever host's model folder SageMaker packs, the package serves (steps/train/core/model_package.py)
+        from steps.train.core.model_package import write_serving_code
+
+        write_serving_code(cluster.model_dir, cfg.workload, serves_as=fw.serves_as)
+    if fw.serving_model:
+        module, _, function = fw.serving_model.partition(":")
+        getattr(importlib.import_module(module), function)(cluster.model_dir, workload)
 
 
 def _confine(cfg, cluster, listeners: str) -> None:

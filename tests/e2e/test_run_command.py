@@ -1,32 +1,19 @@
-"""`hetero run` as a user runs it, in a process of its own: the quick start's commands (docs/quickstart.md) with their defaults end with exit 0
-and leave no process behind, for each framework, and the same run is each framework's end-to-end check of the default
-layout (1 data host + 1 trainer, then the baseline, the evaluation and the plan); SIGTERM, SIGINT or SIGHUP stop a run, and every process it started
+"""`hetero run` as a user runs it, in a process of its own (`tests.support.run_command.Run`): the quick start's commands
+(docs/quickstart.md) with their defaults end with exit 0 and leave no process behind, for each framework, and the same
+run is each framework's end-to-end check of the default layout (1 data host + 1 trainer, then the baseline, the
+evaluation and the plan); SIGTERM, SIGINT or SIGHUP stop a run once its jobs run, and every process it started
 (emulated hosts, TensorFlow servers, Ray's daemons and its workers, which move to process groups of their own and
-rename themselves ``ray::<Actor>``), within 30 s.
-
-Processes are told apart by their environment: the CLI's carries a marker, which what it starts with the caller's
-environment inherits, and the emulated hosts' (which start from the service's environment, as a container does) name
-the run's work folder; a search by command line would miss Ray's renamed workers, and one by process group the workers
-that left it."""
+rename themselves ``ray::<Actor>``), within 30 s."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 
 from pipeline.cli import main
@@ -35,114 +22,28 @@ from pipeline.iam.judge import deployed_for, judge_files
 from pipeline.iam.permissions import BEGIN, END, markdown
 from pipeline.local.settings import local_training_image
 from steps.frameworks import framework as framework_row
-from tests.support.harness import marked_processes
 from tests.support.metrics import (
     PIXEL_BYTES,
     assert_data_hosts_measured_themselves,
     assert_every_sample_once_per_epoch,
     assert_the_evaluation_and_the_plan,
 )
+from tests.support.run_command import (
+    MOMENTS,
+    ROOT,
+    STOPPED_WITHIN_S,
+    TRAINING,
+    Run,
+    names,
+    reach,
+    run_hosts,
+    stop_at,
+    stops,
+    temp_dir,
+)
 from tests.support.stacks import synthesised_once
 
 pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[2]
-MARKER = "HETERO_TEST_RUN"
-STOPPED_WITHIN_S = 30
-
-
-def _marked(token: str, work_dir: Path) -> list[psutil.Process]:
-    """Live processes whose environment carries this run's marker (the CLI and what it starts with the caller's
-    environment) or names its work folder (emulated hosts and processing jobs, which start from the service's)."""
-    return marked_processes(f"{MARKER}={token}", mentioning=(f"={work_dir}/", f":{work_dir}/"))
-
-
-def _names(processes: list[psutil.Process]) -> list[str]:
-    named = []
-    for process in processes:
-        try:
-            named.append(f"{process.pid} {' '.join(process.cmdline())[:100]}")
-        except psutil.Error:
-            continue
-    return named
-
-
-class Run:
-    """``hetero run <args>`` (``python -m pipeline``: the console script's main) in a session of its own, its
-    output collected line by line (``stderr``: its stderr to that file instead); ``temp_dir``: its TMPDIR, where every
-    temp folder of the run (each host's) is made."""
-
-    def __init__(self, work_dir: Path, *args: str, stderr: Path | None = None, temp_dir: Path | None = None):
-        self.token = uuid.uuid4().hex
-        self.work_dir = Path(work_dir).resolve()
-        self.lines: list[str] = []
-        self.started = time.monotonic()
-        env = {**os.environ, MARKER: self.token, **({"TMPDIR": str(temp_dir)} if temp_dir else {})}
-        self.stderr = stderr.open("w") if stderr else None
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "pipeline", "run", "--work-dir", str(work_dir), *args],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr or subprocess.STDOUT,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        self.new_line = threading.Condition()
-        self.ended = False
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            with self.new_line:
-                self.lines.append(line.rstrip("\n"))
-                self.new_line.notify_all()
-        with self.new_line:  # the output ended: the run did
-            self.ended = True
-            self.new_line.notify_all()
-
-    def wait_for(self, text: str, timeout_s: float) -> bool:
-        """Whether a line with ``text`` came within ``timeout_s`` (woken by each line, not polling)."""
-        with self.new_line:
-            return self.new_line.wait_for(lambda: any(text in line for line in self.lines) or self.ended, timeout_s) and any(
-                text in line for line in self.lines
-            )
-
-    def stop(self, sig: int) -> tuple[int, list[str], float]:
-        """Signal the CLI: its exit code, what it left after `STOPPED_WITHIN_S` from the signal, and how long that took."""
-        signalled = time.monotonic()
-        self.process.send_signal(sig)
-        code = self.process.wait(timeout=STOPPED_WITHIN_S)
-        left = self.leftovers(within_s=max(0.0, signalled + STOPPED_WITHIN_S - time.monotonic()))
-        return code, left, time.monotonic() - signalled
-
-    def leftovers(self, within_s: float) -> list[str]:
-        """Processes of the run still there after ``within_s`` (waiting for them to go until then), then killed."""
-        deadline = time.monotonic() + within_s
-        while (left := _marked(self.token, self.work_dir)) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        named = _names(left)
-        for process in left:
-            try:
-                process.kill()
-            except psutil.Error:
-                pass
-        return named
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.lines[-lines:])
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self.leftovers(0)
-        self.reader.join(timeout=10)
-        self.process.stdout.close()
-        if self.stderr:
-            self.stderr.close()
 
 
 @dataclass
@@ -327,167 +228,84 @@ def test_the_permissions_page_is_generated_from_the_stack_and_the_readme_run(rea
     )
 
 
+def test_the_registered_model_serves_the_trained_models_predictions(readme_run, capsys, tmp_path):
+    """The package the run registered, served as its container serves it (`hetero models predict`): the top classes
+    and their scores are what the trained model itself gives the same image, decoded as evaluation decodes."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from pipeline.commands.models import default_registry
+    from steps.train.workload import load_workload
+
+    assert readme_run.code == 0, readme_run.tail
+    image = tmp_path / "shape.png"
+    Image.fromarray(np.random.default_rng(7).integers(0, 256, (96, 96, 3), dtype=np.uint8)).save(image)
+    registry = default_registry(readme_run.execution_dir.parent)
+    if framework_row(readme_run.framework).serves_as == "tensorflow":
+        _the_savedmodel_answers_what_the_trained_model_answers(readme_run, image, registry, capsys)
+        return
+    assert main(["models", "predict", "1", str(image), "--registry", registry]) == 0
+    served = capsys.readouterr().out.strip().splitlines()[-1].split("  ")[1:]
+
+    model_dir = readme_run.execution_dir / "jobs" / "TrainHeterogeneous" / "model"
+    metrics = readme_run.metrics("TrainHeterogeneous")
+    workload = load_workload(metrics["config"]["workload"], metrics["config"]["workload_options"])
+    model = workload.build_model(len(metrics["classes"]))
+    model.load_state_dict(torch.load(model_dir / "model.pt", weights_only=True))
+    pixels = workload.decode(image.read_bytes(), train=False, rng=np.random.default_rng(0))
+    with torch.no_grad():
+        scores = torch.softmax(model.eval()(workload.normalize(torch.from_numpy(np.array(pixels)).unsqueeze(0))), dim=1)[0]
+    top = torch.argsort(scores, descending=True)[:3]
+    assert served == [f"{metrics['classes'][i]} {scores[i]:.3f}" for i in top]
+
+
+def _the_savedmodel_answers_what_the_trained_model_answers(readme_run, image: Path, registry: str, capsys) -> None:
+    """A TensorFlow package: TF Serving does not run here, so `hetero models predict` says so in one line; the
+    SavedModel the run packed (1/) decodes the image in its graph and scores it as the trained Keras model does."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from steps.train.workload import load_workload
+
+    assert main(["models", "predict", "1", str(image), "--registry", registry]) == 2
+    assert "is a TensorFlow package (a SavedModel in 1/)" in capsys.readouterr().err
+    model_dir = readme_run.execution_dir / "jobs" / "TrainHeterogeneous" / "model"
+    assert (model_dir / "1" / "saved_model.pb").is_file() and (model_dir / "code" / "inference.py").is_file()
+    hosts = sorted(model_dir.parent.glob("algo-*"))  # whichever host's folder SageMaker packs: each holds the package
+    assert len(hosts) == 2 and all((h / "model" / "1" / "saved_model.pb").is_file() for h in hosts), hosts
+    metrics = readme_run.metrics("TrainHeterogeneous")
+    workload = load_workload(metrics["config"]["workload"], metrics["config"]["workload_options"])
+    serve = tf.saved_model.load(str(model_dir / "1")).signatures["serving_default"]
+    served = serve(images=tf.constant([image.read_bytes()]))["scores"].numpy()[0]
+    model = keras.saving.load_model(model_dir / "model.keras")
+    pixels = workload.tf_decode(tf.constant(image.read_bytes()), train=False, seed=tf.constant([0, 0], tf.int64))
+    direct = tf.nn.softmax(model(workload.tf_normalize(pixels[tf.newaxis]), training=False))[0].numpy()
+    np.testing.assert_allclose(served, direct, rtol=1e-5, atol=1e-6)
+
+
 def _role(host_dir: Path) -> str:
     """The role the launcher gave a host, from the first line of its log ("[launcher] host=... role=data ...")."""
     return re.search(r"role=(\w+)", (host_dir / "output" / "host.log").read_text()).group(1)
 
 
-@pytest.mark.parametrize(
-    "framework,sig",
-    [
-        ("pytorch", signal.SIGTERM),
-        ("pytorch", signal.SIGINT),
-        ("pytorch", signal.SIGHUP),
-        ("tensorflow", signal.SIGTERM),
-        ("ray", signal.SIGTERM),
-    ],
-)
-def test_a_signal_stops_hetero_run_and_every_process_it_started_within_30_s(tmp_path, framework, sig):
-    run = Run(tmp_path / "runs", "--framework", framework, "--sample-images", "300", "--epochs", "100")
-    try:
-        assert run.wait_for("step_time_ms=", timeout_s=300), run.tail()
-        started = _names(_marked(run.token, run.work_dir))
-        assert len(started) > 2, started  # the run and its hosts carry the marker
-        if framework == "ray":  # Ray's workers, renamed and in groups of their own, inherit it too
-            assert any(" ray::" in f" {name.split(' ', 1)[1]}" for name in started), started
-        code, left, took = run.stop(sig)
-    finally:
-        run.close()
-    print(f"hetero run --framework {framework}: {signal.Signals(sig).name} -> exit {code}, all gone in {took:.1f} s")
-    assert not left, left
-    assert code == 128 + sig, run.tail()
-    assert any(f"interrupted ({signal.Signals(sig).name}); all hosts stopped" in line for line in run.lines), run.tail()
-
-
-SMALL = ("--sample-images", "300", "--epochs", "1")  # every step of a default run, each short
-TRAINING = ("--sample-images", "300", "--epochs", "100")  # a training that lasts
-
-
-@dataclass(frozen=True)
-class Moment:
-    """When a test stops a run (``hetero run`` with ``args``): once a line with ``line`` came (None: the run's start),
-    ``after_s`` later. ``hosts``: every host of the job then runs the step code, so each says how it ended."""
-
-    line: str | None = None
-    after_s: float = 0.0
-    hosts: bool = False
-    args: tuple[str, ...] = SMALL
-
-
-# moments spread over a default run, in its order (1 data host + 1 trainer, then the baseline, Evaluate, RegisterModel)
-MOMENTS = {
-    "loading": Moment(after_s=0.8),  # the CLI's modules load
-    "compiling": Moment(after_s=3.0),  # the definition compiles (the SageMaker SDK's objects, their finalizers)
-    "sample-data": Moment("[Shard] no InputData"),
-    "shard+0.1s": Moment("[Shard] --output", 0.1),
-    "shard+0.3s": Moment("[Shard] --output", 0.3),
-    "shard+1s": Moment("[Shard] --output", 1.0),
-    "between-steps": Moment("[Shard] done in"),
-    "hosts-starting": Moment("heterogeneous cluster:"),
-    "hosts-up": Moment("[launcher] host="),
-    "mid-training": Moment("step_time_ms=", hosts=True, args=TRAINING),
-    "baseline-starting": Moment("[TrainBaseline] homogeneous cluster"),
-    "evaluate": Moment("[Evaluate] --output", 0.3),
-    "register": Moment("[RegisterModel]"),
-}
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-# each framework's run is stopped early many times (cheap) and late once or twice (a run nearly whole: minutes)
-STOPS = [
-    *(("pytorch", m) for m in MOMENTS),
-    *(("tensorflow", m) for m in ("loading", "shard+0.3s", "hosts-starting", "hosts-up", "mid-training", "evaluate")),
-    *(("ray", m) for m in ("compiling", "shard+0.1s", "hosts-starting", "hosts-up", "mid-training", "baseline-starting")),
-]
-
-
-def _reach(run: Run, moment: Moment) -> None:
-    if moment.line is not None:
-        assert run.wait_for(moment.line, timeout_s=600), f"no line {moment.line!r}:\n{run.tail()}"
-        time.sleep(moment.after_s)
-    else:
-        time.sleep(max(0.0, run.started + moment.after_s - time.monotonic()))
-    assert run.process.poll() is None, f"the run ended before the moment:\n{run.tail()}"
-
-
-def _hosts(run: Run) -> list[psutil.Process]:
-    """The run's emulated hosts and every process they started: they name its work folder, without its marker."""
-    own = f"{MARKER}={run.token}\0".encode()
-    hosts = []
-    for process in _marked(run.token, run.work_dir):
-        try:
-            if own not in Path(f"/proc/{process.pid}/environ").read_bytes():
-                hosts.append(process)
-        except OSError:
-            continue
-    return hosts
-
-
-@contextlib.contextmanager
-def _temp_dir():
-    """A TMPDIR for a run, short as /tmp is (hosts put unix sockets under theirs, made in it), gone afterwards."""
-    folder = Path(tempfile.mkdtemp(prefix="h", dir="/tmp"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _host_ends(work_dir: Path) -> dict[str, str]:
-    """Each host's log that reports an internal error, and each failure file that does not say the host was stopped by
-    SIGTERM (terminated; a trainer mid-training: interrupted, with its checkpoint). What the hosts printed once the
-    stop came, stacks included, is in the run's own output."""
-    wrong = {}
-    for host in sorted(work_dir.glob("local-*/jobs/*/algo-*")):
-        log = (host / "output" / "host.log").read_text(errors="replace") if (host / "output" / "host.log").is_file() else ""
-        if "internal error" in log:
-            wrong[str(host)] = log[-3000:]
-        failure = host / "output" / "failure"
-        if failure.is_file() and not failure.read_text().startswith(("terminated: SIGTERM", "interrupted: SIGTERM")):
-            wrong[str(failure)] = failure.read_text()
-    return wrong
-
-
-@pytest.mark.parametrize(
-    "framework,moment,sig",
-    [(f, m, SIGNALS[i % len(SIGNALS)]) for i, (f, m) in enumerate(STOPS)],
-    ids=[f"{f}-{m}-{SIGNALS[i % len(SIGNALS)].name}" for i, (f, m) in enumerate(STOPS)],
-)
+@pytest.mark.parametrize(**stops(early=False))
 def test_a_signal_at_any_moment_ends_the_run_in_one_line_leaving_nothing(tmp_path, framework, moment, sig):
-    """SIGINT, SIGTERM or SIGHUP at moments spread over a whole run (the CLI loading, the definition compiling, the
-    sample data, inside Shard, between steps, a job starting its hosts, mid-training, Evaluate, RegisterModel): exit
-    128 + the signal, one line on stderr, no stack in what the run and its hosts print from then on, each host the stop
-    ended saying terminated (not an internal error), no process and no temp folder left."""
-    with _temp_dir() as temp:
-        run = Run(tmp_path / "runs", "--framework", framework, *MOMENTS[moment].args, stderr=tmp_path / "stderr", temp_dir=temp)
-        try:
-            _reach(run, MOMENTS[moment])
-            signalled, before = time.monotonic(), len(run.lines)
-            code, left, took = run.stop(sig)
-        finally:
-            run.close()
-        temp_left = list(temp.iterdir())
-    errors = (tmp_path / "stderr").read_text().splitlines()
-    print(f"{framework} {moment}: {sig.name} at {signalled - run.started:.1f} s -> exit {code} in {took:.1f} s: {errors}")
-    assert code == 128 + sig, (errors, run.tail())
-    assert errors == [f"interrupted ({sig.name}); all hosts stopped"], (errors, run.tail())
-    # the stop's output, the hosts' last lines included (under load Ray prints stacks of its own as it trains)
-    assert not [line for line in run.lines[before:] if "Traceback" in line or "Exception ignored" in line], run.tail()
-    assert not left, left
-    assert not temp_left, temp_left
-    assert not _host_ends(run.work_dir), _host_ends(run.work_dir)
-    if MOMENTS[moment].hosts:  # every host ran the step code: each wrote how it ended
-        hosts = list(run.work_dir.glob("local-*/jobs/TrainHeterogeneous/algo-*"))
-        assert len(hosts) == 2 and all((h / "output" / "failure").is_file() for h in hosts), hosts
+    """A signal once a job started its hosts, mid-training, the baseline starting, Evaluate, RegisterModel
+    (`tests.support.run_command.stop_at`; the moments before: tests/e2e/test_run_stops_early.py)."""
+    stop_at(tmp_path, framework, moment, sig)
 
 
 def test_a_second_signal_during_the_stop_kills_what_is_left_at_once(tmp_path):
     """The stop gives each host seconds to exit after its SIGTERM; hosts that cannot (frozen here) keep it waiting, and a
     second signal, never ignored, kills them at once: exit 128 + the first signal, one line naming both."""
-    with _temp_dir() as temp:
+    with temp_dir() as temp:
         run = Run(tmp_path / "runs", *TRAINING, stderr=tmp_path / "stderr", temp_dir=temp)
         try:
-            _reach(run, MOMENTS["mid-training"])
-            hosts = _hosts(run)
-            assert len(hosts) >= 2, _names(hosts)
+            reach(run, MOMENTS["mid-training"])
+            hosts = run_hosts(run)
+            assert len(hosts) >= 2, names(hosts)
             for host in hosts:
                 host.suspend()
             before = len(run.lines)

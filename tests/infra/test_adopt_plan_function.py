@@ -58,6 +58,7 @@ def _start(s3, sagemaker) -> tuple[dict, dict]:
     return result, {p["Name"]: p["Value"] for p in sent}
 
 
+@pytest.mark.slow
 def test_the_newest_plan_is_applied_over_the_schedules_parameters(aws, capsys):
     s3, sagemaker = aws
     _plan(s3, "older", {"DataInstanceType": "ml.m5.xlarge", "DataInstanceCount": 9})
@@ -71,6 +72,7 @@ def test_the_newest_plan_is_applied_over_the_schedules_parameters(aws, capsys):
     assert json.loads(capsys.readouterr().out)["applied"] == {"DataInstanceType": "ml.c5.xlarge", "DataInstanceCount": 3}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "parameters,reason",
     [

@@ -220,7 +220,9 @@ def test_custom_images_are_pulled_from_their_own_repositories_only(tmp_path):
 
     training = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/my-team/pytorch:2.5-gpu"
     processing = "210987654321.dkr.ecr.cn-north-1.amazonaws.com.cn/my-team/prep@sha256:" + "0" * 64
-    synth = synthesise(tmp_path, **{"hetero:trainingImage": training, "hetero:processingImage": processing})
+    serving = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/my-team/serve:1"  # named by the model packages, pulled by none
+    images = {"hetero:trainingImage": training, "hetero:processingImage": processing, "hetero:servingImage": serving}
+    synth = synthesise(tmp_path, **images)
     _allows_pull(
         synth,
         [
@@ -248,6 +250,7 @@ def test_one_custom_image_keeps_the_default_for_the_other(tmp_path):
     assert _images_run(synth) == {training, default_processing_image("us-east-1")}
 
 
+@pytest.mark.slow
 def test_an_environment_agnostic_stack_needs_both_images():
     from aws_cdk import App
     from aws_cdk.assertions import Template

@@ -54,6 +54,7 @@ def test_the_job_role_reads_that_group_only(synth_default):
     assert (listing["Action"], listing["Resource"]) == ("sagemaker:ListModelPackages", "*")
 
 
+@pytest.mark.slow
 def test_a_named_group(tmp_path):
     synth = synthesise(tmp_path, **{"hetero:modelPackageGroup": "Team-Models"})
     synth.template.has_resource_properties("AWS::SageMaker::ModelPackageGroup", {"ModelPackageGroupName": "Team-Models"})

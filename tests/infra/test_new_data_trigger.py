@@ -1,3 +1,4 @@
+import pytest
 from aws_cdk.assertions import Match
 
 from tests.support.stacks import PIPELINE_ARN, synthesise
@@ -48,6 +49,7 @@ def test_rule_role_may_only_start_this_pipeline(synth_default):
     )  # schedule + rule
 
 
+@pytest.mark.slow
 def test_without_a_marker_every_object_under_the_prefix_starts_it(tmp_path):
     synth = synthesise(tmp_path, **{"hetero:newDataMarker": "", "hetero:inputPrefix": "incoming/"})
     synth.template.has_resource_properties(

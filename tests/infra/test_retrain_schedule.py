@@ -1,5 +1,6 @@
 import json
 
+import pytest
 from aws_cdk.assertions import Match
 
 from tests.support.stacks import PIPELINE_ARN, resources, synthesise
@@ -41,6 +42,7 @@ def test_schedule_role_may_only_start_this_pipeline(synth_default):
     )
 
 
+@pytest.mark.slow
 def test_cron_schedule_has_its_time_zone_and_empty_schedule_means_none(tmp_path):
     cron = synthesise(tmp_path / "cron", **{"hetero:schedule": "cron(0 3 ? * SUN *)", "hetero:scheduleTimezone": "Europe/Berlin"})
     cron.template.has_resource_properties(

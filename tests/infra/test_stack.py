@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from aws_cdk.assertions import Match
 
 
@@ -41,6 +42,7 @@ def test_every_acknowledgment_has_a_reason(synth_any):
     assert all(w.startswith("Resource::") for w in wildcards["JobRole"] + wildcards["PipelineRole"]), wildcards
 
 
+@pytest.mark.slow
 def test_cfn_lint_is_clean(synth_any):
     template = synth_any.outdir / f"{synth_any.settings.stack_name}.template.json"
     result = subprocess.run([str(Path(sys.executable).with_name("cfn-lint")), str(template)], capture_output=True, text=True)

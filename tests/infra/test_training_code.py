@@ -76,6 +76,7 @@ def test_code_folders_ship_at_the_root_without_hidden_files_caches_or_the_work_f
     assert "steps/train/launcher.py" in names and names == sorted(names)
 
 
+@pytest.mark.slow
 def test_the_deployed_asset_holds_the_code_folders_hetero_code_dirs_names(tmp_path):
     mine = tmp_path / "mine"
     (mine / "my_pkg").mkdir(parents=True)

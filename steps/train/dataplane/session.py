@@ -142,6 +142,8 @@ class HostSession:
             if self.failure is not None:
                 raise self.failure
             if ready():
+                if self.failure is not None:  # a failed STOP: its failure is set before its trainer counts as stopped
+                    raise self.failure
                 return
             self._changed.wait(self.settings.heartbeat_s)
 
@@ -214,8 +216,8 @@ class HostSession:
     def _stopped(self, t: Trainer, stop: Stop) -> None:
         """A trainer's STOP: its files kept; a failed job's reason is this host's end."""
         keep_results(self.results_dir, t.host, stop.files)
-        t.stopped = True
-        if stop.status != "completed":
+        if stop.status != "completed":  # first: a host that sees every trainer stopped also sees why (`wait_until`)
             self.fail(JobStopped(f"{stop.reason or 'no reason given'} (STOP from trainer {t.host})"))
-        elif self.all_stopped:
+        t.stopped = True
+        if stop.status == "completed" and self.all_stopped:
             self.done.set()

@@ -219,6 +219,7 @@ def test_isolated_requirements_that_need_the_index_are_refused_before_shard(tmp_
     assert not list((tmp_path / "w").glob("local-*")) and not (tmp_path / "w" / "sample-data").exists()  # nothing ran
 
 
+@pytest.mark.slow
 def test_a_request_over_a_service_limit_is_refused_before_any_step_runs(tmp_path, capsys):
     """A folder path that makes the Shard step's --input-source argument longer than 256 characters: refused when the run
     starts, naming the parameter, its length, the limit and the fix; no step ran and no sample data was generated."""
@@ -286,6 +287,7 @@ def test_plan_takes_several_runs_of_one_workload_on_other_gpus_and_refuses_mixed
     assert f"{g5_file} ran workload 'image_classification' and {other} ran 'resnet50'" in err
 
 
+@pytest.mark.slow
 def test_report_writes_the_newest_executions_page_or_the_one_named(tmp_path, capsys):
     from steps.evaluate import evaluate as ev
     from tests.support.metrics import metrics, write_json
@@ -306,6 +308,7 @@ def test_report_writes_the_newest_executions_page_or_the_one_named(tmp_path, cap
     assert "no executions with results" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_read_only_work_folder_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     import errno
 

@@ -123,6 +123,7 @@ def test_the_fixture_copied_from_sagemaker_reads_as_heterogeneous(tmp_path):
     assert env["groups_dict"]["data_group"]["hosts"] == ["algo-1", "algo-2"]
 
 
+@pytest.mark.slow
 def test_host_names_are_dealt_randomly_across_groups(tmp_path, shards, code_uri):
     layouts = set()
     for seed in range(12):
@@ -135,6 +136,7 @@ def test_host_names_are_dealt_randomly_across_groups(tmp_path, shards, code_uri)
     assert len(layouts) > 1, "the dnn host always got the same name"
 
 
+@pytest.mark.slow
 def test_sharded_channel_splits_objects_and_replicated_copies_them(tmp_path, shards, code_uri):
     job = make_job(tmp_path, shards, code_uri, data=2)
     job.prepare()
@@ -237,6 +239,7 @@ def _script_job(tmp_path, shards, script: str):
     return job
 
 
+@pytest.mark.slow
 def test_a_job_fails_naming_the_host_its_first_failure_blames_and_each_hosts_temp_dir_goes_with_it(tmp_path, shards):
     """The data hosts fail first, each blaming the trainer, which never exits (frozen): the job's failure leads with the
     trainer; the emulator stops it after grace_s; every host had a TMPDIR of its own, gone with the job."""
@@ -266,6 +269,7 @@ raise SystemExit(1)
 """
 
 
+@pytest.mark.slow
 def test_hosts_that_ended_together_are_described_by_the_cause_not_the_peer_that_saw_it(tmp_path, shards):
     """A killed trainer and the data hosts that saw it go, all found ended by the same look: the job's failure is the
     trainer's own end (killed by signal 9), whichever host comes first in the job's list."""
@@ -291,6 +295,7 @@ pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"], "output", "environment.json").wri
 """
 
 
+@pytest.mark.slow
 def test_a_host_starts_with_its_containers_environment_and_nothing_of_the_callers(tmp_path, shards, monkeypatch):
     """The caller's shell reaches no host (a variable only it has, its AWS region); each host has its image's ENV, the
     request's Environment, what SageMaker sets in a training container and the twin's own, and nothing else."""
@@ -335,17 +340,23 @@ time.sleep(600)
 
 
 def _all_started(job) -> threading.Event:
-    started = threading.Event()
+    return _once(lambda: all(((h.view or h.base_dir) / "output" / "started").is_file() for h in job.hosts))
+
+
+def _once(condition) -> threading.Event:
+    """An event set once ``condition()`` holds (polled from a thread)."""
+    met = threading.Event()
 
     def watch() -> None:
-        while not all(((h.view or h.base_dir) / "output" / "started").is_file() for h in job.hosts):
+        while not condition():
             time.sleep(0.05)
-        started.set()
+        met.set()
 
     threading.Thread(target=watch, daemon=True).start()
-    return started
+    return met
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("run_stop")
 def test_a_stop_of_the_run_whose_raise_was_lost_ends_the_job_at_its_next_wait(tmp_path, shards, monkeypatch, no_leftovers):
     """A stop came, and a finalizer dropped its raise: the job's wait raises it again, every host goes with the job
@@ -374,7 +385,8 @@ def test_a_second_signal_during_the_stop_kills_the_hosts_at_once(tmp_path, shard
         with pytest.raises(Signalled):
             job.wait()
         stopping = time.monotonic()
-        senders.append(signal_when(_all_started(job), signal.SIGINT))  # during the stop's wait: never raised
+        # during the stop's wait (every host has had its SIGTERM): never raised
+        senders.append(signal_when(_once(lambda: all(h.stopped_by_emulator for h in job.hosts)), signal.SIGINT))
     finally:
         job.close()
     took = time.monotonic() - stopping

@@ -7,6 +7,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from pipeline.emulator import image_guard
 from pipeline.local.settings import LOCAL_REGION, local_training_image
 from pipeline.sagemaker.images import default_processing_image, default_training_image
@@ -39,6 +41,7 @@ def test_manifests_name_their_source_and_hold_what_the_step_code_needs():
     assert "ray" not in image_guard.manifest_for(default_training_image(LOCAL_REGION, "tensorflow")).packages
 
 
+@pytest.mark.slow
 def test_the_guard_refuses_what_the_image_lacks_and_names_the_image_and_its_manifest():
     pytorch = image_guard.manifest_for(default_training_image(LOCAL_REGION, "pytorch"))
     refused = image_guard.refused(pytorch)
@@ -55,6 +58,7 @@ def test_the_guard_refuses_what_the_image_lacks_and_names_the_image_and_its_mani
     assert "[image] tf-image has torch 2.11.0, not the 2.13.0" in explained
 
 
+@pytest.mark.slow
 def test_the_guard_hides_what_the_image_lacks_from_every_finder(tmp_path):
     folder = image_guard.install(tmp_path, "img", image_guard.manifest_for(default_training_image(LOCAL_REGION, "pytorch")))
     saved = list(sys.meta_path)
@@ -73,6 +77,7 @@ def test_the_guard_hides_what_the_image_lacks_from_every_finder(tmp_path):
     assert "numpy" in names and "optree" not in names and "moto" not in names  # metadata as the image has it
 
 
+@pytest.mark.slow
 def test_what_a_package_vendors_is_neither_allowed_nor_refused_whatever_the_process_imported_before():
     """Ray puts its vendored copies (colorama, psutil) on sys.path when imported: a guard made by a process that imported
     Ray must not refuse them as distributions of their own, or every Ray host it starts fails at import ray."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from pipeline import storage
 from pipeline.emulator.failures import PROGRESS_LINE
 from pipeline.emulator.job import EmulatedJob
@@ -67,6 +69,7 @@ def _job(tmp_path, program: str, progress_timeout_s: float) -> EmulatedJob:
     )
 
 
+@pytest.mark.slow
 def test_a_job_whose_hosts_stop_reporting_progress_fails_naming_the_stuck_host(tmp_path, no_leftovers):
     started = time.monotonic()
     with _job(tmp_path, STUCK, progress_timeout_s=2) as job:
@@ -86,6 +89,7 @@ def test_a_job_whose_hosts_stop_reporting_progress_fails_naming_the_stuck_host(t
     assert not any(session_members(h.process.pid) for h in job.hosts)
 
 
+@pytest.mark.slow
 def test_a_job_that_keeps_reporting_progress_runs_past_the_deadline(tmp_path, no_leftovers):
     with _job(tmp_path, STEADY, progress_timeout_s=1.5) as job:
         job.start()

@@ -41,6 +41,7 @@ def _refusal(tmp_path: Path, folder: Path) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_vendored_wheels_with_no_index_pass_and_a_missing_one_is_refused_with_pips_reason(tmp_path):
     folder = _code(tmp_path, VENDORED + "tiny-dep==0.0.1\n", wheels={"tiny-dep": {"tiny_dep.py": "X = 1\n"}})
     assert _refusal(tmp_path, folder) is None
@@ -75,6 +76,7 @@ def test_what_would_reach_for_the_network_is_named_by_line(tmp_path, requirement
     assert message is not None and reason in message, message
 
 
+@pytest.mark.slow
 def test_nested_files_follow_the_same_rules_and_no_index_anywhere_counts(tmp_path):
     folder = _code(
         tmp_path, "-r more/reqs.txt\n# a comment\ntiny-dep  # pinned below\n", wheels={"tiny-dep": {"tiny_dep.py": ""}}
@@ -114,6 +116,7 @@ print("PROBE " + json.dumps({"moto": moto.__file__, "version": importlib.metadat
 """
 
 
+@pytest.mark.slow
 def test_each_host_installs_the_requirements_into_its_own_folder_and_the_guard_lets_it_import_them(tmp_path):
     """The training bootstrap (the toolkit's entry_point.install) pip-installs the code's requirements.txt before the entry
     point, as in the container; here into the host's own folder, never this machine's environment. A package the image

@@ -467,11 +467,17 @@ def test_register_files_the_heterogeneous_model_with_evaluates_metrics(steps, re
     request = steps[register]["Arguments"]
     assert steps[register]["Type"] == "RegisterModel"
     assert request["ModelPackageGroupName"] == "hetero-test-models"  # derived from the pipeline name
-    (container,) = request["InferenceSpecification"]["Containers"]
-    assert container == {
-        "Image": default_training_image("eu-west-1", "pytorch"),
+    serving = request["InferenceSpecification"]
+    (container,) = serving["Containers"]
+    assert container == {  # the inference image: the package deploys (its code/ written by every training host)
+        "Image": "763104351884.dkr.ecr.eu-west-1.amazonaws.com/pytorch-inference:2.6.0-cpu-py312-ubuntu22.04-sagemaker",
         "ModelDataUrl": {"Get": "Steps.TrainHeterogeneous.ModelArtifacts.S3ModelArtifacts"},
     }
+    assert serving["SupportedContentTypes"] == ["application/x-image", "image/jpeg", "image/png"]
+    assert serving["SupportedResponseMIMETypes"] == ["application/json"]
+    for kind in ("SupportedRealtimeInferenceInstanceTypes", "SupportedTransformInstanceTypes"):  # the catalogue's CPU types
+        assert {"ml.c5.xlarge", "ml.m5.large", "ml.c7i.48xlarge"} <= set(serving[kind])
+        assert not [t for t in serving[kind] if t.startswith(("ml.g", "ml.p"))]
 
     def field(path):
         return {"Std:JsonGet": {"PropertyFile": {"Get": f"Steps.{evaluate}.PropertyFiles.ModelMetrics"}, "Path": path}}
@@ -570,6 +576,7 @@ def test_fsx_variant_mounts_lustre_in_the_vpc(built):
 ISOLATED = replace(SETTINGS, code_uri=f"s3://{BUCKET}/{'0' * 64}.gz", network_isolation=True)  # a CDK asset's URL
 
 
+@pytest.mark.slow
 def test_encryption_and_isolation_are_training_job_options_off_by_default(steps):
     locked = all_steps(build_definition(replace(ISOLATED, inter_container_encryption=True)))
     for name in ("TrainHeterogeneous", "TrainBaseline"):
@@ -582,6 +589,7 @@ def test_encryption_and_isolation_are_training_job_options_off_by_default(steps)
         assert "NetworkConfig" not in locked[name]["Arguments"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
 def test_isolated_training_jobs_get_the_code_as_a_channel_on_every_group_and_fetch_nothing(steps, framework):
     isolated = all_steps(build_definition(replace(ISOLATED, framework=framework)))
@@ -620,6 +628,7 @@ def test_isolation_needs_a_code_uri_whose_object_name_is_known_when_compiling():
     assert caught.value.headline == "bad deploy settings"
 
 
+@pytest.mark.slow
 def test_spot_is_a_training_job_option_with_its_wait_and_the_service_accepts_both_shapes(steps):
     spot = all_steps(build_definition(replace(SETTINGS, spot=True)))
     for name in ("TrainHeterogeneous", "TrainBaseline"):
@@ -698,6 +707,7 @@ def test_the_ray_pipeline_needs_a_training_image_with_ray_and_says_how_to_build_
         build_definition(replace(SETTINGS, framework="ray"))
 
 
+@pytest.mark.slow
 def test_the_ray_pipeline_replicates_the_shards_to_every_host_and_runs_the_ray_image():
     ray_steps = all_steps(build_definition(replace(SETTINGS, framework="ray", training_image=RAY_IMAGE)))
     hetero = channels(ray_steps["TrainHeterogeneous"])
@@ -725,6 +735,7 @@ def test_hetero_definition_prints_the_json(capsys):
     assert ".eu-central-1." in shard["AppSpecification"]["ImageUri"]
 
 
+@pytest.mark.slow
 def test_hetero_definition_network_isolation_flag_ships_the_code_as_a_channel(capsys):
     assert main(["definition", "--bucket", "my-bucket", "--network-isolation"]) == 0
     hetero = all_steps(json.loads(capsys.readouterr().out))["TrainHeterogeneous"]["Arguments"]

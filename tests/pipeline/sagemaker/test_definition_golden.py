@@ -36,6 +36,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_compiled_definition_is_the_reviewed_one(case, capsys, monkeypatch):
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):

@@ -69,6 +69,7 @@ def start(capsys, *params: str, name: str = PIPELINE) -> str:
 # --- starting ---
 
 
+@pytest.mark.slow
 def test_start_sends_checked_overrides_as_sagemaker_strings(sagemaker, capsys):
     arn = start(
         capsys,
@@ -479,6 +480,7 @@ def sent_parameters(client, out: str) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_start_uploads_a_refreshed_price_file_beside_the_artifacts_and_passes_its_uri(deployed, capsys, tmp_path):
     from tests.support.prices import refreshed_price_file
 

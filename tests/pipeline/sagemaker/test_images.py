@@ -13,7 +13,9 @@ from pipeline.sagemaker.images import (
     RAY_REPOSITORY,
     RAY_VERSION,
     SDK_TABLES,
+    SERVING_TAGS,
     default_processing_image,
+    default_serving_image,
     default_training_image,
     dlc_framework,
     ecr_partition,
@@ -244,3 +246,31 @@ def test_one_ray_version_in_the_pins_the_image_its_manifest_and_the_docs():
         named += [(path.name, v) for v in re.findall(rf"{RAY_REPOSITORY}:([\w.-]+)", text)]
         named += [(path.name, v) for v in re.findall(r"ray\[data,train\]==([\w.]+)", text)]
     assert named and {v for _, v in named} == {RAY_VERSION}, named
+
+
+def test_a_model_package_names_the_inference_dlc_of_its_frameworks_model_in_its_region():
+    for region, account in ACCOUNTS.items():
+        # Ray trains the workload's PyTorch model: it serves as PyTorch's does
+        for framework, handler in (("pytorch", "pytorch"), ("ray", "pytorch"), ("tensorflow", "tensorflow")):
+            repository, gpu_tag, cpu_tag = SERVING_TAGS[handler]
+            cpu = default_serving_image(region, framework)
+            assert cpu == f"{account}.dkr.ecr.{region}.amazonaws.com/{repository}:{cpu_tag}"
+            assert default_serving_image(region, framework, gpu=True).endswith(f"/{repository}:{gpu_tag}")
+    assert default_serving_image("xx-heteroplaceholder-1", "pytorch") is None  # a token region's placeholder
+    assert default_serving_image("cn-north-1", "pytorch").startswith("727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/")
+
+
+def test_the_serving_dockerfile_builds_on_the_training_image_with_the_pinned_toolkit_and_its_manifests_say_so():
+    dockerfile = (ROOT / "images" / "pytorch-serve" / "Dockerfile").read_text()
+    (pin,) = re.findall(r'"sagemaker-inference==([^"]+)"', (ROOT / "pyproject.toml").read_text())
+    assert re.findall(r"^sagemaker-inference==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M) == [pin]
+    assert re.findall(r"^ARG SAGEMAKER_INFERENCE_VERSION=(\S+)$", dockerfile, re.M) == [pin]
+    assert "/pytorch:" + DLC_TAGS["pytorch"][1] in dockerfile and "/pytorch:" + DLC_TAGS["pytorch"][2] in dockerfile
+    assert "exec python /opt/ml/model/code/steps/serve/server.py" in dockerfile
+    for variant in ("cpu", "gpu"):
+        serving = json.loads((ROOT / "pipeline" / "manifests" / f"pytorch-serve-{variant}.json").read_text())
+        training = json.loads((ROOT / "pipeline" / "manifests" / f"pytorch-{variant}.json").read_text())
+        assert serving["image"]["tags"] == [f"{IMAGES['pytorch'][1]}-{variant}"]
+        assert serving["packages"]["sagemaker-inference"] == pin
+        added = {k for k in serving["packages"] if serving["packages"][k] != training["packages"].get(k)}
+        assert added == {"sagemaker-inference", "retrying"}  # the toolkit takes retrying<1.4: pip replaces the image's

@@ -284,6 +284,7 @@ def test_script_help_is_not_a_failure(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_script_price_override_makes_unknown_type_known(tmp_path):
     groups = [{"name": "g", "instance_type": "ml.g6.xlarge", "count": 1, "role": "trainer"}]
     write_json(tmp_path / "m.json", metrics(instance_groups=groups))
@@ -295,6 +296,7 @@ def test_script_price_override_makes_unknown_type_known(tmp_path):
     assert "test" in doc["prices"]["source"]
 
 
+@pytest.mark.slow
 def test_script_writes_to_s3_store(tmp_path, aws_env):
     boto3.client("s3").create_bucket(Bucket="evals")
     write_json(tmp_path / "h" / "metrics.json", metrics())

@@ -7,9 +7,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.slow
 def test_a_failed_host_with_dataloader_workers_ends_with_its_code_and_no_traceback():
     """torch's DataLoader installs a SIGCHLD handler that raises in the main thread when a worker dies by a signal; the
     launcher kills the workers on its way out, which must not print that as a traceback (or change the exit code)."""

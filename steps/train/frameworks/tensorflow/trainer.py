@@ -49,6 +49,8 @@ from steps.train.frameworks.tensorflow.step import (
 from steps.train.workload import Workload
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import keras
 
     from steps.train.core.spare_cpus import Spare
@@ -181,12 +183,21 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload: Workload) -> None:
             precision=precision_document(cfg.precision, precision),
             **source.measurements(summary["seen"], stats.bytes_per_sample),
         )
-        files = write_outputs(cluster, metrics, lambda folder: model.save(folder / "model.keras"))
+        files = write_outputs(cluster, metrics, lambda folder: _save_model(model, workload, folder))
         source.close("completed", files=files)  # every data host keeps a copy of the results
     except BaseException as exc:
         if source is not None:
             source.close("failed", failure_reason(cluster.current_host, exc))
         raise
+
+
+def _save_model(model: keras.Model, workload: Workload, folder: Path) -> None:
+    """The Keras model (what a resumed or later job loads) and the SavedModel TF Serving serves (its ``1/``: a folder,
+    so it stays in this host's model folder, which SageMaker packs with the others')."""
+    from steps.train.frameworks.tensorflow.serving import KERAS_FILE, export_serving_model
+
+    model.save(folder / KERAS_FILE)
+    export_serving_model(model, workload, folder)
 
 
 def train_epochs(

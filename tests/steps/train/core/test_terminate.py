@@ -46,6 +46,7 @@ sys.exit(run_step(serve, output_dir=sys.argv[1]))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("role", ["unarmed", "armed"])
 def test_a_stop_of_the_whole_host_is_terminated_though_its_dataloader_workers_die_of_it(tmp_path, role, no_leftovers):
     host = subprocess.Popen(

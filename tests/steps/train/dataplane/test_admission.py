@@ -39,6 +39,7 @@ def _trainer_connects(port: int) -> socket.socket:
     return sock
 
 
+@pytest.mark.slow
 def test_a_flood_of_silent_connections_is_capped_and_the_real_trainer_still_gets_in(capsys):
     server = socket.create_server(("127.0.0.1", 0), backlog=256)
     port = server.getsockname()[1]
@@ -79,6 +80,7 @@ def _closed_by_peer(sock: socket.socket) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_a_client_that_trickles_bytes_is_cut_when_its_handshake_time_is_up(monkeypatch):
     monkeypatch.setattr(admission, "HANDSHAKE_TIMEOUT_S", 0.5)
     server = socket.create_server(("127.0.0.1", 0))
@@ -123,6 +125,7 @@ class NoDescriptorsThenReal:
         return self.server.accept()
 
 
+@pytest.mark.slow
 def test_running_out_of_file_descriptors_is_waited_out_and_logged(capsys):
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]

@@ -15,6 +15,7 @@ def tcp_pair() -> tuple[socket.socket, socket.socket]:
     return a, b
 
 
+@pytest.mark.slow
 def test_an_idle_peer_is_a_heartbeat_then_a_silent_peer():
     from steps.train.dataplane.errors import PeerSilent
     from steps.train.dataplane.link import Link
@@ -29,6 +30,7 @@ def test_an_idle_peer_is_a_heartbeat_then_a_silent_peer():
                 link.read()
 
 
+@pytest.mark.slow
 def test_a_peer_that_stops_reading_stalls_a_send_into_peer_silent():
     from steps.train.dataplane.errors import PeerSilent
     from steps.train.dataplane.link import Link

@@ -77,6 +77,25 @@ def test_a_failed_stop_ends_the_host_with_the_trainers_reason_and_tells_it_nothi
     assert not [m for m in heard if isinstance(m, messages.Error)]  # no ERROR: the trainer ended the job itself
 
 
+def test_a_host_that_sees_its_trainer_stopped_after_a_failed_stop_also_sees_why(admitted):
+    """The reader marks a trainer stopped only once a failed STOP's failure is set: a host woken in between (its
+    heartbeat, a signal) that finds every trainer stopped ends with the trainer's reason, not as a completed job."""
+    session, trainer = admitted()
+    seen = []  # the session's failure at the moment the trainer counts as stopped
+
+    class Watched(type(session.trainers[0])):
+        def __setattr__(self, name, value):
+            if name == "stopped" and value:
+                seen.append(session.failure)
+            super().__setattr__(name, value)
+
+    session.trainers[0].__class__ = Watched
+    with pytest.raises(JobStopped, match=r"out of memory \(STOP from trainer trainer-a\)"), closing(trainer), session:
+        trainer.send(messages.Stop("failed", "out of memory"))
+        session.wait_until()
+    assert len(seen) == 1 and isinstance(seen[0], JobStopped), seen
+
+
 def test_a_trainer_that_hangs_up_without_stop_is_lost_by_name(admitted):
     session, trainer = admitted()
     trainer.close()
@@ -84,6 +103,7 @@ def test_a_trainer_that_hangs_up_without_stop_is_lost_by_name(admitted):
         session.wait_until()
 
 
+@pytest.mark.slow
 def test_a_silent_trainer_is_lost_after_silence_timeout(admitted):
     session, trainer = admitted()
     with (

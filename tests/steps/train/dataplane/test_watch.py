@@ -85,6 +85,7 @@ def test_a_host_that_says_error_fails_the_trainer_with_its_reason():
         ]
 
 
+@pytest.mark.slow
 def test_a_silent_host_is_lost_after_silence_timeout():
     with closing(Watched()) as w:  # the raw host never pings
         w.wait_for_failure()
@@ -98,6 +99,7 @@ def test_the_label_and_error_name_a_ray_host():
         assert isinstance(w.failures[0], HostLost) and w.failures[0].message.startswith("host d was lost: ")
 
 
+@pytest.mark.slow
 def test_stop_carries_the_files_and_the_host_hanging_up_after_it_is_no_loss():
     with closing(Watched()) as w:
         w.watch.close("completed", "", {"model.pt": b"weights"})
@@ -110,6 +112,7 @@ def test_stop_carries_the_files_and_the_host_hanging_up_after_it_is_no_loss():
         assert w.watch.failure is None and w.failures == []
 
 
+@pytest.mark.slow
 def test_a_session_and_a_watch_end_a_job_together():
     heard = []
     with closing(Watched(session=True, on_message=lambda peer, message: heard.append((peer.name, message)))) as w:

@@ -10,6 +10,7 @@ from steps.train.workloads.shapes import Shapes
 tf = pytest.importorskip("tensorflow")
 
 
+@pytest.mark.slow
 def test_keras_small_cnn_is_the_twin_of_the_torch_one_and_resnet50_is_selectable():
     small = Shapes({}).build_keras_model(8)
     trainable = sum(int(np.prod(w.shape)) for w in small.trainable_weights)

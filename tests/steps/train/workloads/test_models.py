@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from steps.train.workloads.models import resnet50, small_cnn
 
 
+@pytest.mark.slow
 def test_resnet50_has_the_torchvision_parameter_count():
     model = resnet50(1000)
     assert sum(p.numel() for p in model.parameters()) == 25_557_032

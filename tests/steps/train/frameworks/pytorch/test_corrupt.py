@@ -31,6 +31,7 @@ class _Source:
             )
 
 
+@pytest.mark.slow
 def test_a_workload_whose_decode_always_fails_ends_training_at_once_not_after_the_epoch():
     source = _Source()
     cfg = TrainConfig(epochs=2, batch_size=4, max_corrupt_share=0.01)

@@ -74,6 +74,7 @@ def test_each_batch_carries_the_cpu_seconds_its_worker_spent_on_it(tmp_path):
     assert 24 * 0.002 <= total < 24 * 0.002 + 1.0
 
 
+@pytest.mark.slow
 def test_workers_started_by_a_forkserver_read_the_same_batches(tmp_path):
     # a GPU trainer's decode workers start so (worker_start_method): the dataset crosses pickled, not forked
     shard = tmp_path / "train-00000.tar"

@@ -5,6 +5,7 @@ tests/steps/train/core/test_split.py)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from steps.formats.webdataset import write_shard
 from steps.train.core.split import ALL, Split, Take
@@ -21,6 +22,7 @@ class Plain(Workload):
         return np.zeros((2, 2, 3), dtype=np.uint8)
 
 
+@pytest.mark.slow
 def test_trainers_and_data_hosts_decode_every_sample_once_whatever_their_worker_counts(tmp_path):
     """Two data hosts with their own shards (ShardedByS3Key) and two trainers that see every shard: the
     union is each sample once, corrupt ones included, with every host running a different number of workers."""

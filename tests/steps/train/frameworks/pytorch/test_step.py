@@ -66,6 +66,7 @@ def _batches(count: int, seed: int = 1) -> list[Batch]:
     ]
 
 
+@pytest.mark.slow
 def test_one_step_changes_the_weights_and_returns_the_loss_before_it():
     workload = Plain({"hidden": 4})
     torch.manual_seed(0)
@@ -143,6 +144,7 @@ class _Source:
         yield from self._batches
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_the_probes_copy_trains_exactly_as_the_trainers_loop(precision):
     """The cost probe and the hybrid-decode sizing measure `TrainStep.on_copy`: from the same weights, on the same
@@ -245,6 +247,7 @@ def test_validate_feeds_a_convolutional_model_channels_last(tmp_path):
     assert model.channels_last == [True]
 
 
+@pytest.mark.slow
 def test_compile_on_trains_a_step_through_torch_compile_on_the_cpu_and_the_probes_stay_eager():
     """Compile=on: the step's forward is traced by torch.compile (inductor builds C++ with this machine's g++), trains,
     and keeps the model's own state_dict keys; the probes' copy runs eager (`TrainStep.on_copy`)."""

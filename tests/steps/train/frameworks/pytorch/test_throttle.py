@@ -45,6 +45,7 @@ def _shard(tmp_path, samples: int):
     return shard
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start_method", ["fork", "forkserver"])  # forkserver: a GPU trainer's decode workers
 def test_one_active_worker_of_three_decodes_alone_then_three_overlap_and_every_sample_comes_once(tmp_path, start_method):
     workload = Overlapping(start_method)
@@ -81,9 +82,7 @@ def test_a_token_held_past_the_wait_leaves_the_change_for_later(monkeypatch):
         assert throttle.set(1) == 1
     throttle.set(2)
     with throttle, throttle:  # both workers decode long samples: no token comes back in time
-        started = time.monotonic()
-        assert throttle.set(1) == 2
-        assert time.monotonic() - started >= 0.1
+        assert throttle.set(1) == 2  # gave up after the wait: both tokens still out
     assert throttle.set(1) == 1  # freed: the next interval's change goes through
 
 

@@ -73,6 +73,7 @@ def _no_pending_sigterm():
     TERMINATE.event.clear()
 
 
+@pytest.mark.slow
 def test_a_sigterm_mid_epoch_saves_the_position_and_the_resumed_run_consumes_each_sample_once_per_epoch(tmp_path):
     cfg = TrainConfig(epochs=3, batch_size=4, warmup_steps=0, max_corrupt_share=0.5, log_every=1000)
     whole, _ = _run(cfg, tmp_path / "uninterrupted", _Source())

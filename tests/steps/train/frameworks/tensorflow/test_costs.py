@@ -13,6 +13,7 @@ from steps.train.workloads.shapes import Shapes  # noqa: E402
 from tests.support.tfrecords import write_shards  # noqa: E402
 
 
+@pytest.mark.slow
 def test_isolated_costs_leave_the_trained_model_untouched(tmp_path):
     files = [str(f) for f in write_shards(tmp_path, [list(range(0, 20))])]
     workload = Shapes({"blur_passes": 0})

@@ -14,6 +14,7 @@ from steps.train.dataplane.errors import DataHostLost
 from steps.train.frameworks.tensorflow import data as tf_data_client
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("handled", [False, True])
 def test_the_watchdog_ends_a_trainer_that_tensorflow_keeps_blocked(tmp_path, monkeypatch, handled):
     exited = threading.Event()
@@ -35,6 +36,7 @@ def test_the_watchdog_ends_a_trainer_that_tensorflow_keeps_blocked(tmp_path, mon
         assert (tmp_path / "output" / "failure").read_text().startswith("data host lost: data host algo-2 was lost")
 
 
+@pytest.mark.slow
 def test_a_watchdog_firing_while_the_job_is_being_stopped_reports_the_interruption(tmp_path, monkeypatch):
     from steps.train.core.terminate import TERMINATE
 

@@ -18,6 +18,7 @@ from steps.train.workloads.shapes import Shapes  # noqa: E402
 from tests.support.tfrecords import collect_ids, write_shards  # noqa: E402
 
 
+@pytest.mark.slow
 def test_the_input_pipeline_serves_every_sample_once_and_skips_a_corrupt_one(tmp_path):
     files = write_shards(tmp_path, [list(range(0, 10)), list(range(10, 25))], corrupt=(7,))
     for epoch in (0, 1):

@@ -15,6 +15,7 @@ def real_host(monkeypatch):
     monkeypatch.delenv(EMULATED_HOST_ENV, raising=False)
 
 
+@pytest.mark.slow
 def test_the_tensorflow_trainer_checks_with_tensorflows_device_list(real_host):
     # in a fresh process: what it imports is the point (TensorFlow's own device list, no torch)
     code = """

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 
+import pytest
+
 from steps.train.frameworks.tensorflow import servers as tf_servers
 
 
@@ -24,6 +26,7 @@ def test_a_clean_end_stops_the_server():
     assert log[:1] == ["stop"]
 
 
+@pytest.mark.slow
 def test_after_a_failure_the_server_is_neither_stopped_nor_collected(monkeypatch):
     monkeypatch.setattr(tf_servers, "_LEFT_RUNNING", [])
     log = []

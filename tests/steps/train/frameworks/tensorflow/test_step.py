@@ -98,6 +98,7 @@ class HostOnlyNormalize(Dense):
         return tf.ensure_shape(x, pixels.shape)
 
 
+@pytest.mark.slow
 def test_jit_compile_trains_one_step_through_xla_on_the_cpu():
     workload = Dense()
     model, optimizer = _built(workload, "fp32")
