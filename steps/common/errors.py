@@ -132,36 +132,50 @@ def processing_exit_message() -> Path | None:
     return PROCESSING_EXIT_MESSAGE if PROCESSING_EXIT_MESSAGE.parent.is_dir() else None
 
 
+def failure_of(exc: BaseException) -> tuple[str, int, str]:
+    """What ``exc`` ending a step records: its reason (the failure file's line), the exit code, and what the log shows:
+    ``"line"`` (``ERROR <reason>``), ``"traceback"`` (an internal error) or ``"nothing"`` (Ctrl-C).
+
+    User errors and a peer's end (`HeteroError.peer_end`) are one line; internal errors show the traceback."""
+    if isinstance(exc, UserError):
+        return exc.one_line(), EXIT_USER_ERROR, "line"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", 130, "nothing"
+    if isinstance(exc, Terminated):
+        return exc.one_line(), EXIT_TERMINATED, "line"
+    storage = storage_error(exc)
+    if storage is not None:
+        return storage.one_line(), EXIT_USER_ERROR, "line"
+    if isinstance(exc, HeteroError) and exc.peer_end:
+        return exc.one_line(), EXIT_INTERNAL_ERROR, "line"
+    reason = describe(exc) if isinstance(exc, HeteroError) else f"internal error: {describe(exc)}"
+    return reason, EXIT_INTERNAL_ERROR, "traceback"
+
+
+def record_failure(output_dir: str | os.PathLike, exc: BaseException) -> None:
+    """The failure file for ``exc``, written now, as `run_step` will write it: for a process that may be ended before it
+    returns there (a Ray driver whose node is about to be killed: `steps.train.frameworks.ray.trainer`)."""
+    try:
+        write_failure(output_dir, failure_of(exc)[0])
+    except OSError:  # no room: run_step's ERROR line says why
+        pass
+
+
 def run_step(main: Callable[[], object], *, output_dir: str | os.PathLike, exit_message: Path | None = None) -> int:
     """Run ``main()`` as a SageMaker step and return the process exit code.
 
-    User errors and a peer's end (`HeteroError.peer_end`) print one line; internal errors print the
-    traceback. All write the failure file (and ``exit_message``, for Processing jobs).
-    ``main`` returns 0 or raises.
+    A failure is logged as `failure_of` says and written to the failure file (and ``exit_message``, for Processing
+    jobs). ``main`` returns 0 or raises.
     """
     try:
         main()
         return 0
-    except UserError as exc:
-        reason, code = exc.one_line(), EXIT_USER_ERROR
-        print(f"ERROR {reason}", file=sys.stderr, flush=True)
-    except KeyboardInterrupt:
-        reason, code = "interrupted", 130
-    except Terminated as exc:
-        reason, code = exc.one_line(), EXIT_TERMINATED
-        print(f"ERROR {reason}", file=sys.stderr, flush=True)
     except BaseException as exc:  # noqa: BLE001 - the process boundary
-        storage = storage_error(exc)
-        if storage is not None:
-            reason, code = storage.one_line(), EXIT_USER_ERROR
-            print(f"ERROR {reason}", file=sys.stderr, flush=True)
-        elif isinstance(exc, HeteroError) and exc.peer_end:
-            reason, code = exc.one_line(), EXIT_INTERNAL_ERROR
-            print(f"ERROR {reason}", file=sys.stderr, flush=True)
-        else:
+        reason, code, shown = failure_of(exc)
+        if shown == "traceback":
             traceback.print_exc()
-            reason = describe(exc) if isinstance(exc, HeteroError) else f"internal error: {describe(exc)}"
-            code = EXIT_INTERNAL_ERROR
+        elif shown == "line":
+            print(f"ERROR {reason}", file=sys.stderr, flush=True)
     try:
         write_failure(output_dir, reason)
         if exit_message is not None:

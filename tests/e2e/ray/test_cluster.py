@@ -241,16 +241,38 @@ def test_a_frozen_ray_host_is_named_first_by_every_other_host_which_exits_by_its
     assert not _left_behind(job)
 
 
-def test_sigterm_to_every_ray_host_ends_each_by_itself_with_its_failure_file(tmp_path, shards, code_uri, no_leftovers):
-    """StopTrainingJob, or a spot interruption: SIGTERM to each host's entry process. Each, the head (a Ray driver, whose
-    SIGTERM handler Ray replaces) included, writes its failure file and exits 143 by itself; its Ray node goes with it."""
+@pytest.mark.parametrize("to", ["entry process", "process group"])
+def test_sigterm_to_every_ray_host_ends_each_by_itself_with_its_failure_file(tmp_path, shards, code_uri, no_leftovers, to):
+    """StopTrainingJob, or a spot interruption: SIGTERM to each host's entry process (as SageMaker stops a container), or
+    to its whole process group (as the local run's stop does). Each, the head (a Ray driver, whose SIGTERM handler Ray
+    replaces) included, writes its failure file and exits 143 by itself; its Ray node goes with it. The node leads a
+    process group of its own, so the group's signal is the host's to act on: a raylet that went with it could end the
+    driver from Ray's C++ before it said why."""
     job = _start(tmp_path, shards, code_uri, grace_s=30)
     with job:
+        assert _ray_starts_leading_their_own_group(job) == {h.name: True for h in job.hosts}
         for host in job.hosts:
-            host.process.send_signal(signal.SIGTERM)
+            if to == "entry process":
+                host.process.send_signal(signal.SIGTERM)
+            else:
+                os.killpg(host.process.pid, signal.SIGTERM)
         result = job.wait()
     assert not result.ok
     for host in job.hosts:
         assert not host.stopped_by_emulator, f"{host.name} had to be stopped by the emulator"
         assert host.exit_code == 143 and host.failure.startswith("terminated: SIGTERM"), (host.name, host.exit_code, host.failure)
     assert not _left_behind(job)
+
+
+def _ray_starts_leading_their_own_group(job) -> dict[str, bool]:
+    """Host -> whether its ``ray start`` leads a process group of its own, in the host's session (where the emulator's
+    kill of a host's session still finds it)."""
+    leads = {}
+    for host in job.hosts:
+        for p in host_processes(host):
+            try:
+                if "ray.scripts.scripts" in p.cmdline() and "start" in p.cmdline():
+                    leads[host.name] = os.getpgid(p.pid) == p.pid and os.getsid(p.pid) == os.getsid(host.process.pid)
+            except (psutil.Error, ProcessLookupError):
+                continue
+    return leads

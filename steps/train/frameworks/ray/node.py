@@ -12,7 +12,8 @@ of a Ray host to the host's cluster address (`steps.train.dataplane.bind_guard`)
 every node here runs with token authentication (``RAY_AUTH_MODE=token``),
 the token derived from the job secret and read from a file only this user
 can read, never from the environment. The node is ``ray start --block`` in a
-child process; `stop` ends it and every process Ray started for it (raylet, GCS, workers: found by
+child process leading a process group of its own (a signal to the host's group is the host's to act on);
+`stop` ends it and every process Ray started for it (raylet, GCS, workers: found by
 the marker `NODE_ENV` each inherits in its environment; Ray's workers rename themselves and lead process groups of
 their own, so neither their command lines nor the node's group name them all) and removes the node's temp folder,
 so no Ray process or file outlives its host: gracefully after a job that completed, at once after a failure (the
@@ -108,6 +109,13 @@ class RayNode:
             # Ray Train's controller polls its workers this often (default 2 s): the end of training, and a worker's
             # failure, are heard within it
             "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+            # CPU of the head's as training starts, for what no host here uses: the preemption watcher is one more Ray
+            # worker process, polling Ray's node drains (an autoscaler's; SageMaker stops a spot host with SIGTERM,
+            # `TERMINATE`); Ray Train's and Ray's own metrics are recorded for a Prometheus export no node serves (no
+            # dashboard): the job's are in metrics.json
+            "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+            "RAY_TRAIN_METRICS_ENABLED": "0",
+            "RAY_enable_metrics_collection": "0",
         }
 
     @property
@@ -152,7 +160,13 @@ class RayNode:
             self.address = head
             self._await_head()
             command += [f"--address={self.address}"]
-        self.process = subprocess.Popen(command, env=self.environment(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        # a process group of its own: a stop signals the host's group (the local run's stop does), and a raylet that went
+        # with the signal ended this driver at once from Ray's C++ ("the local Raylet is dead": a quick exit, no failure
+        # file) before its SIGTERM handler ran; the node ends when the host says (`stop`), as on SageMaker, where the
+        # stop signals the container's first process alone
+        self.process = subprocess.Popen(
+            command, env=self.environment(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, process_group=0
+        )
         print(
             f"[ray] {self.cluster.current_host}: {f'head at {self.address}' if self.is_head else f'node at {ip}'} "
             f"({available_cpus()} CPU(s), {resource}){'' if self.is_head else f', joining {self.address}'}; "
@@ -201,7 +215,6 @@ class RayNode:
             logging_level=logging.WARNING,
             configure_logging=False,
             log_to_driver=self.is_head,
-            runtime_env={"worker_process_setup_hook": f"{__name__}.{quiet_worker.__name__}"},
         )
         TERMINATE.install()  # ray.init replaced it with sys.exit(15): a SIGTERM would end the driver as an internal error
 
@@ -232,16 +245,6 @@ def _has_grpc() -> bool:
     except ImportError:
         return False
     return True
-
-
-def quiet_worker() -> None:
-    """Runs in each Ray worker of the job as it starts. Ray Train's placement-group cleaner asks the state API every
-    second whether the train controller lives; the state API needs the full dashboard, which no node here starts, so it
-    warned each second (the job's log held more of those lines than of its own). Nothing depends on the cleaner here:
-    the cluster ends with the job."""
-    import logging
-
-    logging.getLogger("ray.train.v2._internal.execution.controller.placement_group_cleaner").setLevel(logging.ERROR)
 
 
 def _free_port(ip: str, *also: str) -> int:

@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from steps.common.errors import UserError, describe
+from steps.common.errors import UserError, describe, record_failure
 from steps.common.metrics_json import Metrics
 from steps.formats.webdataset import count_samples, list_shards
 from steps.train.core.cluster import TRAINER, Cluster, resolve
@@ -75,6 +75,11 @@ def run_trainer(cfg: TrainConfig, cluster: Cluster, workload) -> None:
         else:
             follow(cfg, cluster, node)
         completed = True
+    except BaseException as exc:
+        # on record before the node goes: a driver whose raylet is killed can be ended by Ray's C++ at once (a quick
+        # exit, no Python unwinding), and the host would end saying nothing
+        record_failure(cluster.output_dir, exc)
+        raise
     finally:
         _end(node, completed)
 
@@ -136,7 +141,6 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: PeerWatch) -> dict[str, by
     import ray
     from ray.data import DataContext
     from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
     from steps.train.frameworks.ray.dataset import exact_split, training_dataset
     from steps.train.frameworks.ray.step import train_loop
@@ -164,7 +168,7 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: PeerWatch) -> dict[str, by
         flush=True,
     )
     DataContext.get_current().enable_progress_bars = False  # Ray Train hands the driver's context to the ingest
-    trainer = TorchTrainer(
+    trainer = _torch_trainer()(
         train_loop,
         train_loop_config={
             "cfg": cfg.as_dict(),
@@ -189,6 +193,22 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: PeerWatch) -> dict[str, by
     report, model = ray.get(box.get.remote())
     metrics = _metrics(cfg, cluster, report, classes, wall, kept, why, gpus)
     return write_outputs(cluster, metrics, lambda folder: (folder / "model.pt").write_bytes(model))
+
+
+def _torch_trainer() -> type:
+    """Ray Train's TorchTrainer without its placement-group cleaner. The cleaner is one more Ray worker process per job,
+    started on the head while the worker group starts, that asks the state API each second whether the train controller
+    lives, to free its placement groups should it die; the state API needs the full dashboard, which no node here starts,
+    so it warned each second. The cluster ends with the job, and its placement groups with it; without the cleaner a
+    job's worker group starts seconds sooner on a 1-CPU head (docs/performance.md: A Ray job's start)."""
+    from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+    from ray.train.v2.torch.torch_trainer import TorchTrainer  # what ray.train.torch exports (Ray Train v2)
+
+    class JobTrainer(TorchTrainer):
+        def _create_default_callbacks(self) -> list:
+            return [c for c in super()._create_default_callbacks() if not isinstance(c, PlacementGroupCleanerCallback)]
+
+    return JobTrainer
 
 
 def _fit(trainer, cfg: TrainConfig, links: PeerWatch) -> None:
