@@ -8,7 +8,8 @@ each package's dependencies, extras and environment markers. The CUDA PyTorch im
 outside the lock (flash-attn, transformer-engine: the image config's ``build`` block). The Ray image is the PyTorch
 GPU image plus ``ray[data,train]`` at the project's pin, resolved as the local environment resolves it
 (``constraints.txt``). The PyTorch serving image (images/pytorch-serve/Dockerfile) is the PyTorch image of its variant
-plus the inference toolkit at the project's pin, resolved the same way.
+plus the inference toolkit at the project's pin, resolved the same way. The TensorFlow inference image is its lock and
+TF Serving's gRPC stubs (installed without their dependencies); TF Serving itself is a binary, not a package.
 
     git clone https://github.com/aws/deep-learning-containers dlc   # or any snapshot of it
     .venv/bin/python images/manifests.py dlc                         # rewrites pipeline/manifests/*.json
@@ -59,9 +60,25 @@ IMAGES = {
             "tags": ["2.21.0-cpu-py312", "2.21.0-cpu-py312-sagemaker", "2.21.0-cpu-py312-amzn2023-sagemaker"],
         },
     ),
+    # TensorFlow Serving's image: its Python side only (the service in front of the tensorflow_model_server binary)
+    "tensorflow-inference-cpu": (
+        "docker/tensorflow/inference/2.20/cpu/uv.lock",
+        ".github/config/image/tensorflow/2.20-inference-sagemaker-cpu.yml",
+        {"repository": "tensorflow-inference", "tags": ["2.20-cpu-py312-amzn2023-sagemaker-v1"]},
+    ),
+    "tensorflow-inference-gpu": (
+        "docker/tensorflow/inference/2.20/cuda/uv.lock",
+        ".github/config/image/tensorflow/2.20-inference-sagemaker-cuda.yml",
+        {"repository": "tensorflow-inference", "tags": ["2.20-gpu-py312-cu129-amzn2023-sagemaker-v1"]},
+    ),
 }
-# the CUDA PyTorch image's packages built outside its lock (image config `build:` keys -> distribution)
+# packages built or installed outside an image's lock (image config `build:` keys -> distribution): the CUDA PyTorch
+# image's; TF Serving's gRPC stubs, which its Dockerfile installs with --no-deps at the TF Serving version
 EXTRA_BUILDS = {"flash_attn_version": "flash-attn", "transformer_engine_version": "transformer-engine"}
+NO_DEPS = {
+    "tensorflow-inference-cpu": {"tf_serving_version": "tensorflow-serving-api"},
+    "tensorflow-inference-gpu": {"tf_serving_version": "tensorflow-serving-api-gpu"},
+}
 PLATFORM = {
     "sys_platform": "linux",
     "platform_system": "Linux",
@@ -118,9 +135,9 @@ def _pick(candidates: list[dict], dep: dict) -> dict:
     return (matching or fitting)[0]
 
 
-def _extra_builds(config: str) -> dict[str, str]:
+def _extra_builds(config: str, builds: dict[str, str] = EXTRA_BUILDS) -> dict[str, str]:
     found = {}
-    for key, distribution in EXTRA_BUILDS.items():
+    for key, distribution in builds.items():
         match = re.search(rf'^\s*{key}:\s*"?([^"\s]+)"?', config, re.M)
         if match:
             found[distribution] = match.group(1)
@@ -185,7 +202,7 @@ def main(dlc: Path) -> int:
     for image, (lock_path, config_path, uri) in IMAGES.items():
         packages = resolve_lock(tomllib.loads(_show(dlc, lock_path)))
         config = _show(dlc, config_path)
-        packages.update({canonical(k): v for k, v in _extra_builds(config).items()})
+        packages.update({canonical(k): v for k, v in _extra_builds(config, {**EXTRA_BUILDS, **NO_DEPS.get(image, {})}).items()})
         manifests[image] = {
             "image": uri,
             "source": {

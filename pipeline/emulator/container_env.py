@@ -55,7 +55,9 @@ class Addition:
 # images/pytorch-serve/Dockerfile) add no ENV line
 PT_GPU, PT_CPU, TF_GPU, TF_CPU, RAY = "pytorch-gpu", "pytorch-cpu", "tensorflow-gpu", "tensorflow-cpu", "ray-gpu"
 SERVE_GPU, SERVE_CPU = "pytorch-serve-gpu", "pytorch-serve-cpu"
-IMAGES = (PT_GPU, PT_CPU, TF_GPU, TF_CPU, RAY, SERVE_GPU, SERVE_CPU)
+TFS_GPU, TFS_CPU = "tensorflow-inference-gpu", "tensorflow-inference-cpu"  # TF Serving's: built apart from the others
+FROM_TRAINING = (PT_GPU, PT_CPU, TF_GPU, TF_CPU, RAY, SERVE_GPU, SERVE_CPU)  # the training images and those FROM them
+IMAGES = (*FROM_TRAINING, TFS_GPU, TFS_CPU)
 TRAINING, PROCESSING = "training job", "processing job"
 
 DOCKER_RUN = "Docker run reference, 'Environment variables' (docs.docker.com/engine/containers/run/#environment-variables)"
@@ -63,6 +65,8 @@ DLC = "aws/deep-learning-containers@e0ecedea6a1c "  # the commit of the images' 
 PT_FILES = "docker/pytorch/Dockerfile.cuda and Dockerfile.cpu"
 TF_FILES = "docker/tensorflow/2.21/Dockerfile.cuda and Dockerfile.cpu"
 BASE_STAGE = "stage runtime-base, which stage sagemaker (the image SageMaker runs) builds FROM"
+TFS_DIR = "docker/tensorflow/inference/2.20"
+TFS_FILES = f"{TFS_DIR}/Dockerfile.cuda and Dockerfile.cpu"
 
 DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RUNTIME = (
@@ -78,7 +82,7 @@ RUNTIME = (
 
 IMAGE = (
     *(
-        Variable(name, value, IMAGES, f"{DLC}{PT_FILES}, {TF_FILES}: {BASE_STAGE}")
+        Variable(name, value, FROM_TRAINING, f"{DLC}{PT_FILES}, {TF_FILES}: {BASE_STAGE}")
         for name, value in (
             ("PYTHONDONTWRITEBYTECODE", "1"),
             ("PYTHONUNBUFFERED", "1"),
@@ -88,7 +92,7 @@ IMAGE = (
             ("DLC_CONTAINER_TYPE", "training"),  # processing jobs run the CPU training image too (pipeline/sagemaker/images.py)
         )
     ),
-    Variable("UV_PROJECT_ENVIRONMENT", "/opt/venv", IMAGES, f"{DLC}{PT_FILES}, {TF_FILES}: stage sagemaker"),
+    Variable("UV_PROJECT_ENVIRONMENT", "/opt/venv", FROM_TRAINING, f"{DLC}{PT_FILES}, {TF_FILES}: stage sagemaker"),
     Variable(
         "SAGEMAKER_TRAINING_MODULE",
         "sagemaker_pytorch_container.training:main",
@@ -154,6 +158,43 @@ IMAGE = (
         (PT_CPU, TF_CPU, SERVE_CPU),
         f"{DLC}docker/pytorch/Dockerfile.cpu (stage sagemaker), docker/tensorflow/2.21/Dockerfile.cpu ({BASE_STAGE})",
     ),
+    # TF Serving's image: stage sagemaker FROM runtime-base (amazonlinux:2023; the GPU one nvidia/cuda's, whose own ENV
+    # is not here); UV_PROJECT_ENVIRONMENT is its builder stage's only
+    *(
+        Variable(name, value, (TFS_GPU, TFS_CPU), f"{DLC}{TFS_FILES}: stage runtime-base")
+        for name, value in (
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+            ("PYTHONUNBUFFERED", "1"),
+            ("PYTHONIOENCODING", "UTF-8"),
+            ("LANG", "C.UTF-8"),
+            ("LC_ALL", "C.UTF-8"),
+            ("DLC_CONTAINER_TYPE", "inference"),
+            ("MODEL_BASE_PATH", "/models"),
+            ("MODEL_NAME", "model"),
+        )
+    ),
+    Variable("CUDA_HOME", "/usr/local/cuda", (TFS_GPU,), f"{DLC}{TFS_DIR}/Dockerfile.cuda: stage runtime-base"),
+    # PATH: runtime-base's ENV, then stage sagemaker's ENV PATH="$PATH:/sagemaker" (the service's folder)
+    Variable(
+        "PATH",
+        "/opt/venv/bin:/usr/local/cuda/bin:${PATH}:/sagemaker",
+        (TFS_GPU,),
+        f"{DLC}{TFS_DIR}/Dockerfile.cuda: stages runtime-base and sagemaker",
+    ),
+    Variable(
+        "PATH",
+        "/opt/venv/bin:${PATH}:/sagemaker",
+        (TFS_CPU,),
+        f"{DLC}{TFS_DIR}/Dockerfile.cpu: stages runtime-base and sagemaker",
+    ),
+    Variable(
+        "LD_LIBRARY_PATH",
+        "/usr/local/cuda/lib64:/usr/local/lib",
+        (TFS_GPU,),
+        f"{DLC}{TFS_DIR}/Dockerfile.cuda: stage runtime-base",
+    ),
+    Variable("LD_LIBRARY_PATH", "/usr/local/lib", (TFS_CPU,), f"{DLC}{TFS_DIR}/Dockerfile.cpu: stage runtime-base"),
+    Variable("SAGEMAKER_TFS_VERSION", "2.20", (TFS_GPU, TFS_CPU), f"{DLC}{TFS_FILES}: stage sagemaker (TFS_SHORT_VERSION)"),
 )
 
 SERVICE = (

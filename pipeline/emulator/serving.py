@@ -4,13 +4,16 @@
 
 The artefact is unpacked where SageMaker hosting unpacks it (the container's ``/opt/ml/model``, a folder of
 ``work_dir``) and the package's own server starts there (``code/steps/serve/server.py``: the inference toolkit's
-Transformer behind ``GET /ping`` and ``POST /invocations``, the handler functions called as the toolkit calls them),
-with the container's environment and none of the caller's, confined to the image's packages (the import guard; an
-image without a manifest says so), on a loopback port. `ServedModel.close` ends it and all it started.
+Transformer behind ``GET /ping`` and ``POST /invocations``, the handler functions called as the toolkit calls them;
+for a TensorFlow package, a SavedModel in ``1/``, TF Serving's stand-in and the container's Python service in front of
+it: `pipeline.emulator.tf_serving`), with the container's environment and none of the caller's, confined to the
+image's packages (the import guard; an image without a manifest says so), on a loopback port. `ServedModel.close`
+ends it and all it started.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -32,6 +35,8 @@ from steps.train.frameworks.tensorflow.serving import VERSION as SAVED_MODEL_VER
 
 SERVER = Path("code") / "steps" / "serve" / "server.py"  # in the unpacked package (steps/train/core/model_package.py)
 SAVED_MODEL = Path(SAVED_MODEL_VERSION) / "saved_model.pb"  # a TensorFlow package's
+INFERENCE = Path("code") / "inference.py"  # the handlers TF Serving's Python service loads
+TF_SERVING = Path(__file__).with_name("tf_serving.py")  # `pipeline.emulator.tf_serving`
 READY = re.compile(r"\[serve\] model .* on http://(?P<host>[\d.]+):(?P<port>\d+) ")
 START_TIMEOUT_S = 180.0  # model_fn included: a ResNet-50 loads in seconds; the toolkit's own default is 600
 
@@ -72,12 +77,13 @@ def unpack_model(model_data_url: str, model_dir: Path) -> Path:
     with tarfile.open(source) as tar:
         tar.extractall(model_dir, filter="data")  # no absolute paths, links out of the folder, devices
     if (model_dir / SAVED_MODEL).is_file():
-        raise UserError(
-            f"model data {model_data_url} is a TensorFlow package (a SavedModel in {SAVED_MODEL.parent.as_posix()}/), "
-            "which the TensorFlow inference container serves with TF Serving; serving it here is not supported yet: "
-            "deploy it (hetero models deploy VERSION --endpoint NAME ...)",
-            headline="model not servable here",
-        )
+        if not (model_dir / INFERENCE).is_file():
+            raise UserError(
+                f"model data {model_data_url} is a SavedModel without {INFERENCE.as_posix()}: TF Serving would answer "
+                "its own JSON, not image bytes; retrain it with this release, which packages the handlers",
+                headline="model not servable",
+            )
+        return model_dir
     if not (model_dir / SERVER).is_file():
         raise UserError(
             f"model data {model_data_url} has no {SERVER.as_posix()}: it was trained by a release that wrote no serving "
@@ -100,8 +106,14 @@ def serve_model(
     model_dir = unpack_model(container["ModelDataUrl"], work_dir / "opt" / "ml" / "model")
     image = container.get("Image", "")
     guard = image_guard.guard_path(image, work_dir / ".image", enabled=guard_imports, echo=echo)
-    env = serving_env(container=container, guard=guard)
-    command = [sys.executable, str(model_dir / SERVER), "--model-dir", str(model_dir), "--host", "127.0.0.1", "--port", str(port)]
+    where = ["--model-dir", str(model_dir), "--host", "127.0.0.1", "--port", str(port)]
+    if (model_dir / SAVED_MODEL).is_file():  # TF Serving's stand-in, unguarded (a binary in the image), and its service
+        env = serving_env(container=container, guard="")
+        service_path = os.pathsep.join(filter(None, [guard, str(model_dir / INFERENCE.parent)]))
+        command = [sys.executable, str(TF_SERVING), *where, "--service-path", service_path]
+    else:
+        env = serving_env(container=container, guard=guard)
+        command = [sys.executable, str(model_dir / SERVER), *where]
     log = work_dir / "serve.log"
     ready: dict[str, str] = {}
     started = threading.Event()

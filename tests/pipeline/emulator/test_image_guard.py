@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.emulator import image_guard
 from pipeline.local.settings import LOCAL_REGION, local_training_image
-from pipeline.sagemaker.images import default_processing_image, default_training_image
+from pipeline.sagemaker.images import default_processing_image, default_serving_image, default_training_image
 from steps.contract import FRAMEWORKS
 
 
@@ -30,15 +30,23 @@ def test_manifests_name_their_source_and_hold_what_the_step_code_needs():
         "pytorch": {"torch", "numpy", "pillow", "sagemaker-training", "boto3", "matplotlib"},
         "tensorflow": {"tensorflow", "keras", "numpy", "pillow", "sagemaker-training", "boto3", "matplotlib"},
         "ray": {"torch", "ray", "numpy", "pillow", "sagemaker-training", "pyarrow", "pandas", "tensorboardx"},
+        # TF Serving's Python service and the handlers (steps/serve/tensorflow.py) around the model server binary
+        "tensorflow-inference": {"falcon", "requests", "numpy"},
     }
     for manifest in image_guard.manifests():
         data = json.loads(manifest.path.read_text())
         assert data["source"]["repository"] == "aws/deep-learning-containers" and len(data["source"]["commit"]) == 40
-        assert all(manifest.has(need) for need in needs[manifest.name.split("-")[0]]), manifest.name
+        kind = (
+            manifest.name.rsplit("-", 1)[0] if manifest.name.startswith("tensorflow-inference") else manifest.name.split("-")[0]
+        )
+        assert all(manifest.has(need) for need in needs[kind]), manifest.name
     # facts of the published images the emulator must not forget
     assert image_guard.manifest_for(default_training_image(LOCAL_REGION, "pytorch")).packages["torch"].startswith("2.13.0")
     assert "tensorflow" not in image_guard.manifest_for(default_training_image(LOCAL_REGION, "pytorch")).packages
     assert "ray" not in image_guard.manifest_for(default_training_image(LOCAL_REGION, "tensorflow")).packages
+    for gpu in (False, True):  # TF Serving's image: a binary and its Python service, no TensorFlow Python, no image library
+        serving = image_guard.manifest_for(default_serving_image(LOCAL_REGION, "tensorflow", gpu=gpu)).packages
+        assert not {"tensorflow", "tensorflow-cpu", "keras", "pillow"} & set(serving) and serving["falcon"] == "3.1.0"
 
 
 @pytest.mark.slow

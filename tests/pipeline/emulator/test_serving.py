@@ -106,19 +106,6 @@ def test_an_artefact_without_serving_code_is_refused_naming_the_fix(tmp_path):
         serve_model({"Image": IMAGE, "ModelDataUrl": "s3://bucket/model.tar.gz"}, work_dir=tmp_path / "c")
 
 
-def test_a_tensorflow_package_is_refused_in_one_line_naming_deploy(tmp_path):
-    """Its SavedModel (1/) is served by TF Serving, which does not run here; its code/ holds a server.py too (the steps
-    package), which must not be started on it."""
-    folder = tmp_path / "model"
-    for name in ("1/saved_model.pb", "metrics.json", "code/inference.py", "code/steps/serve/server.py"):
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_bytes(b"")
-    pack_folder(folder, tmp_path / "model.tar.gz")
-    with pytest.raises(UserError, match=r"is a TensorFlow package \(a SavedModel in 1/\).*: deploy it \(hetero models deploy"):
-        serve_model({"Image": IMAGE, "ModelDataUrl": str(tmp_path / "model.tar.gz")}, work_dir=tmp_path / "c")
-    assert not list((tmp_path / "c").glob("serve.log"))  # no container was started
-
-
 def test_predict_prints_each_images_top_classes_and_a_refusal_in_one_line(tmp_path, registry, capsys, no_leftovers):
     good = _png(tmp_path / "good.png", 1)
     bad = tmp_path / "bad.jpg"
