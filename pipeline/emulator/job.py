@@ -280,6 +280,11 @@ class EmulatedJob:
                     if step and int(step.group(1)) >= self.interrupt_after_steps:
                         self._interrupt.set()
 
+    def interrupt(self) -> None:
+        """A spot interruption as soon as `wait` sees it, then the restart (once per job): what ``interrupt_after_steps``
+        triggers, for a caller that decides the moment itself."""
+        self._interrupt.set()
+
     def wait(self) -> JobResult:
         if not self.hosts:
             raise RuntimeError(f"job {self.name}: wait() before start(): no host is running")

@@ -135,15 +135,18 @@ def test_two_trainer_hosts_resume_from_the_newest_point_both_reached(tmp_path, s
             "connect_timeout_s": 60,
         },
     )
-    job = EmulatedJob(
-        name="job",
-        request=request,
-        job_dir=tmp_path / "job",
-        grace_s=20,
-        timeout_s=300,
-        # the first trainer's step count: its share of epoch 0 (half or more of the batches) and a few more
-        interrupt_after_steps=train // 16 + 11,
-    )
+    # once each trainer took 4 steps of epoch 1 (0-based): inside it for both, each with a checkpoint in it. Not a step
+    # count: the data hosts hand batches to whichever trainer asks, so a trainer that started late takes fewer of
+    # epoch 0's, and the first trainer's count alone may reach epoch 2 before the other reaches epoch 1
+    in_epoch_1: dict[str, int] = {}
+
+    def on_line(host, line):
+        if host.role == "trainer" and re.search(r"\[metrics\] epoch=1 step=\d+", line):
+            in_epoch_1[host.name] = in_epoch_1.get(host.name, 0) + 1
+            if len(in_epoch_1) == 2 and min(in_epoch_1.values()) >= 4:
+                job.interrupt()
+
+    job = EmulatedJob(name="job", request=request, job_dir=tmp_path / "job", grace_s=20, timeout_s=300, on_line=on_line)
     with job:
         job.start()
         result = job.wait()
