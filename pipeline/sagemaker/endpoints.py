@@ -1,7 +1,8 @@
 """``hetero models deploy``: an approved model package behind a SageMaker endpoint, real-time or serverless.
 
 Three requests, each checked against botocore's model of SageMaker before any is sent: CreateModel (the package by its
-ARN: SageMaker takes the image and the artefact from it), CreateEndpointConfig (one variant, ``AllTraffic``: an
+ARN: SageMaker takes the image and the artefact from it; on a GPU type, from the package's GPU specification, by its
+name), CreateEndpointConfig (one variant, ``AllTraffic``: an
 instance type the package lists, one instance, or serverless memory) and CreateEndpoint, or UpdateEndpoint where the
 endpoint exists (its traffic moves to the new configuration once it is in service). A package that is not Approved is
 refused. A request SageMaker refuses is one line with its reason, and the model and configuration this deploy created
@@ -48,12 +49,11 @@ class Deployment:
             variant["ServerlessConfig"] = {"MemorySizeInMB": self.serverless_mb, "MaxConcurrency": SERVERLESS_CONCURRENCY}
         else:
             variant.update(InstanceType=self.instance_type, InitialInstanceCount=1)
+        container = {"ModelPackageName": self.package["ModelPackageArn"]}
+        if (specification := self.specification()) is not None:
+            container["InferenceSpecificationName"] = specification
         requests: dict[str, dict] = {
-            "CreateModel": {
-                "ModelName": name,
-                "ExecutionRoleArn": self.role_arn,
-                "PrimaryContainer": {"ModelPackageName": self.package["ModelPackageArn"]},
-            },
+            "CreateModel": {"ModelName": name, "ExecutionRoleArn": self.role_arn, "PrimaryContainer": container},
             "CreateEndpointConfig": {"EndpointConfigName": name, "ProductionVariants": [variant]},
             "CreateEndpoint": {"EndpointName": self.endpoint, "EndpointConfigName": name},
         }
@@ -84,13 +84,25 @@ class Deployment:
                 f"--serverless {self.serverless_mb}: serverless memory is 1024, 2048, 3072, 4096, 5120 or 6144 MB",
                 headline="bad arguments",
             )
-        supported = self.package.get("InferenceSpecification", {}).get("SupportedRealtimeInferenceInstanceTypes") or []
-        if self.instance_type is not None and supported and self.instance_type not in supported:
-            raise UserError(
-                f"--instance-type {self.instance_type}: model package {version} is registered for {', '.join(supported[:8])}"
-                f"{', ...' if len(supported) > 8 else ''} ({len(supported)} types)",
-                headline="bad arguments",
-            )
+        self.specification()
+
+    def specification(self) -> str | None:
+        """The package's inference specification that serves on ``instance_type``: None for the primary (a serverless
+        endpoint's too: it has no GPU), else the name of the additional one that lists the type (the GPU image's:
+        `pipeline.sagemaker.serving.gpu_specification`). A type no specification lists is a `UserError` naming them."""
+        primary = self.package.get("InferenceSpecification", {}).get("SupportedRealtimeInferenceInstanceTypes") or []
+        if self.instance_type is None or not primary or self.instance_type in primary:
+            return None
+        others = self.package.get("AdditionalInferenceSpecifications") or []
+        for spec in others:
+            if self.instance_type in (spec.get("SupportedRealtimeInferenceInstanceTypes") or []):
+                return spec["Name"]
+        listed = [*primary, *(t for spec in others for t in spec.get("SupportedRealtimeInferenceInstanceTypes") or [])]
+        raise UserError(
+            f"--instance-type {self.instance_type}: model package {self.package.get('ModelPackageVersion')} is registered "
+            f"for {', '.join(listed[:8])}{', ...' if len(listed) > 8 else ''} ({len(listed)} types)",
+            headline="bad arguments",
+        )
 
 
 def deploy(deployment: Deployment, client) -> str:  # noqa: ANN001 - a boto3 SageMaker client

@@ -77,8 +77,13 @@ class StepCompiler:
         self.params = {p.name: kinds[p.type](name=p.name, default_value=self._default(p)) for p in graph.parameters}
         self.steps: dict = {}
         self.training_image = settings.training_image or default_training_image(settings.region, settings.framework)
-        # what a registered model package names to serve (None: the framework's model has no serving form yet)
+        # what a registered model package names to serve (None: the framework's model has no serving form yet); the
+        # framework's GPU inference image is the package's second specification (`GPU_SPECIFICATION`) unless the
+        # deployment names an image of its own
         self.serving_image = settings.serving_image or default_serving_image(settings.region, settings.framework)
+        self.gpu_serving_image = (
+            None if settings.serving_image else default_serving_image(settings.region, settings.framework, gpu=True)
+        )
         self.processing_image = settings.processing_image or default_processing_image(settings.region, settings.framework)
 
     def _default(self, p):
@@ -325,7 +330,7 @@ class StepCompiler:
         from sagemaker.core.workflow.pipeline_context import _ModelStepArguments
         from sagemaker.mlops.workflow.model_step import ModelStep
 
-        from pipeline.sagemaker.serving import serving_arguments
+        from pipeline.sagemaker.serving import gpu_specification, serving_arguments
         from steps.evaluate.registration import METADATA_KEYS
         from steps.evaluate.registry import EXECUTION_KEY
 
@@ -349,7 +354,13 @@ class StepCompiler:
             customer_metadata_properties=metadata,
         )
         self.session.context = _ModelStepArguments(SimpleNamespace(sagemaker_session=self.session))
-        sm_step = ModelStep(name=name, step_args=create_model_package_from_containers(self.session, **arguments))
+        step_args = create_model_package_from_containers(self.session, **arguments)
+        if self.gpu_serving_image:  # the SDK has no argument for it: CreateModelPackage's, added to the request it built
+            request = self.session.context.create_model_package_request
+            request["AdditionalInferenceSpecifications"] = [
+                gpu_specification(request["InferenceSpecification"], self.gpu_serving_image)
+            ]
+        sm_step = ModelStep(name=name, step_args=step_args)
         self.session.context = None
         self.steps[name] = sm_step
         return sm_step

@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.sagemaker.endpoints import Deployment, deploy
+from pipeline.sagemaker.serving import GPU_SPECIFICATION
 from pipeline.sagemaker.validation import validate_request
 from steps.common.errors import UserError
 from steps.evaluate.registry import APPROVED, PENDING, REJECTED, LocalRegistry, open_registry
@@ -339,6 +340,28 @@ def test_each_deploy_request_passes_botocores_model_and_bad_choices_are_one_line
             Deployment(package, "shapes", ROLE, **options).requests()
     with pytest.raises(UserError, match=r"endpoint name 'bad_name': 1-63 letters, digits and hyphens"):
         Deployment(package, "bad_name", ROLE, serverless_mb=1024).requests()
+
+
+def test_a_gpu_type_deploys_the_packages_gpu_specification_by_name_and_a_cpu_type_or_serverless_the_primary():
+    package = {
+        **_approved(3),
+        "InferenceSpecification": {"SupportedRealtimeInferenceInstanceTypes": ["ml.c5.xlarge"]},
+        "AdditionalInferenceSpecifications": [
+            {"Name": GPU_SPECIFICATION, "SupportedRealtimeInferenceInstanceTypes": ["ml.g5.xlarge", "ml.g6.xlarge"]}
+        ],
+    }
+    gpu = Deployment(package, "shapes", ROLE, instance_type="ml.g5.xlarge").requests()
+    assert gpu["CreateModel"]["PrimaryContainer"] == {
+        "ModelPackageName": package["ModelPackageArn"],
+        "InferenceSpecificationName": GPU_SPECIFICATION,
+    }
+    for operation, body in gpu.items():
+        validate_request(operation, body, step="deploy")
+    for options in ({"instance_type": "ml.c5.xlarge"}, {"serverless_mb": 2048}):
+        container = Deployment(package, "shapes", ROLE, **options).requests()["CreateModel"]["PrimaryContainer"]
+        assert container == {"ModelPackageName": package["ModelPackageArn"]}
+    with pytest.raises(UserError, match=re.escape("registered for ml.c5.xlarge, ml.g5.xlarge, ml.g6.xlarge (3 types)")):
+        Deployment(package, "shapes", ROLE, instance_type="ml.p4d.24xlarge").requests()
 
 
 def test_deploy_from_the_local_registry_or_without_a_role_is_one_line_naming_the_fix(local, capsys, monkeypatch):

@@ -20,6 +20,7 @@ from pipeline.cli import main  # noqa: E402
 from pipeline.graph import DATA_GROUP, DNN_GROUP, REPLICATED, build_graph  # noqa: E402
 from pipeline.sagemaker.definition import DeploySettings, FsxSettings, all_steps, build_definition, definition_json  # noqa: E402
 from pipeline.sagemaker.images import default_processing_image, default_training_image  # noqa: E402
+from pipeline.sagemaker.serving import GPU_SPECIFICATION  # noqa: E402
 from steps.common.errors import UserError  # noqa: E402
 from steps.contract import (  # noqa: E402
     HYBRID_CHANNEL,
@@ -460,6 +461,13 @@ def test_baseline_is_skipped_by_a_condition_with_evaluation_in_both_branches(def
     assert args_of(without)["--heterogeneous"] == "/opt/ml/processing/input/heterogeneous"
 
 
+def test_a_serving_image_of_the_deployments_own_is_the_packages_only_one():
+    mine = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/hetero-pytorch-serve:2.13.0-cpu"
+    request = all_steps(build_definition(replace(SETTINGS, serving_image=mine)))["RegisterModel"]["Arguments"]
+    assert [c["Image"] for c in request["InferenceSpecification"]["Containers"]] == [mine]
+    assert "AdditionalInferenceSpecifications" not in request
+
+
 @pytest.mark.parametrize(
     "register, evaluate", [("RegisterModel", "Evaluate"), ("RegisterModelWithoutBaseline", "EvaluateWithoutBaseline")]
 )
@@ -478,6 +486,17 @@ def test_register_files_the_heterogeneous_model_with_evaluates_metrics(steps, re
     for kind in ("SupportedRealtimeInferenceInstanceTypes", "SupportedTransformInstanceTypes"):  # the catalogue's CPU types
         assert {"ml.c5.xlarge", "ml.m5.large", "ml.c7i.48xlarge"} <= set(serving[kind])
         assert not [t for t in serving[kind] if t.startswith(("ml.g", "ml.p"))]
+    (gpu,) = request["AdditionalInferenceSpecifications"]  # the same artefact on the GPU image, for the GPU types
+    assert gpu["Name"] == GPU_SPECIFICATION and gpu["Containers"] == [
+        {
+            **container,
+            "Image": "763104351884.dkr.ecr.eu-west-1.amazonaws.com/pytorch-inference:2.6.0-gpu-py312-cu124-ubuntu22.04-sagemaker",
+        }
+    ]
+    assert gpu["SupportedContentTypes"] == serving["SupportedContentTypes"]
+    assert gpu["SupportedResponseMIMETypes"] == serving["SupportedResponseMIMETypes"]
+    for kind in ("SupportedRealtimeInferenceInstanceTypes", "SupportedTransformInstanceTypes"):
+        assert "ml.g5.xlarge" in gpu[kind] and all(t.startswith(("ml.g", "ml.p")) for t in gpu[kind])
 
     def field(path):
         return {"Std:JsonGet": {"PropertyFile": {"Get": f"Steps.{evaluate}.PropertyFiles.ModelMetrics"}, "Path": path}}
