@@ -125,12 +125,18 @@ def pipeline_images(region: str, framework: str, *, training_image: str = "", pr
 
 def default_serving_image(region: str, framework: str, *, gpu: bool = False) -> str | None:
     """The inference DLC a model package of ``framework`` names in ``region`` (CPU variant unless ``gpu``); None for a
-    framework whose model has no serving form yet (steps/frameworks.py serves_as), or where the region is not one AWS
-    lists (a CloudFormation token's placeholder: the package then names the training image unless a serving image is
-    given)."""
+    framework whose model has no serving form yet (steps/frameworks.py serves_as). A region that is not one AWS lists
+    (an environment-agnostic stack's token) has no default: the package would name an image that cannot serve."""
     handler = framework_row(framework).serves_as
-    if not handler or not isinstance(region, str) or region not in DLC_REGISTRIES:  # a token's placeholder region
+    if not handler:
         return None
+    if not isinstance(region, str) or region not in DLC_REGISTRIES:  # a token (its placeholder, in a definition)
+        raise UserError(
+            f"region {region!r} is not a region name (a CloudFormation token?), so the default serving image cannot be "
+            "looked up: pass it with the training and processing images (npx cdk deploy -c hetero:servingImage=<uri>), "
+            "or deploy to a concrete region",
+            headline="bad deploy settings",
+        )
     table, version = SERVING_TABLES[handler]
     listed = _sdk_table(table)["inference"]["versions"][version]["registries"]
     regions = sorted(r for r in DLC_REGISTRIES if r in listed)

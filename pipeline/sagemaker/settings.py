@@ -112,6 +112,13 @@ def check(settings: DeploySettings) -> None:
             "cannot be looked up: pass training_image and processing_image, or a concrete region",
             headline="bad deploy settings",
         )
+    if not REGION.fullmatch(settings.region) and not settings.serving_image:  # a package must name an image that serves
+        raise UserError(
+            f"region {settings.region!r} is not a region name (a CloudFormation token?), so the default serving image "
+            "cannot be looked up: pass serving_image too (npx cdk deploy -c hetero:servingImage=<uri>), or a concrete "
+            "region",
+            headline="bad deploy settings",
+        )
     if not MODEL_PACKAGE_GROUP_NAME.fullmatch(model_package_group(settings)):
         raise UserError(
             f"model package group {model_package_group(settings)!r}: use 1-63 letters, digits and hyphens, starting and "

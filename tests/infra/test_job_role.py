@@ -251,7 +251,7 @@ def test_one_custom_image_keeps_the_default_for_the_other(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_environment_agnostic_stack_needs_both_images():
+def test_an_environment_agnostic_stack_needs_its_images_named():
     from aws_cdk import App
     from aws_cdk.assertions import Template
 
@@ -262,7 +262,11 @@ def test_an_environment_agnostic_stack_needs_both_images():
     with pytest.raises(UserError, match=r"is not a region name \(a CloudFormation token\?\)"):
         HeteroStack(App(), "Agnostic", settings=StackSettings.from_context(cdk_json_context()))  # no env: a token region
     image = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/pytorch:1"
-    settings = StackSettings.from_context({**cdk_json_context(), "hetero:trainingImage": image, "hetero:processingImage": image})
+    images = {"hetero:trainingImage": image, "hetero:processingImage": image}
+    with pytest.raises(UserError, match=r"so the default serving image cannot be looked up: pass serving_image too"):
+        HeteroStack(App(), "Agnostic", settings=StackSettings.from_context({**cdk_json_context(), **images}))
+    serving = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/team/pytorch-serve:1"  # a package that can serve, or none
+    settings = StackSettings.from_context({**cdk_json_context(), **images, "hetero:servingImage": serving})
     template = Template.from_stack(HeteroStack(App(), "Agnostic", settings=settings))
     template.has_resource_properties(
         "AWS::IAM::Policy",

@@ -769,6 +769,9 @@ def test_a_token_region_needs_explicit_images_and_passes_through():
     region = "${Token[AWS.Region.9]}"
     with pytest.raises(UserError, match="training_image"):
         build_definition(DeploySettings(pipeline_name="p", region=region, role_arn=ROLE, bucket=BUCKET, code_uri=CODE))
+    images = {"training_image": "img:gpu", "processing_image": "img:cpu"}
+    with pytest.raises(UserError, match=re.escape(f"region '{region}' is not a region name") + ".*pass serving_image too"):
+        build_definition(DeploySettings(pipeline_name="p", region=region, role_arn=ROLE, bucket=BUCKET, code_uri=CODE, **images))
     definition = build_definition(
         DeploySettings(
             pipeline_name="p",
@@ -778,8 +781,11 @@ def test_a_token_region_needs_explicit_images_and_passes_through():
             code_uri=CODE,
             training_image="img:gpu",
             processing_image="img:cpu",
+            serving_image="img:serve",
         )
     )
+    register = all_steps(definition)["RegisterModel"]["Arguments"]
+    assert [c["Image"] for c in register["InferenceSpecification"]["Containers"]] == ["img:serve"]
     train = all_steps(definition)["TrainHeterogeneous"]["Arguments"]
     assert train["HyperParameters"]["sagemaker_region"] == region
     assert train["AlgorithmSpecification"]["TrainingImage"] == "img:gpu"

@@ -256,7 +256,8 @@ def test_a_model_package_names_the_inference_dlc_of_its_frameworks_model_in_its_
             cpu = default_serving_image(region, framework)
             assert cpu == f"{account}.dkr.ecr.{region}.amazonaws.com/{repository}:{cpu_tag}"
             assert default_serving_image(region, framework, gpu=True).endswith(f"/{repository}:{gpu_tag}")
-    assert default_serving_image("xx-heteroplaceholder-1", "pytorch") is None  # a token region's placeholder
+    with pytest.raises(UserError, match="the default serving image cannot be looked up"):  # a token's placeholder
+        default_serving_image("xx-heteroplaceholder-1", "pytorch")
     assert default_serving_image("cn-north-1", "pytorch").startswith("727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/")
 
 
