@@ -69,6 +69,14 @@ TFS_DIR = "docker/tensorflow/inference/2.20"
 TFS_FILES = f"{TFS_DIR}/Dockerfile.cuda and Dockerfile.cpu"
 
 DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# the first ENV block of every DLC's runtime-base stage, training and inference alike
+PYTHON_AND_LOCALE = (
+    ("PYTHONDONTWRITEBYTECODE", "1"),
+    ("PYTHONUNBUFFERED", "1"),
+    ("PYTHONIOENCODING", "UTF-8"),
+    ("LANG", "C.UTF-8"),
+    ("LC_ALL", "C.UTF-8"),
+)
 RUNTIME = (
     Variable(
         "PATH",
@@ -84,11 +92,7 @@ IMAGE = (
     *(
         Variable(name, value, FROM_TRAINING, f"{DLC}{PT_FILES}, {TF_FILES}: {BASE_STAGE}")
         for name, value in (
-            ("PYTHONDONTWRITEBYTECODE", "1"),
-            ("PYTHONUNBUFFERED", "1"),
-            ("PYTHONIOENCODING", "UTF-8"),
-            ("LANG", "C.UTF-8"),
-            ("LC_ALL", "C.UTF-8"),
+            *PYTHON_AND_LOCALE,
             ("DLC_CONTAINER_TYPE", "training"),  # processing jobs run the CPU training image too (pipeline/sagemaker/images.py)
         )
     ),
@@ -163,11 +167,7 @@ IMAGE = (
     *(
         Variable(name, value, (TFS_GPU, TFS_CPU), f"{DLC}{TFS_FILES}: stage runtime-base")
         for name, value in (
-            ("PYTHONDONTWRITEBYTECODE", "1"),
-            ("PYTHONUNBUFFERED", "1"),
-            ("PYTHONIOENCODING", "UTF-8"),
-            ("LANG", "C.UTF-8"),
-            ("LC_ALL", "C.UTF-8"),
+            *PYTHON_AND_LOCALE,
             ("DLC_CONTAINER_TYPE", "inference"),
             ("MODEL_BASE_PATH", "/models"),
             ("MODEL_NAME", "model"),

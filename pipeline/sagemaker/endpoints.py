@@ -84,7 +84,6 @@ class Deployment:
                 f"--serverless {self.serverless_mb}: serverless memory is 1024, 2048, 3072, 4096, 5120 or 6144 MB",
                 headline="bad arguments",
             )
-        self.specification()
 
     def specification(self) -> str | None:
         """The package's inference specification that serves on ``instance_type``: None for the primary (a serverless

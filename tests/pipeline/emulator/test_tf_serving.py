@@ -17,9 +17,7 @@ from PIL import Image
 from pipeline.emulator.results import pack_folder
 from pipeline.emulator.serving import serve_model
 from steps.common.errors import UserError
-from steps.contract import METRICS_FILE
-from steps.train.core.model_package import write_serving_code
-from steps.train.workload import load_workload
+from tests.support.serving import tensorflow_model_folder
 
 CLASSES = ["circle", "square", "triangle"]
 WORKLOAD = "steps.train.workloads.shapes"
@@ -31,17 +29,8 @@ pytestmark = pytest.mark.slow  # exports a SavedModel and starts a container (Te
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
     """model.tar.gz as SageMaker packs a TensorFlow trainer's model folder; and the Keras model and workload."""
-    import keras
-
-    from steps.train.frameworks.tensorflow.serving import export_serving_model
-
-    keras.utils.set_random_seed(0)
-    workload = load_workload(WORKLOAD, {})
-    model = workload.build_keras_model(len(CLASSES))
     folder = tmp_path_factory.mktemp("model")
-    export_serving_model(model, workload, folder)
-    (folder / METRICS_FILE).write_text(json.dumps({"classes": CLASSES, "config": {"workload": WORKLOAD}}))
-    write_serving_code(folder, WORKLOAD, serves_as="tensorflow")
+    workload, model = tensorflow_model_folder(folder, WORKLOAD, CLASSES)
     tar_path = folder.parent / "model.tar.gz"
     pack_folder(folder, tar_path)
     return tar_path, model, workload

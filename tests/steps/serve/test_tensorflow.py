@@ -17,7 +17,6 @@ from PIL import Image
 
 from steps.contract import METRICS_FILE
 from steps.serve import tensorflow as handler
-from steps.train.core.model_package import write_serving_code
 from steps.train.frameworks.tensorflow.serving import (
     INPUT,
     KERAS_FILE,
@@ -25,9 +24,8 @@ from steps.train.frameworks.tensorflow.serving import (
     SIGNATURE,
     VERSION,
     ensure_serving_model,
-    export_serving_model,
 )
-from steps.train.workload import load_workload
+from tests.support.serving import tensorflow_model_folder
 
 CLASSES = ["circle", "square", "triangle"]
 WORKLOAD = "steps.train.workloads.shapes"
@@ -48,15 +46,8 @@ def _jpeg(seed: int) -> bytes:
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """A model folder as a TensorFlow trainer leaves it: the SavedModel in 1/, metrics.json, code/; and the model."""
-    import keras
-
-    keras.utils.set_random_seed(0)
-    workload = load_workload(WORKLOAD, {})
-    model = workload.build_keras_model(len(CLASSES))
     folder = tmp_path_factory.mktemp("model")
-    export_serving_model(model, workload, folder)
-    (folder / METRICS_FILE).write_text(json.dumps({"classes": CLASSES, "config": {"workload": WORKLOAD}}))
-    write_serving_code(folder, WORKLOAD, serves_as="tensorflow")
+    workload, model = tensorflow_model_folder(folder, WORKLOAD, CLASSES)
     return folder, workload, model
 
 
