@@ -8,24 +8,25 @@ into metrics.json's ``data_hosts`` and ``local_decode``.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from steps.train.core.cluster import Cluster, resolve
 from steps.train.core.config import TrainConfig
 from steps.train.dataplane.meter import data_host_metrics
 from steps.train.frameworks.ray.node import per_trainer_host
 
 
-def kept_cpus(cfg: TrainConfig, shards: list, classes: int, workers: int) -> tuple[int, str]:
-    """The CPUs each of the ``workers`` Ray Train workers reserves on its trainer host (Ray schedules decode tasks on the
-    rest), and why: ``trainer_cpus`` all, a number, or auto: the training step measured on this (the head's) host as the
-    PyTorch path measures it (`steps.train.frameworks.pytorch.step.loop_cpus`), its busy vCPUs plus one for the data plane; never so
-    many that Ray Data is left no CPU (`leave_room_for_data`)."""
-    import ray
+def step_measure(cfg: TrainConfig, shards: list, classes: int) -> Callable[[], float | str]:
+    """The measure of ``trainer_cpus=auto``: the vCPUs a training step keeps busy on this (the head's) host, measured as
+    the PyTorch path measures it (`steps.train.frameworks.pytorch.step.loop_cpus`), once, on the first call."""
 
-    from steps.train.core.spare_cpus import kept_for_loop, sample_pixels
-    from steps.train.frameworks.pytorch.step import loop_cpus, pick_device, resolve_precision
-    from steps.train.workload import load_workload
+    @functools.cache
+    def measure() -> float | str:
+        from steps.train.core.spare_cpus import sample_pixels
+        from steps.train.frameworks.pytorch.step import loop_cpus, pick_device, resolve_precision
+        from steps.train.workload import load_workload
 
-    def measure() -> float:
         workload = load_workload(cfg.workload, cfg.workload_options)
         device = pick_device()
         return loop_cpus(
@@ -37,6 +38,17 @@ def kept_cpus(cfg: TrainConfig, shards: list, classes: int, workers: int) -> tup
             cfg.learning_rate,
             precision=resolve_precision(cfg.precision, device),
         )
+
+    return measure
+
+
+def kept_cpus(cfg: TrainConfig, measure: Callable[[], float | str], workers: int) -> tuple[int, str]:
+    """The CPUs each of the ``workers`` Ray Train workers reserves on its trainer host (Ray schedules decode tasks on the
+    rest), and why: ``trainer_cpus`` all, a number, or auto: ``measure()`` (`step_measure`), its busy vCPUs plus one
+    for the data plane; never so many that Ray Data is left no CPU (`leave_room_for_data`). Once every node joined."""
+    import ray
+
+    from steps.train.core.spare_cpus import kept_for_loop
 
     kept, why, _ = kept_for_loop(cfg.trainer_cpus, per_trainer_host("CPU"), measure)
     return leave_room_for_data(kept, why, workers, int(ray.cluster_resources().get("CPU", 0)))

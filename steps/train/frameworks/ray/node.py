@@ -116,6 +116,9 @@ class RayNode:
             "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
             "RAY_TRAIN_METRICS_ENABLED": "0",
             "RAY_enable_metrics_collection": "0",
+            # what Ray Train gives its controller through a runtime environment, given to every process of the node
+            # instead (`steps.train.frameworks.ray.job_trainer`): no warning for its async controller's blocking gets
+            "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0",
         }
 
     @property

@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from steps.common.errors import UserError, describe, record_failure
 from steps.common.metrics_json import Metrics
@@ -48,7 +51,8 @@ from steps.train.dataplane.watch import Peer, PeerWatch, failure_reason
 from steps.train.frameworks.ray.checkpoint import saved_checkpoint, write_checkpoint
 from steps.train.frameworks.ray.data_host import follow
 from steps.train.frameworks.ray.errors import RayNodeFailed
-from steps.train.frameworks.ray.local_decode import decoded_where, kept_cpus
+from steps.train.frameworks.ray.job_trainer import job_trainer
+from steps.train.frameworks.ray.local_decode import decoded_where, kept_cpus, step_measure
 from steps.train.frameworks.ray.node import TRAINER_RESOURCE, RayNode, per_trainer_host
 
 RESULTS_ACTOR = "hetero-results"
@@ -109,8 +113,9 @@ def _run_head(cfg: TrainConfig, cluster: Cluster, node: RayNode) -> None:
         node.start()
         links.send_all(messages.Start(ray=node.address))  # where to join: the head picked its port
         node.connect()
+        inputs = _read_inputs(cfg, cluster)  # this host's own work, while the other hosts' nodes join
         _await_nodes(cfg, len(others) + 1, node, links)
-        files = _train(cfg, cluster, links)
+        files = _train(cfg, cluster, links, inputs)
         links.close("completed", files=files)
     except BaseException as exc:  # a lost host by its own name (the others' failures lead with it), else the head's
         links.close("failed", describe(exc) if isinstance(exc, HostLost) else failure_reason(cluster.current_host, exc))
@@ -137,7 +142,40 @@ def _await_nodes(cfg: TrainConfig, count: int, node: RayNode, links: PeerWatch) 
         time.sleep(0.5)
 
 
-def _train(cfg: TrainConfig, cluster: Cluster, links: PeerWatch) -> dict[str, bytes]:
+@dataclass(frozen=True)
+class _Inputs:
+    """What the head reads and measures on its own host before training: the shards, the classes, the step's measure
+    (``trainer_cpus=auto``) and the results actor's process, started while the other hosts' nodes join."""
+
+    shards: list[Path]
+    samples: int
+    classes: list[str]
+    validation: Path | None
+    measure: Callable[[], float | str]
+    box: Any  # the results actor (`_results_actor`)
+
+
+def _read_inputs(cfg: TrainConfig, cluster: Cluster) -> _Inputs:
+    shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
+    if not shards:
+        raise UserError(
+            f"the Ray head {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards"
+        )
+    classes = read_classes(cluster.channel("manifest"))
+    inputs = _Inputs(
+        shards=shards,
+        samples=sum(count_samples(s) for s in shards),
+        classes=classes,
+        validation=cluster.channel("validation", required=False),
+        measure=step_measure(cfg, shards, len(classes)),
+        box=_results_actor(resolve(cluster.current_host), cluster.checkpoint_dir),
+    )
+    if cfg.trainer_cpus == "auto":  # the measure `kept_cpus` asks for once every node is there, taken now
+        inputs.measure()
+    return inputs
+
+
+def _train(cfg: TrainConfig, cluster: Cluster, links: PeerWatch, inputs: _Inputs) -> dict[str, bytes]:
     import ray
     from ray.data import DataContext
     from ray.train import FailureConfig, RunConfig, ScalingConfig
@@ -145,30 +183,21 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: PeerWatch) -> dict[str, by
     from steps.train.frameworks.ray.dataset import exact_split, training_dataset
     from steps.train.frameworks.ray.step import train_loop
 
-    shards = list_shards(train_channel(cluster, cfg.shard_wait_s))
-    if not shards:
-        raise UserError(
-            f"the Ray head {cluster.current_host} found no *.tar shards in {cluster.channel('train')}", headline="no shards"
-        )
-    samples = sum(count_samples(s) for s in shards)
-    classes = read_classes(cluster.channel("manifest"))
-    validation = cluster.channel("validation", required=False)
-    head_ip = resolve(cluster.current_host)
-    box = _results_actor(head_ip, cluster.checkpoint_dir)
+    shards, classes, validation, box = inputs.shards, inputs.classes, inputs.validation, inputs.box
     saved = saved_checkpoint(cluster.checkpoint_dir)
     per_host = per_trainer_host("GPU")
     gpus = gpu_use(min(per_host, 1), per_host, "ray")  # a Ray Train worker per trainer host, on one GPU
     gpu = bool(per_host)
     if warning := idle_gpus_line(cluster.current_host, gpus):
         print(warning, flush=True)
-    kept, why = kept_cpus(cfg, shards, len(classes), cluster.world_size)
+    kept, why = kept_cpus(cfg, inputs.measure, cluster.world_size)
     print(
-        f"[ray] head: {len(shards)} shard(s), {samples} samples; {cluster.world_size} Ray Train worker(s), {kept} CPU(s) "
+        f"[ray] head: {len(shards)} shard(s), {inputs.samples} samples; {cluster.world_size} Ray Train worker(s), {kept} CPU(s) "
         f"each{' and a GPU' if gpu else ''} ({why}); decode on every other CPU",
         flush=True,
     )
     DataContext.get_current().enable_progress_bars = False  # Ray Train hands the driver's context to the ingest
-    trainer = _torch_trainer()(
+    trainer = job_trainer()(
         train_loop,
         train_loop_config={
             "cfg": cfg.as_dict(),
@@ -193,22 +222,6 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: PeerWatch) -> dict[str, by
     report, model = ray.get(box.get.remote())
     metrics = _metrics(cfg, cluster, report, classes, wall, kept, why, gpus)
     return write_outputs(cluster, metrics, lambda folder: (folder / "model.pt").write_bytes(model))
-
-
-def _torch_trainer() -> type:
-    """Ray Train's TorchTrainer without its placement-group cleaner. The cleaner is one more Ray worker process per job,
-    started on the head while the worker group starts, that asks the state API each second whether the train controller
-    lives, to free its placement groups should it die; the state API needs the full dashboard, which no node here starts,
-    so it warned each second. The cluster ends with the job, and its placement groups with it; without the cleaner a
-    job's worker group starts seconds sooner on a 1-CPU head (docs/performance.md: A Ray job's start)."""
-    from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
-    from ray.train.v2.torch.torch_trainer import TorchTrainer  # what ray.train.torch exports (Ray Train v2)
-
-    class JobTrainer(TorchTrainer):
-        def _create_default_callbacks(self) -> list:
-            return [c for c in super()._create_default_callbacks() if not isinstance(c, PlacementGroupCleanerCallback)]
-
-    return JobTrainer
 
 
 def _fit(trainer, cfg: TrainConfig, links: PeerWatch) -> None:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+from types import SimpleNamespace
+
 import pytest
 
-from steps.train.frameworks.ray.trainer import _torch_trainer
+from steps.train.frameworks.ray import node as ray_node
+from steps.train.frameworks.ray.job_trainer import job_trainer
 
 
 def _callbacks(trainer_class) -> list[str]:
@@ -20,6 +25,41 @@ def test_the_job_trainer_is_ray_trains_own_less_the_placement_group_cleaner():
     Ray Train's callbacks stay, in their order. Ray renaming the hook it overrides fails here, not in a job's log."""
     from ray.train.torch import TorchTrainer
 
-    ours, theirs = _callbacks(_torch_trainer()), _callbacks(TorchTrainer)
+    ours, theirs = _callbacks(job_trainer()), _callbacks(TorchTrainer)
     assert "PlacementGroupCleanerCallback" in theirs
     assert ours == [name for name in theirs if name != "PlacementGroupCleanerCallback"]
+
+
+def _node_environment(tmp_path, monkeypatch) -> dict:
+    monkeypatch.setattr(ray_node, "job_secret", lambda: b"secret")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cluster = SimpleNamespace(trainer_hosts=["algo-1"], current_host="algo-1")
+    return ray_node.RayNode(SimpleNamespace(silence_timeout_s=30.0), cluster).environment()
+
+
+@pytest.mark.slow  # imports Ray Train (2 s)
+def test_ray_trains_settings_reach_its_processes_through_the_nodes_environment_not_a_runtime_environment(
+    tmp_path, monkeypatch
+):
+    """Ray Train gives its controller, and the controller its workers, a runtime environment carrying the driver's
+    RAY_TRAIN_* settings; a process with one starts through Ray's setup_worker.py (one more interpreter) and so does
+    everything it starts. The job's trainer gives none: every setting Ray Train would carry, with the value it would
+    carry, is already in the node's environment, which every Ray process of the node inherits."""
+    from ray.train.v2._internal import constants
+    from ray.train.v2._internal.execution.controller import TrainController
+    from ray.train.v2._internal.execution.worker_group import WorkerGroup
+
+    environment = _node_environment(tmp_path, monkeypatch)
+    monkeypatch.setattr(os, "environ", environment)
+    carried = constants.get_env_vars_to_propagate()
+    carried.setdefault(
+        constants.RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR, constants.DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE
+    )
+    assert carried and carried.items() <= environment.items()
+    assert WorkerGroup._get_worker_runtime_env({})["env_vars"] == constants.get_env_vars_to_propagate()  # Ray's own
+
+    trainer = job_trainer()
+    assert issubclass(trainer.controller, TrainController) and trainer.controller.__name__ == "TrainController"
+    worker_group = trainer.controller.worker_group_cls
+    assert worker_group._get_worker_runtime_env({}) == {}
+    assert worker_group._get_worker_runtime_env({"pip": ["x"]}) == {"pip": ["x"]}  # a run's own stays
