@@ -38,9 +38,7 @@ def _node_environment(tmp_path, monkeypatch) -> dict:
 
 
 @pytest.mark.slow  # imports Ray Train (2 s)
-def test_ray_trains_settings_reach_its_processes_through_the_nodes_environment_not_a_runtime_environment(
-    tmp_path, monkeypatch
-):
+def test_ray_trains_settings_reach_its_processes_through_the_nodes_environment_not_a_runtime_environment(tmp_path, monkeypatch):
     """Ray Train gives its controller, and the controller its workers, a runtime environment carrying the driver's
     RAY_TRAIN_* settings; a process with one starts through Ray's setup_worker.py (one more interpreter) and so does
     everything it starts. The job's trainer gives none: every setting Ray Train would carry, with the value it would
