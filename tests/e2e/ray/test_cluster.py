@@ -226,7 +226,7 @@ def test_a_frozen_ray_host_is_named_first_by_every_other_host_which_exits_by_its
     """SIGSTOP to every process of one host (the head, or a data host): it never exits by itself. Every other host notices
     the silence and exits non-zero on its own, each naming the frozen host first, as does the job's failure (its first
     error line), though a peer failed first; the emulator ends the frozen host after its grace; nothing is left."""
-    job = _start(tmp_path, shards, code_uri, grace_s=15, silence_timeout_s=5)
+    job = _start(tmp_path, shards, code_uri, grace_s=10, silence_timeout_s=5)
     with job:
         victim = by_role(job, role)[0]
         fault(victim, signal.SIGSTOP)

@@ -50,6 +50,35 @@ LOOPBACK = "127.0.0.1"  # where Ray's node-local servers (the job API's dashboar
 STOP_WAIT_S = 15.0  # for ray start to stop its processes, then for the last of them to go
 
 
+# What every Ray process of a node (and a driver connecting to it) runs with, beside the node's own (`RayNode.environment`)
+RAY_SETTINGS = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_DEDUP_LOGS": "0",
+    "RAY_COLOR_PREFIX": "0",  # workers' lines reach the log as "(RayTrainWorker pid=N) ...", no ANSI codes
+    # no progress bars (Ray Data redraws one per operator every second: thousands of lines a minute in the job's
+    # log), and Ray Train workers' print() stays print(): its logging redirect wrote each line twice
+    "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
+    "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+    # ray start's SIGTERM first drains the node (for Ray Serve: up to 30 s); a head never finishes draining (its
+    # raylet waits for leases nobody returns once the job is over), so every job ended 15 s (`STOP_WAIT_S`)
+    # late, billed. The job's work is done when a node is stopped: no drain.
+    "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+    # Ray Train's controller polls its workers this often (default 2 s): the end of training, and a worker's
+    # failure, are heard within it
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+    # CPU of the head's as training starts, for what no host here uses: the preemption watcher is one more Ray
+    # worker process, polling Ray's node drains (an autoscaler's; SageMaker stops a spot host with SIGTERM,
+    # `TERMINATE`); Ray Train's and Ray's own metrics are recorded for a Prometheus export no node serves (no
+    # dashboard): the job's are in metrics.json
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    "RAY_TRAIN_METRICS_ENABLED": "0",
+    "RAY_enable_metrics_collection": "0",
+    # what Ray Train gives its controller through a runtime environment, given to every process of the node
+    # instead (`steps.train.frameworks.ray.job_trainer`): no warning for its async controller's blocking gets
+    "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0",
+}
+
+
 def per_trainer_host(resource: str) -> int:
     """How much of ``resource`` (CPU, GPU) the smallest trainer host of the Ray cluster has (0: none)."""
     import ray
@@ -93,32 +122,9 @@ class RayNode:
             NODE_ENV: str(self.folder),
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN_PATH": str(token),
-            "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_gcs_rpc_server_reconnect_timeout_s": timeout,
-            "RAY_DEDUP_LOGS": "0",
             "PYTHONPATH": path,
-            "RAY_COLOR_PREFIX": "0",  # workers' lines reach the log as "(RayTrainWorker pid=N) ...", no ANSI codes
-            # no progress bars (Ray Data redraws one per operator every second: thousands of lines a minute in the job's
-            # log), and Ray Train workers' print() stays print(): its logging redirect wrote each line twice
-            "RAY_DATA_DISABLE_PROGRESS_BARS": "1",
-            "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
-            # ray start's SIGTERM first drains the node (for Ray Serve: up to 30 s); a head never finishes draining (its
-            # raylet waits for leases nobody returns once the job is over), so every job ended 15 s (`STOP_WAIT_S`)
-            # late, billed. The job's work is done when a node is stopped: no drain.
-            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
-            # Ray Train's controller polls its workers this often (default 2 s): the end of training, and a worker's
-            # failure, are heard within it
-            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
-            # CPU of the head's as training starts, for what no host here uses: the preemption watcher is one more Ray
-            # worker process, polling Ray's node drains (an autoscaler's; SageMaker stops a spot host with SIGTERM,
-            # `TERMINATE`); Ray Train's and Ray's own metrics are recorded for a Prometheus export no node serves (no
-            # dashboard): the job's are in metrics.json
-            "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-            "RAY_TRAIN_METRICS_ENABLED": "0",
-            "RAY_enable_metrics_collection": "0",
-            # what Ray Train gives its controller through a runtime environment, given to every process of the node
-            # instead (`steps.train.frameworks.ray.job_trainer`): no warning for its async controller's blocking gets
-            "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0",
+            **RAY_SETTINGS,
         }
 
     @property
