@@ -235,6 +235,7 @@ def test_custom_images_are_pulled_from_their_own_repositories_only(tmp_path):
     assert synth.validation_error is None
 
 
+@pytest.mark.slow  # synthesises a stack of its own (about 1 s)
 def test_one_custom_image_keeps_the_default_for_the_other(tmp_path):
     from tests.support.stacks import synthesise
 

@@ -19,6 +19,7 @@ from tests.support.stop import run_stop, signal_when  # noqa: F401 - fixture
 DUMP_ENVIRONMENT = "import json, os; open('environment.json', 'w').write(json.dumps(dict(os.environ)))"
 
 
+@pytest.mark.slow  # starts a processing container (0.7-1 s)
 def test_a_processing_job_starts_with_its_containers_environment_and_nothing_of_the_callers(tmp_path, monkeypatch):
     """The caller's shell reaches no processing job; it has its image's ENV (the TensorFlow CPU image here), the
     request's Environment and the twin's own, and no training job's variables."""

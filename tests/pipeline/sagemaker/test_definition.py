@@ -518,6 +518,7 @@ def test_register_files_the_heterogeneous_model_with_evaluates_metrics(steps, re
     assert flags["--improvement-threshold"] == as_string("ImprovementThreshold")
 
 
+@pytest.mark.slow  # compiles a definition of its own (0.7-0.8 s)
 def test_a_named_model_package_group_is_registered_in():
     definition = build_definition(replace(SETTINGS, model_package_group="team-models"))
     register = all_steps(definition)["RegisterModel"]["Arguments"]

@@ -81,6 +81,7 @@ def test_one_step_changes_the_weights_and_returns_the_loss_before_it():
     assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
 
 
+@pytest.mark.slow  # a model built and stepped in each precision: 1-1.5 s each in the fast lane
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_one_step_in_each_precision_trains_on_the_cpu(precision):
     """fp16 included: torch's CPU autocast runs float16, so it is allowed on a CPU host (auto never picks it there)."""
