@@ -72,10 +72,12 @@ def trial(trainer: str) -> dict:
             datasets={"train": ray.data.range(256)},
         )
         begun = time.time()
-        fitted.fit()
-        ended = time.time()
-        metrics = json.loads(times.read_text())
-        shutil.rmtree(times.parent)
+        try:
+            fitted.fit()
+            ended = time.time()
+            metrics = json.loads(times.read_text())
+        finally:
+            shutil.rmtree(times.parent, ignore_errors=True)
     finally:
         ray.shutdown()
     return {
