@@ -16,9 +16,10 @@ from pipeline.stop import STOP
 def main() -> int:
     STOP.install()
     try:
-        from pipeline.cli import main as cli
+        with STOP.claiming_errors():  # a library's error around a stop's raise while the modules load is the stop
+            from pipeline.cli import main as cli
 
-        return cli()
+            return cli()
     except KeyboardInterrupt as exc:  # a stop while the CLI loaded: nothing had started
         print(STOP.line(exc), file=sys.stderr)
         return STOP.exit_code(exc)

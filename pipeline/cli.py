@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return VERBS_BY_NAME[args.command].run(args)
+        with STOP.claiming_errors():  # an error a stop caused (a library's own, around the stop's raise) is the stop
+            return VERBS_BY_NAME[args.command].run(args)
     except StepFailed as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2 if exc.user_error else 1

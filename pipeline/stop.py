@@ -4,9 +4,11 @@ out (hosts, and all they started: `pipeline.emulator.sessions`) and the CLI exit
 
 The first signal is recorded and raised in the main thread (`Signalled`). A raise can be lost: Python prints and drops
 an exception raised inside a finalizer (a ``__del__`` or weakref callback, which a garbage collection runs at any
-instant: the SageMaker SDK's objects while the definition compiles, say), and a library may swallow it. So the run
+instant: the SageMaker SDK's objects while the definition compiles, say), a library may swallow it, and one may turn it
+into an error of its own (pydantic-core builds a ``SchemaError`` around it while the SDK's models load). So the run
 re-checks the recorded stop at its safe points (`Stop.check`: before each step, before a job starts a host, in every
-wait loop) and raises it again there; a finalizer's raise is not printed. Code that starts a process or makes a folder
+wait loop) and raises it again there; a finalizer's raise is not printed; and an error that reaches the CLI after a
+stop came is the stop's (`Stop.claiming_errors`), reported as the stop, never as an error with its stack. Code that starts a process or makes a folder
 and records it runs `Stop.deferred`, so that no raise falls between the two and leaves either behind. A second signal
 during the stop is honoured, not ignored: what the stop still waits for (hosts given seconds to exit after SIGTERM)
 is killed at once (`Stop.hurried`). It does not raise again, which would cut the stop's own clean-up short.
@@ -78,6 +80,16 @@ class Stop:
             self._deferring -= 1
         if not self._deferring:
             self.check()
+
+    @contextlib.contextmanager
+    def claiming_errors(self) -> Iterator[None]:
+        """An error raised inside once a stop came is the stop's consequence: raised as the stop (the error chained)."""
+        try:
+            yield
+        except Exception as exc:
+            if not self.signals:
+                raise
+            raise Signalled(self.signals[0]) from exc
 
     def line(self, exc: KeyboardInterrupt) -> str:
         """The one line the CLI ends a stopped run with."""

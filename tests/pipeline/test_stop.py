@@ -86,3 +86,28 @@ def test_no_check_raises_without_a_stop(stop):
     with stop.deferred():
         pass
     assert stop.signum is None
+
+
+class LibraryError(Exception):
+    """What a library raises around an exception it caught (pydantic-core a ``SchemaError`` around the stop's raise)."""
+
+
+def _library_call(sig: int) -> None:
+    """A library call the signal lands in: the library turns the stop's raise into an error of its own."""
+    try:
+        _signalled(sig)
+    except BaseException as exc:
+        raise LibraryError("'cls' must be valid as the first argument to 'isinstance'") from exc
+
+
+def test_an_error_a_library_raises_around_the_stop_is_claimed_as_the_stop(stop):
+    with pytest.raises(Signalled) as raised:
+        with stop.claiming_errors():
+            _library_call(signal.SIGHUP)
+    assert raised.value.args == (signal.SIGHUP,) and isinstance(raised.value.__cause__, LibraryError)
+
+
+def test_an_error_without_a_stop_is_the_error(stop):
+    with pytest.raises(LibraryError):
+        with stop.claiming_errors():
+            raise LibraryError("a real failure")

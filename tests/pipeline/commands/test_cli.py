@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from pipeline.commands.workload import check_workload, deployed_code_dirs
 from pipeline.graph import resolve_parameters
 from pipeline.local.runner import LocalRunner
 from steps.common.errors import UserError
+from tests.support.stop import run_stop  # noqa: F401 - fixture
 
 
 def run_cli(capsys, *argv) -> tuple[int, str]:
@@ -333,6 +336,24 @@ def test_run_network_isolation_runs_the_pipeline_compiled_as_deployed_isolated(m
     monkeypatch.setattr(LocalRunner, "__init__", capture)
     assert main(["run", "--network-isolation"]) == 2 and main(["run"]) == 2
     assert [o.network_isolation for o in seen] == [True, False]
+
+
+@pytest.mark.usefixtures("run_stop")
+def test_a_stop_a_library_turns_into_its_own_error_ends_the_run_as_the_stop(monkeypatch, capsys):
+    """SIGINT while the SDK's models load: pydantic-core raises a ``SchemaError`` around the stop's raise. The CLI
+    exits 130 with the stop's one line, not the error's stack."""
+
+    def compiling(self, params, options):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # the handler runs between these instructions
+                pass
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error building \"definitions\" validator") from exc
+
+    monkeypatch.setattr(LocalRunner, "__init__", compiling)
+    code, err = run_cli(capsys, "run")
+    assert (code, err) == (130, "interrupted (SIGINT); all hosts stopped\n")
 
 
 def test_every_hetero_command_the_code_and_docs_name_exists():
