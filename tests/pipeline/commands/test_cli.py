@@ -349,7 +349,7 @@ def test_a_stop_a_library_turns_into_its_own_error_ends_the_run_as_the_stop(monk
             for _ in range(1000):  # the handler runs between these instructions
                 pass
         except KeyboardInterrupt as exc:
-            raise RuntimeError("Error building \"definitions\" validator") from exc
+            raise RuntimeError('Error building "definitions" validator') from exc
 
     monkeypatch.setattr(LocalRunner, "__init__", compiling)
     code, err = run_cli(capsys, "run")
