@@ -8,8 +8,9 @@ instant: the SageMaker SDK's objects while the definition compiles, say), a libr
 into an error of its own (pydantic-core builds a ``SchemaError`` around it while the SDK's models load). So the run
 re-checks the recorded stop at its safe points (`Stop.check`: before each step, before a job starts a host, in every
 wait loop) and raises it again there; a finalizer's raise is not printed; and an error that reaches the CLI after a
-stop came is the stop's (`Stop.claiming_errors`), reported as the stop, never as an error with its stack. Code that starts a process or makes a folder
-and records it runs `Stop.deferred`, so that no raise falls between the two and leaves either behind. A second signal
+stop came is the stop's (`Stop.claiming_errors`), reported as the stop, never as an error with its stack. Code that
+starts a process or makes a folder and records it runs `Stop.deferred`, so that no raise falls between the two and
+leaves either behind. A second signal
 during the stop is honoured, not ignored: what the stop still waits for (hosts given seconds to exit after SIGTERM)
 is killed at once (`Stop.hurried`). It does not raise again, which would cut the stop's own clean-up short.
 """

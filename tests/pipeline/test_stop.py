@@ -3,13 +3,12 @@ stop inside a deferred block is raised at its end, and a second signal hurries t
 
 from __future__ import annotations
 
-import os
 import signal
 
 import pytest
 
 from pipeline.stop import Signalled, Stop
-from tests.support.stop import installed
+from tests.support.stop import installed, signalled
 
 
 @pytest.fixture
@@ -19,13 +18,6 @@ def stop():
         yield stop
 
 
-def _signalled(sig: int) -> None:
-    """``sig`` to this process, and the bytecode that runs its handler."""
-    os.kill(os.getpid(), sig)
-    for _ in range(1000):  # the handler runs between instructions: within these
-        pass
-
-
 class Finalized:
     """An object whose finalizer takes the signal: a garbage collection runs one at any instant."""
 
@@ -33,12 +25,12 @@ class Finalized:
         self.sig = sig
 
     def __del__(self) -> None:
-        _signalled(self.sig)
+        signalled(self.sig)
 
 
 def test_the_first_signal_raises_and_is_recorded(stop):
     with pytest.raises(Signalled) as raised:
-        _signalled(signal.SIGTERM)
+        signalled(signal.SIGTERM)
     assert raised.value.args == (signal.SIGTERM,) and stop.signum == signal.SIGTERM and not stop.hurried
     assert stop.line(raised.value) == "interrupted (SIGTERM); all hosts stopped"
     assert stop.exit_code(raised.value) == 143
@@ -58,15 +50,15 @@ def test_a_stop_raised_inside_a_finalizer_is_not_lost(stop, capsys):
 def test_a_signal_after_a_lost_raise_raises_again(stop):
     Finalized(signal.SIGHUP)
     with pytest.raises(Signalled) as raised:
-        _signalled(signal.SIGTERM)
+        signalled(signal.SIGTERM)
     assert raised.value.args == (signal.SIGHUP,)  # the run's stop is the first signal's
 
 
 def test_a_second_signal_hurries_the_stop_and_raises_nothing(stop):
     """Raising again would cut the stop's clean-up short: the clean-up kills what is left at once instead."""
     with pytest.raises(Signalled) as raised:
-        _signalled(signal.SIGINT)
-    _signalled(signal.SIGTERM)  # during the stop's clean-up
+        signalled(signal.SIGINT)
+    signalled(signal.SIGTERM)  # during the stop's clean-up
     assert stop.hurried and stop.signals == [signal.SIGINT, signal.SIGTERM]
     assert stop.line(raised.value) == "interrupted (SIGINT, then SIGTERM: what was left killed at once); all hosts stopped"
     assert stop.exit_code(raised.value) == 130
@@ -76,7 +68,7 @@ def test_a_stop_inside_a_deferred_block_is_raised_at_its_end(stop):
     done = []
     with pytest.raises(Signalled):
         with stop.deferred():
-            _signalled(signal.SIGTERM)
+            signalled(signal.SIGTERM)
             done.append("the process's handle kept")
     assert done == ["the process's handle kept"]
 
@@ -95,7 +87,7 @@ class LibraryError(Exception):
 def _library_call(sig: int) -> None:
     """A library call the signal lands in: the library turns the stop's raise into an error of its own."""
     try:
-        _signalled(sig)
+        signalled(sig)
     except BaseException as exc:
         raise LibraryError("'cls' must be valid as the first argument to 'isinstance'") from exc
 

@@ -30,6 +30,13 @@ def installed(stop: Stop) -> Iterator[Stop]:
         sys.unraisablehook = hook
 
 
+def signalled(sig: int) -> None:
+    """``sig`` to this process, and the bytecode that runs its handler (in the calling frame, as a signal lands)."""
+    os.kill(os.getpid(), sig)
+    for _ in range(1000):  # the handler runs between instructions: within these
+        pass
+
+
 @pytest.fixture
 def run_stop():
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 from pathlib import Path
@@ -18,7 +17,7 @@ from pipeline.commands.workload import check_workload, deployed_code_dirs
 from pipeline.graph import resolve_parameters
 from pipeline.local.runner import LocalRunner
 from steps.common.errors import UserError
-from tests.support.stop import run_stop  # noqa: F401 - fixture
+from tests.support.stop import run_stop, signalled  # noqa: F401 - fixture
 
 
 def run_cli(capsys, *argv) -> tuple[int, str]:
@@ -345,9 +344,7 @@ def test_a_stop_a_library_turns_into_its_own_error_ends_the_run_as_the_stop(monk
 
     def compiling(self, params, options):
         try:
-            os.kill(os.getpid(), signal.SIGINT)
-            for _ in range(1000):  # the handler runs between these instructions
-                pass
+            signalled(signal.SIGINT)
         except KeyboardInterrupt as exc:
             raise RuntimeError('Error building "definitions" validator') from exc
 
