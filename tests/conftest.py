@@ -46,6 +46,17 @@ def _one_share_of_the_cpus_per_worker():
         torch.set_num_threads(max(1, cpus // workers))
 
 
+# cluster tests whose hosts must notice a peer's silence within 3-5 s (a frozen host, a link cut off or slowed): they run
+# with no other emulated cluster beside them, so a second cluster's CPU use cannot pass for a host falling silent
+ALONE_TESTS = (
+    "tests/e2e/test_network_faults.py",
+    "tests/e2e/ray/test_cluster.py::test_a_frozen_ray_host_is_named_first_by_every_other_host_which_exits_by_itself",
+    "tests/e2e/tensorflow/test_pipeline.py::test_frozen_trainer_is_noticed_by_the_tf_workers_and_named_first_by_the_job",
+    "tests/e2e/tensorflow/test_pipeline.py::test_losing_the_only_data_host_ends_a_trainer_blocked_in_tensorflow",
+)
+ALONE_SCOPE = "emulated clusters, each alone"
+
+
 def _runs_clusters(item) -> bool:
     return bool(item.get_closest_marker("e2e")) and _cluster_nodeid(item.nodeid)
 
@@ -54,46 +65,77 @@ def _cluster_nodeid(nodeid: str) -> bool:
     return nodeid.startswith(CLUSTER_TESTS) and not nodeid.startswith(ONE_HOST_TESTS)
 
 
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_finish(session):
+    """An `ALONE_TESTS` entry that names no collected test of its module (a test renamed or removed) is an error, not a
+    fault test silently running beside another cluster."""
+    nodeids = [item.nodeid for item in session.items]
+    modules = {_module(nodeid) for nodeid in nodeids}
+    stale = [p for p in ALONE_TESTS if _module(p) in modules and not any(n.startswith(p) for n in nodeids)]
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py ALONE_TESTS names no collected test: {stale}; rename or remove the entry")
+
+
 def pytest_xdist_make_scheduler(config, log):
-    """Every test that runs emulated clusters goes to ONE worker, as one unit of work, and so do the CDK tests, as
-    another; every other test is a unit of its own, spread over the other workers (and those, once their unit is done).
-    xdist's loadgroup cannot do this here: with pytest 9 the worker's @group node-id suffix never reaches the
-    controller, so a group was split across workers, and the lock below then left a worker idle behind the other's
-    cluster runs with its queue of unit tests waiting."""
+    """Two emulated clusters at a time, each fault test of `ALONE_TESTS` with none beside it, and no worker idle while
+    work is queued. The work units, in the order workers take them: the `ALONE_TESTS`, as one unit, to the first
+    worker; the CDK tests, as one (one jsii kernel); every other test one unit of its own, for the other workers (and
+    the first, once its unit is done); then each module of the other cluster tests as one unit (its module-scoped runs
+    made once), those with the most tests first. So the fault tests run while the other worker has unit tests to do,
+    and the cluster modules then spread over every worker, the largest first. (A cluster test of the unit tests' turn
+    would wait for the lock behind the fault tests. xdist's loadgroup cannot do this: with pytest 9 the worker's @group
+    node-id suffix never reaches the controller, so a group was split across workers.)"""
     from xdist.scheduler import LoadScopeScheduling
 
-    class ClustersOnOneWorker(LoadScopeScheduling):
+    class ClustersInTheirTurn(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if _cluster_nodeid(nodeid):
-                return "emulated clusters"
-            return "stacks" if nodeid.startswith(CDK_TESTS) else nodeid
+            if nodeid.startswith(ALONE_TESTS):
+                return ALONE_SCOPE
+            if nodeid.startswith(CDK_TESTS):
+                return "stacks"
+            return _module(nodeid) if _cluster_nodeid(nodeid) else nodeid
 
-    return ClustersOnOneWorker(config, log)
+        def _assign_work_unit(self, node) -> None:
+            if not getattr(self, "in_turn", False):  # the first unit: schedule() has built the whole queue
+                self.in_turn = True
+                clusters = sorted((s for s in self.workqueue if _cluster_nodeid(s)), key=lambda s: -len(self.workqueue[s]))
+                for scope in clusters:
+                    self.workqueue.move_to_end(scope)
+                if ALONE_SCOPE in self.workqueue:
+                    self.workqueue.move_to_end(ALONE_SCOPE, last=False)
+            super()._assign_work_unit(node)
+
+    return ClustersInTheirTurn(config, log)
 
 
 @pytest.fixture(scope="session")
 def cluster_lock(tmp_path_factory):
     """The guarantee behind the scheduler above, whatever runs the tests (a `-n` run with another --dist, several pytest
-    processes): an exclusive lock in the folder every worker's temp folder shares runs one emulated cluster at a time.
-    Called, it gives a context manager that holds the lock (for a fixture of a wider scope that runs a cluster)."""
+    processes): a lock in the folder every worker's temp folder shares. Called, it gives a context manager that holds
+    it (for a fixture of a wider scope that runs a cluster): shared by default, so clusters run beside one another (at
+    most one per xdist worker), exclusive with ``alone=True`` (an `ALONE_TESTS` test), which waits for every cluster
+    running and holds off the next."""
     path = tmp_path_factory.getbasetemp().parent / "hetero-clusters.lock"
 
     @contextlib.contextmanager
-    def held():
+    def held(*, alone: bool = False):
         with open(path, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
             yield
 
     return held
 
 
 @pytest.fixture(autouse=True)
-def one_cluster_at_a_time(request, cluster_lock):
-    """Each test that runs emulated clusters holds `cluster_lock` while it runs."""
+def clusters_in_turn(request, cluster_lock):
+    """Each test that runs emulated clusters holds `cluster_lock` while it runs: exclusive for `ALONE_TESTS`."""
     if not _runs_clusters(request.node):
         yield
         return
-    with cluster_lock():
+    with cluster_lock(alone=request.node.nodeid.startswith(ALONE_TESTS)):
         yield
 
 

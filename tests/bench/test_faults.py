@@ -14,7 +14,7 @@ pytestmark = pytest.mark.e2e
 
 def test_the_fault_benchs_json_goes_to_out_and_nothing_else_to_stdout(tmp_path, cluster_lock, no_leftovers):
     out = tmp_path / "faults.json"
-    with cluster_lock():  # an emulated cluster: one at a time (tests/conftest.py)
+    with cluster_lock():  # an emulated cluster: in its turn (tests/conftest.py)
         done = run_bench("bench/faults.py", "--repeats", "1", "--only", "pytorch-kill-data", "--out", str(out), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == ""
