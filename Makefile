@@ -12,7 +12,9 @@ PY     := $(VENV)/bin/python
 HASH   := $(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 COMPILE = $(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
 ARGS   ?=
-# pytest-xdist: one worker per core (at most 4); the tests that run emulated clusters go to one worker as one unit (tests/conftest.py pytest_xdist_make_scheduler), the rest spread. PARALLEL= runs serially.
+# pytest-xdist: one worker per core (at most 4); the fault tests with 3-5 s silence windows run first, on one worker, with no
+# other cluster beside them, then the other cluster tests spread over every worker, a module at a time (tests/conftest.py
+# pytest_xdist_make_scheduler); the rest spread. PARALLEL= runs serially.
 PARALLEL ?= -n auto --maxprocesses 4
 
 # `make run` installs PyTorch (the default framework) and, when ARGS names another (--framework tensorflow|ray), that one
