@@ -380,9 +380,10 @@ def test_a_second_signal_during_the_stop_kills_the_hosts_at_once(tmp_path, shard
     job = _script_job(tmp_path, shards, STUBBORN_HOST_SCRIPT)
     job.image_guard = False
     job.start()
+    senders: list[threading.Thread] = []
     try:
-        senders = [signal_when(_all_started(job), signal.SIGTERM)]
-        with pytest.raises(Signalled):
+        with pytest.raises(Signalled):  # the hosts may have started already: the SIGTERM can come at once
+            senders.append(signal_when(_all_started(job), signal.SIGTERM))
             job.wait()
         stopping = time.monotonic()
         # during the stop's wait (every host has had its SIGTERM): never raised
