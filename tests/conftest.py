@@ -80,8 +80,8 @@ def pytest_collection_finish(session):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Two emulated clusters at a time, each fault test of `ALONE_TESTS` with none beside it, and no worker idle while
-    work is queued. The work units, in the order workers take them: the `ALONE_TESTS`, as one unit, to the first
+    """One emulated cluster per worker at a time (two on 2 cores), each fault test of `ALONE_TESTS` with none beside
+    it, and no worker idle while work is queued. The work units, in the order workers take them: the `ALONE_TESTS`, as one unit, to the first
     worker; the CDK tests, as one (one jsii kernel); every other test one unit of its own, for the other workers (and
     the first, once its unit is done); then each module of the other cluster tests as one unit (its module-scoped runs
     made once), those with the most tests first. So the fault tests run while the other worker has unit tests to do,
