@@ -79,9 +79,17 @@ def decode_batch(batch: dict, *, workload: str, options: dict) -> dict:
 
 
 def training_dataset(files: list[str], workload: str, options: dict, batch_size: int) -> ray.data.Dataset:
-    """Every shard's samples, decoded by Ray Data map tasks on whichever node has a CPU free."""
-    import ray
+    """Every shard's samples, decoded by Ray Data map tasks on whichever node has a CPU free.
 
+    A block holds about one training batch of decoded pixels (`block_bytes`), not Ray's default 128 MB: a read task
+    then streams a shard out in blocks of a few batches, each decoded by a task of its own as soon as it is read, on
+    any free CPU. With the default a shard was one block, decoded by one task on one CPU, and the trainer's first
+    batch of every epoch came when that shard's last sample was decoded (2.8 of an epoch's 2.9 s, one 14 MB shard)."""
+    import ray
+    from ray.data import DataContext
+
+    # Ray Train hands the driver's context to the ingest, which reads it when it runs the dataset
+    DataContext.get_current().target_max_block_size = block_bytes(cached_workload(workload, options), batch_size)
     ds = ray.data.read_webdataset(files, decoder=None, override_num_blocks=max(len(files), 1))
     return ds.randomize_block_order().map_batches(
         # fn_kwargs gives decode_batch its keyword arguments; Ray's type of the function takes the batch alone
@@ -91,6 +99,15 @@ def training_dataset(files: list[str], workload: str, options: dict, batch_size:
         batch_format="numpy",
         num_cpus=1,
     )
+
+
+MIN_BLOCK_BYTES = 1 << 20  # DataContext.target_min_block_size's default: smaller blocks cost more in tasks than they gain
+
+
+def block_bytes(workload: Workload, batch_size: int) -> int:
+    """Ray Data's target block size for the training dataset: one batch of decoded pixels (uint8, three channels),
+    1 MiB at least."""
+    return max(MIN_BLOCK_BYTES, batch_size * workload.image_size * workload.image_size * 3)
 
 
 def exact_split() -> DataConfig:
