@@ -30,7 +30,7 @@ def test_one_shard_is_decoded_in_many_blocks_and_every_sample_arrives_once(tmp_p
     write_shard(shard, [(i, i % 2, "png", png()) for i in range(300)])
     ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, configure_logging=False)
     try:
-        ds = training_dataset([str(shard)], SHAPES, {"blur_passes": 0}, batch_size=64).materialize()
+        ds = training_dataset([str(shard)], SHAPES, {"blur_passes": 0}, batch_size=64, stream=True).materialize()
         ids = [int(i) for batch in ds.iter_batches(batch_size=64, batch_format="numpy") for i in batch["ids"]]
         assert ds.num_blocks() > 1
     finally:

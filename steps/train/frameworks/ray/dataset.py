@@ -78,18 +78,23 @@ def decode_batch(batch: dict, *, workload: str, options: dict) -> dict:
     }
 
 
-def training_dataset(files: list[str], workload: str, options: dict, batch_size: int) -> ray.data.Dataset:
+def training_dataset(files: list[str], workload: str, options: dict, batch_size: int, *, stream: bool) -> ray.data.Dataset:
     """Every shard's samples, decoded by Ray Data map tasks on whichever node has a CPU free.
 
-    A block holds about one training batch of decoded pixels (`block_bytes`), not Ray's default 128 MB: a read task
-    then streams a shard out in blocks of a few batches, each decoded by a task of its own as soon as it is read, on
-    any free CPU. With the default a shard was one block, decoded by one task on one CPU, and the trainer's first
-    batch of every epoch came when that shard's last sample was decoded (2.8 of an epoch's 2.9 s, one 14 MB shard)."""
+    ``stream`` (the Train workers reserve CPUs of their own, so decode has the others): a block holds about one training
+    batch of decoded pixels (`block_bytes`), not Ray's default 128 MB, so a read task streams a shard out in blocks of a
+    few batches, each decoded by a task of its own as soon as it is read, on any free CPU, while the workers train. With
+    the default a shard was one block, decoded by one task on one CPU, and the trainer's first batch of every epoch came
+    when that shard's last sample was decoded (2.8 of an epoch's 2.9 s, one 14 MB shard). Not streamed: a Train worker
+    that reserves no CPU (the 1-vCPU baseline) shares its CPU with the decode, and many small tasks beside its steps
+    made each step 106 -> 155 ms where one block per shard decodes, then trains."""
     import ray
     from ray.data import DataContext
+    from ray.data.context import DEFAULT_TARGET_MAX_BLOCK_SIZE
 
     # Ray Train hands the driver's context to the ingest, which reads it when it runs the dataset
-    DataContext.get_current().target_max_block_size = block_bytes(cached_workload(workload, options), batch_size)
+    block = block_bytes(cached_workload(workload, options), batch_size) if stream else DEFAULT_TARGET_MAX_BLOCK_SIZE
+    DataContext.get_current().target_max_block_size = block
     ds = ray.data.read_webdataset(files, decoder=None, override_num_blocks=max(len(files), 1))
     return ds.randomize_block_order().map_batches(
         # fn_kwargs gives decode_batch its keyword arguments; Ray's type of the function takes the batch alone

@@ -210,7 +210,11 @@ def _train(cfg: TrainConfig, cluster: Cluster, links: PeerWatch, inputs: _Inputs
         scaling_config=ScalingConfig(
             num_workers=cluster.world_size, use_gpu=gpu, resources_per_worker={"CPU": kept, TRAINER_RESOURCE: 1}
         ),
-        datasets={"train": training_dataset([str(s) for s in shards], cfg.workload, cfg.workload_options, cfg.batch_size)},
+        datasets={
+            "train": training_dataset(
+                [str(s) for s in shards], cfg.workload, cfg.workload_options, cfg.batch_size, stream=kept > 0
+            )
+        },
         dataset_config=exact_split(),
         run_config=RunConfig(
             name="train", storage_path=str(cluster.output_data_dir / "ray"), failure_config=FailureConfig(max_failures=0)
