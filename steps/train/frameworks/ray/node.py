@@ -113,7 +113,9 @@ class RayNode:
         if not token.exists():
             token.touch(mode=0o600)
             token.write_text(ray_token(job_secret()))
-        # a head gone for silence_timeout_s is gone: raylets and drivers stop waiting for it then
+        # a head gone for silence_timeout_s is gone: raylets and drivers stop waiting for it then; and a joining raylet
+        # waits as long for the head's first answer (Ray's 5 s default: over a lossy link a data host's `ray start`
+        # failed "Failed to get cluster ID from GCS server: TimedOut" while the head was up)
         timeout = str(max(5, int(self.cfg.silence_timeout_s)))
         code = str(Path(__file__).resolve().parents[4])  # Ray's worker processes import the step code from here
         path = os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p)
@@ -123,6 +125,7 @@ class RayNode:
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN_PATH": str(token),
             "RAY_gcs_rpc_server_reconnect_timeout_s": timeout,
+            "RAY_gcs_rpc_server_connect_timeout_s": timeout,
             "PYTHONPATH": path,
             **RAY_SETTINGS,
         }
