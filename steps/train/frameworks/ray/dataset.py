@@ -116,7 +116,9 @@ def block_bytes(workload: Workload, batch_size: int) -> int:
 
 
 def exact_split() -> DataConfig:
-    """Ray Train's DataConfig, splitting every dataset among the workers without dropping rows (``equal=False``)."""
+    """Ray Train's DataConfig, splitting every dataset among the workers without dropping rows (``equal=False``); a
+    single worker's is the dataset's own iterator (a streaming split of one is a coordinator actor, one more Ray
+    worker process, passing every block through)."""
     from ray.train import DataConfig
 
     class ExactSplit(DataConfig):
@@ -125,6 +127,9 @@ def exact_split() -> DataConfig:
             for name, ds in datasets.items():
                 ds = ds.copy(ds)
                 ds.context.execution_options = self._resolve_execution_options(name)
+                if world_size == 1:  # nothing to split: the dataset's own iterator, no coordinator actor
+                    output[0][name] = ds.iterator()
+                    continue
                 for i, split in enumerate(ds.streaming_split(world_size, equal=False, locality_hints=worker_node_ids)):
                     output[i][name] = split
             return output

@@ -9,6 +9,10 @@ out (docs/performance.md, A Ray job's start):
 - the placement-group cleaner: one more worker process per job, asking each second the state API (which needs the full
   dashboard, started on no node here) whether the controller lives, to free its placement groups should it die; the
   cluster ends with the job, and its placement groups with it;
+- for a single worker, the dataset manager: Ray Train starts an actor (one more worker process) that splits each
+  dataset among the workers, and for the split a coordinator actor (another); one worker has nothing to split with
+  anyone, and its dataset iterator is configured in the worker itself, whose process runs the dataset (Ray Data's
+  executor runs where the iterator is iterated). Several workers keep Ray Train's manager and its streaming split;
 - the runtime environment Ray Train gives its controller and workers to carry its ``RAY_TRAIN_*`` settings from the
   driver's environment: a process with a runtime environment starts through Ray's ``setup_worker.py`` (one more
   Python interpreter, importing Ray's runtime-env code, then ``exec`` of the worker), and every task and actor it
@@ -28,6 +32,7 @@ from typing import Any
 def job_trainer() -> type:
     """The ``TorchTrainer`` subclass the head fits (`steps.train.frameworks.ray.trainer`)."""
     import ray
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback as RayDatasetsCallback
     from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
     from ray.train.v2._internal.execution.controller import TrainController as RayTrainController
     from ray.train.v2._internal.execution.worker_group import WorkerGroup
@@ -43,11 +48,26 @@ def job_trainer() -> type:
     class TrainController(RayTrainController):  # Ray Train's name: its lines in the job's log read as they do without
         worker_group_cls = NodeWorkerGroup
 
+    class DatasetsCallback(RayDatasetsCallback):  # Ray Train's name, as the controller's
+        def before_init_train_context(self, workers) -> dict:
+            """Ray Train's dataset manager for several workers; for one, a provider configured in the worker."""
+            if len(workers) != 1:
+                return super().before_init_train_context(workers)
+            datasets = {k: v() if callable(v) else v for k, v in self._datasets.items()}
+            return {"dataset_shard_provider": [InWorkerShards(datasets, self._data_config)]}
+
     class JobTrainer(TorchTrainer):
         controller = TrainController  # what it runs on the driver's node
 
         def _create_default_callbacks(self) -> list:
-            return [c for c in super()._create_default_callbacks() if not isinstance(c, PlacementGroupCleanerCallback)]
+            # Ray Train's own call, with its stubs' narrower type of the datasets (it gives them as they were given)
+            return [
+                DatasetsCallback(train_run_context=self.train_run_context, datasets=self.datasets)  # type: ignore[arg-type]
+                if isinstance(c, RayDatasetsCallback)
+                else c
+                for c in super()._create_default_callbacks()
+                if not isinstance(c, PlacementGroupCleanerCallback)
+            ]
 
         def _initialize_and_run_controller(self, **controller_init_kwargs) -> Any:
             """Ray Train's own, less the controller's runtime environment: the controller on the driver's node, run to
@@ -60,3 +80,27 @@ def job_trainer() -> type:
             return ray.get(controller.get_result.remote())
 
     return JobTrainer
+
+
+class InWorkerShards:
+    """A single Ray Train worker's datasets (Ray Train's ``DatasetShardProvider``), configured where it is asked for
+    them: in the worker, which Ray Train has given the driver's ``DataContext`` before (``DatasetsCallback``
+    propagates it), as Ray Train's dataset manager configures them in its own process."""
+
+    def __init__(self, datasets: dict, data_config) -> None:
+        self._datasets, self._data_config = datasets, data_config
+        self._iterators: dict = {}
+
+    def get_dataset_shard(self, dataset_info) -> Any:
+        name = dataset_info.dataset_name
+        if name not in self._datasets:
+            raise KeyError(f"no dataset {name!r} was given to the trainer: {', '.join(sorted(self._datasets)) or 'none'}")
+        if name not in self._iterators:
+            configured = self._data_config.configure(
+                datasets={name: self._datasets[name]}, world_size=1, worker_handles=None, worker_node_ids=None
+            )
+            self._iterators[name] = configured[0][name]
+        return self._iterators[name]
+
+    def shutdown_data_executors(self) -> None:
+        """Nothing to shut down here: the dataset's executor runs in the worker's process, and ends with it."""

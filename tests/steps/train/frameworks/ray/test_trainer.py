@@ -61,3 +61,38 @@ def test_ray_trains_settings_reach_its_processes_through_the_nodes_environment_n
     worker_group = trainer.controller.worker_group_cls
     assert worker_group._get_worker_runtime_env({}) == {}
     assert worker_group._get_worker_runtime_env({"pip": ["x"]}) == {"pip": ["x"]}  # a run's own stays
+
+
+@pytest.mark.slow  # imports Ray Train (2 s)
+def test_one_worker_gets_its_dataset_configured_in_itself_several_keep_ray_trains_manager(monkeypatch):
+    """A single worker's dataset needs no dataset manager actor (one more Ray worker process per job): the provider it
+    is given configures the dataset where it is asked for it, once, at world size 1."""
+    from ray.train import ScalingConfig
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback as RayDatasetsCallback
+    from ray.train.v2._internal.data_integration.interfaces import DatasetShardMetadata
+
+    from steps.train.frameworks.ray.job_trainer import InWorkerShards
+
+    trainer = job_trainer()(lambda: None, scaling_config=ScalingConfig(num_workers=1), datasets={"train": "the dataset"})
+    (callback,) = [c for c in trainer._create_default_callbacks() if isinstance(c, RayDatasetsCallback)]
+    worker = SimpleNamespace(metadata=SimpleNamespace(node_id="node"))
+    (provider,) = callback.before_init_train_context([worker])["dataset_shard_provider"]
+    assert isinstance(provider, InWorkerShards)
+
+    calls = []
+
+    def configure(datasets, world_size, worker_handles, worker_node_ids):
+        calls.append((datasets, world_size))
+        return [{name: f"iterator of {ds}" for name, ds in datasets.items()}]
+
+    monkeypatch.setattr(provider._data_config, "configure", configure)
+    assert provider.get_dataset_shard(DatasetShardMetadata("train", 0)) == "iterator of the dataset"
+    assert provider.get_dataset_shard(DatasetShardMetadata("train", 0)) == "iterator of the dataset"
+    assert calls == [({"train": "the dataset"}, 1)]
+    with pytest.raises(KeyError, match="'valid'"):
+        provider.get_dataset_shard(DatasetShardMetadata("valid", 0))
+
+    delegated = []
+    monkeypatch.setattr(RayDatasetsCallback, "before_init_train_context", lambda self, workers: delegated.append(len(workers)))
+    callback.before_init_train_context([worker, worker])
+    assert delegated == [2]
