@@ -26,7 +26,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 if __package__ in (None, ""):  # SageMaker runs the entry point by path, not as a module
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -94,7 +94,7 @@ def _load_secret(cluster) -> None:
         load_job_secret(folder)
 
 
-def main() -> int:
+def main() -> NoReturn:
     # SageMaker stops a job (StopTrainingJob, a spot interruption) with SIGTERM: unwind so peers get STOP and the failure
     # file is written; a training loop first finishes its step and saves a checkpoint (steps.train.frameworks.pytorch.checkpoint)
     from steps.train.core.terminate import TERMINATE
@@ -110,10 +110,9 @@ def main() -> int:
     if code:
         _end_now(code)
     _end_done()
-    return code
 
 
-def _end_done() -> None:
+def _end_done() -> NoReturn:
     """A host whose work completed ends as the interpreter would, less its teardown: threads joined, exit handlers run
     (Ray's, logging's, multiprocessing's), streams flushed, then the exit. Tearing down the modules and the heap of a
     process that loaded torch, Ray or TensorFlow took 0.6-1.1 s per host after the last exit handler (the README's Ray
@@ -125,12 +124,10 @@ def _end_done() -> None:
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
     atexit._run_exitfuncs()  # CPython's own call at shutdown (the module has no public name for it)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    _exit(0)
 
 
-def _end_now(code: int) -> None:
+def _end_now(code: int) -> NoReturn:
     """A failed host ends as soon as its failure is recorded. Interpreter shutdown would first join
     what may be waiting on a peer that froze: tf.data.service servers drain in-flight calls (holding
     the GIL, for as long as the peer's call lasts), DataLoader workers are joined one by one."""
@@ -145,10 +142,15 @@ def _end_now(code: int) -> None:
             child.kill()
         except OSError:  # already gone
             pass
+    _exit(code)
+
+
+def _exit(code: int) -> NoReturn:
+    """The process's end with ``code``, its output flushed and nothing more run."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
